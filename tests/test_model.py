@@ -1,0 +1,382 @@
+"""XLNetModel / XLNetPretrainer: exactness against the original's math, and the properties users rely on."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from reference_xlnet import random_weights, reference_forward
+from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer
+from xlnet_tf.layers.attention import gather_relative, rel_shift
+from xlnet_tf.layers.position import RelativePositionEncoding
+
+TINY = dict(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20, ff_activation="gelu", untie_r=True,
+            mem_len=0, reuse_len=None, clamp_len=-1, same_length=False, bi_data=False, attn_type="bi")
+HIDDEN_TOL, LOGIT_TOL = 2e-5, 1e-4
+
+
+def make_model(weights, cfg, cls=XLNetPretrainer, dtype=None):
+    model = cls(XLNetConfig(**cfg, dropout=0.0, dropatt=0.0), dtype=dtype)
+    for name, var in model.tf1_variables().items():
+        var.assign(weights[name].astype(np.float32))
+    return model
+
+
+def model_inputs(**arrays):
+    out = {}
+    for key, value in arrays.items():
+        if value is None:
+            continue
+        if key == "mems":
+            out[key] = [tf.constant(np.asarray(m, np.float32)) for m in value]
+        elif key in ("input_ids", "segment_ids"):
+            out[key] = tf.constant(value, tf.int32)
+        else:
+            out[key] = tf.constant(np.asarray(value, np.float32))
+    return out
+
+
+def random_batch(rng, batch=2, qlen=7, num_predict=3, left_pad=2, n_token=20):
+    ids = rng.integers(0, n_token, (batch, qlen))
+    seg = rng.integers(0, 2, (batch, qlen))
+    pad = np.ones((batch, qlen))
+    pad[-1, :left_pad] = 0  # left padding, as XLNet's fine-tuning inputs
+    perm = (rng.random((batch, qlen, qlen)) < 0.4).astype(np.float32)
+    tm = np.zeros((batch, num_predict, qlen), np.float32)
+    for b in range(batch):
+        for p, pos in enumerate(rng.choice(qlen, num_predict, replace=False)):
+            tm[b, p, pos] = 1
+    tm[-1, -1] = 0  # a padded target row, as in pretraining batches with fewer real targets
+    return dict(input_ids=ids, segment_ids=seg, padding_mask=pad, perm_mask=perm, target_mapping=tm)
+
+
+def assert_matches(ref, out):
+    for key in ("sequence_output", "query_output"):
+        if key in ref:
+            np.testing.assert_allclose(out[key].numpy(), ref[key], atol=HIDDEN_TOL, rtol=0, err_msg=key)
+        else:
+            assert key not in out
+    np.testing.assert_allclose(out["lm_logits"].numpy(), ref["lm_logits"], atol=LOGIT_TOL, rtol=0)
+    if "new_mems" in ref:
+        assert len(out["new_mems"]) == len(ref["new_mems"])
+        for got, want in zip(out["new_mems"], ref["new_mems"]):
+            np.testing.assert_allclose(got.numpy(), want, atol=HIDDEN_TOL, rtol=0, err_msg="new_mems")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Golden values derived by hand from the formulas.
+
+def test_sinusoid_encoding_values():
+    enc = RelativePositionEncoding(d_model=4)(qlen=2, klen=3).numpy()
+    assert enc.shape == (1, 5, 4)  # distances 3, 2, 1, 0, -1
+    for row, dist in enumerate([3, 2, 1, 0, -1]):
+        # inv_freq = [1, 10000^-0.5 = 0.01]
+        expected = [math.sin(dist), math.sin(dist * 0.01), math.cos(dist), math.cos(dist * 0.01)]
+        np.testing.assert_allclose(enc[0, row], expected, atol=1e-6)
+
+
+def test_sinusoid_clamp_and_bi_data():
+    enc = RelativePositionEncoding(d_model=4, bi_data=True, clamp_len=1)(qlen=2, klen=3).numpy()
+    assert enc.shape == (2, 5, 4)
+    for row, dist in enumerate([1, 1, 1, 0, -1]):  # forward, clamped to [-1, 1]
+        np.testing.assert_allclose(enc[0, row, 0], math.sin(dist), atol=1e-6)
+        np.testing.assert_allclose(enc[1, row, 0], math.sin(-dist), atol=1e-6)  # backward = negated
+
+
+def test_rel_shift_is_the_transformer_xl_skew():
+    qlen, klen = 3, 5
+    rlen = klen + qlen
+    x = np.arange(2 * qlen * rlen, dtype=np.float32).reshape(2, 1, qlen, rlen)
+    out = rel_shift(tf.constant(x), klen).numpy()
+    assert out.shape == (2, 1, qlen, klen)
+    for i in range(qlen):
+        for j in range(klen):
+            # key j is at distance (klen - qlen + i) - j from query i; encoding row r has distance klen - r
+            assert out[0, 0, i, j] == x[0, 0, i, qlen - i + j]
+    # the gather form picks the same entries for queries placed at key coordinates klen - qlen + i
+    mlen = klen - qlen
+    pos = np.tile(mlen + np.arange(qlen), (2, 1))
+    np.testing.assert_array_equal(gather_relative(tf.constant(x), tf.constant(pos, tf.int32), klen).numpy(), out)
+
+
+def _identity_layer_weights(cfg):
+    """One layer whose attention scores are all zero (q kernel and biases zero), v and o the identity and the
+    feed-forward zero: the layer computes LN(LN(x + mean of visible x_j))."""
+    d = cfg["d_model"]
+    w = {k: np.zeros_like(v) for k, v in random_weights(cfg, 0).items()}
+    eye = np.eye(d).reshape(d, cfg["n_head"], cfg["d_head"])
+    w["model/transformer/layer_0/rel_attn/v/kernel"] = eye
+    w["model/transformer/layer_0/rel_attn/o/kernel"] = eye
+    for ln in ("rel_attn", "ff"):
+        w[f"model/transformer/layer_0/{ln}/LayerNorm/gamma"] = np.ones(d)
+    w["model/transformer/word_embedding/lookup_table"] = np.random.default_rng(3).normal(size=(cfg["n_token"], d))
+    return w
+
+
+def _layer_norm(x):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-12)
+
+
+def test_hand_derived_uniform_attention_with_padding():
+    cfg = dict(TINY, n_layer=1)
+    w = _identity_layer_weights(cfg)
+    model = make_model(w, cfg, cls=XLNetModel)
+    ids = np.array([[5, 6, 7, 8]])
+    pad = np.array([[0, 0, 1, 1]])  # two left pads
+    out = model(model_inputs(input_ids=ids, padding_mask=pad))["sequence_output"].numpy()[0]
+    x = w["model/transformer/word_embedding/lookup_table"][ids[0]]
+    for i in range(4):
+        visible = [2, 3] + ([i] if i < 2 else [])  # real tokens, plus a pad's own position
+        expected = _layer_norm(_layer_norm(x[i] + x[visible].mean(0)))
+        np.testing.assert_allclose(out[i], expected, atol=1e-5)
+
+
+def test_hand_derived_segment_term():
+    """With r_s_bias = e_0 and seg_embed[same] = 0, seg_embed[diff] = c e_0 (q zero), the score of a key in the
+    other segment is c/sqrt(d_head) and 0 otherwise: softmax weights follow in closed form."""
+    cfg = dict(TINY, n_layer=1, n_head=1, d_head=8)
+    w = _identity_layer_weights(cfg)
+    c = 2.0
+    w["model/transformer/r_s_bias"][0, 0, 0] = 1.0
+    w["model/transformer/seg_embed"][0, 1, 0, 0] = c
+    model = make_model(w, cfg, cls=XLNetModel)
+    ids, seg = np.array([[1, 2, 3]]), np.array([[0, 0, 1]])
+    out = model(model_inputs(input_ids=ids, segment_ids=seg))["sequence_output"].numpy()[0]
+    x = w["model/transformer/word_embedding/lookup_table"][ids[0]]
+    s = c / math.sqrt(8)
+    for i in range(3):
+        logits = np.array([s if seg[0, j] != seg[0, i] else 0.0 for j in range(3)])
+        p = np.exp(logits) / np.exp(logits).sum()
+        expected = _layer_norm(_layer_norm(x[i] + p @ x))
+        np.testing.assert_allclose(out[i], expected, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parity with a literal transcription of the original code (tests/reference_xlnet.py), every mode.
+
+@pytest.mark.parametrize("untie_r,activation", [(True, "gelu"), (False, "relu")])
+def test_parity_bidirectional_segments_and_left_padding(untie_r, activation):
+    cfg = dict(TINY, untie_r=untie_r, ff_activation=activation)
+    w = random_weights(cfg, seed=1)
+    batch = random_batch(np.random.default_rng(0))
+    inputs = dict(input_ids=batch["input_ids"], segment_ids=batch["segment_ids"], padding_mask=batch["padding_mask"])
+    assert_matches(reference_forward(w, cfg, **inputs), make_model(w, cfg)(model_inputs(**inputs)))
+
+
+def test_parity_two_stream():
+    cfg = dict(TINY)
+    w = random_weights(cfg, seed=2)
+    batch = random_batch(np.random.default_rng(1))
+    ref = reference_forward(w, cfg, **batch)
+    out = make_model(w, cfg)(model_inputs(**batch))
+    assert out["query_output"].shape == (2, 3, 8) and out["lm_logits"].shape == (2, 3, 20)
+    assert_matches(ref, out)
+
+
+def test_parity_two_stream_without_padding_or_segments():
+    cfg = dict(TINY)
+    w = random_weights(cfg, seed=3)
+    batch = random_batch(np.random.default_rng(2))
+    inputs = dict(input_ids=batch["input_ids"], target_mapping=batch["target_mapping"])
+    assert_matches(reference_forward(w, cfg, **inputs), make_model(w, cfg)(model_inputs(**inputs)))
+
+
+@pytest.mark.parametrize("reuse_len", [None, 4])
+def test_parity_memory_over_two_segments(reuse_len):
+    cfg = dict(TINY, mem_len=5, reuse_len=reuse_len)
+    w = random_weights(cfg, seed=4)
+    model = make_model(w, cfg)
+    rng = np.random.default_rng(3)
+    ref_mems = None
+    out_mems = None
+    for _ in range(2):
+        batch = random_batch(rng)
+        ref = reference_forward(w, cfg, mems=ref_mems, **batch)
+        inputs = model_inputs(**batch)
+        if out_mems is not None:
+            inputs["mems"] = out_mems
+        out = model(inputs)
+        assert_matches(ref, out)
+        ref_mems, out_mems = ref["new_mems"], out["new_mems"]
+    assert out_mems[0].shape == (2, 5, 8)
+
+
+@pytest.mark.parametrize("clamp_len", [1, 3])
+def test_parity_clamp_len(clamp_len):
+    cfg = dict(TINY, clamp_len=clamp_len, mem_len=3)
+    w = random_weights(cfg, seed=5)
+    rng = np.random.default_rng(4)
+    batch = random_batch(rng)
+    mems = [rng.normal(size=(2, 3, 8)) for _ in range(2)]
+    assert_matches(reference_forward(w, cfg, mems=mems, **batch), make_model(w, cfg)(model_inputs(mems=mems, **batch)))
+
+
+def test_parity_bi_data():
+    cfg = dict(TINY, bi_data=True, mem_len=4, reuse_len=3, clamp_len=5)
+    w = random_weights(cfg, seed=6)
+    rng = np.random.default_rng(5)
+    batch = random_batch(rng, batch=4)
+    mems = [rng.normal(size=(4, 4, 8)) for _ in range(2)]
+    assert_matches(reference_forward(w, cfg, mems=mems, **batch), make_model(w, cfg)(model_inputs(mems=mems, **batch)))
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_parity_unidirectional(same_length):
+    cfg = dict(TINY, attn_type="uni", same_length=same_length, mem_len=4)
+    w = random_weights(cfg, seed=7)
+    rng = np.random.default_rng(6)
+    batch = random_batch(rng)
+    mems = [rng.normal(size=(2, 4, 8)) for _ in range(2)]
+    assert_matches(reference_forward(w, cfg, mems=mems, **batch), make_model(w, cfg)(model_inputs(mems=mems, **batch)))
+
+
+def test_parity_larger_config_and_batch():
+    cfg = dict(TINY, n_layer=3, d_model=32, n_head=4, d_head=8, d_inner=64, n_token=50, mem_len=6, reuse_len=5)
+    w = random_weights(cfg, seed=8, scale=0.2)
+    rng = np.random.default_rng(7)
+    batch = random_batch(rng, batch=3, qlen=10, num_predict=4, n_token=50)
+    mems = [rng.normal(size=(3, 6, 32)) for _ in range(3)]
+    assert_matches(reference_forward(w, cfg, mems=mems, **batch), make_model(w, cfg)(model_inputs(mems=mems, **batch)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Properties.
+
+def _factorization_masks(order, targets, qlen):
+    """perm_mask from a factorization order (XLNet's rule): non-targets see all non-targets; a target sees
+    the non-targets and the targets before it in the order (the content stream also sees itself)."""
+    rank = np.empty(qlen, int)
+    rank[order] = np.arange(qlen)
+    perm = np.zeros((qlen, qlen), np.float32)
+    for i in range(qlen):
+        for j in targets:
+            if rank[j] >= rank[i] or i not in targets:
+                perm[i, j] = 1
+    return perm
+
+
+def test_query_stream_ignores_own_and_later_tokens():
+    cfg = dict(TINY)
+    model = make_model(random_weights(cfg, seed=9), cfg)
+    rng = np.random.default_rng(8)
+    qlen = 8
+    for trial in range(5):
+        order = rng.permutation(qlen)
+        targets = list(order[-3:])  # the last three in the order are predicted
+        perm = _factorization_masks(order, targets, qlen)[None]
+        tm = np.zeros((1, 3, qlen), np.float32)
+        tm[0, np.arange(3), targets] = 1
+        ids = rng.integers(0, 20, (1, qlen))
+        base = model(model_inputs(input_ids=ids, perm_mask=perm, target_mapping=tm))["query_output"].numpy()
+        rank = {pos: r for r, pos in enumerate(order)}
+        for m, target in enumerate(targets):
+            later = [pos for pos in targets if rank[pos] >= rank[target]]
+            changed = ids.copy()
+            changed[0, later] = (changed[0, later] + 1 + rng.integers(0, 18, len(later))) % 20
+            out = model(model_inputs(input_ids=changed, perm_mask=perm, target_mapping=tm))["query_output"]
+            np.testing.assert_allclose(out.numpy()[0, m], base[0, m], atol=1e-6)
+            earlier = [pos for pos in targets if rank[pos] < rank[target]]
+            nontargets = [pos for pos in range(qlen) if pos not in targets]
+            visible = changed.copy()
+            visible[0, nontargets[0]] = (visible[0, nontargets[0]] + 1) % 20
+            out = model(model_inputs(input_ids=visible, perm_mask=perm, target_mapping=tm))["query_output"]
+            assert np.abs(out.numpy()[0, m] - base[0, m]).max() > 1e-4, "a visible token must matter"
+            del earlier
+
+
+def test_content_stream_ignores_padding():
+    cfg = dict(TINY)
+    model = make_model(random_weights(cfg, seed=10), cfg, cls=XLNetModel)
+    rng = np.random.default_rng(9)
+    real = rng.integers(0, 20, (1, 5))
+    seg = np.zeros((1, 8), int)
+    padded = np.concatenate([rng.integers(0, 20, (1, 3)), real], axis=1)
+    pad = np.array([[0, 0, 0, 1, 1, 1, 1, 1]])
+    out = model(model_inputs(input_ids=padded, segment_ids=seg, padding_mask=pad))["sequence_output"].numpy()
+    other = padded.copy()
+    other[0, :3] = (other[0, :3] + 7) % 20
+    out2 = model(model_inputs(input_ids=other, segment_ids=seg, padding_mask=pad))["sequence_output"].numpy()
+    np.testing.assert_allclose(out[:, 3:], out2[:, 3:], atol=1e-6)
+    # relative attention: left padding is invisible, so real tokens match an unpadded run
+    alone = model(model_inputs(input_ids=real, segment_ids=seg[:, :5]))["sequence_output"].numpy()
+    np.testing.assert_allclose(out[:, 3:], alone, atol=1e-5)
+
+
+def test_unidirectional_memory_equals_one_pass():
+    cfg = dict(TINY, attn_type="uni", mem_len=6, reuse_len=6)
+    model = make_model(random_weights(cfg, seed=11), cfg, cls=XLNetModel)
+    ids = np.random.default_rng(10).integers(0, 20, (2, 12))
+    seg = np.zeros_like(ids)
+    whole = model(model_inputs(input_ids=ids, segment_ids=seg))["sequence_output"].numpy()
+    first = model(model_inputs(input_ids=ids[:, :6], segment_ids=seg[:, :6]))
+    second = model(dict(model_inputs(input_ids=ids[:, 6:], segment_ids=seg[:, 6:]), mems=first["new_mems"]))
+    np.testing.assert_allclose(first["sequence_output"].numpy(), whole[:, :6], atol=1e-5)
+    np.testing.assert_allclose(second["sequence_output"].numpy(), whole[:, 6:], atol=1e-5)
+
+
+def test_save_restore_round_trip(tmp_path):
+    cfg = dict(TINY, mem_len=4)
+    model = make_model(random_weights(cfg, seed=12), cfg)
+    batch = model_inputs(**random_batch(np.random.default_rng(11)))
+    expected = model(batch)["lm_logits"].numpy()
+
+    model.save_weights(str(tmp_path / "w.weights.h5"))
+    fresh = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.0, dropatt=0.0))
+    assert np.abs(fresh(batch)["lm_logits"].numpy() - expected).max() > 1e-3
+    fresh.load_weights(str(tmp_path / "w.weights.h5"))
+    np.testing.assert_allclose(fresh(batch)["lm_logits"].numpy(), expected, atol=1e-6)
+
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    fresh = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.0, dropatt=0.0))
+    tf.train.Checkpoint(model=fresh).read(path).assert_consumed()
+    np.testing.assert_allclose(fresh(batch)["lm_logits"].numpy(), expected, atol=1e-6)
+
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    np.testing.assert_allclose(loaded(batch)["lm_logits"].numpy(), expected, atol=1e-6)
+
+
+def test_gradients_are_finite_and_reach_every_weight():
+    cfg = dict(TINY, mem_len=4)
+    model = XLNetPretrainer(XLNetConfig(**cfg))
+    batch = model_inputs(**random_batch(np.random.default_rng(12)))
+    batch["segment_ids"] = tf.constant(np.array([[0] * 4 + [1] * 3] * 2), tf.int32)
+    with tf.GradientTape() as tape:
+        logits = model(batch, training=True)["lm_logits"]
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.zeros(logits.shape[:2], tf.int32),
+                                                                              logits))
+    grads = tape.gradient(loss, model.trainable_variables)
+    for var, grad in zip(model.trainable_variables, grads):
+        assert grad is not None, var.path
+        assert np.isfinite(tf.convert_to_tensor(grad).numpy()).all(), var.path
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_runs_finite_and_close(policy):
+    cfg = dict(TINY, mem_len=4)
+    w = random_weights(cfg, seed=13, scale=0.2)
+    batch = model_inputs(**random_batch(np.random.default_rng(13)))
+    full = make_model(w, cfg)(batch)
+    model = make_model(w, cfg, dtype=policy)
+    with tf.GradientTape() as tape:
+        out = model(batch, training=True)
+        loss = tf.reduce_mean(out["lm_logits"])
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(np.isfinite(tf.convert_to_tensor(g).numpy()).all() for g in grads)
+    out = model(batch)
+    assert out["lm_logits"].dtype == tf.float32
+    assert out["sequence_output"].dtype == tf.as_dtype(policy.split("_")[1])
+    for key in ("sequence_output", "query_output", "lm_logits"):
+        got = tf.cast(out[key], tf.float32).numpy()
+        assert np.isfinite(got).all(), key
+        np.testing.assert_allclose(got, full[key].numpy(), atol=0.15, err_msg=key)
+
+
+def test_batch_size_must_be_even_with_bi_data():
+    cfg = dict(TINY, bi_data=True)
+    model = XLNetModel(XLNetConfig(**cfg))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="bi_data"):
+        model(model_inputs(input_ids=np.zeros((3, 4), int)))

@@ -1,0 +1,119 @@
+"""Reading the original TF1 release checkpoints (``xlnet_cased_L-24_H-1024_A-16``, ``L-12_H-768_A-12``).
+
+Each model class lists its variables under their TF1 names (``tf1_variables``); loading checks every one of
+them against the checkpoint before assigning any, so a wrong file never leaves a half-loaded model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+# Optimizer state and bookkeeping that the original wrote next to the weights (model_utils.clean_ckpt).
+_IGNORED = re.compile(r"(^global_step$)|(/adam_[mv]$)|(/Adam(_\d+)?$)|(/Momentum$)|(^beta[12]_power)")
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint prefix from a prefix, a directory (latest checkpoint, or the release's ``xlnet_model.ckpt``)
+    or a file of the bundle (``xlnet_model.ckpt.index``)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        candidate = os.path.join(path, "xlnet_model.ckpt")
+        if tf.io.gfile.exists(candidate + ".index"):
+            return candidate
+        raise FileNotFoundError(f"{path}: no checkpoint in this directory (no 'checkpoint' file and no "
+                                "xlnet_model.ckpt.index)")
+    for suffix in (".index", ".meta"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    path = re.sub(r"\.data-\d{5}-of-\d{5}$", "", path)
+    if not tf.io.gfile.exists(path + ".index"):
+        raise FileNotFoundError(f"{path}: no checkpoint here ({path}.index does not exist)")
+    return path
+
+
+def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
+    """Loads a checkpoint in the original release's TF1 layout into ``model``.
+
+    ``model`` is anything with ``tf1_variables()`` (``XLNetModel``, ``XLNetPretrainer``, the fine-tuning
+    models). Every model variable must be in the checkpoint with its exact shape; otherwise a ``ValueError``
+    names each missing or mis-shaped variable and nothing is assigned. Optimizer slots and ``global_step`` are
+    ignored. Returns the checkpoint's other variables that the model did not use (e.g. a fine-tuning head when
+    loading into the bare network).
+    """
+    prefix = resolve_checkpoint(ckpt_prefix)
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    wanted = model.tf1_variables()
+
+    problems = []
+    for name, var in wanted.items():
+        if name not in shapes:
+            problems.append(f"missing variable {name} (model expects shape {tuple(var.shape)})")
+        elif tuple(shapes[name]) != tuple(var.shape):
+            hint = ""
+            if name.rsplit("/", 1)[-1] in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                hint = " (does the config's untie_r match the checkpoint?)"
+            problems.append(f"{name}: checkpoint shape {tuple(shapes[name])} != model shape "
+                            f"{tuple(var.shape)}{hint}")
+    if problems:
+        raise ValueError(f"{prefix}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
+
+    values = {name: reader.get_tensor(name) for name in wanted}
+    for name, var in wanted.items():
+        var.assign(np.asarray(values[name], dtype=var.dtype))
+    return sorted(n for n in shapes if n not in wanted and not _IGNORED.search(n))
+
+
+def write_tf1_checkpoint(tensors: dict[str, np.ndarray], prefix: str) -> str:
+    """Writes ``{tf1_name: array}`` as a TF1-style name-based checkpoint bundle (what the release ships).
+
+    Used to export our weights in the original layout and to build test fixtures; readable by the original
+    code's ``tf.train.init_from_checkpoint`` and by ``load_original_checkpoint``.
+    """
+    names = sorted(tensors)
+    tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=[tf.convert_to_tensor(tensors[n]) for n in names])
+    return prefix
+
+
+def is_tf1_checkpoint(prefix: str) -> bool:
+    """True for a name-based (TF1) checkpoint, False for an object-based one written by ``tf.train.Checkpoint``."""
+    reader = tf.train.load_checkpoint(prefix)
+    return "_CHECKPOINTABLE_OBJECT_GRAPH" not in reader.get_variable_to_shape_map()
+
+
+def native_checkpoint(model) -> tf.train.Checkpoint:
+    """The object-based checkpoint layout every xlnet_tf model shares: ``model/xlnet/...`` for the network
+    (and ``model/lm_bias`` for the pretrainer), so a pretraining checkpoint restores into any task model."""
+    backbone = getattr(model, "xlnet", model)
+    parts = {"xlnet": backbone}
+    if hasattr(model, "lm_bias"):
+        parts["lm_bias"] = model.lm_bias
+    return tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
+
+
+def load_pretrained(model, path: str) -> None:
+    """Loads pretrained XLNet weights from either format: the original TF1 release or our native checkpoints
+    (``xlnet-convert-checkpoint`` output, pretraining output). Only the network (and the LM bias, if ``model``
+    has one) is read; task heads keep their fresh initialisation."""
+    prefix = resolve_checkpoint(path)
+    if is_tf1_checkpoint(prefix):
+        backbone = getattr(model, "xlnet", model)
+        target = model if hasattr(model, "lm_bias") else backbone
+        load_original_checkpoint(target, prefix)
+        return
+    status = native_checkpoint(model).read(prefix)
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise ValueError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
+                         f"(different config?): {e}") from None
+    status.expect_partial()

@@ -1,0 +1,152 @@
+"""XLNet configuration: the checkpoint-tied shape plus the run-time knobs.
+
+The original release splits these in two (``XLNetConfig`` for what the weights fix, ``RunConfig`` for the
+rest). Here they live in one validated object: ``XLNetConfig.from_json`` reads the release's
+``xlnet_config.json`` and takes the run-time knobs as keyword overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+# Keys of the original release's xlnet_config.json: they are tied to the checkpoint.
+CHECKPOINT_KEYS = ("d_head", "d_inner", "d_model", "ff_activation", "n_head", "n_layer", "n_token", "untie_r")
+# Run-time knobs (the original RunConfig): free to change for the same weights.
+RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "attn_type", "dropout",
+                "dropatt", "initializer_range")
+
+
+@dataclasses.dataclass(frozen=True)
+class XLNetConfig:
+    """Shape and run-time settings of an XLNet network.
+
+    Checkpoint-tied (as in the release's ``xlnet_config.json``):
+      n_token: vocabulary size.        n_layer: number of layers.
+      d_model: hidden size.            n_head / d_head: attention heads and their width.
+      d_inner: feed-forward width.     ff_activation: 'gelu' (tanh approximation) or 'relu'.
+      untie_r: one set of r_w/r_r/r_s biases per layer (True for the released models) or one shared set.
+    Run-time:
+      mem_len: Transformer-XL memory kept per layer (0 = none).
+      reuse_len: leading positions of a segment that are cached as memory (None = all).
+      clamp_len: clip relative distances to +-clamp_len (-1 = no clipping).
+      same_length: with attn_type 'uni', every position attends to the same number of keys.
+      bi_data: the batch's first half is read forward, the second half backward (pretraining).
+      attn_type: 'bi' (XLNet) or 'uni' (Transformer-XL causal attention).
+      dropout, dropatt: dropout on hidden states and on attention probabilities.
+      initializer_range: std of the normal initializer of freshly created weights.
+    """
+
+    n_token: int = 32000
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    d_head: int = 64
+    d_inner: int = 3072
+    ff_activation: str = "gelu"
+    untie_r: bool = True
+    mem_len: int = 0
+    reuse_len: Optional[int] = None
+    clamp_len: int = -1
+    same_length: bool = False
+    bi_data: bool = False
+    attn_type: str = "bi"
+    dropout: float = 0.1
+    dropatt: float = 0.1
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            _check_type(field.name, value, field.type)
+        for name in ("n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
+        if self.d_model % 2:
+            raise ValueError(f"XLNetConfig: d_model must be even for the sinusoid encoding, got {self.d_model}")
+        if self.ff_activation not in ("gelu", "relu"):
+            raise ValueError(f"XLNetConfig: ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+        if self.attn_type not in ("bi", "uni"):
+            raise ValueError(f"XLNetConfig: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+        if self.mem_len < 0:
+            raise ValueError(f"XLNetConfig: mem_len must be >= 0, got {self.mem_len}")
+        if self.reuse_len is not None and self.reuse_len < 0:
+            raise ValueError(f"XLNetConfig: reuse_len must be >= 0 or None, got {self.reuse_len}")
+        if self.clamp_len == 0 or self.clamp_len < -1:
+            raise ValueError(f"XLNetConfig: clamp_len must be -1 (off) or positive, got {self.clamp_len}")
+        for name in ("dropout", "dropatt"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"XLNetConfig: {name} must be in [0, 1), got {getattr(self, name)}")
+        if self.initializer_range <= 0:
+            raise ValueError(f"XLNetConfig: initializer_range must be positive, got {self.initializer_range}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config", **overrides) -> "XLNetConfig":
+        """Builds a config from a dict (e.g. a parsed xlnet_config.json) plus keyword overrides."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        merged = dict(values)
+        merged.update(overrides)
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown XLNet config key(s) {unknown}; known keys: {sorted(known)}")
+        try:
+            return cls(**merged)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike, **overrides) -> "XLNetConfig":
+        """Reads an ``xlnet_config.json`` (the release's or ours); run-time knobs come as keyword overrides.
+
+        Example: ``XLNetConfig.from_json("xlnet_cased_L-12_H-768_A-12/xlnet_config.json", mem_len=384)``.
+        """
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        # The original's train.py carries an unused d_embed flag that some configs include.
+        values.pop("d_embed", None)
+        return cls.from_dict(values, source=path, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str | os.PathLike, checkpoint_keys_only: bool = False) -> None:
+        """Writes the config as JSON (atomically). ``checkpoint_keys_only`` writes the release's layout."""
+        values = self.to_dict()
+        if checkpoint_keys_only:
+            values = {k: values[k] for k in CHECKPOINT_KEYS}
+        path = os.fspath(path)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+
+    def replace(self, **changes) -> "XLNetConfig":
+        return self.from_dict(self.to_dict(), source="XLNetConfig.replace", **changes)
+
+
+def _check_type(name: str, value: Any, annotation: str) -> None:
+    """Rejects values of the wrong type (JSON gives us floats for ints, strings for bools, ...)."""
+    annotation = str(annotation)
+    optional = annotation.startswith("Optional[")
+    if optional:
+        if value is None:
+            return
+        annotation = annotation[len("Optional["):-1]
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+    }[annotation]
+    if not ok:
+        raise ValueError(f"XLNetConfig: {name} must be {'an optional ' if optional else ''}{annotation}, "
+                         f"got {value!r} ({type(value).__name__})")

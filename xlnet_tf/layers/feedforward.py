@@ -1,0 +1,58 @@
+"""XLNet's position-wise feed-forward block (the original ``ff`` scope)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+
+def gelu(x):
+    """The original's tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+    return x * cdf
+
+
+ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu}
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """``LayerNorm(x + dropout(W_2 dropout(act(W_1 x + b_1)) + b_2))``: [B, L, D] -> [B, L, D].
+
+    Weights (original names): ``layer_1`` [d_model, d_inner], ``layer_2`` [d_inner, d_model] with biases, and
+    ``LayerNorm`` (epsilon 1e-12).
+    """
+
+    def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
+                 initializer_range: float = 0.02, **kwargs):
+        super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.d_model, self.d_inner, self.activation = d_model, d_inner, activation
+        self.dropout, self.initializer_range = dropout, initializer_range
+        init = keras.initializers.RandomNormal(stddev=initializer_range)
+        policy = self.dtype_policy
+        self.layer_1 = keras.layers.Dense(d_inner, kernel_initializer=init, name="layer_1", dtype=policy)
+        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2", dtype=policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="LayerNorm", dtype=policy)
+        self._inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self._output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.layer_1.build((None, None, self.d_model))
+        self.layer_2.build((None, None, self.d_inner))
+        self.layer_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def call(self, x, training=None):
+        inner = self._inner_dropout(ACTIVATIONS[self.activation](self.layer_1(x)), training=training)
+        out = self._output_dropout(self.layer_2(inner), training=training)
+        return self.layer_norm(out + x)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, d_inner=self.d_inner, activation=self.activation,
+                      dropout=self.dropout, initializer_range=self.initializer_range)
+        return config

@@ -1,0 +1,73 @@
+"""Attention masks for the content and query streams, built once per forward pass.
+
+Convention (the original's): ``True``/1 means *blocked*. Keys are ``[memory ; current segment]``; memory is
+always visible. The query stream uses the combined mask; the content stream additionally always sees its own
+position (the original's ``non_tgt_mask``). Masks become additive float32 biases of ``-1e30``: the scores are
+upcast to float32 before the softmax, so the same constant is safe under float16 and bfloat16 policies, and a
+fully blocked row gives the original's uniform distribution (score - 1e30 == -1e30 in float32).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+MASK_VALUE = -1e30
+
+
+def large_negative(dtype) -> float:
+    """The most negative safe additive mask value for ``dtype`` (what the original's 1e30 overflows in fp16)."""
+    dtype = tf.as_dtype(dtype)
+    return -65500.0 if dtype == tf.float16 else MASK_VALUE
+
+
+def causal_mask(qlen, mlen, same_length: bool = False):
+    """Transformer-XL causal mask [qlen, mlen + qlen] (bool, True = blocked), as the original ``_create_mask``.
+
+    Query ``i`` sees all memory and current keys ``<= i``; with ``same_length`` it also loses the keys before
+    ``i`` among the first ``qlen`` key columns, so every query attends to exactly ``mlen + 1`` keys.
+    """
+    rows = tf.range(qlen)[:, None]
+    cols = tf.range(qlen)[None, :]
+    future = cols > rows
+    blocked = tf.concat([tf.zeros([qlen, mlen], tf.bool), future], axis=1)
+    if same_length:
+        first = tf.concat([blocked[:, :qlen] | (cols < rows), blocked[:, qlen:]], axis=1)
+        blocked = first
+    return blocked
+
+
+def stream_masks(qlen, mlen, padding_mask=None, perm_mask=None, attn_type: str = "bi",
+                 same_length: bool = False):
+    """Blocked-key masks of the two streams, ``(query_blocked, content_blocked)``, each bool [B|1, qlen, klen].
+
+    Args:
+      padding_mask: [B, qlen], 1 = real token, 0 = padding (padding keys are blocked), or None.
+      perm_mask: [B, qlen, qlen], 1 = query i may not attend to key j, or None.
+    Returns (None, None) when nothing is masked (bidirectional attention without padding or permutation).
+    """
+    blocked = None
+    if attn_type == "uni":
+        blocked = causal_mask(qlen, mlen, same_length)[None]
+    data = None
+    if padding_mask is not None:
+        data = tf.logical_not(tf.cast(padding_mask, tf.bool))[:, None, :]
+    if perm_mask is not None:
+        perm = tf.cast(perm_mask, tf.float32) > 0
+        data = perm if data is None else (data | perm)
+    if data is not None:
+        batch = tf.shape(data)[0]
+        data = tf.concat([tf.zeros([batch, tf.shape(data)[1], mlen], tf.bool), data], axis=2)
+        data = tf.broadcast_to(data, [batch, qlen, mlen + qlen])
+        blocked = data if blocked is None else (blocked | data)
+    if blocked is None:
+        return None, None
+    own_position = tf.concat([tf.zeros([qlen, mlen], tf.bool), tf.eye(qlen, dtype=tf.bool)], axis=1)
+    content_blocked = blocked & tf.logical_not(own_position)[None]
+    return blocked, content_blocked
+
+
+def mask_bias(blocked):
+    """bool [B, Q, K] -> additive float32 bias [B, 1, Q, K] (broadcast over heads), or None."""
+    if blocked is None:
+        return None
+    return tf.where(blocked, tf.constant(MASK_VALUE, tf.float32), tf.constant(0.0, tf.float32))[:, None]

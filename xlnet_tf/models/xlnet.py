@@ -1,0 +1,255 @@
+"""The XLNet network (``XLNetModel``) and its pretraining model with the tied LM head (``XLNetPretrainer``).
+
+Inputs are batch-major dicts; see ``XLNetModel`` for shapes. Every variable carries a mapping to its name in
+the original TF1 release (``tf1_variables``), which is what ``load_original_checkpoint`` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers.attention import RelativeAttention
+from xlnet_tf.layers.feedforward import PositionwiseFeedForward
+from xlnet_tf.layers.masks import mask_bias, stream_masks
+from xlnet_tf.layers.position import RelativePositionEncoding
+
+
+def _as_config(config) -> XLNetConfig:
+    if isinstance(config, XLNetConfig):
+        return config
+    if isinstance(config, dict):
+        return XLNetConfig.from_dict(config)
+    raise TypeError(f"expected an XLNetConfig or a dict, got {type(config).__name__}")
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetBlock(keras.layers.Layer):
+    """One XLNet layer: ``rel_attn`` then ``ff``, applied to the content stream and (if given) the query stream
+    with the same weights."""
+
+    def __init__(self, config: XLNetConfig, **kwargs):
+        kwargs["autocast"] = False  # keeps the float32 attention mask biases float32 (see RelativeAttention)
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.rel_attn = RelativeAttention(config.d_model, config.n_head, config.d_head, config.dropout,
+                                          config.dropatt, config.initializer_range, name="rel_attn", dtype=policy)
+        self.ff = PositionwiseFeedForward(config.d_model, config.d_inner, config.ff_activation, config.dropout,
+                                          config.initializer_range, name="ff", dtype=policy)
+
+    def build(self, input_shape=None):
+        self.rel_attn.build()
+        self.ff.build()
+        self.built = True
+
+    def call(self, content, position, biases, query=None, training=None, **attention_args):
+        h, g = self.rel_attn(content, position, biases, query=query, training=training, **attention_args)
+        h = self.ff(h, training=training)
+        if g is not None:
+            g = self.ff(g, training=training)
+        return h, g
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetModel(keras.Model):
+    """XLNet's Transformer-XL network with two-stream relative attention and memory.
+
+    Inputs (dict, batch-major):
+      input_ids: int32 [B, L].
+      segment_ids: int32 [B, L] (optional; without it there is no segment term).
+      padding_mask: [B, L], 1 = real token, 0 = padding (optional).
+      perm_mask: float [B, L, L], 1 = position i may not attend to position j (optional).
+      target_mapping: float [B, P, L], rows one-hot at the P predicted positions, or all zero for padded
+        targets (optional; turns on the query stream).
+      mems: list of n_layer float tensors [B, M, D] (optional).
+    Outputs (dict):
+      sequence_output: [B, L, D] content stream.
+      query_output: [B, P, D] query stream (when target_mapping is given).
+      new_mems: list of n_layer [B, mem_len, D] when ``config.mem_len > 0``: the last ``mem_len`` positions of
+        ``concat(mems[i], input_of_layer_i[:, :reuse_len])``, gradient stopped (fewer rows while that
+        concatenation is shorter, as in the original). Memory is kept in the compute dtype.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        kwargs.setdefault("name", "transformer")
+        super().__init__(**kwargs)
+        self.config = config = _as_config(config)
+        policy = self.dtype_policy
+        self.position_encoding = RelativePositionEncoding(config.d_model, config.attn_type, config.bi_data,
+                                                          config.clamp_len, config.dropout, dtype=policy)
+        self.blocks = [XLNetBlock(config, name=f"layer_{i}", dtype=policy) for i in range(config.n_layer)]
+        # tf.train.Checkpoint does not see into Keras 3's tracked lists: name each block as an attribute too.
+        for i, block in enumerate(self.blocks):
+            setattr(self, f"layer_{i}", block)
+        self._embedding_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self._output_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self.build()
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
+        bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
+        self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
+                                              initializer=init)
+        # The original leaves mask_emb to TF1's default (Glorot uniform) rather than the model initializer.
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
+                                        initializer="glorot_uniform")
+        self.r_w_bias = self.add_weight(name="r_w_bias", shape=bias_shape, initializer=init)
+        self.r_r_bias = self.add_weight(name="r_r_bias", shape=bias_shape, initializer=init)
+        self.r_s_bias = self.add_weight(name="r_s_bias", shape=bias_shape, initializer=init)
+        self.seg_embed = self.add_weight(name="seg_embed", shape=(c.n_layer, 2, c.n_head, c.d_head),
+                                         initializer=init)
+        for block in self.blocks:
+            block.build()
+        self.built = True
+
+    def _layer_biases(self, i: int, with_segments: bool) -> dict[str, Any]:
+        pick = (lambda w: w[i]) if self.config.untie_r else (lambda w: w)
+        biases = {"r_w": pick(self.r_w_bias), "r_r": pick(self.r_r_bias)}
+        if with_segments:
+            biases.update(r_s=pick(self.r_s_bias), seg_embed=self.seg_embed[i])
+        return biases
+
+    def _cache(self, layer_input, memory):
+        """New memory of one layer: last mem_len rows of [memory ; layer_input[:reuse_len]], no gradient."""
+        c = self.config
+        current = layer_input[:, :c.reuse_len] if c.reuse_len else layer_input
+        if memory is not None:
+            current = tf.concat([tf.cast(memory, current.dtype), current], axis=1)
+        return tf.stop_gradient(current[:, -c.mem_len:])
+
+    def call(self, inputs, training=None):
+        c = self.config
+        dtype = self.compute_dtype
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        segment_ids = inputs.get("segment_ids")
+        target_mapping = inputs.get("target_mapping")
+        mems = inputs.get("mems")
+        if mems is not None and len(mems) != c.n_layer:
+            raise ValueError(f"mems must hold one tensor per layer ({c.n_layer}), got {len(mems)}")
+        batch, qlen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        mlen = 0 if mems is None else tf.shape(mems[0])[1]
+        klen = mlen + qlen
+        if c.bi_data:
+            tf.debugging.assert_equal(batch % 2, 0, message="bi_data needs an even batch size per replica")
+
+        query_blocked, content_blocked = stream_masks(qlen, mlen, inputs.get("padding_mask"),
+                                                      inputs.get("perm_mask"), c.attn_type, c.same_length)
+        segment_diff = None
+        if segment_ids is not None:
+            segment_ids = tf.cast(segment_ids, tf.int32)
+            key_segments = tf.concat([tf.zeros([batch, mlen], tf.int32), segment_ids], axis=1)  # memory = 0
+            segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
+
+        h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
+        h = self._embedding_dropout(h, training=training)
+        position = self.position_encoding(qlen, klen, training=training)
+        attention_args = dict(content_bias=mask_bias(content_blocked), segment_diff=segment_diff)
+
+        g = None
+        if target_mapping is not None:
+            num_predict = tf.shape(target_mapping)[1]
+            target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
+            g = tf.tile(tf.cast(self.mask_emb, dtype), [batch, num_predict, 1])
+            g = self._embedding_dropout(g, training=training)
+            query_bias = None
+            if query_blocked is not None:
+                query_blocked = tf.broadcast_to(query_blocked, [batch, qlen, klen])
+                query_bias = mask_bias(tf.gather(query_blocked, target_pos, batch_dims=1))
+            attention_args.update(
+                query_pos=mlen + target_pos,
+                query_bias=query_bias,
+                query_segment_diff=(None if segment_diff is None
+                                    else tf.gather(segment_diff, target_pos, batch_dims=1)),
+                query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
+
+        new_mems = []
+        for i, block in enumerate(self.blocks):
+            memory = None if mems is None else mems[i]
+            if c.mem_len > 0:
+                new_mems.append(self._cache(h, memory))
+            h, g = block(h, position, self._layer_biases(i, segment_ids is not None), query=g, memory=memory,
+                         training=training, **attention_args)
+
+        outputs = {"sequence_output": self._output_dropout(h, training=training)}
+        if g is not None:
+            outputs["query_output"] = self._output_dropout(g, training=training)
+        if c.mem_len > 0:
+            outputs["new_mems"] = new_mems
+        return outputs
+
+    def tf1_variables(self) -> dict[str, keras.Variable]:
+        """This network's variables by their names in the original TF1 checkpoints."""
+        prefix = "model/transformer/"
+        names = {
+            "word_embedding/lookup_table": self.word_embedding,
+            "mask_emb/mask_emb": self.mask_emb,
+            "r_w_bias": self.r_w_bias,
+            "r_r_bias": self.r_r_bias,
+            "r_s_bias": self.r_s_bias,
+            "seg_embed": self.seg_embed,
+        }
+        for i, block in enumerate(self.blocks):
+            attn, ff = block.rel_attn, block.ff
+            for name in ("q", "k", "v", "r", "o"):
+                names[f"layer_{i}/rel_attn/{name}/kernel"] = getattr(attn, f"{name}_kernel")
+            names[f"layer_{i}/rel_attn/LayerNorm/gamma"] = attn.layer_norm.gamma
+            names[f"layer_{i}/rel_attn/LayerNorm/beta"] = attn.layer_norm.beta
+            names[f"layer_{i}/ff/layer_1/kernel"] = ff.layer_1.kernel
+            names[f"layer_{i}/ff/layer_1/bias"] = ff.layer_1.bias
+            names[f"layer_{i}/ff/layer_2/kernel"] = ff.layer_2.kernel
+            names[f"layer_{i}/ff/layer_2/bias"] = ff.layer_2.bias
+            names[f"layer_{i}/ff/LayerNorm/gamma"] = ff.layer_norm.gamma
+            names[f"layer_{i}/ff/LayerNorm/beta"] = ff.layer_norm.beta
+        return {prefix + name: var for name, var in names.items()}
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetPretrainer(keras.Model):
+    """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
+
+    Outputs the network's dict plus ``lm_logits`` (float32): [B, P, V] from the query stream when
+    ``target_mapping`` is given, else [B, L, V] from the content stream.
+    """
+
+    def __init__(self, config: XLNetConfig | dict, **kwargs):
+        kwargs.setdefault("name", "xlnet_pretrainer")
+        super().__init__(**kwargs)
+        self.config = _as_config(config)
+        self.xlnet = XLNetModel(self.config, dtype=self.dtype_policy)
+        self.build()
+
+    def build(self, input_shape=None):
+        self.lm_bias = self.add_weight(name="lm_bias", shape=(self.config.n_token,), initializer="zeros",
+                                       autocast=False)  # added to float32 logits
+        self.built = True
+
+    def call(self, inputs, training=None):
+        outputs = dict(self.xlnet(inputs, training=training))
+        hidden = outputs.get("query_output", outputs["sequence_output"])
+        table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
+        logits = tf.einsum("bpd,vd->bpv", hidden, table)
+        outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
+        return outputs
+
+    def tf1_variables(self) -> dict[str, keras.Variable]:
+        names = self.xlnet.tf1_variables()
+        names["model/lm_loss/bias"] = self.lm_bias
+        return names
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
