@@ -110,10 +110,22 @@ def load_pretrained(model, path: str) -> None:
         target = model if hasattr(model, "lm_bias") else backbone
         load_original_checkpoint(target, prefix)
         return
-    status = native_checkpoint(model).read(prefix)
+    # Restore into a staging copy first: a mismatched checkpoint must not leave the model half-loaded.
+    from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer
+
+    backbone = getattr(model, "xlnet", model)
+    staging = (XLNetPretrainer if hasattr(model, "lm_bias") else XLNetModel)(backbone.config)
+    status = None
     try:
+        status = native_checkpoint(staging).read(prefix)
         status.assert_existing_objects_matched()
-    except AssertionError as e:
+    except (AssertionError, ValueError) as e:
         raise ValueError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
                          f"(different config?): {e}") from None
-    status.expect_partial()
+    finally:
+        if status is not None:
+            status.expect_partial()
+    targets = backbone.weights + ([model.lm_bias] if hasattr(model, "lm_bias") else [])
+    sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if hasattr(model, "lm_bias") else [])
+    for source, target in zip(sources, targets):
+        target.assign(source)

@@ -1,0 +1,157 @@
+"""XLNetConfig parsing and loading the original release's TF1 checkpoints."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from reference_xlnet import random_weights, reference_forward
+from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, load_original_checkpoint
+from xlnet_tf.checkpoint import load_pretrained, write_tf1_checkpoint
+from xlnet_tf.convert_checkpoint import convert
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE_BASE = {"d_head": 64, "d_inner": 3072, "d_model": 768, "ff_activation": "gelu", "n_head": 12,
+                "n_layer": 12, "n_token": 32000, "untie_r": True}
+TINY = dict(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20, ff_activation="gelu", untie_r=True)
+RUNTIME = dict(mem_len=0, reuse_len=None, clamp_len=-1, same_length=False, bi_data=False, attn_type="bi")
+
+
+def write_json(path, values):
+    path.write_text(json.dumps(values))
+    return str(path)
+
+
+def test_from_json_reads_the_release_layout_with_overrides(tmp_path):
+    path = write_json(tmp_path / "xlnet_config.json", RELEASE_BASE)
+    config = XLNetConfig.from_json(path, mem_len=384, reuse_len=256, bi_data=True, dropout=0.0)
+    assert (config.n_layer, config.d_model, config.untie_r, config.ff_activation) == (12, 768, True, "gelu")
+    assert (config.mem_len, config.reuse_len, config.bi_data, config.dropout) == (384, 256, True, 0.0)
+    assert config.attn_type == "bi" and config.clamp_len == -1
+
+
+@pytest.mark.parametrize("name", ["xlnet_cased_L-12_H-768_A-12.json", "xlnet_cased_L-24_H-1024_A-16.json",
+                                  "tiny.json"])
+def test_bundled_configs_parse(name):
+    config = XLNetConfig.from_json(os.path.join(REPO, "configs", name))
+    assert config.n_head * config.d_head == config.d_model
+
+
+def test_released_shapes_give_the_published_parameter_counts():
+    large = XLNetConfig.from_json(os.path.join(REPO, "configs", "xlnet_cased_L-24_H-1024_A-16.json"))
+    base = XLNetConfig.from_json(os.path.join(REPO, "configs", "xlnet_cased_L-12_H-768_A-12.json"))
+    for config, millions in ((large, 360.3), (base, 116.8)):
+        model = XLNetPretrainer(config)
+        n = sum(int(np.prod(v.shape)) for v in model.weights)
+        assert abs(n / 1e6 - millions) < 0.1, n
+        del model
+
+
+@pytest.mark.parametrize("values,overrides,message", [
+    (dict(RELEASE_BASE, d_embed=768, colour="red"), {}, "unknown XLNet config key.*colour"),
+    (dict(RELEASE_BASE, n_layer="12"), {}, "n_layer must be int"),
+    (dict(RELEASE_BASE, untie_r="true"), {}, "untie_r must be bool"),
+    (dict(RELEASE_BASE, n_head=0), {}, "n_head must be positive"),
+    (dict(RELEASE_BASE, ff_activation="swish"), {}, "ff_activation"),
+    (RELEASE_BASE, dict(attn_type="causal"), "attn_type"),
+    (RELEASE_BASE, dict(dropout=1.5), "dropout"),
+    (RELEASE_BASE, dict(mem_len=-1), "mem_len"),
+    (RELEASE_BASE, dict(clamp_len=0), "clamp_len"),
+    (RELEASE_BASE, dict(memlen=3), "unknown XLNet config key.*memlen"),
+])
+def test_bad_config_is_a_value_error_naming_the_key(tmp_path, values, overrides, message):
+    path = write_json(tmp_path / "xlnet_config.json", values)
+    with pytest.raises(ValueError, match=message) as info:
+        XLNetConfig.from_json(path, **overrides)
+    assert path in str(info.value)
+
+
+def test_malformed_json_names_the_file(tmp_path):
+    path = tmp_path / "xlnet_config.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="xlnet_config.json: not valid JSON"):
+        XLNetConfig.from_json(str(path))
+
+
+def _inputs(rng):
+    ids = rng.integers(0, 20, (2, 6))
+    seg = np.array([[0, 0, 0, 1, 1, 2]] * 2)
+    pad = np.ones((2, 6))
+    pad[1, :2] = 0
+    return ids, seg, pad
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_load_original_checkpoint_reproduces_the_original(tmp_path, untie_r):
+    cfg = dict(TINY, untie_r=untie_r)
+    weights = random_weights(dict(cfg, **RUNTIME), seed=0)
+    tensors = {name: value.astype(np.float32) for name, value in weights.items()}
+    # what the original's checkpoints carry besides the weights
+    tensors["global_step"] = np.array(1000, np.int64)
+    tensors["model/transformer/r_w_bias/adam_m"] = np.zeros_like(tensors["model/transformer/r_w_bias"])
+    prefix = write_tf1_checkpoint(tensors, str(tmp_path / "xlnet_model.ckpt"))
+
+    model = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.0, dropatt=0.0))
+    assert load_original_checkpoint(model, prefix) == []
+    ids, seg, pad = _inputs(np.random.default_rng(0))
+    out = model({"input_ids": ids, "segment_ids": seg, "padding_mask": pad.astype(np.float32)})
+    ref = reference_forward(weights, dict(cfg, **RUNTIME), ids, seg, pad)
+    np.testing.assert_allclose(out["lm_logits"].numpy(), ref["lm_logits"], atol=1e-4)
+
+    # the bare network loads from the same file and reports the LM bias as unused
+    backbone = XLNetModel(XLNetConfig(**cfg))
+    assert load_original_checkpoint(backbone, str(tmp_path)) == ["model/lm_loss/bias"]
+
+
+def test_missing_or_misshaped_variables_are_named_and_nothing_is_assigned(tmp_path):
+    weights = random_weights(dict(TINY, **RUNTIME), seed=1)
+    del weights["model/transformer/layer_1/ff/layer_2/bias"]
+    prefix = write_tf1_checkpoint({k: v.astype(np.float32) for k, v in weights.items()}, str(tmp_path / "c.ckpt"))
+    model = XLNetPretrainer(XLNetConfig(**dict(TINY, untie_r=False)))
+    before = [v.numpy().copy() for v in model.weights]
+    with pytest.raises(ValueError) as info:
+        load_original_checkpoint(model, prefix)
+    message = str(info.value)
+    assert "missing variable model/transformer/layer_1/ff/layer_2/bias" in message
+    assert "model/transformer/r_w_bias: checkpoint shape (2, 2, 4) != model shape (2, 4)" in message
+    assert "untie_r" in message
+    for var, value in zip(model.weights, before):
+        np.testing.assert_array_equal(var.numpy(), value)
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_original_checkpoint(XLNetModel(XLNetConfig(**TINY)), str(tmp_path / "nothing.ckpt"))
+
+
+def test_convert_release_directory_then_load_native(tmp_path):
+    release = tmp_path / "xlnet_tiny_release"
+    release.mkdir()
+    weights = random_weights(dict(TINY, **RUNTIME), seed=2)
+    write_tf1_checkpoint({k: v.astype(np.float32) for k, v in weights.items()}, str(release / "xlnet_model.ckpt"))
+    write_json(release / "xlnet_config.json", TINY)
+    (release / "spiece.model").write_bytes(b"sp")
+
+    out_dir = tmp_path / "converted"
+    convert(str(release / "xlnet_model.ckpt"), str(release / "xlnet_config.json"), str(out_dir),
+            str(release / "spiece.model"))
+    assert sorted(os.listdir(out_dir))[:2] == ["checkpoint", "spiece.model"]
+    assert XLNetConfig.from_json(str(out_dir / "xlnet_config.json")) == XLNetConfig(**TINY)
+    with pytest.raises(FileExistsError):
+        convert(str(release / "xlnet_model.ckpt"), str(release / "xlnet_config.json"), str(out_dir))
+
+    ids, seg, pad = _inputs(np.random.default_rng(1))
+    batch = {"input_ids": ids, "segment_ids": seg, "padding_mask": pad.astype(np.float32)}
+    config = XLNetConfig(**TINY, dropout=0.0, dropatt=0.0)
+    from_tf1, from_native = XLNetPretrainer(config), XLNetPretrainer(config)
+    load_pretrained(from_tf1, str(release))
+    load_pretrained(from_native, str(out_dir))
+    np.testing.assert_array_equal(from_native(batch)["lm_logits"].numpy(), from_tf1(batch)["lm_logits"].numpy())
+    backbone = XLNetModel(config)  # the bare network reads the same native checkpoint
+    load_pretrained(backbone, str(out_dir))
+    np.testing.assert_array_equal(backbone(batch)["sequence_output"].numpy(),
+                                  from_tf1(batch)["sequence_output"].numpy())
+    with pytest.raises(ValueError, match="does not hold every XLNet variable"):
+        load_pretrained(XLNetModel(XLNetConfig(**dict(TINY, n_layer=3))), str(out_dir))
