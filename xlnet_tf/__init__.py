@@ -1,13 +1,27 @@
-"""xlnet_tf: XLNet pretraining and fine-tuning on TensorFlow with Keras 3."""
+"""xlnet_tf: XLNet pretraining and fine-tuning on TensorFlow with Keras 3.
 
+The model classes are imported lazily, so tools that need no TensorFlow (tokenization, SentencePiece training)
+start fast.
+"""
+
+import importlib
 import os as _os
 
-# Keras 3 runs on TensorFlow here; tf-models-official imports tf_keras, which must not become our Keras.
+# Keras 3 runs on TensorFlow; tf-models-official imports tf_keras, which must not become our Keras.
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from xlnet_tf.config import XLNetConfig  # noqa: E402
-from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer  # noqa: E402
-from xlnet_tf.checkpoint import load_original_checkpoint  # noqa: E402
-
-__all__ = ["XLNetConfig", "XLNetModel", "XLNetPretrainer", "load_original_checkpoint"]
+_EXPORTS = {
+    "XLNetConfig": "xlnet_tf.config",
+    "XLNetModel": "xlnet_tf.models.xlnet",
+    "XLNetPretrainer": "xlnet_tf.models.xlnet",
+    "load_original_checkpoint": "xlnet_tf.checkpoint",
+    "load_pretrained": "xlnet_tf.checkpoint",
+}
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")

@@ -1,0 +1,101 @@
+"""The pretraining loop under tf.distribute: same result on one device and on two replicas, resume, NaN stop."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf import XLNetConfig, XLNetPretrainer
+from xlnet_tf.checkpoint import load_pretrained
+from xlnet_tf.training.distribute import create_strategy
+from xlnet_tf.training.pretraining import PretrainSettings, run_pretraining
+
+SEQ, REUSE, PREDICT, VOCAB = 16, 8, 4, 50
+CONFIG = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=VOCAB, mem_len=8,
+                     reuse_len=REUSE, dropout=0.0, dropatt=0.0)
+
+
+def synthetic_examples(n, seed=0):
+    """n examples with a random factorization order per example (targets = last PREDICT in the order)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(9, VOCAB, (n, SEQ)).astype(np.int32)
+    seg = np.zeros((n, SEQ), np.int32)
+    perm = np.zeros((n, SEQ, SEQ), np.float32)
+    tm = np.zeros((n, PREDICT, SEQ), np.float32)
+    for e in range(n):
+        order = rng.permutation(SEQ)
+        rank = np.argsort(order)
+        targets = order[-PREDICT:]
+        is_target = np.zeros(SEQ, bool)
+        is_target[targets] = True
+        perm[e] = (is_target[None, :] & ((rank[:, None] <= rank[None, :]) | ~is_target[:, None])).astype(np.float32)
+        tm[e, np.arange(PREDICT), np.sort(targets)] = 1
+    target = np.einsum("epl,el->ep", tm, ids).astype(np.int32)
+    return dict(input_ids=ids, segment_ids=seg, perm_mask=perm, target_mapping=tm, target=target,
+                target_mask=np.ones((n, PREDICT), np.float32))
+
+
+def make_dataset_fn(examples, per_replica_batch, accum=1):
+    def dataset_fn(ctx, start_step):
+        records_per_step = per_replica_batch * ctx.num_replicas_in_sync * accum
+        ds = tf.data.Dataset.from_tensor_slices(examples).repeat()
+        return ds.skip(start_step * records_per_step).batch(per_replica_batch, drop_remainder=True)
+    return dataset_fn
+
+
+def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
+    keras.utils.set_random_seed(0)  # same initial weights in every run
+    config = kwargs.pop("config", CONFIG)
+    settings = PretrainSettings(model_dir=str(tmp_path / name), train_steps=steps, per_replica_batch_size=per_replica_batch,
+                                seq_len=SEQ, num_predict=PREDICT, iterations=kwargs.pop("iterations", 2),
+                                learning_rate=kwargs.pop("learning_rate", 3e-3), warmup_steps=1,
+                                grad_accum_steps=accum, **kwargs)
+    metrics = run_pretraining(strategy, config, settings,
+                              make_dataset_fn(synthetic_examples(64), per_replica_batch, accum))
+    model = XLNetPretrainer(config)
+    load_pretrained(model, str(tmp_path / name))
+    return metrics, model
+
+
+def assert_same_weights(a, b, atol):
+    for va, vb in zip(a.weights, b.weights):
+        np.testing.assert_allclose(va.numpy(), vb.numpy(), atol=atol, err_msg=va.path)
+
+
+def test_mirrored_two_replicas_matches_one_device(tmp_path):
+    one, model_one = train(tmp_path, "one", create_strategy("one_device"), per_replica_batch=4, weight_decay=0.01)
+    two_strategy = create_strategy("mirrored")
+    assert two_strategy.num_replicas_in_sync == 2
+    two, model_two = train(tmp_path, "two", two_strategy, per_replica_batch=2, weight_decay=0.01)
+    assert one["step"] == two["step"] == 4
+    np.testing.assert_allclose(one["loss"], two["loss"], rtol=1e-5)
+    assert_same_weights(model_one, model_two, atol=2e-5)
+
+
+def test_gradient_accumulation_matches_the_large_batch(tmp_path):
+    # Without memory, two micro-batches of 2 are the same work as one batch of 4.
+    no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
+    strategy = create_strategy("one_device")
+    big, model_big = train(tmp_path, "big", strategy, per_replica_batch=4, steps=2, config=no_memory)
+    acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=2, steps=2, accum=2, config=no_memory)
+    np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
+    assert_same_weights(model_big, model_acc, atol=2e-5)
+
+
+def test_resume_continues_exactly(tmp_path):
+    strategy = create_strategy("one_device")
+    straight, model_straight = train(tmp_path, "straight", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    first, _ = train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=2, save_steps=2)
+    assert first["step"] == 2
+    resumed, model_resumed = train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    assert resumed["step"] == 4
+    np.testing.assert_allclose(resumed["loss"], straight["loss"], rtol=1e-6)
+    assert_same_weights(model_straight, model_resumed, atol=1e-6)
+
+
+def test_non_finite_loss_stops_without_saving(tmp_path):
+    strategy = create_strategy("one_device")
+    train(tmp_path, "nan", strategy, per_replica_batch=2, steps=2, save_steps=2)
+    with pytest.raises(FloatingPointError, match="last good checkpoint is .*xlnet_model-2"):
+        train(tmp_path, "nan", strategy, per_replica_batch=2, steps=4, save_steps=2, learning_rate=1e30, clip=0.0)
+    assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")

@@ -1,0 +1,21 @@
+"""Pretraining data: text -> TFRecords (``create_pretraining_data``) -> batches (``pretrain_dataset``).
+
+Imports are lazy so the writer's worker processes do not load TensorFlow until they write.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "pretrain_dataset": "xlnet_tf.data.pretrain_dataset",
+    "load_manifest": "xlnet_tf.data.manifest",
+    "check_manifest": "xlnet_tf.data.manifest",
+    "local_permutation": "xlnet_tf.data.permutation",
+    "make_pretraining_features": "xlnet_tf.data.permutation",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'xlnet_tf.data' has no attribute {name!r}")

@@ -1,0 +1,522 @@
+"""Writes XLNet pretraining TFRecords from raw text, as the original ``data_utils.py`` but resumable and parallel.
+
+    python -m xlnet_tf.data.create_pretraining_data --input_glob='corpus/*.txt' --sp_path=spiece.model \\
+        --save_dir=proc_data --seq_len=512 --reuse_len=256 --bsz_per_host=32 --num_core_per_host=8 \\
+        --num_predict=85 --bi_data --num_workers=8
+
+Input: text files, one sentence per line, a blank line between documents (``<eod>`` with ``--use_eod``).
+Output in ``save_dir``: ``tfrecords/<split>-pass<P>-task<T>-<k>.tfrecord`` shards of whole host batches, a
+``parts/`` JSON per task and ``manifest.json`` (every setting training must match, shards in stream order with
+record counts). Record features (int64): ``input``, ``is_masked``, ``seg_id`` [seq_len], ``label`` [1]. There is
+no ``target`` feature: for the permutation LM the target of a position is its own input token, which the reader
+takes from ``input`` (the original stored next-token targets that only its unused LM variant needed).
+
+How the stream is built (as the original): a task's files (``--task`` of ``--num_task``, files interleaved) are
+tokenised, shuffled with seed ``100*task + pass_id`` and concatenated; the stream is cut into ``bsz_per_host``
+parallel rows (``bi_data``: forward rows and their reversals, per core) and read in windows that slide by
+``reuse_len``, so row r of host batch k+1 continues row r of host batch k (what the model's memory needs).
+
+Robustness: a shard is written under a temporary name and renamed when complete; its sidecar JSON records the
+settings and input fingerprint, so a rerun skips finished shards and rewrites only missing ones (a killed run
+resumes without duplicate or missing records). All randomness is seeded per host batch from
+``(--seed, task, pass_id, batch index)``, so the output does not depend on ``--num_workers`` or on resuming.
+Unreadable input (bad UTF-8, over-long lines, empty or unreadable files) is skipped and reported with file and
+line number.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import glob
+import hashlib
+import logging as _pylogging
+import multiprocessing
+import os
+import time
+from typing import Optional
+
+import numpy as np
+
+from xlnet_tf.data import examples as ex
+from xlnet_tf.data import manifest as mf
+from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
+
+log = _pylogging.getLogger("xlnet_tf.data")
+MAX_REPORTED = 100  # bad-input lines kept in the manifest (all are counted)
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterConfig:
+    input_glob: str
+    sp_path: str
+    save_dir: str
+    settings: ex.ExampleSettings = ex.ExampleSettings()
+    uncased: bool = False
+    use_eod: bool = True
+    pass_id: int = 0
+    task: int = 0
+    num_task: int = 1
+    split: str = "train"
+    seed: int = 0
+    num_workers: int = 1
+    batches_per_shard: int = 500
+    max_line_bytes: int = 200_000
+
+    def validate(self) -> None:
+        self.settings.validate()
+        errors = []
+        if not 0 <= self.task < self.num_task:
+            errors.append(f"--task={self.task} must be in [0, --num_task={self.num_task})")
+        if self.pass_id < 0:
+            errors.append(f"--pass_id={self.pass_id} must be >= 0")
+        if self.num_workers < 1:
+            errors.append(f"--num_workers={self.num_workers} must be >= 1")
+        if self.batches_per_shard < 1:
+            errors.append(f"--batches_per_shard={self.batches_per_shard} must be >= 1")
+        if self.max_line_bytes < 1:
+            errors.append(f"--max_line_bytes={self.max_line_bytes} must be >= 1")
+        if not self.sp_path or not os.path.exists(self.sp_path):
+            errors.append(f"--sp_path={self.sp_path!r}: SentencePiece model not found")
+        if errors:
+            raise ValueError("impossible data settings:\n  " + "\n  ".join(errors))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Tokenisation
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class TokenizedFile:
+    path: str
+    tokens: np.ndarray       # int32
+    sent_ids: np.ndarray     # bool, flips at every sentence; <eod> joins its document's last sentence
+    sha256: str
+    lines: int = 0
+    bad: list = dataclasses.field(default_factory=list)  # "path:line: reason"
+    num_bad: int = 0
+
+
+def _needs_digit_comma_fix(text: str) -> bool:
+    i = text.find(",")
+    while i != -1:
+        if i > 0 and text[i - 1].isdigit():
+            return True
+        i = text.find(",", i + 1)
+    return False
+
+
+def encode_line(tokenizer: XLNetTokenizer, line: str) -> list[int]:
+    """``tokenizer.encode_ids`` with a fast path: SentencePiece ids directly unless the digit-comma fix applies."""
+    text = tokenizer.preprocess(line)
+    if _needs_digit_comma_fix(text):
+        return tokenizer.encode_ids(text, preprocess=False)
+    return tokenizer.sp.EncodeAsIds(text)
+
+
+def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_bytes: int) -> TokenizedFile:
+    """Tokenises one text file into (tokens, sent_ids), skipping and reporting lines it cannot use."""
+    tokens, sids = array.array("i"), array.array("b")
+    out = TokenizedFile(path, np.zeros(0, np.int32), np.zeros(0, bool), "")
+    digest = hashlib.sha256()
+
+    def bad(lineno: int, reason: str):
+        out.num_bad += 1
+        if len(out.bad) < MAX_REPORTED:
+            out.bad.append(f"{path}:{lineno}: {reason}")
+        if out.num_bad <= 10:
+            log.warning("skipping %s:%d: %s", path, lineno, reason)
+
+    sent_id = True
+
+    def end_document():
+        # One <eod> per document end (several blank lines in a row, or the end of the file, mark one end). It
+        # carries the previous sentence's id, as in the original (which flipped the id twice around it).
+        if use_eod and len(tokens) and tokens[-1] != EOD_ID:
+            tokens.append(EOD_ID)
+            sids.append(int(not sent_id))
+
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        bad(0, f"cannot open file: {e}")
+        return out
+    with f:
+        lineno = 0
+        while True:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            lineno += 1
+            digest.update(raw)
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                # Read the rest of the line in bounded chunks (never holding it in memory) and skip it.
+                while raw and not raw.endswith(b"\n"):
+                    raw = f.readline(1 << 20)
+                    digest.update(raw)
+                bad(lineno, f"line longer than --max_line_bytes={max_line_bytes}")
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad(lineno, f"invalid UTF-8 at byte {e.start}")
+                continue
+            if not line.strip():
+                end_document()
+                continue
+            ids = encode_line(tokenizer, line)
+            if ids:
+                tokens.extend(ids)
+                sids.extend([int(sent_id)] * len(ids))
+                sent_id = not sent_id
+        out.lines = lineno
+    end_document()
+    out.sha256 = digest.hexdigest()
+    if not len(tokens):
+        bad(0, "empty file (no text)" if out.num_bad == 0 else "no usable text")
+    out.tokens = np.frombuffer(tokens, dtype=np.int32).copy()
+    out.sent_ids = np.frombuffer(sids, dtype=np.int8).astype(bool)
+    return out
+
+
+_worker_tokenizer: Optional[XLNetTokenizer] = None
+_worker_args: tuple = ()
+
+
+def _init_tokenize_worker(sp_path: str, uncased: bool, use_eod: bool, max_line_bytes: int):
+    global _worker_tokenizer, _worker_args
+    _worker_tokenizer = XLNetTokenizer(sp_path, lower=uncased)
+    _worker_args = (use_eod, max_line_bytes)
+
+
+def _tokenize_in_worker(path: str) -> TokenizedFile:
+    return tokenize_file(path, _worker_tokenizer, *_worker_args)
+
+
+def build_stream(tokenized: list[TokenizedFile], task: int, pass_id: int) -> tuple[np.ndarray, np.ndarray, list]:
+    """Shuffles the task's files (seed ``100*task + pass_id``, as the original) and concatenates them, flipping a
+    file's sentence ids where needed so that a new file always starts a new sentence."""
+    usable = [t for t in tokenized if len(t.tokens)]
+    order = np.random.RandomState(100 * task + pass_id).permutation(len(usable))
+    toks, sids, prev = [], [], None
+    for i in order:
+        t = usable[i]
+        s = t.sent_ids
+        if prev is not None and s[0] == prev:
+            s = ~s
+        toks.append(t.tokens)
+        sids.append(s)
+        prev = s[-1]
+    if not toks:
+        return np.zeros(0, np.int32), np.zeros(0, bool), []
+    return np.concatenate(toks), np.concatenate(sids), [usable[i].path for i in order]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Shards
+# ----------------------------------------------------------------------------------------------------------
+
+def _int64_feature(tf, values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def serialize_example(tf, e: ex.Example) -> bytes:
+    feature = {
+        "input": _int64_feature(tf, e.input.tolist()),
+        "is_masked": _int64_feature(tf, e.is_masked.astype(np.int64).tolist()),
+        "seg_id": _int64_feature(tf, e.seg_id.tolist()),
+        "label": _int64_feature(tf, [int(e.label)]),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardJob:
+    index: int
+    first_batch: int
+    end_batch: int
+    file: str                # relative to save_dir
+    sidecar: dict            # settings identity; num_records etc. are added when done
+
+
+def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
+    """A finished shard has its file and a sidecar written with the same settings and input; a shard from other
+    settings is refused (it would silently mix two datasets)."""
+    path = os.path.join(save_dir, job.file)
+    side = path + ".json"
+    if not (os.path.exists(path) and os.path.exists(side)):
+        return False
+    done = mf._read_json(side)
+    diff = [k for k in job.sidecar if done.get(k) != job.sidecar[k]]
+    if diff:
+        raise ValueError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
+                         f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "
+                         "delete the old shards")
+    return True
+
+
+def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, sent_rows: np.ndarray, settings: ex.ExampleSettings,
+                is_start: np.ndarray, seed_key: tuple, progress=None) -> dict:
+    """Writes host batches [first_batch, end_batch) to ``job.file`` via a temporary file; returns the sidecar."""
+    import tensorflow as tf  # imported here so tokenisation workers and --help stay light
+
+    path = os.path.join(save_dir, job.file)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    boundaries = [ex.sentence_boundaries(sent_rows[r]) for r in range(len(rows))]
+    rows = [np.asarray(r, dtype=np.int64) for r in rows]
+    num_records = num_batches = dropped = 0
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for b in range(job.first_batch, job.end_batch):
+            rng = np.random.default_rng([*seed_key, b])
+            batch = ex.make_host_batch(rows, boundaries, b, settings, is_start, rng)
+            if batch is None:
+                dropped += 1
+                log.info("%s: host batch %d dropped (a row could not be split into A and B)", job.file, b)
+                continue
+            for e in batch:
+                writer.write(serialize_example(tf, e))
+            num_records += len(batch)
+            num_batches += 1
+            if progress is not None:
+                progress(len(batch))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped)
+    # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
+    mf.write_json_atomic(path + ".json", sidecar)
+    os.replace(tmp, path)
+    return sidecar
+
+
+_shard_state: dict = {}
+
+
+def _init_shard_worker(stream_dir: str, sp_path: str, settings: ex.ExampleSettings, seed_key: tuple,
+                       save_dir: str):
+    _shard_state.update(
+        rows=np.load(os.path.join(stream_dir, "rows.npy"), mmap_mode="r"),
+        sent_rows=np.load(os.path.join(stream_dir, "sent_rows.npy"), mmap_mode="r"),
+        is_start=ex.start_piece_table(XLNetTokenizer(sp_path)), settings=settings, seed_key=seed_key,
+        save_dir=save_dir)
+
+
+def _write_shard_in_worker(job: ShardJob) -> dict:
+    s = _shard_state
+    return write_shard(s["save_dir"], job, s["rows"], s["sent_rows"], s["settings"], s["is_start"], s["seed_key"])
+
+
+class _Progress:
+    def __init__(self, total_records: int, every_s: float = 10.0):
+        self.total, self.done, self.every = total_records, 0, every_s
+        self.t0 = self.last = time.time()
+
+    def __call__(self, n: int, force: bool = False):
+        self.done += n
+        now = time.time()
+        if force or now - self.last >= self.every:
+            self.last = now
+            rate = self.done / max(now - self.t0, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            log.info("records %d/%d (%.0f records/s, ETA %.0f s)", self.done, self.total, rate, eta)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------------------
+
+def list_input_files(input_glob: str) -> list[str]:
+    return sorted({f for pattern in input_glob.split(",") if pattern.strip()
+                   for f in glob.glob(pattern.strip()) if os.path.isfile(f)})
+
+
+def _spawn_pool(n: int, initializer, initargs):
+    # "spawn": TensorFlow (already loaded in a test or training process) is not fork-safe.
+    return multiprocessing.get_context("spawn").Pool(n, initializer=initializer, initargs=initargs)
+
+
+def run(cfg: WriterConfig) -> dict:
+    """Writes this task's shards and part manifest, then (re)merges ``manifest.json``; returns the manifest."""
+    cfg.validate()
+    s = cfg.settings
+    files = list_input_files(cfg.input_glob)
+    if not files:
+        raise ValueError(f"--input_glob={cfg.input_glob!r} matches no file")
+    task_files = files[cfg.task::cfg.num_task]  # interleaved, as the original
+    tokenizer = XLNetTokenizer(cfg.sp_path, lower=cfg.uncased)
+    params = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, bsz_per_host=s.bsz_per_host,
+                  num_core_per_host=s.num_core_per_host, bi_data=s.bi_data, mask_alpha=s.mask_alpha,
+                  mask_beta=s.mask_beta, num_predict=s.num_predict, uncased=cfg.uncased, use_eod=cfg.use_eod,
+                  vocab_size=tokenizer.vocab_size, sp_sha256=tokenizer.fingerprint())
+    writer_info = dict(seed=cfg.seed, original_span_bug=s.original_span_bug, batches_per_shard=cfg.batches_per_shard,
+                       split=cfg.split, pass_id=cfg.pass_id, task=cfg.task, max_line_bytes=cfg.max_line_bytes,
+                       input_glob=cfg.input_glob, sp_path=cfg.sp_path)
+    os.makedirs(os.path.join(cfg.save_dir, "tfrecords"), exist_ok=True)
+    log.info("task %d/%d, pass %d: %d of %d input files", cfg.task, cfg.num_task, cfg.pass_id, len(task_files),
+             len(files))
+
+    # 1. Tokenise (in parallel over files).
+    t0 = time.time()
+    tokenized: list[TokenizedFile] = []
+    num_tokens = 0
+
+    def got(t: TokenizedFile):
+        nonlocal num_tokens
+        tokenized.append(t)
+        num_tokens += len(t.tokens)
+        dt = time.time() - t0
+        log.info("tokenised %d/%d files (%s: %d lines, %d tokens, %d bad lines); %d tokens, %.0f tokens/s",
+                 len(tokenized), len(task_files), t.path, t.lines, len(t.tokens), t.num_bad, num_tokens,
+                 num_tokens / max(dt, 1e-9))
+
+    if cfg.num_workers > 1 and len(task_files) > 1:
+        with _spawn_pool(min(cfg.num_workers, len(task_files)), _init_tokenize_worker,
+                         (cfg.sp_path, cfg.uncased, cfg.use_eod, cfg.max_line_bytes)) as pool:
+            for t in pool.imap(_tokenize_in_worker, task_files):
+                got(t)
+    else:
+        for path in task_files:
+            got(tokenize_file(path, tokenizer, cfg.use_eod, cfg.max_line_bytes))
+    tokens, sent_ids, order = build_stream(tokenized, cfg.task, cfg.pass_id)
+    report = {
+        "files": len(task_files),
+        "files_used": len(order),
+        "files_without_text": [t.path for t in tokenized if not len(t.tokens)],
+        "lines": sum(t.lines for t in tokenized),
+        "bad_lines": sum(t.num_bad for t in tokenized),
+        "bad_examples": [b for t in tokenized for b in t.bad][:MAX_REPORTED],
+        "tokens": int(len(tokens)),
+        "file_order": order,
+    }
+    if report["bad_lines"]:
+        log.warning("skipped %d unusable lines/files; first: %s", report["bad_lines"], report["bad_examples"][:5])
+
+    # 2. Plan shards of whole host batches.
+    rows, sent_rows = ex.layout_rows(tokens, sent_ids, s.bsz_per_host, s.num_core_per_host, s.bi_data)
+    total_batches = ex.num_host_batches(rows.shape[1], s)
+    if total_batches == 0:
+        log.warning("task %d: %d tokens are too few for one host batch (%d rows of at least seq_len=%d)",
+                    cfg.task, len(tokens), rows.shape[0], s.seq_len)
+    input_sha = hashlib.sha256("".join(t.sha256 for t in tokenized).encode()).hexdigest()
+    identity = dict(params=params, seed=cfg.seed, original_span_bug=s.original_span_bug, input_sha256=input_sha,
+                    batches_per_shard=cfg.batches_per_shard, num_task=cfg.num_task)
+    jobs = []
+    for k, first in enumerate(range(0, total_batches, cfg.batches_per_shard)):
+        name = f"tfrecords/{cfg.split}-pass{cfg.pass_id}-task{cfg.task}-{k:05d}.tfrecord"
+        end = min(first + cfg.batches_per_shard, total_batches)
+        jobs.append(ShardJob(k, first, end, name, dict(identity, first_batch=first, end_batch=end)))
+    _remove_stale_temps(cfg)
+    todo = [j for j in jobs if not _shard_is_done(cfg.save_dir, j)]
+    log.info("%d host batches of %d records in %d shards; %d already written, %d to write", total_batches,
+             s.bsz_per_host, len(jobs), len(jobs) - len(todo), len(todo))
+
+    # 3. Write the missing shards (in parallel over shards).
+    seed_key = (cfg.seed, cfg.task, cfg.pass_id)
+    progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
+    if cfg.num_workers > 1 and len(todo) > 1:
+        stream_dir = os.path.join(cfg.save_dir, ".work", f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}")
+        os.makedirs(stream_dir, exist_ok=True)
+        np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
+        np.save(os.path.join(stream_dir, "sent_rows.npy"), np.ascontiguousarray(sent_rows))
+        with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
+                         (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
+            for side in pool.imap_unordered(_write_shard_in_worker, todo):
+                progress(side["num_records"], force=True)
+        for name in ("rows.npy", "sent_rows.npy"):
+            os.remove(os.path.join(stream_dir, name))
+        os.rmdir(stream_dir)
+    else:
+        is_start = ex.start_piece_table(tokenizer)
+        for job in todo:
+            write_shard(cfg.save_dir, job, rows, sent_rows, s, is_start, seed_key, progress)
+            progress(0, force=True)
+
+    # 4. Part manifest for this task, then the merged manifest (written last, atomically).
+    shards = []
+    for job in jobs:
+        side = mf._read_json(os.path.join(cfg.save_dir, job.file + ".json"))
+        shards.append({"file": job.file, "num_records": side["num_records"], "num_batches": side["num_batches"],
+                       "task": cfg.task, "pass_id": cfg.pass_id})
+    part = {"params": params, "writer": writer_info, "task": cfg.task, "pass_id": cfg.pass_id,
+            "num_task": cfg.num_task, "shards": shards, "input_report": report}
+    mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)
+    manifest = mf.merge_parts(cfg.save_dir, cfg.split)
+    mf.write_json_atomic(os.path.join(cfg.save_dir, mf.manifest_name(cfg.split)), manifest)
+    log.info("task %d done: %d records in %d shards (%.1f s); manifest: %d records, complete=%s", cfg.task,
+             sum(x["num_records"] for x in shards), len(shards), time.time() - t0, manifest["num_records"],
+             manifest["complete"])
+    return manifest
+
+
+def _remove_stale_temps(cfg: WriterConfig) -> None:
+    """Deletes temporary shards a killed run of this task left behind (never another task's files)."""
+    d = os.path.join(cfg.save_dir, "tfrecords")
+    prefix = f".{cfg.split}-pass{cfg.pass_id}-task{cfg.task}-"
+    for name in os.listdir(d):
+        if name.startswith(prefix) and ".tmp-" in name:
+            log.info("removing unfinished %s", name)
+            os.remove(os.path.join(d, name))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------------
+
+def _define_flags():
+    from absl import flags
+
+    flags.DEFINE_string("input_glob", "data/example/*.txt", "Input text files: comma-separated globs.")
+    flags.DEFINE_string("sp_path", "", "SentencePiece model (XLNet special ids).")
+    flags.DEFINE_string("spiece_model_file", None, "Alias of --sp_path.")
+    flags.DEFINE_string("save_dir", "proc_data/example", "Output directory.")
+    flags.DEFINE_integer("seq_len", 512, "Sequence length.")
+    flags.DEFINE_integer("reuse_len", 256, "Leading tokens of a segment that later segments see as memory.")
+    flags.DEFINE_integer("bsz_per_host", 32, "Examples per host batch (one training step of one host).")
+    flags.DEFINE_integer("num_core_per_host", 1, "Replicas (cores/GPUs) per host that split a host batch.")
+    flags.DEFINE_bool("bi_data", True, "Every core also reads its rows backward.")
+    flags.DEFINE_integer("mask_alpha", 6, "Context size per predicted span unit (with mask_beta).")
+    flags.DEFINE_integer("mask_beta", 1, "Predicted tokens per mask_alpha tokens of context.")
+    flags.DEFINE_integer("num_predict", 85, "Prediction targets per example (exact).")
+    flags.DEFINE_bool("uncased", False, "Lower-case the text (must match the SentencePiece model).")
+    flags.DEFINE_bool("use_eod", True, "Insert <eod> at blank lines (document ends).")
+    flags.DEFINE_integer("pass_id", 0, "Pass over the data: passes sample different masks and random B's.")
+    flags.DEFINE_integer("num_task", 1, "Number of tasks (machines) sharing the input files.")
+    flags.DEFINE_integer("task", 0, "This task's id in [0, num_task).")
+    flags.DEFINE_enum("split", "train", ["train", "dev", "test"], "Split name of the written data.")
+    flags.DEFINE_bool("original_span_bug", False, "Count span lengths in pieces, as the released code did by "
+                      "mistake, instead of words as the paper describes.")
+    flags.DEFINE_integer("num_workers", max(1, os.cpu_count() or 1), "Processes for tokenising and writing.")
+    flags.DEFINE_integer("batches_per_shard", 500, "Host batches per output shard.")
+    flags.DEFINE_integer("seed", 0, "Random seed (masks, A/B choice); output is deterministic for a seed.")
+    flags.DEFINE_integer("max_line_bytes", 200_000, "Longer lines are skipped and reported.")
+
+
+def main(argv):
+    from absl import app, flags, logging
+
+    del argv
+    F = flags.FLAGS
+    logging.get_absl_handler().setFormatter(_pylogging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.setLevel(_pylogging.INFO)
+    sp_path = F.spiece_model_file or F.sp_path
+    settings = ex.ExampleSettings(seq_len=F.seq_len, reuse_len=F.reuse_len, bsz_per_host=F.bsz_per_host,
+                                  num_core_per_host=F.num_core_per_host, bi_data=F.bi_data,
+                                  mask_alpha=F.mask_alpha, mask_beta=F.mask_beta, num_predict=F.num_predict,
+                                  original_span_bug=F.original_span_bug)
+    cfg = WriterConfig(input_glob=F.input_glob, sp_path=sp_path, save_dir=F.save_dir, settings=settings,
+                       uncased=F.uncased, use_eod=F.use_eod, pass_id=F.pass_id, task=F.task, num_task=F.num_task,
+                       split=F.split, seed=F.seed, num_workers=F.num_workers,
+                       batches_per_shard=F.batches_per_shard, max_line_bytes=F.max_line_bytes)
+    try:
+        run(cfg)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+
+
+if __name__ == "__main__":
+    from absl import app
+
+    # Run the imported module, not __main__, so that worker functions pickle by their importable name.
+    from xlnet_tf.data import create_pretraining_data as _module
+
+    _module._define_flags()
+    app.run(_module.main)

@@ -1,0 +1,135 @@
+"""The data manifest: what a pretraining data directory holds and the settings it was written with.
+
+``save_dir/manifest.json`` (``manifest-<split>.json`` for other splits) is the single source of truth for
+the reader: shards in stream order with record counts, and the parameters that training must match. Every
+writer task also leaves ``save_dir/parts/<split>-pass<P>-task<T>.json``; the manifest is the merge of all the
+parts, so tasks of a cluster run can finish in any order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+FORMAT = "xlnet_tf.pretraining_data/1"
+
+# Settings that must be identical between writing and training (the original encoded them in file names).
+MATCH_FIELDS = ("seq_len", "reuse_len", "bsz_per_host", "num_core_per_host", "bi_data", "mask_alpha",
+                "mask_beta", "num_predict", "uncased", "use_eod", "vocab_size", "sp_sha256")
+
+
+def manifest_name(split: str = "train") -> str:
+    return "manifest.json" if split == "train" else f"manifest-{split}.json"
+
+
+def part_path(save_dir: str, split: str, pass_id: int, task: int) -> str:
+    return os.path.join(save_dir, "parts", f"{split}-pass{pass_id}-task{task}.json")
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Writes JSON under a temporary name in the same directory, then renames: readers never see half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-", suffix=".json")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a manifest is meant to be shared
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def merge_parts(save_dir: str, split: str = "train") -> dict:
+    """Builds the manifest from the task parts on disk: shards ordered by (pass, task, shard index)."""
+    parts_dir = os.path.join(save_dir, "parts")
+    names = sorted(n for n in os.listdir(parts_dir) if n.startswith(f"{split}-pass") and n.endswith(".json")) \
+        if os.path.isdir(parts_dir) else []
+    parts = [_read_json(os.path.join(parts_dir, n)) for n in names]
+    if not parts:
+        raise ValueError(f"{save_dir}: no finished writer task for split '{split}' (no parts/{split}-*.json)")
+    parts.sort(key=lambda p: (p["pass_id"], p["task"]))
+    first = parts[0]
+    for p in parts[1:]:
+        diff = [k for k in first["params"] if p["params"].get(k) != first["params"][k]]
+        if diff or p["num_task"] != first["num_task"]:
+            raise ValueError(f"{save_dir}: writer tasks disagree on {diff or ['num_task']} "
+                             f"(pass {p['pass_id']} task {p['task']} vs pass {first['pass_id']} task "
+                             f"{first['task']}); write them into separate directories")
+    num_task = first["num_task"]
+    passes = sorted({p["pass_id"] for p in parts})
+    have = {(p["pass_id"], p["task"]) for p in parts}
+    missing = [f"pass {q} task {t}" for q in passes for t in range(num_task) if (q, t) not in have]
+    shards = [s for p in parts for s in p["shards"]]
+    return {
+        "format": FORMAT,
+        "split": split,
+        "params": first["params"],
+        "writer": {k: v for k, v in first["writer"].items() if k not in ("task", "pass_id")},
+        "num_task": num_task,
+        "passes": passes,
+        "complete": not missing,
+        "missing_tasks": missing,
+        "shards": shards,
+        "num_records": sum(s["num_records"] for s in shards),
+        "num_batches": sum(s["num_batches"] for s in shards),
+        "input_report": {f"pass{p['pass_id']}-task{p['task']}": p["input_report"] for p in parts},
+    }
+
+
+def load_manifest(data_dir: str, split: str = "train") -> dict:
+    """Reads ``data_dir``'s manifest; shard paths are made absolute. Raises ValueError if tasks are missing."""
+    path = os.path.join(data_dir, manifest_name(split))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no data manifest; write data with "
+                                "`python -m xlnet_tf.data.create_pretraining_data --save_dir=...`")
+    manifest = _read_json(path)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    if not manifest["complete"]:
+        # Tasks of a cluster run finish in any order; the last one to write the manifest may not have seen
+        # another's part yet. The parts on disk are authoritative.
+        manifest = merge_parts(data_dir, split)
+        if not manifest["complete"]:
+            raise ValueError(f"{data_dir}: data incomplete, writer tasks missing: "
+                             f"{', '.join(manifest['missing_tasks'])}")
+    for shard in manifest["shards"]:
+        shard["path"] = os.path.join(data_dir, shard["file"])
+    return manifest
+
+
+def check_manifest(manifest: dict, **training_flags) -> None:
+    """Raises ValueError naming every field where the data differs from the training settings.
+
+    Pass the training values by name, e.g. ``check_manifest(m, seq_len=512, reuse_len=256, bi_data=True)``;
+    None values are not checked. Fields: ``MATCH_FIELDS``.
+    """
+    unknown = sorted(set(training_flags) - set(MATCH_FIELDS))
+    if unknown:
+        raise ValueError(f"check_manifest: unknown field(s) {unknown}; known: {list(MATCH_FIELDS)}")
+    params = manifest["params"]
+    wrong = []
+    for key, want in training_flags.items():
+        if want is None:
+            continue
+        have = params.get(key)
+        if isinstance(have, bool) or isinstance(want, bool):
+            same = bool(have) == bool(want)
+        else:
+            same = have == want
+        if not same:
+            wrong.append(f"{key}: data was written with {have!r}, training uses {want!r}")
+    if wrong:
+        raise ValueError("pretraining data does not match the training settings:\n  " + "\n  ".join(wrong))

@@ -1,0 +1,144 @@
+"""XLNet's text preprocessing and SentencePiece encoding, as the original ``prepro_utils.py``.
+
+The special-symbol ids are those of the released ``spiece.model``; ``train_sentencepiece`` produces a model with
+exactly these ids on a user's corpus (the released model cannot be downloaded in air-gapped setups, and other
+languages need their own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import unicodedata
+from typing import Iterable
+
+import sentencepiece as spm
+
+SPIECE_UNDERLINE = "\u2581"
+
+UNK_ID, BOS_ID, EOS_ID, CLS_ID, SEP_ID, PAD_ID, MASK_ID, EOD_ID, EOP_ID = range(9)
+SPECIAL_SYMBOLS = {"<unk>": UNK_ID, "<s>": BOS_ID, "</s>": EOS_ID, "<cls>": CLS_ID, "<sep>": SEP_ID,
+                   "<pad>": PAD_ID, "<mask>": MASK_ID, "<eod>": EOD_ID, "<eop>": EOP_ID}
+
+
+def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, keep_accents: bool = False) -> str:
+    """Collapses whitespace, turns ``` and '' into ", strips accents (NFKD) and optionally lower-cases."""
+    out = " ".join(text.strip().split()) if remove_space else text
+    out = out.replace("``", '"').replace("''", '"')
+    if not keep_accents:
+        out = unicodedata.normalize("NFKD", out)
+        out = "".join(c for c in out if not unicodedata.combining(c))
+    if lower:
+        out = out.lower()
+    return out
+
+
+class XLNetTokenizer:
+    """SentencePiece tokenizer with XLNet's preprocessing and the original's digit-comma fix.
+
+    ``encode_ids("In 2000, ...")`` splits a piece such as ``▁2000,`` into ``▁2000`` + ``,`` as the original
+    ``encode_pieces`` does, so ids match the original preprocessing for the same ``spiece.model``.
+    """
+
+    def __init__(self, model_file: str, lower: bool = False):
+        model_file = os.fspath(model_file)
+        if not os.path.exists(model_file):
+            raise FileNotFoundError(f"{model_file}: SentencePiece model not found")
+        self.model_file = model_file
+        self.lower = lower
+        self.sp = spm.SentencePieceProcessor()
+        self.sp.Load(model_file)
+        check_special_ids(self.sp, model_file)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.GetPieceSize()
+
+    def preprocess(self, text: str) -> str:
+        return preprocess_text(text, lower=self.lower)
+
+    def encode_pieces(self, text: str, preprocess: bool = True, sample: bool = False) -> list[str]:
+        if preprocess:
+            text = self.preprocess(text)
+        pieces = self.sp.SampleEncodeAsPieces(text, 64, 0.1) if sample else self.sp.EncodeAsPieces(text)
+        out = []
+        for piece in pieces:
+            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+                digits = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
+                if piece[0] != SPIECE_UNDERLINE and digits[0][0] == SPIECE_UNDERLINE:
+                    digits = digits[1:] if len(digits[0]) == 1 else [digits[0][1:]] + digits[1:]
+                out.extend(digits)
+                out.append(piece[-1])
+            else:
+                out.append(piece)
+        return out
+
+    def encode_ids(self, text: str, preprocess: bool = True, sample: bool = False) -> list[int]:
+        return [self.sp.PieceToId(p) for p in self.encode_pieces(text, preprocess, sample)]
+
+    def decode_ids(self, ids: Iterable[int]) -> str:
+        return self.sp.DecodeIds([int(i) for i in ids])
+
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.IdToPiece(int(i))
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the model file: recorded in data manifests so mismatched vocabularies are caught."""
+        return file_sha256(self.model_file)
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_special_ids(sp: spm.SentencePieceProcessor, source: str = "spiece.model") -> None:
+    """Raises ValueError unless the model maps XLNet's special symbols to the released ids."""
+    wrong = [f"{sym}={sp.PieceToId(sym)} (want {want})" for sym, want in SPECIAL_SYMBOLS.items()
+             if sp.PieceToId(sym) != want]
+    if wrong:
+        raise ValueError(f"{source}: not an XLNet SentencePiece model, special ids differ: {', '.join(wrong)}. "
+                         "Train one with `python -m xlnet_tf.train_spm`.")
+
+
+def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: int = 32000,
+                        character_coverage: float = 0.99995, input_sentence_size: int = 10_000_000,
+                        model_type: str = "unigram", lower: bool = False, num_threads: int | None = None) -> str:
+    """Trains a SentencePiece model with the original XLNet recipe and special ids; returns the .model path.
+
+    Text goes through ``preprocess_text`` first (as the original data pipeline feeds it), one line per sentence.
+    The model and vocab are written under temporary names and renamed, so a killed run leaves no partial model.
+    """
+    for path in input_files:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: input file not found")
+    out_dir = os.path.dirname(os.path.abspath(model_prefix))
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".spm-") as tmp:
+        text_path = os.path.join(tmp, "input.txt")
+        with open(text_path, "w", encoding="utf-8") as out:
+            for path in input_files:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for line in f:
+                        line = preprocess_text(line, lower=lower)
+                        if line:
+                            out.write(line + "\n")
+        tmp_prefix = os.path.join(tmp, "spiece")
+        spm.SentencePieceTrainer.Train(
+            input=text_path, model_prefix=tmp_prefix, vocab_size=vocab_size, model_type=model_type,
+            character_coverage=character_coverage, input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=-1,
+            control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
+            user_defined_symbols=["<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac"],
+            num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
+        for ext in (".model", ".vocab"):
+            os.replace(tmp_prefix + ext, model_prefix + ext)
+    model_path = model_prefix + ".model"
+    sp = spm.SentencePieceProcessor()
+    sp.Load(model_path)
+    check_special_ids(sp, model_path)
+    return model_path

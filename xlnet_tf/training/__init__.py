@@ -1,0 +1,1 @@
+"""Training utilities shared by the entry points: optimisation, distribution, losses, progress reporting."""

@@ -1,0 +1,27 @@
+"""Creating the tf.distribute strategy from the ``--strategy`` flag; everything else is strategy-agnostic."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
+
+
+def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:
+    """``one_device`` (first GPU, else CPU), ``mirrored`` (all local GPUs, else the local CPUs/logical devices),
+    ``multi_worker`` (``TF_CONFIG`` cluster), ``tpu`` (``tpu``: name, ``grpc://`` address or ``local``)."""
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}")

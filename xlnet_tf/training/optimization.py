@@ -1,0 +1,173 @@
+"""Optimisation as the original ``model_utils.get_train_op``, with its known defects fixed.
+
+* Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, then linear ("poly") or cosine decay
+  to ``learning_rate * min_lr_ratio`` at ``train_steps``.
+* AdamW with decoupled weight decay; LayerNorm parameters and biases are excluded, the relative-attention
+  biases ``r_w/r_r/r_s_bias`` are decayed (the original's include list).
+* Gradients are clipped by their global norm *after* they are summed over replicas (Keras' own clipping runs
+  per replica before the all-reduce, which is not the original's semantics).
+* Layer-wise learning-rate decay as true per-variable learning rates: layer ``l`` of ``L`` trains at
+  ``lr * rate^(L-1-l)``, the embeddings at ``lr * rate^L``, heads at ``lr``. The original multiplied the
+  *gradients*, which Adam's normalisation almost cancels. Per-layer slices of the stacked ``[n_layer, ...]``
+  bias variables get their own rate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Variables excluded from weight decay, by name: LayerNorm scale/offset and plain biases (not r_*_bias).
+_NO_DECAY = re.compile(r"(^|/)(gamma|beta|bias|lm_bias)$")
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from 0, then 'poly' (linear) or 'cos' decay to ``peak * min_lr_ratio`` at ``decay_steps``."""
+
+    def __init__(self, peak: float, warmup_steps: int, decay_steps: int, min_lr_ratio: float = 0.0,
+                 decay_method: str = "poly"):
+        if decay_method not in ("poly", "cos"):
+            raise ValueError(f"decay_method must be 'poly' or 'cos', got {decay_method!r}")
+        if decay_steps <= warmup_steps:
+            raise ValueError(f"train steps ({decay_steps}) must exceed warmup steps ({warmup_steps})")
+        self.peak, self.warmup_steps, self.decay_steps = float(peak), int(warmup_steps), int(decay_steps)
+        self.min_lr_ratio, self.decay_method = float(min_lr_ratio), decay_method
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warmup = self.peak * step / max(self.warmup_steps, 1)
+        progress = tf.clip_by_value((step - self.warmup_steps) / (self.decay_steps - self.warmup_steps), 0.0, 1.0)
+        floor = self.peak * self.min_lr_ratio
+        if self.decay_method == "poly":
+            decayed = floor + (self.peak - floor) * (1.0 - progress)
+        else:
+            decayed = floor + (self.peak - floor) * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        return tf.where(step < self.warmup_steps, warmup, decayed)
+
+    def get_config(self):
+        return dict(peak=self.peak, warmup_steps=self.warmup_steps, decay_steps=self.decay_steps,
+                    min_lr_ratio=self.min_lr_ratio, decay_method=self.decay_method)
+
+
+class XLNetAdamW(keras.optimizers.AdamW):
+    """AdamW whose gradients arrive already summed over replicas (and clipped), with per-variable learning-rate
+    multipliers (scalars or arrays broadcastable to the variable) applied to the update and the weight decay.
+
+    Use with ``apply_gradients_across_replicas``, which does the all-reduce and the global-norm clip.
+    """
+
+    def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self._lr_multipliers_by_path = dict(lr_multipliers or {})
+        self._multiplier_by_key = {}
+
+    def build(self, variables):
+        super().build(variables)
+        for var in variables:
+            multiplier = self._lr_multipliers_by_path.get(var.path)
+            if multiplier is not None and np.any(np.asarray(multiplier) != 1.0):
+                self._multiplier_by_key[self._var_key(var)] = np.asarray(multiplier, np.float32)
+
+    def _scaled_lr(self, variable, learning_rate):
+        multiplier = self._multiplier_by_key.get(self._var_key(variable))
+        if multiplier is None:
+            return learning_rate
+        return tf.cast(learning_rate, variable.dtype) * tf.constant(multiplier, variable.dtype)
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._scaled_lr(variable, learning_rate))
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return list(grads_and_vars)  # already summed by apply_gradients_across_replicas
+
+    def _apply_weight_decay(self, variables):
+        if not self.weight_decay:
+            return
+
+        def decay(distribution, variables):
+            for variable in variables:
+                if not self._use_weight_decay(variable):
+                    continue
+                lr = self._scaled_lr(variable, self.learning_rate)
+
+                def fn(var, lr=lr):
+                    var.assign_sub(var * tf.cast(self.weight_decay, var.dtype) * tf.cast(lr, var.dtype))
+
+                target = variable.value if isinstance(variable, keras.Variable) else variable
+                distribution.extended.update(target, fn, group=False)
+
+        tf.__internal__.distribute.interim.maybe_merge_call(decay, self._distribution_strategy, variables)
+
+
+def layerwise_lr_multipliers(model, rate: float) -> dict[str, np.ndarray | float]:
+    """Per-variable learning-rate multipliers for layer-wise decay ``rate`` (1.0 = off), keyed by variable path.
+
+    ``model`` is an XLNet task model (with ``.xlnet``) or the network itself. Layer ``l`` gets
+    ``rate^(n_layer-1-l)``; the word embedding and ``mask_emb`` get ``rate^n_layer``; the stacked per-layer
+    ``r_*_bias``/``seg_embed`` variables get the per-layer factors along their first axis; everything outside
+    the network (task heads) keeps 1.
+    """
+    if rate == 1.0:
+        return {}
+    network = getattr(model, "xlnet", model)
+    n_layer = network.config.n_layer
+    per_layer = np.array([rate ** (n_layer - 1 - i) for i in range(n_layer)], np.float32)
+    multipliers = {}
+    for i, block in enumerate(network.blocks):
+        for var in block.weights:
+            multipliers[var.path] = float(per_layer[i])
+    for var in (network.word_embedding, network.mask_emb):
+        multipliers[var.path] = float(rate ** n_layer)
+    stacked = [network.seg_embed] + ([network.r_w_bias, network.r_r_bias, network.r_s_bias]
+                                     if network.config.untie_r else [])
+    for var in stacked:
+        multipliers[var.path] = per_layer.reshape((-1,) + (1,) * (len(var.shape) - 1))
+    if not network.config.untie_r:  # shared biases: treat them like the embeddings (below every layer)
+        for var in (network.r_w_bias, network.r_r_bias, network.r_s_bias):
+            multipliers[var.path] = float(rate ** n_layer)
+    return multipliers
+
+
+def create_optimizer(model, learning_rate: float, train_steps: int, warmup_steps: int = 0,
+                     decay_method: str = "poly", min_lr_ratio: float = 0.0, weight_decay: float = 0.0,
+                     adam_epsilon: float = 1e-8, lr_layer_decay_rate: float = 1.0, loss_scale: bool = False):
+    """The optimizer for ``model``, with exclusions and multipliers resolved from its variables.
+
+    ``loss_scale`` wraps it in Keras' dynamic ``LossScaleOptimizer`` (needed for mixed_float16).
+    Build it inside ``strategy.scope()`` and call ``optimizer.build(model.trainable_variables)`` there.
+    """
+    schedule = WarmupDecaySchedule(learning_rate, warmup_steps, train_steps, min_lr_ratio, decay_method)
+    optimizer = XLNetAdamW(learning_rate=schedule, weight_decay=float(weight_decay), beta_1=0.9, beta_2=0.999,
+                           epsilon=adam_epsilon, lr_multipliers=layerwise_lr_multipliers(model, lr_layer_decay_rate))
+    optimizer.exclude_from_weight_decay(var_list=[v for v in model.trainable_variables if _NO_DECAY.search(v.path)])
+    if loss_scale:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: float):
+    """Sums ``grads`` over replicas, clips them to global norm ``clip_norm`` (<= 0: no clipping) and applies them.
+
+    Call in replica context (inside ``strategy.run``). Returns the global gradient norm before clipping.
+    With a ``LossScaleOptimizer`` the gradients are those of the scaled loss; they are unscaled for the norm
+    and the clip, and the optimizer skips the step (and lowers the scale) if they are not finite.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    scale = None
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        scale = tf.cast(optimizer.scale_loss(tf.constant(1.0)), tf.float32)
+        grads = [tf.cast(g, tf.float32) / scale for g in grads]
+    norm = tf.linalg.global_norm(grads)
+    if clip_norm > 0:
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+    if scale is not None:  # the LossScaleOptimizer unscales what it is given
+        grads = [g * scale for g in grads]
+    optimizer.apply(grads, variables)
+    return norm

@@ -1,0 +1,108 @@
+"""Progress reporting for long jobs: steps, loss, learning rate, tokens/s, model-FLOPs utilisation, ETA, and the
+same numbers as TensorBoard scalars."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import tensorflow as tf
+from absl import logging
+
+# Dense peak FLOP/s per device for MFU (bf16/fp16 tensor peak for mixed precision; TF32 / FP32 otherwise).
+_ACCELERATOR_PEAKS = {  # name fragment: (half precision, float32 path)
+    "H100": (989.4e12, 494.7e12), "H200": (989.4e12, 494.7e12), "A100": (312e12, 156e12),
+    "V100": (125e12, 15.7e12), "L4": (121e12, 60e12), "A10": (125e12, 62.5e12), "T4": (65e12, 8.1e12),
+}
+_TPU_PEAKS = {"v2": 45e12 / 2, "v3": 123e12 / 2, "v4": 275e12 / 2, "v5 lite": 197e12, "v5e": 197e12,
+              "v5p": 459e12 / 2, "v6": 918e12}  # per replica (TensorCore)
+
+
+_cpu_peak_cache: dict[str, float] = {}
+
+
+def measure_matmul_peak(dtype: str = "float32", size: int = 2048, seconds: float = 1.0) -> float:
+    """Achievable matmul FLOP/s on this host's CPU in ``dtype``: the MFU denominator where no published peak
+    applies (measured, not a datasheet figure)."""
+    if dtype in _cpu_peak_cache:
+        return _cpu_peak_cache[dtype]
+    with tf.device("/cpu:0"):
+        a = tf.random.normal([size, size], dtype=tf.float32)
+        a = tf.cast(a, dtype)
+        matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
+        matmul(a).numpy()
+        runs, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            matmul(a).numpy()
+            runs += 1
+        peak = 2 * size ** 3 * runs / (time.perf_counter() - start)
+    _cpu_peak_cache[dtype] = peak
+    return peak
+
+
+def device_peak_flops(strategy: tf.distribute.Strategy, compute_dtype: str) -> tuple[float, str]:
+    """Peak FLOP/s of one replica for ``compute_dtype`` and where the figure comes from."""
+    half = compute_dtype in ("bfloat16", "float16")
+    tpus = tf.config.list_logical_devices("TPU")
+    if tpus:
+        kind = ""
+        try:
+            kind = tf.config.experimental.get_device_details(tf.config.list_physical_devices("TPU")[0]).get(
+                "device_kind", "")
+        except Exception:  # noqa: BLE001 - details are best effort
+            pass
+        for fragment, peak in _TPU_PEAKS.items():
+            if fragment in kind.lower():
+                return peak, f"TPU {kind} datasheet"
+        return _TPU_PEAKS["v3"], "TPU (assumed v3)"
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "")
+        for fragment, (half_peak, fp32_peak) in _ACCELERATOR_PEAKS.items():
+            if fragment in name:
+                return (half_peak if half else fp32_peak), f"{name} datasheet"
+        return 0.0, f"{name} (unknown peak)"
+    # CPU replicas share the host's cores: divide the measured host peak among them.
+    replicas = max(strategy.num_replicas_in_sync, 1)
+    return measure_matmul_peak(compute_dtype) / replicas, "measured CPU matmul"
+
+
+class ProgressReporter:
+    """Logs one line per host loop and writes TensorBoard scalars to ``<model_dir>/train``."""
+
+    def __init__(self, model_dir: str, total_steps: int, tokens_per_step: int, flops_per_step: float,
+                 peak_flops: float, start_step: int = 0):
+        self.total_steps, self.tokens_per_step = total_steps, tokens_per_step
+        self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
+        self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+        self._last_time, self._last_step = time.perf_counter(), start_step
+
+    def report(self, step: int, scalars: dict[str, float]) -> dict[str, float]:
+        now = time.perf_counter()
+        steps = max(step - self._last_step, 1)
+        seconds_per_step = (now - self._last_time) / steps
+        self._last_time, self._last_step = now, step
+        scalars = dict(scalars)
+        scalars["tokens_per_sec"] = self.tokens_per_step / seconds_per_step
+        scalars["steps_per_sec"] = 1.0 / seconds_per_step
+        if self.peak_flops > 0:
+            scalars["mfu"] = self.flops_per_step / seconds_per_step / self.peak_flops
+        eta = (self.total_steps - step) * seconds_per_step
+        with self.writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        self.writer.flush()
+        parts = [f"step {step}/{self.total_steps}"]
+        parts += [f"{k} {v:.4g}" for k, v in scalars.items() if k not in ("steps_per_sec", "mfu", "tokens_per_sec")]
+        parts.append(f"{scalars['tokens_per_sec']:.0f} tok/s")
+        if "mfu" in scalars:
+            parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
+        parts.append(f"ETA {_duration(eta)}")
+        logging.info(" | ".join(parts))
+        return scalars
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
