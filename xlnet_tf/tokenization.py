@@ -26,7 +26,7 @@ def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, k
     """Collapses whitespace, turns ``` and '' into ", strips accents (NFKD) and optionally lower-cases."""
     out = " ".join(text.strip().split()) if remove_space else text
     out = out.replace("``", '"').replace("''", '"')
-    if not keep_accents:
+    if not keep_accents and not out.isascii():  # ASCII is unchanged by NFKD: skip the slow path
         out = unicodedata.normalize("NFKD", out)
         out = "".join(c for c in out if not unicodedata.combining(c))
     if lower:

@@ -42,6 +42,7 @@ from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported by the shard writers
 log = _pylogging.getLogger("xlnet_tf.data")
 MAX_REPORTED = 100  # bad-input lines kept in the manifest (all are counted)
 

@@ -1,10 +1,11 @@
 """Factorisation orders and the tensors the XLNet pretraining step consumes, as TF ops (graph-safe, for tf.data).
 
-Per example, as the original ``_local_perm`` + parser in ``data_utils.py``, but with stateless random ops so the
-same (seed, example index) always gives the same order:
+As the original ``_local_perm`` + parser in ``data_utils.py``, computed for a whole batch at once (tf.data map
+overhead per op dominates when it runs per example), with stateless random ops so that the same seed always
+gives the same orders:
 
 * The reused part [0, reuse_len) and the new part [reuse_len, seq_len) each get a *local* permutation: positions
-  are cut into consecutive blocks of ``perm_size``, and one random permutation of ``perm_size`` offsets is
+  are cut into consecutive blocks of ``perm_size``, and one random permutation of the ``perm_size`` offsets is
   applied inside every block, so block b precedes block b+1 in the factorisation order.
 * Context tokens (not targets, not <sep>/<cls>) get rank -1: everybody sees them, they see no target.
   <sep>/<cls> take part in the permutation (they are hidden from earlier-ranked positions) but are never
@@ -27,63 +28,78 @@ import tensorflow as tf
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
 
 
-def local_permutation(length: int, perm_size: int, seed) -> tf.Tensor:
-    """int32 [length]: rank of every position in a block-local random order (``length % perm_size == 0``).
+def local_permutation(batch: int, length: int, perm_size: int, seed) -> tf.Tensor:
+    """int32 [batch, length]: every position's rank in a block-local random order (``length % perm_size == 0``).
 
     Equivalent in distribution to the original's reshape/transpose/``random_shuffle``: position
-    ``b*perm_size + k`` gets rank ``b*perm_size + sigma(k)`` for one uniform permutation sigma.
+    ``b*perm_size + k`` gets rank ``b*perm_size + sigma(k)`` for one uniform permutation sigma per example.
     """
-    keys = tf.random.stateless_uniform([perm_size], seed=seed)
-    sigma = tf.argsort(keys, stable=True)  # int32
+    keys = tf.random.stateless_uniform([batch, perm_size], seed=seed)
+    sigma = tf.argsort(keys, axis=-1, stable=True)  # int32
     blocks = tf.range(length // perm_size, dtype=tf.int32)[:, None] * perm_size
-    return tf.reshape(blocks + sigma[None, :], [length])
+    return tf.reshape(blocks[None, :, :] + sigma[:, None, :], [batch, length])
 
 
-def _part_perm_mask(inputs, is_masked, perm_size: int, seed):
-    """perm_mask [n, n] (float32) and target flags [n] (bool) of one part."""
-    n = inputs.shape[0]
-    rank = local_permutation(n, perm_size, seed)
+def part_seeds(seed):
+    """The stateless seeds of the reused and the new part's permutations, from the batch seed."""
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=2)
+    return seeds[0], seeds[1]
+
+
+def _part_perm_mask(inputs, is_masked, rank, dtype):
+    """perm_mask [B, n, n] and target flags [B, n] (bool) of one part, given its ranks [B, n]."""
     functional = tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID))
     targets = tf.logical_and(is_masked, tf.logical_not(functional))
     masked_or_func = tf.logical_or(targets, functional)
     rank = tf.where(masked_or_func, rank, -tf.ones_like(rank))
     self_rank = tf.where(targets, rank, rank + 1)
-    perm_mask = tf.logical_and(self_rank[:, None] <= rank[None, :], masked_or_func[None, :])
-    return tf.cast(perm_mask, tf.float32), targets
+    perm_mask = tf.logical_and(self_rank[:, :, None] <= rank[:, None, :], masked_or_func[:, None, :])
+    return tf.cast(perm_mask, dtype), targets
+
+
+def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
+                           num_predict: int, seed, perm_mask_dtype=tf.float32) -> dict[str, tf.Tensor]:
+    """The model's inputs for a batch of records; ``seed`` is a shape-[2] int tensor (stateless seed).
+
+    ``inputs``, ``is_masked``, ``seg_id``: [B, L] (any int type). Returns ``input_ids`` int32 [B, L],
+    ``segment_ids`` int32 [B, L], ``perm_mask`` [B, L, L] (``perm_mask_dtype``, float32 by default),
+    ``target_mapping`` float32 [B, P, L], ``target`` int32 [B, P], ``target_mask`` float32 [B, P].
+    """
+    inputs = tf.cast(inputs, tf.int32)
+    batch = tf.shape(inputs)[0]
+    is_masked = tf.cast(is_masked, tf.bool)
+    new_len = seq_len - reuse_len
+    seed_0, seed_1 = part_seeds(seed)
+    rank_0 = local_permutation(batch, reuse_len, perm_size, seed_0)
+    rank_1 = local_permutation(batch, new_len, perm_size, seed_1)
+    mask_0, tgt_0 = _part_perm_mask(inputs[:, :reuse_len], is_masked[:, :reuse_len], rank_0, perm_mask_dtype)
+    mask_1, tgt_1 = _part_perm_mask(inputs[:, reuse_len:], is_masked[:, reuse_len:], rank_1, perm_mask_dtype)
+    perm_mask = tf.concat([
+        tf.concat([mask_0, tf.ones([batch, reuse_len, new_len], perm_mask_dtype)], axis=2),   # reused part:
+        tf.concat([tf.zeros([batch, new_len, reuse_len], perm_mask_dtype), mask_1], axis=2),  # never sees new
+    ], axis=1)
+    targets = tf.concat([tgt_0, tgt_1], axis=1)
+
+    # k-th target (in position order) -> row k of target_mapping; targets beyond num_predict get no row.
+    slot = tf.cumsum(tf.cast(targets, tf.int32), axis=1) - 1
+    slot = tf.where(targets & (slot < num_predict), slot, -1)  # one_hot(-1) is a zero row
+    target_mapping = tf.transpose(tf.one_hot(slot, num_predict, dtype=tf.float32), [0, 2, 1])  # [B, P, L]
+    target = tf.reduce_sum(tf.cast(target_mapping, tf.int32) * inputs[:, None, :], axis=2)
+    target_mask = tf.reduce_sum(target_mapping, axis=2)
+    return {
+        "input_ids": tf.ensure_shape(inputs, [None, seq_len]),
+        "segment_ids": tf.ensure_shape(tf.cast(seg_id, tf.int32), [None, seq_len]),
+        "perm_mask": tf.ensure_shape(perm_mask, [None, seq_len, seq_len]),
+        "target_mapping": tf.ensure_shape(target_mapping, [None, num_predict, seq_len]),
+        "target": tf.ensure_shape(target, [None, num_predict]),
+        "target_mask": tf.ensure_shape(target_mask, [None, num_predict]),
+    }
 
 
 def make_pretraining_features(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
-                              num_predict: int, seed) -> dict[str, tf.Tensor]:
-    """The model's per-example inputs from one record; ``seed`` is a shape-[2] int tensor (stateless seed).
-
-    Returns ``input_ids`` int32 [L], ``segment_ids`` int32 [L], ``perm_mask`` float32 [L, L],
-    ``target_mapping`` float32 [P, L], ``target`` int32 [P], ``target_mask`` float32 [P].
-    """
-    inputs = tf.cast(tf.reshape(inputs, [seq_len]), tf.int32)
-    is_masked = tf.cast(tf.reshape(is_masked, [seq_len]), tf.bool)
-    new_len = seq_len - reuse_len
-    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=2)
-    mask_0, tgt_0 = _part_perm_mask(inputs[:reuse_len], is_masked[:reuse_len], perm_size, seeds[0])
-    mask_1, tgt_1 = _part_perm_mask(inputs[reuse_len:], is_masked[reuse_len:], perm_size, seeds[1])
-    perm_mask = tf.concat([
-        tf.concat([mask_0, tf.ones([reuse_len, new_len])], axis=1),    # reused part: never sees the new part
-        tf.concat([tf.zeros([new_len, reuse_len]), mask_1], axis=1),   # new part: sees all of the reused part
-    ], axis=0)
-    targets = tf.concat([tgt_0, tgt_1], axis=0)
-
-    positions = tf.where(targets)[:, 0][:num_predict]  # keep the first num_predict targets (see module doc)
-    positions = tf.cast(positions, tf.int32)
-    actual = tf.shape(positions)[0]
-    pad = num_predict - actual
-    target_mapping = tf.concat([tf.one_hot(positions, seq_len, dtype=tf.float32),
-                                tf.zeros([pad, seq_len], tf.float32)], axis=0)
-    target = tf.concat([tf.gather(inputs, positions), tf.zeros([pad], tf.int32)], axis=0)
-    target_mask = tf.concat([tf.ones([actual], tf.float32), tf.zeros([pad], tf.float32)], axis=0)
-    return {
-        "input_ids": inputs,
-        "segment_ids": tf.cast(tf.reshape(seg_id, [seq_len]), tf.int32),
-        "perm_mask": tf.reshape(perm_mask, [seq_len, seq_len]),
-        "target_mapping": tf.reshape(target_mapping, [num_predict, seq_len]),
-        "target": tf.reshape(target, [num_predict]),
-        "target_mask": tf.reshape(target_mask, [num_predict]),
-    }
+                              num_predict: int, seed, perm_mask_dtype=tf.float32) -> dict[str, tf.Tensor]:
+    """``make_pretraining_batch`` for one example ([L] inputs; outputs without the batch axis)."""
+    out = make_pretraining_batch(tf.reshape(inputs, [1, seq_len]), tf.reshape(is_masked, [1, seq_len]),
+                                 tf.reshape(seg_id, [1, seq_len]), seq_len, reuse_len, perm_size, num_predict,
+                                 seed, perm_mask_dtype)
+    return {k: v[0] for k, v in out.items()}

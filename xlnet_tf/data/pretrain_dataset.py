@@ -19,7 +19,7 @@ model's ``bi_data`` relative position encoding assumes. The data must therefore 
 given.
 
 Factorisation orders are sampled online (a new order every time a record is read, as the original), with
-stateless random ops seeded by ``(seed, example index)``: the same seed gives the same batches.
+stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.data.permutation import make_pretraining_features
+from xlnet_tf.data.permutation import make_pretraining_batch
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
 
@@ -53,10 +53,19 @@ def validate_reader_settings(seq_len: int, reuse_len: int, perm_size: int, num_p
 
 def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, reuse_len: int, perm_size: int,
                      num_predict: int, bi_data: bool, input_context: Optional[tf.distribute.InputContext] = None,
-                     seed: Optional[int] = None, repeat: bool = True, split: str = "train") -> tf.data.Dataset:
+                     seed: Optional[int] = None, repeat: bool = True, split: str = "train",
+                     skip_batches: int = 0, perm_mask_dtype=tf.float32) -> tf.data.Dataset:
     """Per-replica batches of dicts: ``input_ids`` int32 [B,L], ``segment_ids`` int32 [B,L], ``perm_mask``
     float32 [B,L,L] (1 = may not attend), ``target_mapping`` float32 [B,P,L], ``target`` int32 [B,P],
     ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``.
+
+    ``perm_mask_dtype``: float32 by default; ``tf.bool`` or ``tf.uint8`` makes the largest tensor 4x smaller to
+    build and to copy to the accelerator (the model only tests ``perm_mask > 0``).
+
+    ``skip_batches``: per-replica batches of this pipeline already consumed (resuming at a training step:
+    ``step * replicas_per_worker * grad_accum_steps``). Whole files are skipped by their manifest record counts,
+    and example indices continue where they were, so a resumed run sees exactly the batches, masks included,
+    that an uninterrupted run would have seen.
 
     Raises ValueError when the data was written with other settings (see ``check_manifest``) or when the batch
     size / replica count does not split host batches into whole cores.
@@ -89,7 +98,10 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     # stays consecutive within its block.
     lo = pipeline_id * len(shards) // num_pipelines
     hi = (pipeline_id + 1) * len(shards) // num_pipelines
-    files = [s["path"] for s in shards[lo:hi]]
+    mine = shards[lo:hi]
+    files = [s["path"] for s in mine]
+    if skip_batches < 0:
+        raise ValueError(f"skip_batches={skip_batches} must be >= 0")
 
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
@@ -99,18 +111,30 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
         "seg_id": tf.io.FixedLenFeature([seq_len], tf.int64),
     }
 
-    def parse(index, record):
-        ex = tf.io.parse_single_example(record, feature_spec)
-        # One stateless seed per (seed, pipeline, example index): reproducible, and different for every read
-        # of a record once the dataset repeats (the index keeps growing).
-        example_seed = tf.stack([tf.constant(seed, tf.int64), index * num_pipelines + pipeline_id])
-        return make_pretraining_features(ex["input"], ex["is_masked"], ex["seg_id"], seq_len, reuse_len,
-                                         perm_size, num_predict, example_seed)
+    def parse(index, records):
+        ex = tf.io.parse_example(records, feature_spec)
+        # One stateless seed per (seed, pipeline, batch index): reproducible, and new orders every time a record
+        # is read again once the dataset repeats (the index keeps growing).
+        batch_seed = tf.stack([tf.constant(seed, tf.int64), index * num_pipelines + pipeline_id])
+        out = make_pretraining_batch(ex["input"], ex["is_masked"], ex["seg_id"], seq_len, reuse_len, perm_size,
+                                     num_predict, batch_seed, perm_mask_dtype)
+        return {k: tf.ensure_shape(v, [per_replica_batch_size] + v.shape[1:]) for k, v in out.items()}
 
-    ds = tf.data.TFRecordDataset(files, buffer_size=8 << 20)  # one file after the other: stream order
+    def records(paths):
+        return tf.data.TFRecordDataset(paths, buffer_size=8 << 20)  # one file after the other: stream order
+
+    skip = skip_batches * per_replica_batch_size
+    per_epoch = sum(s["num_records"] for s in mine)
+    within = skip % per_epoch if repeat else min(skip, per_epoch)
+    first_file = 0
+    while first_file < len(mine) and within >= mine[first_file]["num_records"]:
+        within -= mine[first_file]["num_records"]
+        first_file += 1
+    ds = records(files[first_file:]).skip(within) if first_file < len(files) else records(files[:1]).take(0)
     if repeat:
-        ds = ds.repeat()
-    ds = ds.enumerate()
+        ds = ds.concatenate(records(files).repeat())
+    # Batch the serialized records first: parsing and the masks are computed per batch (vectorised), which is
+    # several times faster than per example. Shards hold whole host batches, so batches never straddle files.
+    ds = ds.batch(per_replica_batch_size, drop_remainder=True).enumerate(start=skip_batches)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.batch(per_replica_batch_size, drop_remainder=True)
     return ds.prefetch(tf.data.AUTOTUNE)

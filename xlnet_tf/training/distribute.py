@@ -25,3 +25,14 @@ def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}")
+
+
+def num_hosts(strategy: tf.distribute.Strategy) -> int:
+    """Input pipelines (hosts/workers) of ``strategy``: each reads its own share of the data."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return strategy.extended.num_hosts
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import signal
 from typing import Callable, Optional
 
@@ -113,11 +114,13 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(xlnet=model.xlnet, lm_bias=model.lm_bias),
                                          optimizer=optimizer, global_step=global_step)
-    manager = tf.train.CheckpointManager(checkpoint, s.model_dir, max_to_keep=s.max_save,
+    checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save,
                                          checkpoint_name="xlnet_model")
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(global_step.numpy()))
+    latest = tf.train.latest_checkpoint(s.model_dir)  # every worker resumes from the chief's checkpoint
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", latest, int(global_step.numpy()))
     elif s.init_checkpoint:
         load_pretrained(model, s.init_checkpoint)
         logging.info("initialised from %s", s.init_checkpoint)
@@ -130,31 +133,9 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     iterator = iter(dataset)
     replicas = strategy.num_replicas_in_sync
     c = model_config
-    zero_mems = _zero_mems_fn(c, s.per_replica_batch_size, model.compute_dtype)
+    zero_mems = zero_mems_fn(c, s.per_replica_batch_size, model.compute_dtype)
 
-    def replica_step(batches, mems):
-        grads_total = None
-        loss_total = tf.constant(0.0)
-        context = tf.distribute.get_replica_context()
-        for batch in batches:  # gradient accumulation: consecutive micro-batches, memory flows through
-            with tf.GradientTape() as tape:
-                inputs = {k: batch[k] for k in MODEL_INPUTS}
-                if c.mem_len:
-                    inputs["mems"] = mems
-                outputs = model(inputs, training=True)
-                loss_sum, count = permutation_lm_loss(outputs["lm_logits"], batch["target"], batch["target_mask"])
-                global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-                # Each replica's share of the global-batch mean: the all-reduced gradients are those of the mean.
-                loss = loss_sum / tf.maximum(global_count, 1.0) / len(batches)
-                scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
-            grads = tape.gradient(scaled, model.trainable_variables)
-            grads_total = grads if grads_total is None else [a + b for a, b in zip(grads_total, grads)]
-            loss_total += context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
-            if c.mem_len:
-                mems = outputs["new_mems"]
-        norm = apply_gradients_across_replicas(optimizer, grads_total, model.trainable_variables, s.clip)
-        return mems, loss_total, norm
-
+    replica_step = make_replica_step(model, optimizer, s.clip)
     if s.jit_compile:
         replica_step = tf.function(replica_step, jit_compile=True)
 
@@ -178,7 +159,7 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     logging.info("training %d -> %d steps: %d replicas x batch %d x accum %d, seq %d, %s; MFU peak %.3g FLOP/s "
                  "per replica (%s)", start_step, s.train_steps, replicas, s.per_replica_batch_size,
                  s.grad_accum_steps, s.seq_len, s.dtype, peak, peak_source)
-    reporter = ProgressReporter(s.model_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
+    reporter = ProgressReporter(checkpoint_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
                                 start_step)
     metrics = {"step": start_step}
     step = start_step
@@ -206,7 +187,54 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     return metrics
 
 
-def _zero_mems_fn(config: XLNetConfig, batch_size: int, dtype: str):
+def make_replica_step(model: XLNetPretrainer, optimizer, clip: float):
+    """One optimizer step of one replica: ``step(batches, mems) -> (new_mems, loss, grad_norm)``.
+
+    ``batches`` is a list of micro-batches (gradient accumulation; memory flows through them in order). The
+    loss is the global-batch mean (normalised by the target count summed over replicas), so any replica split
+    gives the same update. Call inside ``strategy.run``; also usable on its own for benchmarks.
+    """
+    use_memory = bool(model.config.mem_len)
+
+    def replica_step(batches, mems):
+        grads_total = None
+        loss_total = tf.constant(0.0)
+        context = tf.distribute.get_replica_context()
+        for batch in batches:
+            with tf.GradientTape() as tape:
+                inputs = {k: batch[k] for k in MODEL_INPUTS}
+                if use_memory:
+                    inputs["mems"] = mems
+                outputs = model(inputs, training=True)
+                loss_sum, count = permutation_lm_loss(outputs["lm_logits"], batch["target"], batch["target_mask"])
+                global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+                # Each replica's share of the global-batch mean: the all-reduced gradients are those of the mean.
+                loss = loss_sum / tf.maximum(global_count, 1.0) / len(batches)
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            grads_total = grads if grads_total is None else [a + b for a, b in zip(grads_total, grads)]
+            loss_total += context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+            if use_memory:
+                mems = outputs["new_mems"]
+        norm = apply_gradients_across_replicas(optimizer, grads_total, model.trainable_variables, clip)
+        return mems, loss_total, norm
+
+    return replica_step
+
+
+def worker_checkpoint_dir(strategy: tf.distribute.Strategy, model_dir: str) -> tuple[str, bool]:
+    """Where this worker writes checkpoints and summaries: ``model_dir`` for the chief; a private subdirectory
+    for the other workers of a multi-worker job (they must take part in saving, but not overwrite the chief)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if resolver is None or not task_type:
+        return model_dir, True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    chief = task_type == "chief" or (task_type == "worker" and resolver.task_id == 0 and not has_chief)
+    return (model_dir, True) if chief else (os.path.join(model_dir, f".worker-{resolver.task_id}"), False)
+
+
+def zero_mems_fn(config: XLNetConfig, batch_size: int, dtype: str):
     def zero_mems():
         # Without memory, a scalar placeholder keeps the loop state's structure fixed.
         if not config.mem_len:

@@ -1,0 +1,262 @@
+"""The TFRecord writer: records, manifest, bad input, task sharding, resume after a kill."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.data import create_pretraining_data as cpd
+from xlnet_tf.data import examples as ex
+from xlnet_tf.data import manifest as mf
+from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID, XLNetTokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SP_MODEL = os.path.join(ROOT, "data", "spiece.model")
+BROWN = os.path.join(ROOT, "data", "corpus", "brown_sample.txt")
+SETTINGS = ex.ExampleSettings(seq_len=32, reuse_len=16, bsz_per_host=4, num_core_per_host=2, bi_data=True,
+                              mask_alpha=6, mask_beta=1, num_predict=6)
+
+
+def brown_lines(n):
+    with open(BROWN, encoding="utf-8") as f:
+        return f.read().splitlines()[:n]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    lines = brown_lines(400)
+    (d / "a.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    (d / "b.txt").write_text("\n".join(lines[200:]) + "\n", encoding="utf-8")
+    return d
+
+
+def config(corpus_glob, save_dir, **kw):
+    settings = kw.pop("settings", SETTINGS)
+    return cpd.WriterConfig(input_glob=str(corpus_glob), sp_path=SP_MODEL, save_dir=str(save_dir),
+                            settings=settings, batches_per_shard=kw.pop("batches_per_shard", 40), **kw)
+
+
+def read_records(path):
+    out = []
+    for raw in tf.data.TFRecordDataset(path):
+        f = tf.train.Example.FromString(raw.numpy()).features.feature
+        out.append({k: np.array(f[k].int64_list.value) for k in ("input", "is_masked", "seg_id", "label")})
+    return out
+
+
+def shard_bytes(save_dir):
+    d = os.path.join(save_dir, "tfrecords")
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d)) if n.endswith(".tfrecord")}
+
+
+@pytest.fixture(scope="module")
+def written(corpus, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("out")
+    manifest = cpd.run(config(corpus / "*.txt", save_dir))
+    return save_dir, manifest
+
+
+def test_records_and_manifest(written):
+    save_dir, manifest = written
+    loaded = mf.load_manifest(str(save_dir))
+    assert loaded["complete"] and loaded["num_records"] == manifest["num_records"] > 0
+    p = loaded["params"]
+    for key, want in dict(seq_len=32, reuse_len=16, bsz_per_host=4, num_core_per_host=2, bi_data=True,
+                          mask_alpha=6, mask_beta=1, num_predict=6, uncased=False, use_eod=True,
+                          vocab_size=8000).items():
+        assert p[key] == want, key
+    assert p["sp_sha256"] == XLNetTokenizer(SP_MODEL).fingerprint()
+    total = 0
+    files = [s["file"] for s in loaded["shards"]]
+    assert files == sorted(files), "shards listed in stream order"
+    for shard in loaded["shards"]:
+        records = read_records(shard["path"])
+        assert len(records) == shard["num_records"] == shard["num_batches"] * 4
+        total += len(records)
+        for r in records:
+            assert len(r["input"]) == 32 and r["input"][-1] == CLS_ID and r["input"][-2] == SEP_ID
+            assert r["is_masked"].sum() == 6, "exactly num_predict targets"
+            assert not r["is_masked"][np.isin(r["input"], [SEP_ID, CLS_ID])].any()
+            assert set(r["seg_id"][:16]) == {0} and r["seg_id"][-1] == 2 and r["label"][0] in (0, 1)
+    assert total == loaded["num_records"]
+    assert not any(n.startswith(".") for n in os.listdir(os.path.join(save_dir, "tfrecords")))
+
+
+def test_stream_rows_continue_and_bi_data_rows_reverse(written, corpus):
+    """Row r of host batch k+1 continues row r of batch k; per core, rows [fwd ; bwd] with bwd = reversed fwd."""
+    save_dir, manifest = written
+    m = mf.load_manifest(str(save_dir))
+    records = [r for s in m["shards"] for r in read_records(s["path"])]
+    num_batches = len(records) // 4
+    rows = [np.concatenate([records[b * 4 + r]["input"][:16] for b in range(num_batches)]) for r in range(4)]
+    # the task's stream, rebuilt independently from the tokenizer
+    tok = XLNetTokenizer(SP_MODEL)
+    files = [cpd.tokenize_file(str(corpus / n), tok, True, 10**6) for n in ("a.txt", "b.txt")]
+    stream, _, order = cpd.build_stream(files, 0, 0)
+    assert EOD_ID in stream
+    steps = len(stream) // 2
+    fwd = stream[:2 * steps].reshape(2, steps)
+    n = num_batches * 16
+    np.testing.assert_array_equal(rows[0], fwd[0][:n])          # core 0 forward
+    np.testing.assert_array_equal(rows[1], fwd[0][::-1][:n])    # core 0 backward: the same row reversed
+    np.testing.assert_array_equal(rows[2], fwd[1][:n])          # core 1 forward
+    np.testing.assert_array_equal(rows[3], fwd[1][::-1][:n])
+
+
+def test_deterministic_rerun_skips_done_shards_and_refuses_other_settings(written, corpus, tmp_path):
+    save_dir, _ = written
+    before = shard_bytes(save_dir)
+    cpd.run(config(corpus / "*.txt", save_dir))
+    assert shard_bytes(save_dir) == before
+    with pytest.raises(ValueError, match="seed"):
+        cpd.run(config(corpus / "*.txt", save_dir, seed=1))
+
+
+def test_resume_after_simulated_crash(written, corpus, tmp_path):
+    save_dir, manifest = written
+    reference = shard_bytes(save_dir)
+    copy = tmp_path / "copy"
+    (copy / "tfrecords").mkdir(parents=True)
+    names = sorted(reference)
+    assert len(names) >= 3
+    for n in names[:1]:  # only the first shard finished
+        (copy / "tfrecords" / n).write_bytes(reference[n])
+        side = os.path.join(save_dir, "tfrecords", n + ".json")
+        (copy / "tfrecords" / (n + ".json")).write_text(open(side).read())
+    # killed between sidecar and rename, and in the middle of a shard
+    side = os.path.join(save_dir, "tfrecords", names[1] + ".json")
+    (copy / "tfrecords" / (names[1] + ".json")).write_text(open(side).read())
+    (copy / "tfrecords" / f".{names[2]}.tmp-999").write_bytes(reference[names[2]][:100])
+    m = cpd.run(config(corpus / "*.txt", copy))
+    assert shard_bytes(copy) == reference
+    assert m["num_records"] == manifest["num_records"]
+    assert not any(n.startswith(".") for n in os.listdir(copy / "tfrecords"))
+
+
+def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
+    """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""
+    reference_dir, manifest = written
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "xlnet_tf.data.create_pretraining_data", f"--input_glob={corpus}/*.txt",
+           f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32", "--reuse_len=16", "--bsz_per_host=4",
+           "--num_core_per_host=2", "--bi_data", "--num_predict=6", "--batches_per_shard=4", "--num_workers=2"]
+    # The reference used 40 batches per shard; this run's plan differs, so compare records, not files.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    killed = False
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            d = out / "tfrecords"
+            done = [n for n in os.listdir(d) if n.endswith(".tfrecord")] if d.exists() else []
+            if len(done) >= 2:
+                os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its pool workers: our own process group
+                killed = True
+                break
+            time.sleep(0.01)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert killed, "the run finished before it could be killed"
+    assert not (out / "manifest.json").exists(), "the manifest is written last"
+    m = cpd.run(config(corpus / "*.txt", out, batches_per_shard=4))
+    got = [r for s in m["shards"] for r in read_records(os.path.join(out, s["file"]))]
+    ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in read_records(s["path"])]
+    assert len(got) == len(ref) == m["num_records"]
+    for a, b in zip(got, ref):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_bad_input_is_reported_and_skipped(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    good = brown_lines(120)
+    (d / "good.txt").write_text("\n".join(good) + "\n", encoding="utf-8")
+    (d / "bad_utf8.txt").write_bytes(("\n".join(good[:2]) + "\n").encode() + b"caf\xe9 \xff\xfe broken\n"
+                                     + ("\n".join(good[2:40]) + "\n").encode())
+    (d / "empty.txt").write_bytes(b"")
+    (d / "blank.txt").write_text("\n\n  \n")
+    (d / "huge.txt").write_bytes(("\n".join(good[:3]) + "\n").encode() + b"x" * 5000 + b"\n"
+                                 + ("\n".join(good[3:30]) + "\n").encode())
+    (d / "huge_no_newline.txt").write_bytes(b"y" * 7000)
+    m = cpd.run(config(d / "*.txt", tmp_path / "out", max_line_bytes=1000))
+    report = m["input_report"]["pass0-task0"]
+    assert report["files"] == 6 and report["files_used"] == 3
+    assert sorted(os.path.basename(f) for f in report["files_without_text"]) == \
+        ["blank.txt", "empty.txt", "huge_no_newline.txt"]
+    bad = "\n".join(report["bad_examples"])
+    assert "bad_utf8.txt:3: invalid UTF-8" in bad
+    assert "huge.txt:4: line longer than --max_line_bytes=1000" in bad
+    assert "huge_no_newline.txt:1: line longer" in bad
+    assert "empty.txt:0: empty file" in bad
+    assert report["bad_lines"] == 6
+    assert m["num_records"] > 0
+    # the skipped lines are gone, every other line kept
+    tok = XLNetTokenizer(SP_MODEL)
+    got = cpd.tokenize_file(str(d / "bad_utf8.txt"), tok, True, 1000)
+    want = [i for line in good[:40] for i in tok.encode_ids(line)] + [EOD_ID]
+    np.testing.assert_array_equal(got.tokens, want)
+
+
+def test_documents_get_one_eod_and_sentence_ids_flip(tmp_path):
+    tok = XLNetTokenizer(SP_MODEL)
+    p = tmp_path / "doc.txt"
+    p.write_text("\n\nFirst sentence here.\nSecond one.\n\n\n\nNew document.\n", encoding="utf-8")
+    t = cpd.tokenize_file(str(p), tok, True, 1000)
+    s1, s2, s3 = (tok.encode_ids(x) for x in ("First sentence here.", "Second one.", "New document."))
+    np.testing.assert_array_equal(t.tokens, s1 + s2 + [EOD_ID] + s3 + [EOD_ID])
+    sid = t.sent_ids.astype(int).tolist()
+    n1, n2, n3 = len(s1), len(s2), len(s3)
+    assert sid == [1] * n1 + [0] * (n2 + 1) + [1] * (n3 + 1), "<eod> joins its document's last sentence"
+    t = cpd.tokenize_file(str(p), tok, False, 1000)
+    assert EOD_ID not in t.tokens.tolist()
+
+
+def test_task_sharding_and_incomplete_manifest(corpus, tmp_path):
+    out = tmp_path / "tasks"
+    cpd.run(config(corpus / "*.txt", out, task=1, num_task=2))
+    with pytest.raises(ValueError, match="pass 0 task 0"):
+        mf.load_manifest(str(out))
+    cpd.run(config(corpus / "*.txt", out, task=0, num_task=2))
+    m = mf.load_manifest(str(out))
+    assert m["complete"] and [s["task"] for s in m["shards"]] == sorted(s["task"] for s in m["shards"])
+    assert {s["task"] for s in m["shards"]} == {0, 1}
+    assert m["input_report"]["pass0-task0"]["file_order"][0].endswith("a.txt")
+    assert m["input_report"]["pass0-task1"]["file_order"][0].endswith("b.txt")
+
+
+def test_writer_refuses_impossible_settings(corpus, tmp_path):
+    bad = dataclasses.replace(SETTINGS, num_predict=40)
+    with pytest.raises(ValueError, match="--num_predict"):
+        cpd.run(config(corpus / "*.txt", tmp_path, settings=bad))
+    with pytest.raises(ValueError, match="--task"):
+        cpd.run(config(corpus / "*.txt", tmp_path, task=2, num_task=2))
+    with pytest.raises(ValueError, match="matches no file"):
+        cpd.run(config(tmp_path / "nothing*.txt", tmp_path))
+
+
+def test_cli_refuses_with_flag_name(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "xlnet_tf.data.create_pretraining_data", f"--input_glob={BROWN}",
+                        f"--sp_path={SP_MODEL}", f"--save_dir={tmp_path}", "--seq_len=64", "--reuse_len=32",
+                        "--num_predict=85", "--bsz_per_host=4"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "--num_predict=85" in r.stderr + r.stdout
+    assert not os.path.exists(tmp_path / "manifest.json")
+
+
+def test_manifest_json_is_plain(written):
+    save_dir, _ = written
+    with open(os.path.join(save_dir, "manifest.json")) as f:
+        data = json.load(f)
+    assert all(not os.path.isabs(s["file"]) for s in data["shards"]), "relocatable: paths relative to save_dir"
