@@ -46,15 +46,16 @@ def part_seeds(seed):
     return seeds[0], seeds[1]
 
 
-def _part_perm_mask(inputs, is_masked, rank, dtype):
-    """perm_mask [B, n, n] and target flags [B, n] (bool) of one part, given its ranks [B, n]."""
+def _part_ranks(inputs, is_masked, rank):
+    """(rank, self_rank, targets) of one part as the original: context tokens get rank -1, ``self_rank`` is
+    ``rank`` for targets and ``rank + 1`` otherwise. Then i may not attend j iff ``self_rank[i] <= rank[j]``
+    and j is a target or functional token."""
     functional = tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID))
     targets = tf.logical_and(is_masked, tf.logical_not(functional))
     masked_or_func = tf.logical_or(targets, functional)
     rank = tf.where(masked_or_func, rank, -tf.ones_like(rank))
     self_rank = tf.where(targets, rank, rank + 1)
-    perm_mask = tf.logical_and(self_rank[:, :, None] <= rank[:, None, :], masked_or_func[:, None, :])
-    return tf.cast(perm_mask, dtype), targets
+    return rank, self_rank, masked_or_func, targets
 
 
 def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
@@ -72,12 +73,19 @@ def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: i
     seed_0, seed_1 = part_seeds(seed)
     rank_0 = local_permutation(batch, reuse_len, perm_size, seed_0)
     rank_1 = local_permutation(batch, new_len, perm_size, seed_1)
-    mask_0, tgt_0 = _part_perm_mask(inputs[:, :reuse_len], is_masked[:, :reuse_len], rank_0, perm_mask_dtype)
-    mask_1, tgt_1 = _part_perm_mask(inputs[:, reuse_len:], is_masked[:, reuse_len:], rank_1, perm_mask_dtype)
-    perm_mask = tf.concat([
-        tf.concat([mask_0, tf.ones([batch, reuse_len, new_len], perm_mask_dtype)], axis=2),   # reused part:
-        tf.concat([tf.zeros([batch, new_len, reuse_len], perm_mask_dtype), mask_1], axis=2),  # never sees new
-    ], axis=1)
+    r0, s0, mof_0, tgt_0 = _part_ranks(inputs[:, :reuse_len], is_masked[:, :reuse_len], rank_0)
+    r1, s1, mof_1, tgt_1 = _part_ranks(inputs[:, reuse_len:], is_masked[:, reuse_len:], rank_1)
+    # The whole [L, L] mask as ONE comparison, ``blocked[i, j] = query_key[i] <= key[j]`` (the mask is the largest
+    # tensor of the step; building it from per-part blocks and concats costs several passes over memory).
+    # With S = 2L > every rank, queries of the reused part lie in [0, S) and of the new part in [2S, 3S):
+    #   key of a reused context token   -1          -> nobody is blocked from it;
+    #   key of a reused target/func     rank        -> the original rule in the reused part, never blocks new;
+    #   key of a new context token      S           -> blocks every reused query, no new query;
+    #   key of a new target/func        2S + rank   -> blocks every reused query, the original rule in new.
+    big = 2 * seq_len
+    query_key = tf.concat([s0, 2 * big + s1], axis=1)
+    key = tf.concat([tf.where(mof_0, r0, -1), tf.where(mof_1, 2 * big + r1, big)], axis=1)
+    perm_mask = tf.cast(query_key[:, :, None] <= key[:, None, :], perm_mask_dtype)
     targets = tf.concat([tgt_0, tgt_1], axis=1)
 
     # k-th target (in position order) -> row k of target_mapping; targets beyond num_predict get no row.
