@@ -412,8 +412,11 @@ def run(cfg: WriterConfig) -> dict:
 
     # 3. Write the missing shards (in parallel over shards).
     seed_key = (cfg.seed, cfg.task, cfg.pass_id)
+    parallel = cfg.num_workers > 1 and len(todo) > 1
+    if todo and not parallel:
+        import tensorflow  # noqa: F401  (loaded before the clock starts, so records/s is the writing rate)
     progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
-    if cfg.num_workers > 1 and len(todo) > 1:
+    if parallel:
         stream_dir = os.path.join(cfg.save_dir, ".work", f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}")
         os.makedirs(stream_dir, exist_ok=True)
         np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))

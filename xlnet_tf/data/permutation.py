@@ -89,11 +89,13 @@ def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: i
     targets = tf.concat([tgt_0, tgt_1], axis=1)
 
     # k-th target (in position order) -> row k of target_mapping; targets beyond num_predict get no row.
-    slot = tf.cumsum(tf.cast(targets, tf.int32), axis=1) - 1
-    slot = tf.where(targets & (slot < num_predict), slot, -1)  # one_hot(-1) is a zero row
-    target_mapping = tf.transpose(tf.one_hot(slot, num_predict, dtype=tf.float32), [0, 2, 1])  # [B, P, L]
-    target = tf.reduce_sum(tf.cast(target_mapping, tf.int32) * inputs[:, None, :], axis=2)
-    target_mask = tf.reduce_sum(target_mapping, axis=2)
+    slot = tf.where(targets, tf.cumsum(tf.cast(targets, tf.int32), axis=1) - 1, -1)
+    match = tf.equal(slot[:, None, :], tf.range(num_predict, dtype=tf.int32)[None, :, None])  # [B, P, L]
+    target_mapping = tf.cast(match, tf.float32)
+    has_target = tf.reduce_any(match, axis=2)
+    positions = tf.argmax(target_mapping, axis=2, output_type=tf.int32)
+    target = tf.where(has_target, tf.gather(inputs, positions, batch_dims=1), 0)
+    target_mask = tf.cast(has_target, tf.float32)
     return {
         "input_ids": tf.ensure_shape(inputs, [None, seq_len]),
         "segment_ids": tf.ensure_shape(tf.cast(seg_id, tf.int32), [None, seq_len]),

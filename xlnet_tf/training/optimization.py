@@ -157,6 +157,9 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     With a ``LossScaleOptimizer`` the gradients are those of the scaled loss; they are unscaled for the norm
     and the clip, and the optimizer skips the step (and lowers the scale) if they are not finite.
     """
+    # Variables outside this loss (e.g. mask_emb when fine-tuning without the query stream) get no update.
+    pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+    grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
