@@ -172,6 +172,7 @@ def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     got = [r for s in m["shards"] for r in read_records(os.path.join(out, s["file"]))]
     ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in read_records(s["path"])]
     assert len(got) == len(ref) == m["num_records"]
+    assert not any(n.startswith(".") for n in os.listdir(out / "tfrecords")), "no temporary file left"
     for a, b in zip(got, ref):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])

@@ -10,6 +10,7 @@ _EXPORTS = {
     "load_manifest": "xlnet_tf.data.manifest",
     "check_manifest": "xlnet_tf.data.manifest",
     "local_permutation": "xlnet_tf.data.permutation",
+    "make_pretraining_batch": "xlnet_tf.data.permutation",
     "make_pretraining_features": "xlnet_tf.data.permutation",
 }
 __all__ = sorted(_EXPORTS)

@@ -31,7 +31,9 @@ def part_path(save_dir: str, split: str, pass_id: int, task: int) -> str:
 def write_json_atomic(path: str, obj: Any) -> None:
     """Writes JSON under a temporary name in the same directory, then renames: readers never see half a file."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-", suffix=".json")
+    # The temporary name starts with "." + the final name, so a writer task can find and delete its own leftovers.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=f".{os.path.basename(path)}.tmp-", suffix=".json")
     try:
         umask = os.umask(0)
         os.umask(umask)

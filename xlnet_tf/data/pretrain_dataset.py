@@ -133,8 +133,8 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     ds = records(files[first_file:]).skip(within) if first_file < len(files) else records(files[:1]).take(0)
     if repeat:
         ds = ds.concatenate(records(files).repeat())
-    # Batch the serialized records first: parsing and the masks are computed per batch (vectorised), which is
-    # several times faster than per example. Shards hold whole host batches, so batches never straddle files.
+    # Batch the serialized records first: parsing and the masks run as a few large vectorised ops per batch
+    # rather than many small ops per example. Shards hold whole host batches, so batches never straddle files.
     ds = ds.batch(per_replica_batch_size, drop_remainder=True).enumerate(start=skip_batches)
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,42 @@
+"""Shared by the classifier/RACE tests: a very small model config and run_classifier flag values."""
+
+import json
+import os
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+SPIECE = os.path.join(REPO, "data", "spiece.model")
+
+MICRO_CONFIG = {"d_head": 8, "d_inner": 32, "d_model": 16, "ff_activation": "gelu", "n_head": 2, "n_layer": 1,
+                "n_token": 8000, "untie_r": True}
+
+# run_classifier.py's flag defaults (kept in sync by test_classifier_entry.py).
+DEFAULTS = dict(
+    config_file=None, strategy="one_device", tpu=None, use_tpu=False, num_hosts=1, num_core_per_host=None,
+    dtype="float32", use_bfloat16=False, seed=0, model_config_path=None, dropout=0.1, dropatt=0.1, clamp_len=-1,
+    summary_type="last", use_summ_proj=True, cls_scope=None, is_regression=False, task_name=None, data_dir=None,
+    output_dir=None, overwrite_data=False, init_checkpoint=None, spiece_model_file=None, model_dir=None,
+    predict_dir=None, export_dir=None, uncased=False, max_seq_length=128, max_qa_length=128, high_only=False,
+    middle_only=False, shuffle_buffer=2048, do_train=False, do_eval=False, do_predict=False, eval_split="dev",
+    eval_all_ckpt=False, predict_ckpt=None, predict_threshold=0, train_steps=1000, warmup_steps=0,
+    learning_rate=1e-5, lr_layer_decay_rate=1.0, min_lr_ratio=0.0, clip=1.0, max_save=0, save_steps=None,
+    iterations=1000, train_batch_size=8, eval_batch_size=128, predict_batch_size=128, weight_decay=0.0,
+    adam_epsilon=1e-8, decay_method="poly")
+
+
+def micro_config(tmp_path):
+    os.makedirs(str(tmp_path), exist_ok=True)
+    path = os.path.join(str(tmp_path), "micro_config.json")
+    with open(path, "w") as f:
+        json.dump(MICRO_CONFIG, f)
+    return path
+
+
+def make_flags(tmp_path, **overrides):
+    values = dict(DEFAULTS, model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE,
+                  model_dir=os.path.join(str(tmp_path), "model"), max_seq_length=32, train_batch_size=4,
+                  eval_batch_size=4, predict_batch_size=4, train_steps=2, iterations=2, learning_rate=1e-3,
+                  dropout=0.0, dropatt=0.0)
+    values.update(overrides)
+    return types.SimpleNamespace(**values)

@@ -1,0 +1,156 @@
+"""GLUE/IMDB/Yelp reading in the official layouts, XLNet's input layout, bad input, feature caching, metrics."""
+
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import metrics as skm
+
+from classifier_helpers import FIXTURES, SPIECE
+from xlnet_tf.finetune import classifier_data as cd
+from xlnet_tf.finetune import metrics, records
+from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
+
+GLUE = os.path.join(FIXTURES, "glue")
+# task -> (fixture dir, train, dev, test examples)
+FIXTURE_TASKS = {
+    "cola": ("CoLA", 8, 6, 5), "sst-2": ("SST-2", 8, 6, 5), "mrpc": ("MRPC", 8, 6, 5), "sts-b": ("STS-B", 8, 6, 5),
+    "qqp": ("QQP", 8, 6, 5), "mnli_matched": ("MNLI", 9, 6, 5), "mnli_mismatched": ("MNLI", 9, 6, 5),
+    "qnli": ("QNLI", 8, 6, 5), "rte": ("RTE", 8, 6, 5), "wnli": ("WNLI", 8, 6, 5), "imdb": ("IMDB", 8, 6, None),
+    "yelp5": ("Yelp5", 10, 5, None),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return XLNetTokenizer(SPIECE)
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_TASKS))
+def test_reads_every_task_in_its_official_layout(name):
+    task = cd.get_task(name)
+    folder, *counts = FIXTURE_TASKS[name]
+    labels = task.label_list()
+    for split, count in zip(("train", "dev", "test"), counts):
+        if count is None:
+            continue
+        data = cd.read_examples(task, os.path.join(GLUE, folder), split)
+        assert len(data.examples) == count and not data.skipped, (split, data.skipped)
+        for ex in data.examples:
+            assert ex.text_a and "\t" not in ex.text_a
+            assert (ex.text_b is not None) == (task.labeled.text_b is not None if task.labeled else False)
+            if split == "test":
+                assert ex.label is None
+            elif task.regression:
+                assert 0.0 <= ex.label <= 5.0
+            else:
+                assert ex.label in labels
+    if task.test is not None:  # GLUE test ids come from the index column
+        data = cd.read_examples(task, os.path.join(GLUE, folder), "test")
+        assert [ex.guid for ex in data.examples] == [str(i) for i in range(5)]
+
+
+def test_labels_come_from_tf_models_processors():
+    assert cd.get_task("mnli").label_list() == ["contradiction", "entailment", "neutral"]
+    assert cd.get_task("qnli").label_list() == ["entailment", "not_entailment"]
+    assert cd.get_task("sts-b").label_list() is None and cd.get_task("sts-b").regression
+    assert cd.get_task("CoLA").name == "cola" and cd.get_task("SST2").name == "sst-2"
+
+
+def test_xlnet_input_layout(tokenizer):
+    ex = cd.read_examples(cd.get_task("mrpc"), os.path.join(GLUE, "MRPC"), "dev").examples[0]
+    a, b = tokenizer.encode_ids(ex.text_a), tokenizer.encode_ids(ex.text_b)
+    ids, segs, mask, truncated = cd.encode_example(tokenizer, ex, 64)
+    n = len(a) + len(b) + 3
+    assert not truncated and len(ids) == len(segs) == len(mask) == 64
+    pad = 64 - n
+    assert ids[:pad] == [0] * pad and segs[:pad] == [4] * pad and mask[:pad] == [0.0] * pad  # left padding
+    assert ids[pad:] == a + [SEP_ID] + b + [SEP_ID] + [CLS_ID]  # A <sep> B <sep> <cls>, CLS last
+    assert segs[pad:] == [0] * (len(a) + 1) + [1] * (len(b) + 1) + [2]
+    assert mask[pad:] == [1.0] * n
+
+
+def test_truncation_pops_the_longer_segment(tokenizer):
+    a, b = list(range(10)), list(range(100, 104))
+    assert cd.truncate_pair(a, b, 8)
+    assert a == [0, 1, 2, 3] and b == [100, 101, 102, 103]
+    single = list(range(10))
+    assert cd.truncate_pair(single, None, 6) and single == list(range(6))
+    ids, segs, mask = records.pack_sequence(a, b, 13)
+    assert ids[-1] == CLS_ID and ids[:2] == [0, 0] and mask[:3] == [0.0, 0.0, 1.0] and len(ids) == 13
+    with pytest.raises(ValueError, match="exceeds max_seq_length=10"):
+        records.pack_sequence(a, b, 10)
+
+
+def _write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_malformed_rows_are_skipped_and_counted(tmp_path, tokenizer):
+    _write(str(tmp_path / "train.tsv"), "sentence\tlabel\ngood film\t1\nno label column\n\t0\nbad film\t0\n"
+                                        "too\tmany\tcolumns\n")
+    task = cd.get_task("sst-2")
+    data = cd.read_examples(task, str(tmp_path), "train")
+    assert [ex.text_a for ex in data.examples] == ["good film", "bad film"]
+    assert len(data.skipped) == 3
+    assert data.skipped[0].startswith(f"{tmp_path}/train.tsv:3:") and "empty text" in data.skipped[1]
+    path, meta = cd.prepare_features(task, str(tmp_path), "train", tokenizer, 16, str(tmp_path / "out"))
+    assert meta["num_examples"] == 2 and meta["num_skipped"] == 3 and meta["num_records"] == 2
+    assert "train.tsv:3" in meta["skipped"][0]
+
+
+def test_label_outside_the_label_set_names_file_and_line(tmp_path):
+    _write(str(tmp_path / "dev.tsv"), "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tc\td\tmaybe\n")
+    with pytest.raises(ValueError, match=r"dev\.tsv:3: label 'maybe' is not in task rte's label set"):
+        cd.read_examples(cd.get_task("rte"), str(tmp_path), "dev")
+    _write(str(tmp_path / "train.tsv"), "\t".join(["c"] * 9 + ["score"]) + "\n" + "\t".join(["x"] * 9 + ["high"]))
+    with pytest.raises(ValueError, match=r"train\.tsv:2: label 'high' is not a number"):
+        cd.read_examples(cd.get_task("sts-b"), str(tmp_path), "train")
+
+
+def test_unknown_task_and_missing_files(tmp_path):
+    with pytest.raises(ValueError, match="unknown task; known: cola"):
+        cd.get_task("glue")
+    with pytest.raises(FileNotFoundError, match="dev_mismatched.tsv"):
+        cd.read_examples(cd.get_task("mnli_mismatched"), str(tmp_path), "dev")
+    with pytest.raises(ValueError, match="no 'test' split"):
+        cd.read_examples(cd.get_task("imdb"), str(tmp_path), "test")
+
+
+def test_feature_cache_is_reused_and_checked(tmp_path, tokenizer):
+    task, data_dir, out = cd.get_task("cola"), os.path.join(GLUE, "CoLA"), str(tmp_path)
+    path, meta = cd.prepare_features(task, data_dir, "train", tokenizer, 24, out)
+    assert os.path.basename(path) == "cola.spiece.model.len-24.train.tf_record"
+    assert meta["num_records"] == 8 and meta["labels"] == ["0", "1"] and len(meta["guids"]) == 8
+    mtime = os.path.getmtime(path)
+    assert cd.prepare_features(task, data_dir, "train", tokenizer, 24, out)[1]["num_examples"] == 8
+    assert os.path.getmtime(path) == mtime  # reused
+    with pytest.raises(ValueError, match="--overwrite_data"):
+        cd.prepare_features(task, data_dir, "train", XLNetTokenizer(SPIECE, lower=True), 24, out)
+    cd.prepare_features(task, data_dir, "train", XLNetTokenizer(SPIECE, lower=True), 24, out, overwrite=True)
+    assert not [f for f in os.listdir(out) if ".tmp-" in f]  # atomic writes leave nothing behind
+    ds = records.eval_dataset(path, cd.feature_spec(24, False), cd.dummy_features(24, False), 8, 3)
+    batches = list(ds)
+    assert len(batches) == 3 and int(sum(b["is_real_example"].numpy().sum() for b in batches)) == 8
+    assert batches[-1]["example_index"].numpy().tolist()[-1] == -1
+
+
+def test_metrics_match_sklearn_and_scipy():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 50)
+    logits = rng.normal(size=(50, 2)) + np.eye(2)[labels] * 0.8
+    pred = logits.argmax(-1)
+    m = metrics.classification_metrics(logits, labels, ("mcc", "f1", "accuracy"))
+    assert m["mcc"] == pytest.approx(skm.matthews_corrcoef(labels, pred))
+    assert m["f1"] == pytest.approx(skm.f1_score(labels, pred)) and m["accuracy"] == pytest.approx((pred == labels).mean())
+    y = rng.uniform(0, 5, 40)
+    s = y + rng.normal(size=40)
+    r = metrics.regression_metrics(s, y)
+    assert r["pearson"] == pytest.approx(stats.pearsonr(s, y)[0]) and r["spearman"] == pytest.approx(stats.spearmanr(s, y)[0])
+    assert metrics.regression_metrics(np.ones(3), np.arange(3.0))["pearson"] == 0.0  # constant: no NaN
+    mc = metrics.multiple_choice_metrics(np.eye(4)[[0, 1, 2, 3]], np.array([0, 1, 0, 0]), np.array([0, 0, 1, 1]))
+    assert mc == {"accuracy": 0.5, "num_examples": 4, "accuracy_middle": 1.0, "num_middle": 2, "accuracy_high": 0.0,
+                  "num_high": 2}

@@ -1,0 +1,305 @@
+"""SQuAD: features in XLNet's layout, bad input, the loss, post-processing and metrics, SavedModel export, and
+run_squad.py end to end on the official-layout v1.1 / v2.0 fixtures with a tiny model."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.finetune import squad_data, squad_postprocess
+from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS, export_saved_model, squad_loss
+from xlnet_tf.models.heads import XLNetSquad
+from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "squad")
+SPIECE = os.path.join(REPO, "data", "spiece.model")
+SMALL = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0, dropatt=0.0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return XLNetTokenizer(SPIECE)
+
+
+def _features(tokenizer, name, is_training, seq=64, query=16, stride=16):
+    squad = squad_data.read_squad_file(os.path.join(FIXTURES, name), is_training)
+    features, skipped = squad_data.convert_examples_to_features(squad.examples, tokenizer, seq, stride, query,
+                                                                is_training)
+    return squad, features, skipped
+
+
+def test_fixture_layout_is_official():
+    for version in ("1.1", "2.0"):
+        for split in ("train", "dev"):
+            with open(os.path.join(FIXTURES, f"{split}-v{version}.json"), encoding="utf-8") as f:
+                raw = json.load(f)
+            assert set(raw) == {"data", "version"}
+            for article in raw["data"]:
+                assert set(article) == {"title", "paragraphs"}
+                for p in article["paragraphs"]:
+                    assert set(p) == {"context", "qas"}
+                    for qa in p["qas"]:
+                        keys = {"id", "question", "answers"} | ({"is_impossible"} if version == "2.0" else set())
+                        assert keys <= set(qa) <= keys | {"plausible_answers"}
+                        for a in qa["answers"] + qa.get("plausible_answers", []):
+                            assert p["context"][a["answer_start"]:].startswith(a["text"])
+
+
+def test_training_features_follow_xlnet_layout(tokenizer):
+    squad, features, skipped = _features(tokenizer, "train-v2.0.json", is_training=True)
+    assert not skipped and len({f.example_index for f in features}) == len(squad.examples)
+    assert any(len([f for f in features if f.example_index == i]) > 2 for i in range(len(squad.examples)))
+    answered = set()
+    for f in features:
+        n = int(sum(f.padding_mask))
+        ids, seg, p_mask = np.array(f.input_ids), np.array(f.segment_ids), np.array(f.p_mask)
+        plen = f.paragraph_len
+        # P <sep> Q <sep> <cls>, right padding; segments P=0 (with its sep), Q=1 (with its sep), CLS=2, PAD=3.
+        assert f.cls_index == n - 1 and ids[n - 1] == CLS_ID and ids[plen] == SEP_ID and ids[n - 2] == SEP_ID
+        assert list(seg[:plen + 1]) == [0] * (plen + 1) and set(seg[plen + 1:n - 1]) == {1}
+        assert seg[n - 1] == 2 and set(seg[n:]) <= {3} and set(ids[n:]) <= {0}
+        assert list(np.flatnonzero(p_mask == 0)) == list(range(plen)) + [f.cls_index]
+        example = squad.examples[f.example_index]
+        if f.is_impossible:
+            assert f.start_position == f.end_position == f.cls_index
+        else:
+            pieces = tokenizer.decode_ids(ids[f.start_position:f.end_position + 1])
+            assert pieces.strip() == example.orig_answer_text
+            answered.add(example.qas_id)
+    assert answered == {e.qas_id for e in squad.examples if not e.is_impossible}
+
+
+def test_xlnet_preprocessing_quotes_and_digit_commas(tokenizer):
+    text = "He said ``hello'' in 1,000 ways."
+    squad_example = squad_data.SquadExample("q", "What did he say?", text, "hello", text.index("hello"),
+                                            text.index("hello") + 4)
+    (feature,), _ = squad_data.convert_examples_to_features([squad_example], tokenizer, 48, 16, 16, True)
+    expected = tokenizer.encode_ids(text)  # XLNet's own preprocessing: `` and '' become "
+    assert feature.input_ids[:feature.paragraph_len] == expected
+    assert tokenizer.decode_ids(feature.input_ids[feature.start_position:feature.end_position + 1]) == "hello"
+
+
+def _write(tmp_path, name, obj):
+    path = tmp_path / name
+    path.write_text(obj if isinstance(obj, str) else json.dumps(obj), encoding="utf-8")
+    return str(path)
+
+
+def test_bad_input_is_reported_and_counted(tmp_path, tokenizer):
+    bad = _write(tmp_path, "bad.json", '{"data": [ {"paragraphs": ]}')
+    with pytest.raises(squad_data.SquadFileError, match=r"bad\.json: not valid JSON \(line 1"):
+        squad_data.read_squad_file(bad, True)
+    with pytest.raises(squad_data.SquadFileError, match=r"nodata\.json: not a SQuAD file"):
+        squad_data.read_squad_file(_write(tmp_path, "nodata.json", {"version": "1.1"}), True)
+    with pytest.raises(squad_data.SquadFileError, match=r"noctx\.json: data\[0\]\.paragraphs\[0\] has no 'context'"):
+        squad_data.read_squad_file(_write(tmp_path, "noctx.json", {"data": [{"paragraphs": [{"qas": []}]}]}), True)
+    context = "The river flows north into the cold sea past the old mill. " * 6
+    qas = [
+        {"id": "ok", "question": "Where does the river flow?", "answers": [{"text": "north", "answer_start": 16}]},
+        {"id": "offset", "question": "What flows?", "answers": [{"text": "river", "answer_start": 0}]},
+        {"id": "empty", "question": "   ", "answers": [{"text": "river", "answer_start": 4}]},
+        {"id": "ok", "question": "Again?", "answers": [{"text": "north", "answer_start": 16}]},
+        {"id": "long", "question": "What is the whole text?", "answers": [{"text": context[:200],
+                                                                         "answer_start": 0}]},
+    ]
+    path = _write(tmp_path, "mixed.json", {"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}],
+                                           "version": "1.1"})
+    squad = squad_data.read_squad_file(path, is_training=True)
+    assert squad.skipped == {"answer not at its offset": ["offset"], "empty question": ["empty"],
+                             "duplicate id": ["ok"]}
+    features, skipped = squad_data.convert_examples_to_features(squad.examples, tokenizer, 32, 8, 8, True,
+                                                                source=path)
+    assert skipped == {"answer in no window": ["long"]}
+    assert {squad.examples[f.example_index].qas_id for f in features} == {"ok"}
+    # Evaluation keeps examples whatever their answers say (only the reader's skips apply).
+    assert [e.qas_id for e in squad_data.read_squad_file(path, is_training=False).examples] == ["ok", "offset", "long"]
+
+
+def test_loss_matches_the_original_formula():
+    rng = np.random.default_rng(0)
+    start_lp = tf.nn.log_softmax(rng.normal(size=(3, 7)).astype(np.float32))
+    end_lp = tf.nn.log_softmax(rng.normal(size=(3, 7)).astype(np.float32))
+    cls = tf.constant([0.3, -1.2, 2.0])
+    features = dict(start_positions=tf.constant([1, 6, 0]), end_positions=tf.constant([2, 6, 4]),
+                    is_impossible=tf.constant([0.0, 1.0, 0.0]))
+    total, count = squad_loss(features, dict(start_log_probs=start_lp, end_log_probs=end_lp, cls_logits=cls))
+    s, e = start_lp.numpy(), end_lp.numpy()
+    ce = -(s[[0, 1, 2], [1, 6, 0]] + e[[0, 1, 2], [2, 6, 4]]) / 2
+    y, z = np.array([0.0, 1.0, 0.0]), cls.numpy()
+    bce = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+    np.testing.assert_allclose(total.numpy() / count.numpy(), np.mean(ce + 0.5 * bce), rtol=1e-5)
+
+
+class _F:
+    """Minimal feature for post-processing tests."""
+
+    def __init__(self, uid, ex, plen, max_ctx, starts, ends):
+        self.unique_id, self.example_index, self.paragraph_len = uid, ex, plen
+        self.token_is_max_context = {i: i in max_ctx for i in range(plen)}
+        self.tok_start_to_orig_index, self.tok_end_to_orig_index = starts, ends
+
+
+def test_postprocess_beam_filters_and_null_odds():
+    text = "alpha beta gamma delta"
+    example = squad_data.SquadExample("q1", "?", text)
+    starts, ends = [0, 6, 11, 17], [4, 9, 15, 21]
+    f0 = _F(10, 0, 4, {0, 1}, starts, ends)       # window 0: max context for pieces 0-1
+    f1 = _F(11, 0, 4, {2, 3}, starts, ends)       # window 1: max context for pieces 2-3
+    # start_n_top=2, end_n_top=3 (both differ from n_best_size): end row k = i * 3 + j.
+    results = dict(
+        unique_ids=np.array([10, 11]), cls_logits=np.array([1.5, -0.7]),
+        start_top_index=np.array([[1, 0], [2, 0]]), start_top_log_probs=np.array([[-0.1, -1.0], [-0.5, -0.2]]),
+        end_top_index=np.array([[2, 0, 9, 0, 1, 3], [3, 2, 2, 0, 0, 0]]),
+        end_top_log_probs=np.array([[-0.2, -0.1, -0.01, -0.3, -0.4, -2.0], [-0.1, -0.3, -0.3, 0.0, 0.0, 0.0]]))
+    predictions, nbest, null_odds = squad_postprocess.compute_predictions(
+        [example], [f0, f1], results, n_best_size=3, max_answer_length=2, start_n_top=2, end_n_top=3)
+    # Window 0: start 1 with end 2 (ok), end 0 (< start), end 9 (outside paragraph); start 0 with end 0 (ok),
+    # end 1 (ok), end 3 (too long). Window 1: start 2 with ends 3/2/2 (ok, one duplicate); start 0 is not in its
+    # max-context window there (it would otherwise be the best span, at -0.2).
+    texts = [(e["text"], round(e["start_log_prob"] + e["end_log_prob"], 4)) for e in nbest["q1"]]
+    assert texts == [("beta gamma", -0.3), ("gamma delta", -0.6), ("gamma", -0.8)]
+    assert predictions["q1"] == "beta gamma" and null_odds["q1"] == -0.7
+    assert abs(sum(e["probability"] for e in nbest["q1"]) - 1) < 1e-9
+
+
+def test_evaluate_uses_the_official_metric_and_best_threshold():
+    from official.nlp.tools import squad_evaluate_v2_0
+
+    data = [{"paragraphs": [{"context": "x", "qas": [
+        {"id": "a", "answers": [{"text": "the red fox", "answer_start": 0}], "is_impossible": False},
+        {"id": "b", "answers": [{"text": "blue", "answer_start": 0}], "is_impossible": False},
+        {"id": "c", "answers": [], "is_impossible": True},
+        {"id": "d", "answers": [], "is_impossible": True}]}]}]
+    predictions = {"a": "red fox", "b": "green", "c": "something", "d": "other"}
+    null_odds = {"a": -2.0, "b": 0.5, "c": 1.0, "d": 3.0}
+    out = squad_postprocess.evaluate(data, predictions, null_odds)
+    official = squad_evaluate_v2_0.evaluate(data, predictions, {k: 0.0 for k in predictions})
+    for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact"):
+        assert out[key] == pytest.approx(official[key])
+    # Answer only where null odds <= -2.0 (just "a"): a right (1), b null (0), c and d null (1 each) = 3/4.
+    assert out["best_exact"] == pytest.approx(75.0) and out["best_exact_thresh"] == -2.0
+    assert out["has_ans_exact"] == pytest.approx(0.5) and out["missing"] == 0
+
+
+def _inference_batch(seq=24, batch=3, seed=0):
+    rng = np.random.default_rng(seed)
+    p_mask = np.ones((batch, seq), np.float32)
+    p_mask[:, :12] = 0
+    p_mask[:, 20] = 0
+    padding = np.ones((batch, seq), np.float32)
+    padding[:, 21:] = 0
+    return dict(input_ids=rng.integers(9, 8000, (batch, seq)).astype(np.int32),
+                segment_ids=np.array([[0] * 13 + [1] * 7 + [2] + [3] * 3] * batch, np.int32),
+                padding_mask=padding, p_mask=p_mask, cls_index=np.full([batch], 20, np.int32))
+
+
+def test_saved_model_export_reproduces_keras_outputs(tmp_path):
+    keras.utils.set_random_seed(1)
+    model = XLNetSquad(SMALL, start_n_top=3, end_n_top=2)
+    batch = _inference_batch()
+    expected = model(batch, training=False)
+    path = export_saved_model(model, str(tmp_path / "export"))
+    export_saved_model(model, path)  # replacing an existing export
+    assert sorted(os.listdir(tmp_path)) == ["export"]  # no temporary directories left behind
+    serving = tf.saved_model.load(path).signatures["serving_default"]
+    specs = serving.structured_input_signature[1]
+    assert {k: (v.dtype, v.shape.as_list()) for k, v in specs.items()} == {
+        "input_ids": (tf.int32, [None, None]), "segment_ids": (tf.int32, [None, None]),
+        "padding_mask": (tf.float32, [None, None]), "p_mask": (tf.float32, [None, None]),
+        "cls_index": (tf.int32, [None])}
+    got = serving(**{k: tf.constant(v) for k, v in batch.items()})
+    assert set(got) == set(INFERENCE_OUTPUTS)
+    for key in INFERENCE_OUTPUTS:
+        np.testing.assert_allclose(got[key].numpy(), expected[key].numpy(), rtol=1e-5, atol=1e-5)
+    assert got["end_top_index"].shape == (3, 6)
+
+
+def test_mixed_precision_training_forward_is_finite():
+    model = XLNetSquad(SMALL, dtype="mixed_bfloat16")
+    batch = _inference_batch()
+    batch.update(start_positions=np.array([3, 20, 0], np.int32), end_positions=np.array([5, 20, 11], np.int32),
+                 is_impossible=np.array([0.0, 1.0, 0.0], np.float32))
+    outputs = model(batch, training=True)
+    total, count = squad_loss(batch, outputs)
+    assert outputs["start_log_probs"].dtype == tf.float32 and np.isfinite(total.numpy()) and count.numpy() == 3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# run_squad.py end to end (subprocesses: flags are process-global).
+
+TINY = ["--model_config_path=configs/tiny.json", "--spiece_model_file=data/spiece.model", "--max_seq_length=64",
+        "--max_query_length=16", "--doc_stride=24", "--max_answer_length=12", "--train_batch_size=8",
+        "--iterations=4", "--learning_rate=1e-3", "--predict_batch_size=16", "--dropout=0", "--dropatt=0"]
+
+
+def run_squad(*args, expect_rc=0):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_squad.py"), *TINY, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == expect_rc, proc.stderr[-4000:]
+    return proc
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_run_squad_v11_train_and_eval(tmp_path):
+    model_dir = tmp_path / "v11"
+    run_squad(f"--model_dir={model_dir}", "--train_file=tests/fixtures/squad/train-v1.1.json",
+              "--predict_file=tests/fixtures/squad/dev-v1.1.json", "--train_steps=8", "--do_eval")
+    predict = model_dir / "predict"
+    predictions, nbest, null_odds = (_read(predict / n) for n in squad_postprocess.PREDICTION_FILES)
+    dev = squad_data.read_squad_file(os.path.join(FIXTURES, "dev-v1.1.json"), False)
+    ids = [e.qas_id for e in dev.examples]
+    assert list(predictions) == ids and list(nbest) == ids and list(null_odds) == ids
+    assert all(1 <= len(nbest[i]) <= 5 and nbest[i][0]["text"] == predictions[i] for i in ids)
+    results = _read(predict / "eval_results.json")
+    assert results["step"] == 8 and results["total"] == len(ids) and "NoAns_total" not in results
+    assert 0 <= results["exact"] <= results["f1"] <= 100
+    assert os.listdir(model_dir / "eval") and (model_dir / "model-8.index").exists()
+    assert list((model_dir / "data").glob("spiece.model.0.slen-64.qlen-16.train.tf_record"))
+
+
+def test_run_squad_v20_prepro_train_predict_export(tmp_path):
+    model_dir, data_dir = tmp_path / "v20", tmp_path / "features"
+    common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}", "--train_file=tests/fixtures/squad/train-v2.0.json",
+              "--predict_file=tests/fixtures/squad/dev-v2.0.json"]
+    for proc_id in range(2):  # sharded preprocessing, as the original's --do_prepro --num_proc --proc_id
+        run_squad(*common, "--do_prepro", "--num_proc=2", f"--proc_id={proc_id}")
+    shards = sorted(p.name for p in data_dir.glob("*.tf_record"))
+    assert shards == [f"spiece.model.{i}.slen-64.qlen-16.train.tf_record" for i in range(2)]
+    run_squad(*common, "--train_steps=4", "--do_eval")
+    first = _read(model_dir / "predict" / "eval_results.json")
+    assert first["NoAns_total"] == 5 and first["HasAns_total"] == 13
+    assert {"best_f1", "best_f1_thresh", "best_exact", "has_ans_f1"} <= set(first)
+    # Predict-only from the fine-tuned checkpoint, plus the SavedModel export.
+    run_squad(*common, "--nodo_train", "--do_predict", f"--predict_dir={tmp_path / 'pred'}",
+              f"--export_dir={tmp_path / 'export'}")
+    assert _read(tmp_path / "pred" / "predictions.json") == _read(model_dir / "predict" / "predictions.json")
+    null_odds = _read(tmp_path / "pred" / "null_odds.json")
+    serving = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    features = squad_data.prepare_eval_features(os.path.join(FIXTURES, "dev-v2.0.json"), str(data_dir),
+                                                squad_data.FeatureSettings(SPIECE, 64, 16, 24, False))[1]
+    batch = next(iter(squad_data.eval_dataset(features, 64)))
+    out = serving(**{k: batch[k] for k in squad_data.INFERENCE_KEYS})
+    first_example = [i for i, f in enumerate(features) if f.example_index == 0]
+    qid = squad_data.read_squad_file(os.path.join(FIXTURES, "dev-v2.0.json"), False).examples[0].qas_id
+    assert min(out["cls_logits"].numpy()[first_example]) == pytest.approx(null_odds[qid], abs=1e-4)
+
+
+def test_run_squad_reports_bad_flags_and_files(tmp_path):
+    proc = run_squad(f"--model_dir={tmp_path}", "--train_file=nope.json", "--max_query_length=70", expect_rc=1)
+    assert "--train_file=nope.json: file not found" in proc.stderr
+    assert "--max_seq_length=64 leaves no room" in proc.stderr
+    bad = _write(tmp_path, "train.json", '{"data": [')
+    proc = run_squad(f"--model_dir={tmp_path / 'm'}", f"--train_file={bad}", "--train_steps=2", expect_rc=1)
+    assert f"{bad}: not valid JSON" in proc.stderr

@@ -1,0 +1,285 @@
+"""GLUE (official TSV layouts), IMDB and Yelp data for XLNet sequence classification / regression.
+
+tf-models-official's GLUE processors (``official.nlp.data.classifier_data_lib``) now read TFDS, not the GLUE
+TSV files users download, and ``MnliProcessor`` even calls ``tfds.load`` (a download) when constructed. So the
+label sets, task names and ``InputExample`` come from the library, ``ImdbProcessor`` is used as is (it reads the
+aclImdb directory layout), and the TSV layouts are read here: column positions per task and split as in the
+official GLUE files (and BERT/XLNet's processors), with each row checked.
+
+Row problems: a row with the wrong number of columns or an empty text is *skipped* and counted (with its file
+and line); a label outside the task's label set (or a regression label that is not a number) is an *error*
+naming the file and line, since it means wrong data or a wrong --task_name.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import sys
+from typing import Optional
+
+from absl import logging
+
+from xlnet_tf.finetune import records
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """Column positions in a TSV row (negative = from the end); ``index`` is the GLUE submission id column."""
+    text_a: int
+    text_b: Optional[int] = None
+    label: Optional[int] = None
+    index: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    library_processor: str  # class name in official.nlp.data.classifier_data_lib (labels, display name)
+    files: dict  # split -> file name under data_dir
+    labeled: Optional[Columns] = None  # train/dev layout
+    test: Optional[Columns] = None
+    header: tuple = ("train", "dev", "test")  # splits whose file starts with a header row
+    submission: str = ""  # GLUE submission file name (without .tsv)
+    metrics: tuple = ("accuracy",)
+    labels: Optional[tuple] = None  # only for tasks the library lacks
+    reader: str = "tsv"  # tsv | imdb | csv
+
+    @property
+    def regression(self) -> bool:
+        return self.library_processor == "StsBProcessor"
+
+    def label_list(self) -> Optional[list]:
+        if self.labels is not None:
+            return list(self.labels)
+        if self.regression:
+            return None
+        from official.nlp.data import classifier_data_lib as lib
+        # get_labels does not use the instance; MnliProcessor must not be constructed (it calls tfds.load).
+        return list(getattr(lib, self.library_processor).get_labels(None))
+
+
+def _glue(name, processor, files, labeled, test, submission, metrics=("accuracy",), header=("train", "dev", "test")):
+    return TaskSpec(name, processor, files, labeled, test, header, submission, metrics)
+
+
+_GLUE_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+TASKS = {t.name: t for t in [
+    # CoLA train/dev: source, label, original label, sentence (no header); test: index, sentence (header).
+    _glue("cola", "ColaProcessor", _GLUE_FILES, Columns(3, None, 1), Columns(1, None, None, 0), "CoLA",
+          ("mcc", "accuracy"), header=("test",)),
+    _glue("sst-2", "SstProcessor", _GLUE_FILES, Columns(0, None, 1), Columns(1, None, None, 0), "SST-2"),
+    # MRPC: Quality, #1 ID, #2 ID, #1 String, #2 String.
+    _glue("mrpc", "MrpcProcessor", _GLUE_FILES, Columns(3, 4, 0), Columns(3, 4, None, 0), "MRPC",
+          ("f1", "accuracy")),
+    # STS-B: index genre filename year old_index source1 source2 sentence1 sentence2 score.
+    _glue("sts-b", "StsBProcessor", _GLUE_FILES, Columns(7, 8, -1), Columns(7, 8, None, 0), "STS-B",
+          ("pearson", "spearman")),
+    # QQP: id qid1 qid2 question1 question2 is_duplicate; test: id question1 question2.
+    _glue("qqp", "QqpProcessor", _GLUE_FILES, Columns(3, 4, 5), Columns(1, 2, None, 0), "QQP", ("f1", "accuracy")),
+    # MNLI: ... sentence1(8) sentence2(9) [label1 ... ] gold_label(last).
+    _glue("mnli_matched", "MnliProcessor", {"train": "train.tsv", "dev": "dev_matched.tsv",
+                                            "test": "test_matched.tsv"},
+          Columns(8, 9, -1), Columns(8, 9, None, 0), "MNLI-m"),
+    _glue("mnli_mismatched", "MnliProcessor", {"train": "train.tsv", "dev": "dev_mismatched.tsv",
+                                               "test": "test_mismatched.tsv"},
+          Columns(8, 9, -1), Columns(8, 9, None, 0), "MNLI-mm"),
+    _glue("qnli", "QnliProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "QNLI"),
+    _glue("rte", "RteProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "RTE"),
+    _glue("wnli", "WnliProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "WNLI"),
+    # IMDB: aclImdb/{train,test}/{pos,neg}/*.txt (the library's ImdbProcessor); dev = test as in the original.
+    TaskSpec("imdb", "ImdbProcessor", {"train": "train", "dev": "test"}, reader="imdb", submission="IMDB"),
+    # Yelp review full / polarity CSVs: "label","text" with labels 1..5 / 1..2; dev = test.csv (original).
+    TaskSpec("yelp5", "", {"train": "train.csv", "dev": "test.csv"}, Columns(1, None, 0), header=(),
+             labels=("1", "2", "3", "4", "5"), reader="csv", submission="Yelp5"),
+    TaskSpec("yelp2", "", {"train": "train.csv", "dev": "test.csv"}, Columns(1, None, 0), header=(),
+             labels=("1", "2"), reader="csv", submission="Yelp2"),
+]}
+ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli": "mnli_matched", "mnli-m": "mnli_matched",
+           "mnli-mm": "mnli_mismatched", "imdb-sentiment": "imdb"}
+
+
+def get_task(name: str) -> TaskSpec:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in TASKS:
+        raise ValueError(f"--task_name={name!r}: unknown task; known: {', '.join(sorted(TASKS))}, race "
+                         f"(aliases: {', '.join(sorted(ALIASES))})")
+    return TASKS[key]
+
+
+@dataclasses.dataclass
+class ExampleSet:
+    """Examples of one split (``tf-models`` ``InputExample``s; ``example_id`` holds 'file:line'), the rows skipped
+    (with reasons) and the file read."""
+    examples: list
+    skipped: list
+    source: str
+
+
+def _read_rows(path: str, delimiter: str):
+    """(line_number, row) for every row; the GLUE files are TSV without quoting (the official readers' csv
+    ``quotechar=None``); Yelp CSVs use standard quoting."""
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8", newline="") as f:
+        if delimiter == "\t":
+            reader = csv.reader(f, delimiter="\t", quotechar=None)
+        else:
+            reader = csv.reader(f)
+        try:
+            for row in reader:
+                yield reader.line_num, row
+        except csv.Error as e:
+            raise ValueError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
+                             f"({e})") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+
+
+def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
+    """Reads ``split`` (train, dev, test) of ``task`` from ``data_dir`` in its official layout."""
+    from official.nlp.data import classifier_data_lib as lib
+
+    if split not in task.files:
+        raise ValueError(f"task {task.name} has no {split!r} split (it has: {', '.join(task.files)})")
+    path = os.path.join(data_dir, task.files[split])
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: {task.name} {split} data not found (expected the official layout: "
+                                f"{', '.join(task.files.values())} under --data_dir)")
+    if task.reader == "imdb":
+        examples = lib.ImdbProcessor()._create_examples(path)  # pylint: disable=protected-access
+        for i, ex in enumerate(examples):
+            ex.guid, ex.example_id = str(i), f"{path}#{i}"
+        return ExampleSet(examples, [], path)
+
+    labels = task.label_list()
+    columns = task.test if split == "test" else task.labeled
+    labeled = split != "test"
+    examples, skipped, width = [], [], None
+    for line, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
+        where = f"{path}:{line}"
+        if split in task.header and width is None:
+            width = len(row)  # header row: every data row must have as many columns
+            continue
+        needed = 1 + max(c for c in (columns.text_a, columns.text_b, columns.label, columns.index)
+                         if c is not None and c >= 0)
+        if (width is not None and len(row) != width) or len(row) < needed:
+            skipped.append(f"{where}: {len(row)} columns, expected {width or needed}")
+            continue
+        text_a = row[columns.text_a].strip()
+        if task.reader == "csv":  # Yelp CSVs escape newlines as a literal backslash-n
+            text_a = text_a.replace("\\n", " ")
+        text_b = row[columns.text_b].strip() if columns.text_b is not None else None
+        if not text_a or (columns.text_b is not None and not text_b):
+            skipped.append(f"{where}: empty text")
+            continue
+        label = None
+        if labeled:
+            raw = row[columns.label].strip()
+            if task.regression:
+                try:
+                    label = float(raw)
+                except ValueError:
+                    raise ValueError(f"{where}: label {raw!r} is not a number ({task.name} is a regression "
+                                     "task)") from None
+            else:
+                if raw not in labels:
+                    raise ValueError(f"{where}: label {raw!r} is not in task {task.name}'s label set {labels} "
+                                     "(wrong --task_name or a corrupted file?)")
+                label = raw
+        guid = row[columns.index].strip() if columns.index is not None else str(len(examples))
+        examples.append(lib.InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label, example_id=where))
+    if skipped:
+        logging.warning("%s: skipped %d malformed row(s), e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
+    return ExampleSet(examples, skipped, path)
+
+
+def truncate_pair(tokens_a: list, tokens_b: Optional[list], max_tokens: int) -> bool:
+    """Pops tokens from the end of the longer of A/B until they fit (in place); True if anything was cut."""
+    if tokens_b is None:
+        cut = len(tokens_a) > max_tokens
+        del tokens_a[max_tokens:]
+        return cut
+    cut = False
+    while len(tokens_a) + len(tokens_b) > max_tokens:
+        (tokens_a if len(tokens_a) > len(tokens_b) else tokens_b).pop()
+        cut = True
+    return cut
+
+
+def encode_example(tokenizer, example, max_seq_length: int):
+    """(input_ids, segment_ids, padding_mask, truncated) of one example in XLNet's layout."""
+    tokens_a = tokenizer.encode_ids(example.text_a)
+    tokens_b = tokenizer.encode_ids(example.text_b) if example.text_b is not None else None
+    budget = max_seq_length - (3 if tokens_b is not None else 2)
+    truncated = truncate_pair(tokens_a, tokens_b, budget)
+    return (*records.pack_sequence(tokens_a, tokens_b, max_seq_length), truncated)
+
+
+def feature_spec(max_seq_length: int, regression: bool) -> dict:
+    import tensorflow as tf
+    return {"input_ids": ([max_seq_length], tf.int64), "segment_ids": ([max_seq_length], tf.int64),
+            "padding_mask": ([max_seq_length], tf.float32),
+            "label": ([], tf.float32 if regression else tf.int64),
+            "is_real_example": ([], tf.int64), "example_index": ([], tf.int64)}
+
+
+def dummy_features(max_seq_length: int, regression: bool) -> dict:
+    import numpy as np
+    ids, segs, mask = records.dummy_sequence(max_seq_length)
+    return {"input_ids": np.asarray(ids, np.int32), "segment_ids": np.asarray(segs, np.int32),
+            "padding_mask": np.asarray(mask, np.float32),
+            "label": np.float32(0) if regression else np.int32(0), "is_real_example": np.int32(0),
+            "example_index": np.int32(-1)}
+
+
+def cache_path(output_dir: str, task: TaskSpec, spiece_model_file: str, max_seq_length: int, split: str) -> str:
+    """The original's ``{spm_basename}.len-{L}.{split}.tf_record`` naming, prefixed with the task."""
+    return os.path.join(output_dir, f"{task.name}.{os.path.basename(spiece_model_file)}.len-{max_seq_length}."
+                                    f"{split}.tf_record")
+
+
+def prepare_features(task: TaskSpec, data_dir: str, split: str, tokenizer, max_seq_length: int,
+                     output_dir: str, overwrite: bool = False) -> tuple[str, dict]:
+    """Encodes ``split`` once into a TFRecord cache (reused unless ``overwrite``); returns (path, meta) with
+    counts of examples, skipped rows and truncated examples, the label list and the examples' ids."""
+    import numpy as np
+
+    path = cache_path(output_dir, task, tokenizer.model_file, max_seq_length, split)
+    expected = {"task": task.name, "split": split, "max_seq_length": max_seq_length, "uncased": tokenizer.lower,
+                "spiece_sha256": tokenizer.fingerprint()}
+    if not overwrite:
+        meta = records.cached_meta(path, expected)
+        if meta is not None:
+            logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
+            return path, meta
+    data = read_examples(task, data_dir, split)
+    labels = task.label_list()
+    label_ids = {label: i for i, label in enumerate(labels or [])}
+    truncated = 0
+
+    def features():
+        nonlocal truncated
+        for i, ex in enumerate(data.examples):
+            ids, segs, mask, cut = encode_example(tokenizer, ex, max_seq_length)
+            truncated += cut
+            if ex.label is None:
+                label = np.float32(0) if task.regression else 0
+            else:
+                label = np.float32(ex.label) if task.regression else label_ids[ex.label]
+            yield {"input_ids": ids, "segment_ids": segs, "padding_mask": np.asarray(mask, np.float32),
+                   "label": label, "is_real_example": 1, "example_index": i}
+
+    logging.info("encoding %d %s examples of %s into %s", len(data.examples), split, task.name, path)
+    meta = dict(expected, source=data.source, num_examples=len(data.examples), num_skipped=len(data.skipped),
+                skipped=data.skipped[:100], labels=labels, guids=[ex.guid for ex in data.examples])
+    meta["num_truncated"] = 0
+    meta = records.write_records(path, features(), meta)
+    meta["num_truncated"] = truncated
+    records.write_json_atomic(path + ".json", meta)
+    if truncated:
+        logging.info("%s: %d of %d examples truncated to max_seq_length=%d", path, truncated,
+                     len(data.examples), max_seq_length)
+    return path, meta

@@ -1,0 +1,144 @@
+"""Encoded-feature caches (TFRecords, as the original ``file_based_convert_examples_to_features``), the
+left-padded XLNet input layout shared by the classifier and RACE, and atomic output writing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Iterable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf.tokenization import CLS_ID, SEP_ID
+
+SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4  # the original's SEG_ID_*; 3 (SEP) is unused
+
+
+def pack_sequence(tokens_a: list[int], tokens_b: Optional[list[int]], max_seq_length: int):
+    """``A <sep> [B <sep>] <cls>`` left-padded to ``max_seq_length`` with id 0: returns (input_ids,
+    segment_ids, padding_mask) with segments A=0 (incl. its sep), B=1 (incl. its sep), CLS=2, PAD=4 and
+    padding_mask 1 = real token. The caller has already truncated A and B to fit."""
+    ids = list(tokens_a) + [SEP_ID]
+    segs = [SEG_ID_A] * len(ids)
+    if tokens_b is not None:
+        ids += list(tokens_b) + [SEP_ID]
+        segs += [SEG_ID_B] * (len(tokens_b) + 1)
+    ids.append(CLS_ID)
+    segs.append(SEG_ID_CLS)
+    pad = max_seq_length - len(ids)
+    if pad < 0:
+        raise ValueError(f"sequence of {len(ids)} tokens exceeds max_seq_length={max_seq_length}")
+    return ([0] * pad + ids, [SEG_ID_PAD] * pad + segs, [0.0] * pad + [1.0] * len(ids))
+
+
+def dummy_sequence(max_seq_length: int):
+    """A padding example (the original's ``PaddingInputExample``): ``<sep> <cls>``; excluded from metrics."""
+    return pack_sequence([], None, max_seq_length)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str):
+    """Yields a temporary path next to ``path``; on success it is renamed to ``path`` (file or directory),
+    replacing any previous one, so readers never see a partial output."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+    target = os.path.join(tmp, "out")
+    try:
+        yield target
+        if os.path.isdir(target) and os.path.isdir(path):
+            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
+            os.replace(path, os.path.join(old, "out"))
+            os.replace(target, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text_atomic(path: str, text: str) -> str:
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    return path
+
+
+def write_json_atomic(path: str, obj) -> str:
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _feature(values: np.ndarray) -> tf.train.Feature:
+    values = np.asarray(values).reshape(-1)
+    if values.dtype.kind == "f":
+        return tf.train.Feature(float_list=tf.train.FloatList(value=values.tolist()))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values.astype(np.int64).tolist()))
+
+
+def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
+    """Writes feature dicts (numpy-compatible values) as tf.train.Examples to ``path`` and ``meta`` (plus
+    ``num_records``) to ``path + '.json'``, each atomically. Returns the meta written."""
+    count = 0
+    with atomic_path(path) as tmp:
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for feature in features:
+                example = tf.train.Example(features=tf.train.Features(
+                    feature={k: _feature(v) for k, v in feature.items()}))
+                writer.write(example.SerializeToString())
+                count += 1
+    meta = dict(meta, num_records=count)
+    write_json_atomic(path + ".json", meta)
+    return meta
+
+
+def cached_meta(path: str, expected: dict) -> Optional[dict]:
+    """The meta of a cache at ``path`` if it exists and was written with ``expected`` settings; None if there is
+    no cache; ValueError (asking for --overwrite_data) if it was written with different settings."""
+    if not (os.path.exists(path) and os.path.exists(path + ".json")):
+        return None
+    with open(path + ".json", encoding="utf-8") as f:
+        meta = json.load(f)
+    diff = {k: (meta.get(k), v) for k, v in expected.items() if meta.get(k) != v}
+    if diff:
+        raise ValueError(f"{path}: cached features were written with different settings "
+                         f"({', '.join(f'{k}: cached {a!r} != now {b!r}' for k, (a, b) in diff.items())}); "
+                         "rerun with --overwrite_data")
+    return meta
+
+
+def parse_fn(spec: dict):
+    """A tf.data map function from ``{name: (shape, tf.dtype)}``; int64 columns come out int32."""
+    description = {k: tf.io.FixedLenFeature(shape, tf.float32 if dtype.is_floating else tf.int64)
+                   for k, (shape, dtype) in spec.items()}
+
+    def parse(record):
+        example = tf.io.parse_single_example(record, description)
+        return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
+    return parse
+
+
+def eval_dataset(path: str, spec: dict, dummy: dict, num_records: int, global_batch_size: int) -> tf.data.Dataset:
+    """The cached records in order, padded with ``dummy`` (is_real_example=0) to a multiple of the global
+    batch, so every replica gets full batches; the dummies are dropped before metrics."""
+    ds = tf.data.TFRecordDataset(path).map(parse_fn(spec))
+    pad = -num_records % global_batch_size
+    if pad or num_records == 0:
+        pad = pad or global_batch_size
+        dummy_ds = tf.data.Dataset.from_tensors({k: tf.constant(v) for k, v in dummy.items()}).repeat(pad)
+        ds = ds.concatenate(dummy_ds)
+    return ds.batch(global_batch_size, drop_remainder=True)
+
+
+def train_dataset(path: str, spec: dict, input_context: tf.distribute.InputContext, per_replica_batch: int,
+                  shuffle_buffer: int, seed: int) -> tf.data.Dataset:
+    """Shuffled, repeated per-replica batches, sharded across input pipelines."""
+    ds = tf.data.TFRecordDataset(path)
+    if input_context and input_context.num_input_pipelines > 1:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.map(parse_fn(spec), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(per_replica_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

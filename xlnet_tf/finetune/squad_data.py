@@ -1,0 +1,488 @@
+"""SQuAD v1.1 / v2.0 data for XLNet: reading and validating the JSON, SentencePiece features, cached TFRecords.
+
+Feature building reuses tf-models-official's ``squad_lib_sp.convert_examples_to_features(xlnet_format=True)``:
+the original XLNet algorithm (character <-> piece alignment by banded LCS, sliding windows with ``doc_stride``,
+``P <sep> Q <sep> <cls>`` with segment ids P=0, Q=1, CLS=2, PAD=3, right padding, ``token_is_max_context``,
+spans outside a window labelled at CLS). It is wrapped where it differs from XLNet:
+
+* it looks up ``[SEP]``/``[CLS]``, which an XLNet ``spiece.model`` maps to ``<unk>``: a proxy SentencePiece
+  processor maps them to ``<sep>``/``<cls>`` (ids 4/3);
+* its ``preprocess_text`` (ALBERT's) does not turn ``` `` ``/``''`` into ``"`` as XLNet's does: the proxy applies
+  that before encoding, so the pieces are the ones the original XLNet preprocessing produces;
+* it drops examples silently ("MISMATCH DETECTED!") and crashes on some inputs: here it runs one example at a
+  time so each drop is counted with its reason and the example's id;
+* its ``paragraph_mask`` (1 = paragraph or CLS) becomes XLNet's ``p_mask`` (1 = not an answer position, CLS 0).
+
+Input validation (malformed JSON, answers that are not at their offset, empty questions, answers that fit in no
+window) reports the file and the example id; skipped examples are counted in the returned ``stats``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import glob
+import json
+import os
+import pickle
+import random
+import tempfile
+from typing import Iterable, Optional
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer, file_sha256
+
+SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
+UNIQUE_ID_BASE = 1_000_000_000
+CACHE_VERSION = 1
+
+
+class SquadFileError(ValueError):
+    """A SQuAD JSON file that cannot be used (the message names the file and the place)."""
+
+
+@dataclasses.dataclass
+class SquadExample:
+    qas_id: str
+    question_text: str
+    paragraph_text: str
+    orig_answer_text: Optional[str] = None
+    start_position: Optional[int] = None  # character offset of the answer in paragraph_text
+    end_position: Optional[int] = None
+    is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One window of one example, XLNet layout. ``padding_mask`` is 1 for real tokens (our model's convention)."""
+
+    unique_id: int
+    example_index: int
+    doc_span_index: int
+    tok_start_to_orig_index: list
+    tok_end_to_orig_index: list
+    token_is_max_context: dict
+    input_ids: list
+    padding_mask: list
+    segment_ids: list
+    p_mask: list
+    paragraph_len: int  # paragraph pieces in this window
+    cls_index: int
+    start_position: Optional[int] = None
+    end_position: Optional[int] = None
+    is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class SquadFile:
+    path: str
+    examples: list
+    data: list  # the file's "data" list, as the official evaluation reads it
+    version_2: bool  # the file has "is_impossible" keys (SQuAD 2.0)
+    has_answers: bool  # gold answers present (evaluation possible)
+    skipped: dict  # reason -> [qas_id, ...]
+
+
+def _where(path, *parts):
+    return f"{path}: " + "".join(parts)
+
+
+def read_squad_file(path: str, is_training: bool) -> SquadFile:
+    """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
+
+    Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
+    or ``question``) raise ``SquadFileError`` naming the file and the place. Problems of single examples skip
+    them (and are listed in ``skipped`` by reason): empty question; in training also no answer, an answer that
+    is not at its ``answer_start`` in the context, and duplicate ids.
+    """
+    if not tf.io.gfile.exists(path):
+        raise SquadFileError(f"{path}: file not found")
+    with tf.io.gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SquadFileError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
+        raise SquadFileError(f"{path}: not a SQuAD file (expected an object with a 'data' list, as the official "
+                             "train-v1.1.json / train-v2.0.json)")
+    examples, skipped, seen = [], collections.defaultdict(list), set()
+    version_2 = has_answers = False
+    for a, article in enumerate(raw["data"]):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise SquadFileError(_where(path, f"data[{a}] has no 'paragraphs' list"))
+        for p, paragraph in enumerate(paragraphs):
+            where = f"data[{a}].paragraphs[{p}]"
+            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
+                raise SquadFileError(_where(path, f"{where} has no 'context' string"))
+            if not isinstance(paragraph.get("qas"), list):
+                raise SquadFileError(_where(path, f"{where} has no 'qas' list"))
+            context = paragraph["context"]
+            for q, qa in enumerate(paragraph["qas"]):
+                qwhere = f"{where}.qas[{q}]"
+                if not isinstance(qa, dict) or "id" not in qa or not isinstance(qa.get("question"), str):
+                    raise SquadFileError(_where(path, f"{qwhere} needs an 'id' and a 'question' string"))
+                qas_id = str(qa["id"])
+                answers = qa.get("answers") or []
+                if not isinstance(answers, list):
+                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'answers' is not a list"))
+                version_2 |= "is_impossible" in qa
+                is_impossible = bool(qa.get("is_impossible", False))
+                has_answers |= bool(answers) or is_impossible
+
+                def skip(reason, detail=""):
+                    skipped[reason].append(qas_id)
+                    logging.warning("%s: skipping example %s (%s): %s%s", path, qas_id, qwhere, reason, detail)
+
+                if qas_id in seen:
+                    skip("duplicate id")
+                    continue
+                if not qa["question"].strip():
+                    skip("empty question")
+                    continue
+                if not context.strip():
+                    skip("empty context")
+                    continue
+                example = SquadExample(qas_id, qa["question"], context, is_impossible=is_impossible)
+                if is_training:
+                    if not is_impossible:
+                        if not answers:
+                            skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")
+                            continue
+                        ans = answers[0]
+                        if not isinstance(ans, dict) or not isinstance(ans.get("text"), str) or \
+                                not isinstance(ans.get("answer_start"), int) or not ans["text"]:
+                            skip("malformed answer", f" {ans!r}")
+                            continue
+                        start, ans_text = ans["answer_start"], ans["text"]
+                        if context[start:start + len(ans_text)] != ans_text:
+                            skip("answer not at its offset",
+                                 f": {ans_text!r} at answer_start={start}, context there is "
+                                 f"{context[start:start + len(ans_text)]!r}")
+                            continue
+                        example.orig_answer_text, example.start_position = ans_text, start
+                        example.end_position = start + len(ans_text) - 1
+                    else:
+                        example.orig_answer_text, example.start_position = "", -1
+                seen.add(qas_id)
+                examples.append(example)
+    if not examples:
+        raise SquadFileError(f"{path}: no usable examples (skipped: {_counts(skipped) or 'none'})")
+    return SquadFile(path, examples, raw["data"], version_2, has_answers, dict(skipped))
+
+
+def _counts(skipped: dict) -> str:
+    return ", ".join(f"{len(ids)} {reason}" for reason, ids in skipped.items())
+
+
+class _XLNetPieces:
+    """SentencePiece proxy for squad_lib_sp: XLNet's special pieces and XLNet's quote normalisation."""
+
+    _SPECIAL = {"[SEP]": "<sep>", "[CLS]": "<cls>"}
+
+    def __init__(self, sp):
+        self._sp = sp
+
+    def PieceToId(self, piece):  # noqa: N802 (SentencePiece API)
+        return self._sp.PieceToId(self._SPECIAL.get(piece, piece))
+
+    def EncodeAsPieces(self, text):  # noqa: N802
+        return self._sp.EncodeAsPieces(text.replace("``", '"').replace("''", '"'))
+
+    def __getattr__(self, name):
+        return getattr(self._sp, name)
+
+
+@contextlib.contextmanager
+def _absl_verbosity(level):
+    old = logging.get_verbosity()
+    logging.set_verbosity(level)
+    try:
+        yield
+    finally:
+        logging.set_verbosity(old)
+
+
+def convert_examples_to_features(examples: list, tokenizer: XLNetTokenizer, max_seq_length: int, doc_stride: int,
+                                 max_query_length: int, is_training: bool, example_index_offset: int = 0,
+                                 unique_id_base: int = UNIQUE_ID_BASE, source: str = "") -> tuple[list, dict]:
+    """Features of ``examples`` (squad_lib_sp's algorithm in XLNet format) and ``skipped`` (reason -> ids).
+
+    Examples whose paragraph cannot be aligned to its pieces are skipped, and in training also those whose
+    answer lies inside no window (too long for ``max_seq_length``/``doc_stride``).
+    """
+    from official.nlp.data import squad_lib_sp  # imports tf_keras internally (data utilities only)
+
+    if max_seq_length - max_query_length - 3 < 1:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the paragraph after "
+                         f"max_query_length={max_query_length} and 3 special tokens")
+    proxy = type("Tokenizer", (), {})()
+    proxy.sp_model = _XLNetPieces(tokenizer.sp)
+    features, skipped = [], collections.defaultdict(list)
+    unique_id = unique_id_base
+    for index, example in enumerate(examples):
+        lib_example = squad_lib_sp.SquadExample(
+            qas_id=example.qas_id, question_text=example.question_text, paragraph_text=example.paragraph_text,
+            orig_answer_text=example.orig_answer_text, start_position=example.start_position,
+            is_impossible=example.is_impossible)
+        produced = []
+        try:
+            with _absl_verbosity(logging.WARNING):  # squad_lib_sp logs every window of its first 20 examples
+                squad_lib_sp.convert_examples_to_features(
+                    [lib_example], proxy, max_seq_length, doc_stride, max_query_length, is_training,
+                    output_fn=(produced.append if is_training else lambda f, is_padding: produced.append(f)),
+                    do_lower_case=tokenizer.lower, xlnet_format=True, batch_size=1)
+        except UnboundLocalError:  # squad_lib_sp (eval mode) when the only example was dropped as a mismatch
+            produced = []
+        except AssertionError:  # answer start after answer end once mapped to pieces
+            skipped["answer not alignable to pieces"].append(example.qas_id)
+            logging.warning("%s: skipping example %s: its answer cannot be mapped to SentencePiece pieces",
+                            source, example.qas_id)
+            continue
+        if not produced:
+            skipped["paragraph not alignable to pieces"].append(example.qas_id)
+            logging.warning("%s: skipping example %s: fewer than 80%% of its paragraph's characters align with "
+                            "its SentencePiece pieces (squad_lib_sp 'MISMATCH DETECTED!')", source, example.qas_id)
+            continue
+        if is_training and not example.is_impossible and all(f.is_impossible for f in produced):
+            skipped["answer in no window"].append(example.qas_id)
+            logging.warning("%s: skipping example %s: its answer %r is not inside any %d-token window (raise "
+                            "--max_seq_length or lower --doc_stride)", source, example.qas_id,
+                            example.orig_answer_text, max_seq_length)
+            continue
+        for f in produced:
+            features.append(_to_xlnet_feature(f, unique_id, example_index_offset + index))
+            unique_id += 1
+    return features, dict(skipped)
+
+
+def _to_xlnet_feature(f, unique_id: int, example_index: int) -> SquadFeature:
+    paragraph_mask = np.asarray(f.paragraph_mask, np.int32)
+    return SquadFeature(
+        unique_id=unique_id, example_index=example_index, doc_span_index=f.doc_span_index,
+        tok_start_to_orig_index=list(f.tok_start_to_orig_index), tok_end_to_orig_index=list(f.tok_end_to_orig_index),
+        token_is_max_context=dict(f.token_is_max_context), input_ids=list(f.input_ids),
+        padding_mask=list(f.input_mask), segment_ids=list(f.segment_ids), p_mask=(1 - paragraph_mask).tolist(),
+        paragraph_len=len(f.tok_start_to_orig_index), cls_index=f.class_index,
+        start_position=f.start_position, end_position=f.end_position, is_impossible=bool(f.is_impossible))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cached features: train TFRecords (one shard per --proc_id) and pickled eval features, each with a manifest so a
+# changed input file or setting rebuilds them instead of silently reusing stale data.
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSettings:
+    spiece_model_file: str
+    max_seq_length: int
+    max_query_length: int
+    doc_stride: int
+    uncased: bool
+
+    def prefix(self) -> str:
+        return os.path.basename(self.spiece_model_file)
+
+    def fingerprint(self, data_file: str) -> dict:
+        return dict(cache_version=CACHE_VERSION, data_file=os.path.abspath(data_file),
+                    data_sha256=file_sha256(data_file), spiece_sha256=file_sha256(self.spiece_model_file),
+                    max_seq_length=self.max_seq_length, max_query_length=self.max_query_length,
+                    doc_stride=self.doc_stride, uncased=self.uncased)
+
+
+def train_record_path(output_dir: str, s: FeatureSettings, proc_id) -> str:
+    return os.path.join(output_dir, f"{s.prefix()}.{proc_id}.slen-{s.max_seq_length}.qlen-{s.max_query_length}"
+                                    ".train.tf_record")
+
+
+def eval_feature_path(output_dir: str, s: FeatureSettings) -> str:
+    return os.path.join(output_dir, f"{s.prefix()}.slen-{s.max_seq_length}.qlen-{s.max_query_length}"
+                                    ".eval.features.pkl")
+
+
+def _manifest_ok(path: str, fingerprint: dict) -> bool:
+    manifest = path + ".json"
+    if not (os.path.exists(path) and os.path.exists(manifest)):
+        return False
+    with open(manifest, encoding="utf-8") as f:
+        stored = json.load(f)
+    return all(stored.get(k) == v for k, v in fingerprint.items())
+
+
+def atomic_write(path: str, write_fn, mode: str = "w") -> None:
+    """Writes ``path`` through ``write_fn(file)`` under a temporary name in the same directory, then renames."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            write_fn(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def atomic_write_json(path: str, obj) -> None:
+    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n"))
+
+
+def _write_manifest(path: str, fingerprint: dict, **extra) -> None:
+    atomic_write_json(path + ".json", dict(fingerprint, **extra))
+
+
+def _tf_example(f: SquadFeature) -> bytes:
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+    feature = dict(unique_ids=ints([f.unique_id]), input_ids=ints(f.input_ids), padding_mask=floats(f.padding_mask),
+                   p_mask=floats(f.p_mask), segment_ids=ints(f.segment_ids), cls_index=ints([f.cls_index]),
+                   start_positions=ints([f.start_position]), end_positions=ints([f.end_position]),
+                   is_impossible=floats([float(f.is_impossible)]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, num_proc: int = 1, proc_id: int = 0,
+                        overwrite: bool = False, seed: int = 0) -> dict:
+    """Writes (or reuses) the training TFRecord shard ``proc_id`` of ``num_proc`` (examples ``proc_id::num_proc``
+    as the original's ``--do_prepro``) and returns its manifest (counts and skipped examples)."""
+    path = train_record_path(output_dir, s, proc_id)
+    fingerprint = dict(s.fingerprint(train_file), num_proc=num_proc, proc_id=proc_id)
+    if not overwrite and _manifest_ok(path, fingerprint):
+        with open(path + ".json", encoding="utf-8") as f:
+            manifest = json.load(f)
+        logging.info("using cached training features %s (%d features)", path, manifest["num_features"])
+        return manifest
+    squad = read_squad_file(train_file, is_training=True)
+    examples = squad.examples[proc_id::num_proc]
+    random.Random(seed + proc_id).shuffle(examples)  # pre-shuffle, as the original, so a small buffer suffices
+    tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
+    features, skipped = convert_examples_to_features(
+        examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=True,
+        unique_id_base=UNIQUE_ID_BASE + proc_id * 100_000_000, source=train_file)
+    if not features:
+        raise SquadFileError(f"{train_file}: no training features (shard {proc_id}/{num_proc}; skipped: "
+                             f"{_counts(skipped) or 'none'})")
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    os.close(fd)
+    try:
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for f in features:
+                writer.write(_tf_example(f))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    all_skipped = {**{k: v for k, v in squad.skipped.items()}, **skipped}
+    manifest = dict(fingerprint, num_examples=len(examples), num_features=len(features),
+                    num_impossible=sum(f.is_impossible for f in features), skipped=all_skipped)
+    _write_manifest(path, fingerprint, **{k: v for k, v in manifest.items() if k not in fingerprint})
+    logging.info("%s: %d examples -> %d features (%d labelled no-answer) in %s; skipped: %s", train_file,
+                 len(examples), len(features), manifest["num_impossible"], path, _counts(all_skipped) or "none")
+    return manifest
+
+
+def train_shards(output_dir: str, s: FeatureSettings) -> list[str]:
+    """The training shards written for these settings; warns if some of a --num_proc split are missing."""
+    paths = sorted(glob.glob(train_record_path(output_dir, s, "*")))
+    expected = set()
+    for path in paths:
+        if os.path.exists(path + ".json"):
+            with open(path + ".json", encoding="utf-8") as f:
+                expected.add(json.load(f).get("num_proc", 1))
+    if expected and len(paths) < max(expected):
+        logging.warning("%s: %d of %d preprocessing shards present; training on those", output_dir, len(paths),
+                        max(expected))
+    return paths
+
+
+def prepare_eval_features(predict_file: str, output_dir: str, s: FeatureSettings, overwrite: bool = False):
+    """``(SquadFile, features, skipped)`` of the evaluation file, with the features cached as a pickle."""
+    squad = read_squad_file(predict_file, is_training=False)
+    path = eval_feature_path(output_dir, s)
+    fingerprint = s.fingerprint(predict_file)
+    if not overwrite and _manifest_ok(path, fingerprint):
+        with open(path, "rb") as f:
+            features, skipped = pickle.load(f)
+        logging.info("using cached eval features %s (%d features)", path, len(features))
+    else:
+        tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
+        features, skipped = convert_examples_to_features(
+            squad.examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=False,
+            source=predict_file)
+        atomic_write(path, lambda f: pickle.dump((features, skipped), f), mode="wb")
+        _write_manifest(path, fingerprint, num_features=len(features))
+    skipped = {**squad.skipped, **skipped}
+    logging.info("%s: %d examples -> %d features; skipped: %s", predict_file, len(squad.examples), len(features),
+                 _counts(skipped) or "none")
+    return squad, features, skipped
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tf.data pipelines.
+
+
+def _parse_spec(seq_length: int) -> dict:
+    return {
+        "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "padding_mask": tf.io.FixedLenFeature([seq_length], tf.float32),
+        "p_mask": tf.io.FixedLenFeature([seq_length], tf.float32),
+        "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+        "cls_index": tf.io.FixedLenFeature([], tf.int64),
+        "start_positions": tf.io.FixedLenFeature([], tf.int64),
+        "end_positions": tf.io.FixedLenFeature([], tf.int64),
+        "is_impossible": tf.io.FixedLenFeature([], tf.float32),
+    }
+
+
+def _to_int32(features: dict) -> dict:
+    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
+
+
+def train_dataset(paths: Iterable[str], batch_size: int, seq_length: int,
+                  input_context: Optional[tf.distribute.InputContext] = None, shuffle_buffer: int = 2048,
+                  seed: int = 0) -> tf.data.Dataset:
+    """Shuffled, repeated batches of ``batch_size`` (per replica) from the training shards."""
+    paths = list(paths)
+    ds = tf.data.Dataset.from_tensor_slices(paths)
+    if input_context and input_context.num_input_pipelines > 1:
+        if len(paths) >= input_context.num_input_pipelines:
+            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
+        else:
+            ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
+            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    else:
+        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
+    spec = _parse_spec(seq_length)
+    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.map(lambda r: _to_int32(tf.io.parse_single_example(r, spec)), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+INFERENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index")
+
+
+def eval_dataset(features: list, batch_size: int) -> tf.data.Dataset:
+    """Global batches of the evaluation features, in order, with ``unique_ids`` to match results back."""
+    columns = {
+        "unique_ids": np.array([f.unique_id for f in features], np.int64),
+        "input_ids": np.array([f.input_ids for f in features], np.int32),
+        "segment_ids": np.array([f.segment_ids for f in features], np.int32),
+        "padding_mask": np.array([f.padding_mask for f in features], np.float32),
+        "p_mask": np.array([f.p_mask for f in features], np.float32),
+        "cls_index": np.array([f.cls_index for f in features], np.int32),
+    }
+    return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size)
