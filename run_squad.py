@@ -269,7 +269,7 @@ def main(argv):
 
         if FLAGS.export_dir:
             logging.info("exported the SavedModel to %s", export_saved_model(model, FLAGS.export_dir))
-    except squad_data.SquadFileError as e:
+    except (squad_data.SquadFileError, FileNotFoundError) as e:  # bad input file / no fine-tuned checkpoint
         raise app.UsageError(str(e)) from None
 
 

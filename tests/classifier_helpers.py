@@ -8,6 +8,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
 SPIECE = os.path.join(REPO, "data", "spiece.model")
 
+# task -> (fixture dir, train, dev, test examples)
+FIXTURE_TASKS = {
+    "cola": ("CoLA", 8, 6, 5), "sst-2": ("SST-2", 8, 6, 5), "mrpc": ("MRPC", 8, 6, 5), "sts-b": ("STS-B", 8, 6, 5),
+    "qqp": ("QQP", 8, 6, 5), "mnli_matched": ("MNLI", 9, 6, 5), "mnli_mismatched": ("MNLI", 9, 6, 5),
+    "qnli": ("QNLI", 8, 6, 5), "rte": ("RTE", 8, 6, 5), "wnli": ("WNLI", 8, 6, 5), "imdb": ("IMDB", 8, 6, None),
+    "yelp5": ("Yelp5", 10, 5, None),
+}
+
 MICRO_CONFIG = {"d_head": 8, "d_inner": 32, "d_model": 16, "ff_activation": "gelu", "n_head": 2, "n_layer": 1,
                 "n_token": 8000, "untie_r": True}
 

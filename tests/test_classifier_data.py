@@ -7,19 +7,12 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from classifier_helpers import FIXTURES, SPIECE
+from classifier_helpers import FIXTURE_TASKS, FIXTURES, SPIECE
 from xlnet_tf.finetune import classifier_data as cd
 from xlnet_tf.finetune import metrics, records
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 GLUE = os.path.join(FIXTURES, "glue")
-# task -> (fixture dir, train, dev, test examples)
-FIXTURE_TASKS = {
-    "cola": ("CoLA", 8, 6, 5), "sst-2": ("SST-2", 8, 6, 5), "mrpc": ("MRPC", 8, 6, 5), "sts-b": ("STS-B", 8, 6, 5),
-    "qqp": ("QQP", 8, 6, 5), "mnli_matched": ("MNLI", 9, 6, 5), "mnli_mismatched": ("MNLI", 9, 6, 5),
-    "qnli": ("QNLI", 8, 6, 5), "rte": ("RTE", 8, 6, 5), "wnli": ("WNLI", 8, 6, 5), "imdb": ("IMDB", 8, 6, None),
-    "yelp5": ("Yelp5", 10, 5, None),
-}
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from xlnet_tf.checkpoint import write_tf1_checkpoint
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.finetune import squad_data, squad_postprocess
 from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS, export_saved_model, squad_loss
 from xlnet_tf.models.heads import XLNetSquad
+from xlnet_tf.models.xlnet import XLNetModel
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,9 +255,15 @@ def _read(path):
 
 
 def test_run_squad_v11_train_and_eval(tmp_path):
+    # Warm start from a checkpoint in the original TF1 release format (names as in xlnet_model.ckpt).
+    network = XLNetModel(XLNetConfig.from_json(os.path.join(REPO, "configs", "tiny.json")))
+    init = write_tf1_checkpoint({k: v.numpy() for k, v in network.tf1_variables().items()},
+                                str(tmp_path / "release" / "xlnet_model.ckpt"))
     model_dir = tmp_path / "v11"
-    run_squad(f"--model_dir={model_dir}", "--train_file=tests/fixtures/squad/train-v1.1.json",
-              "--predict_file=tests/fixtures/squad/dev-v1.1.json", "--train_steps=8", "--do_eval")
+    proc = run_squad(f"--model_dir={model_dir}", "--train_file=tests/fixtures/squad/train-v1.1.json",
+                     "--predict_file=tests/fixtures/squad/dev-v1.1.json", "--train_steps=8", "--do_eval",
+                     f"--init_checkpoint={init}")
+    assert "initialised the network from" in proc.stderr
     predict = model_dir / "predict"
     predictions, nbest, null_odds = (_read(predict / n) for n in squad_postprocess.PREDICTION_FILES)
     dev = squad_data.read_squad_file(os.path.join(FIXTURES, "dev-v1.1.json"), False)
@@ -271,10 +279,12 @@ def test_run_squad_v11_train_and_eval(tmp_path):
 
 def test_run_squad_v20_prepro_train_predict_export(tmp_path):
     model_dir, data_dir = tmp_path / "v20", tmp_path / "features"
-    common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}", "--train_file=tests/fixtures/squad/train-v2.0.json",
-              "--predict_file=tests/fixtures/squad/dev-v2.0.json"]
-    for proc_id in range(2):  # sharded preprocessing, as the original's --do_prepro --num_proc --proc_id
-        run_squad(*common, "--do_prepro", "--num_proc=2", f"--proc_id={proc_id}")
+    common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}",
+              "--train_file=tests/fixtures/squad/train-v2.0.json", "--predict_file=tests/fixtures/squad/dev-v2.0.json"]
+    # Sharded preprocessing, as the original's --do_prepro --num_proc --proc_id (shard 0 in process: same code).
+    squad_data.prepare_train_shard(os.path.join(FIXTURES, "train-v2.0.json"), str(data_dir),
+                                   squad_data.FeatureSettings(SPIECE, 64, 16, 24, False), num_proc=2, proc_id=0)
+    run_squad(*common, "--do_prepro", "--num_proc=2", "--proc_id=1")
     shards = sorted(p.name for p in data_dir.glob("*.tf_record"))
     assert shards == [f"spiece.model.{i}.slen-64.qlen-16.train.tf_record" for i in range(2)]
     run_squad(*common, "--train_steps=4", "--do_eval")

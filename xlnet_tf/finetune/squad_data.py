@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer, file_sha256
+from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
 UNIQUE_ID_BASE = 1_000_000_000

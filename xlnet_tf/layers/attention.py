@@ -10,8 +10,9 @@ For a query ``i`` and key ``j`` of head ``n`` (scale ``1/sqrt(d_head)``)::
 
 Keys and values come from ``[memory ; content stream]``. The content stream ``h`` queries with ``q = W_q h``;
 the query stream ``g`` uses the *same* weights but only for the P predicted positions, with its own mask (it
-may not see its own token). Layouts are batch-major: hidden [B, L, D], heads [B, L, N, H], scores
-[B, N, Lq, K].
+may not see its own token). Hidden states are batch-major [B, L, D]; inside the layer heads are head-major
+[N, B, L, H] and scores [N, B, Lq, K], so every attention product is one batched matmul with no transposes
+of score-sized tensors (the only transposes are of the [B, L, D]-sized projections).
 
 Position term. The content stream's rows are consecutive positions, so the Transformer-XL "skew" applies:
 compute ``(q + r_r_bias) . r`` against all R encoding rows and shift row ``i`` left by ``qlen - i``
@@ -30,13 +31,17 @@ def rel_shift(scores, klen):
     """Transformer-XL skew on the last two axes: [..., Lq, R] -> [..., Lq, klen], out[i, j] = in[i, Lq - i + j].
 
     Same result as the original's reshape-and-slice on time-major ``[Lq, R, B, N]`` scores, without moving the
-    batch and head axes.
+    batch and head axes. Both cuts are ``tf.slice`` (gradient: a ``Pad``), not strided slices, whose gradient
+    (``StridedSliceGrad``) is several times slower on CPU.
     """
+    rank = scores.shape.rank
     shape = tf.shape(scores)
     lead, qlen, rlen = shape[:-2], shape[-2], shape[-1]
-    x = tf.reshape(scores, tf.concat([lead, [rlen, qlen]], 0))[..., 1:, :]
-    x = tf.reshape(x, tf.concat([lead, [qlen, rlen - 1]], 0))
-    return x[..., :klen]
+    # Drop the first row of the [R, Lq] view: the first qlen entries of the flattened [Lq * R] trailing block.
+    flat = tf.reshape(scores, tf.concat([lead, [qlen * rlen]], 0))
+    flat = tf.slice(flat, [0] * (rank - 2) + [qlen], [-1] * (rank - 2) + [qlen * (rlen - 1)])
+    x = tf.reshape(flat, tf.concat([lead, [qlen, rlen - 1]], 0))
+    return tf.slice(x, [0] * rank, [-1] * (rank - 1) + [klen])
 
 
 def gather_relative(scores, query_pos, klen):
@@ -68,7 +73,7 @@ class RelativeAttention(keras.layers.Layer):
       position: sinusoid table [X, R, D] (X = 2 with bi_data: forward rows for the first half of the batch).
       biases: dict with ``r_w``, ``r_r`` and optionally ``r_s``, ``seg_embed``.
       memory: [B, M, D] or None.
-      content_bias / query_bias: additive float32 masks [B|1, 1, L|P, M+L] or None.
+      content_bias / query_bias: additive float32 masks [B|1, L|P, M+L] (broadcast over heads) or None.
       segment_diff: bool [B, L, M+L], True where query and key are in different segments (None: no term).
       query: g [B, P, D] or None; query_pos: [B, P] key coordinates of g's rows; query_segment_diff: [B, P, M+L];
       query_weight: [B, P] multiplies the query stream's attention vectors (0 for padded target rows).
@@ -95,26 +100,48 @@ class RelativeAttention(keras.layers.Layer):
         self.layer_norm.build((None, None, self.d_model))
         self.built = True
 
-    def _project(self, x, kernel):
-        return tf.einsum("bld,dnh->blnh", x, tf.cast(kernel, self.compute_dtype))
+    def _kernel(self, *names):
+        """The named [D, N, H] kernels as one [D, len(names) * N * H] matrix in the compute dtype."""
+        kernels = [tf.reshape(getattr(self, f"{n}_kernel"), [self.d_model, self.n_head * self.d_head])
+                   for n in names]
+        kernel = kernels[0] if len(kernels) == 1 else tf.concat(kernels, axis=1)
+        return tf.cast(kernel, self.compute_dtype)
+
+    def _heads(self, x, kernel, parts=1):
+        """x [B, L, D] -> projections [parts, N, B, L, H] (head-major: every attention matmul is batched over
+        (N, B) with no further transposes). One matmul for all ``parts`` (e.g. k and v)."""
+        shape = tf.shape(x)
+        y = tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel)
+        y = tf.reshape(y, tf.concat([shape[:2], [parts, self.n_head, self.d_head]], 0))
+        return tf.transpose(y, [2, 3, 0, 1, 4])
 
     def _attend(self, q, k, v, k_r, biases, shift, mask, segment_diff, training):
-        """Attention vectors [B, Lq, N, H] for queries q [B, Lq, N, H]; ``shift(bd_full) -> bd``."""
-        ac = tf.einsum("binh,bjnh->bnij", q + biases["r_w"], k)
-        bd = shift(_position_scores(q + biases["r_r"], k_r))
+        """Attention vectors [N, B, Lq, H] for queries q [N, B, Lq, H]; keys/values [N, B, K, H]; k_r
+        [N, X, R, H]; ``shift(bd_full [N, B, Lq, R]) -> bd [N, B, Lq, K]``; mask [B|1, Lq, K] float32."""
+        scale = tf.cast(self.scale, q.dtype)
+        # (q + bias) * scale == q * scale + bias * scale: the score scale rides on the (small) queries.
+        q = q * scale
+        ac = tf.matmul(q + biases["r_w"] * scale, k, transpose_b=True)
+        bd = shift(_position_scores(q + biases["r_r"] * scale, k_r))
         score = ac + bd
         if segment_diff is not None:
-            ef = tf.einsum("binh,snh->bnis", q + biases["r_s"], biases["seg_embed"])
-            score += tf.where(segment_diff[:, None], ef[..., 1:], ef[..., :1])
-        score = tf.cast(score * tf.cast(self.scale, score.dtype), tf.float32)
+            n, b, lq = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
+            q_s = tf.reshape(q + biases["r_s"] * scale, [n, -1, self.d_head])
+            ef = tf.matmul(q_s, biases["seg_embed"], transpose_b=True)  # [N, B*Lq, H] x seg [N, 2, H]^T
+            ef = tf.reshape(ef, [n, b, lq, 2])
+            score += tf.where(segment_diff, ef[..., 1:], ef[..., :1])
+        score = tf.cast(score, tf.float32)
         if mask is not None:
             score += mask
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         prob = self._attention_dropout(prob, training=training)
-        return tf.einsum("bnij,bjnh->binh", prob, v)
+        return tf.matmul(prob, v)
 
-    def _post_attention(self, x, attn_vec, training):
-        out = tf.einsum("binh,dnh->bid", attn_vec, tf.cast(self.o_kernel, self.compute_dtype))
+    def _post_attention(self, x, attn_vec, kernel, training):
+        """attn_vec [N, B, L, H] -> LayerNorm(x + dropout(W_o attn)) [B, L, D]."""
+        shape = tf.shape(x)
+        attn_vec = tf.reshape(tf.transpose(attn_vec, [1, 2, 0, 3]), [-1, self.n_head * self.d_head])
+        out = tf.reshape(tf.matmul(attn_vec, kernel, transpose_b=True), shape)
         out = self._output_dropout(out, training=training)
         return self.layer_norm(out + x)
 
@@ -123,27 +150,35 @@ class RelativeAttention(keras.layers.Layer):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
+        # r_w/r_r/r_s [N, H] broadcast against [N, B, L, H]; seg_embed [2, N, H] -> [N, 2, H].
+        for name in ("r_w", "r_r", "r_s"):
+            if name in biases:
+                biases[name] = biases[name][:, None, None, :]
+        if "seg_embed" in biases:
+            biases["seg_embed"] = tf.transpose(biases["seg_embed"], [1, 0, 2])
         keys_in = content if memory is None else tf.concat([tf.cast(memory, dtype), content], axis=1)
         klen = tf.shape(keys_in)[1]
-        k = self._project(keys_in, self.k_kernel)
-        v = self._project(keys_in, self.v_kernel)
-        # The position encoding is shared by the batch: [X, R, N, H], projected once.
-        k_r = tf.einsum("xrd,dnh->xrnh", tf.cast(position, dtype), tf.cast(self.r_kernel, dtype))
+        k, v = tf.unstack(self._heads(keys_in, self._kernel("k", "v"), parts=2))
+        # The position encoding is shared by the batch: [N, X, R, H], projected once.
+        n_dir = tf.shape(position)[0]
+        k_r = tf.matmul(tf.reshape(tf.cast(position, dtype), [-1, self.d_model]), self._kernel("r"))
+        k_r = tf.transpose(tf.reshape(k_r, [n_dir, -1, self.n_head, self.d_head]), [2, 0, 1, 3])
 
-        q = self._project(content, self.q_kernel)
+        q_kernel, o_kernel = self._kernel("q"), self._kernel("o")
+        q = self._heads(content, q_kernel)[0]
         attn = self._attend(q, k, v, k_r, biases, lambda s: rel_shift(s, klen), content_bias, segment_diff,
                             training)
-        h_out = self._post_attention(content, attn, training)
+        h_out = self._post_attention(content, attn, o_kernel, training)
         if query is None:
             return h_out, None
 
         query = tf.cast(query, dtype)
-        q_g = self._project(query, self.q_kernel)
-        attn_g = self._attend(q_g, k, v, k_r, biases, lambda s: gather_relative(s, query_pos, klen), query_bias,
-                              query_segment_diff, training)
+        q_g = self._heads(query, q_kernel)[0]
+        attn_g = self._attend(q_g, k, v, k_r, biases, lambda s: _gather_relative_head_major(s, query_pos, klen),
+                              query_bias, query_segment_diff, training)
         if query_weight is not None:
-            attn_g *= tf.cast(query_weight, dtype)[:, :, None, None]
-        g_out = self._post_attention(query, attn_g, training)
+            attn_g *= tf.cast(query_weight, dtype)[None, :, :, None]
+        g_out = self._post_attention(query, attn_g, o_kernel, training)
         return h_out, g_out
 
     def get_config(self):
@@ -154,13 +189,22 @@ class RelativeAttention(keras.layers.Layer):
 
 
 def _position_scores(q, k_r):
-    """(q + r_r_bias) . r for every encoding row: q [B, Lq, N, H], k_r [X, R, N, H] -> [B, N, Lq, R].
+    """(q + r_r_bias) . r for every encoding row: q [N, B, Lq, H], k_r [N, X, R, H] -> [N, B, Lq, R].
 
     With X = 2 (bi_data) the first half of the batch reads the forward rows and the second half the backward
-    ones; each half is one batched matmul against its own table, never a batch-tiled copy.
+    ones; either way it is one batched matmul per head over all (batch, query) rows against its table, never a
+    batch-tiled copy.
     """
-    n_dir = tf.shape(k_r)[0]
     shape = tf.shape(q)
-    q = tf.reshape(q, tf.concat([[n_dir, shape[0] // n_dir], shape[1:]], 0))
-    scores = tf.einsum("xbinh,xrnh->xbnir", q, k_r)
-    return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
+    n_dir = tf.shape(k_r)[1]
+    scores = tf.matmul(tf.reshape(q, [shape[0], n_dir, -1, shape[3]]), k_r, transpose_b=True)
+    return tf.reshape(scores, tf.concat([shape[:3], [-1]], 0))
+
+
+def _gather_relative_head_major(scores, query_pos, klen):
+    """``gather_relative`` for head-major scores [N, B, Q, R] -> [N, B, Q, klen]."""
+    rlen = tf.shape(scores)[-1]
+    index = klen - query_pos[:, :, None] + tf.range(klen)[None, None, :]
+    index = tf.clip_by_value(index, 0, rlen - 1)  # [B, Q, klen]
+    index = tf.broadcast_to(index[None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
+    return tf.gather(scores, index, batch_dims=3)

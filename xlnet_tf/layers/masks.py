@@ -67,7 +67,8 @@ def stream_masks(qlen, mlen, padding_mask=None, perm_mask=None, attn_type: str =
 
 
 def mask_bias(blocked):
-    """bool [B, Q, K] -> additive float32 bias [B, 1, Q, K] (broadcast over heads), or None."""
+    """bool [B, Q, K] -> additive float32 bias [B, Q, K] (broadcast over the leading head axis of the
+    head-major [N, B, Q, K] scores), or None."""
     if blocked is None:
         return None
-    return tf.where(blocked, tf.constant(MASK_VALUE, tf.float32), tf.constant(0.0, tf.float32))[:, None]
+    return tf.where(blocked, tf.constant(MASK_VALUE, tf.float32), tf.constant(0.0, tf.float32))

@@ -238,7 +238,9 @@ class XLNetPretrainer(keras.Model):
         outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
         table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
-        logits = tf.einsum("bpd,vd->bpv", hidden, table)
+        shape = tf.shape(hidden)
+        logits = tf.matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_b=True)
+        logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs
 

@@ -1,0 +1,516 @@
+"""XLNet pretraining-step benchmark: ours (TF 2 / Keras 3) side by side with HuggingFace PyTorch and TF Model Garden.
+
+    .venv/bin/python bench/bench_pretrain.py            # full run (~15 min on 2 cores), writes bench/results.md
+    .venv/bin/python bench/bench_pretrain.py --quick    # short run (fewer repetitions, no XLA, smaller memory run)
+
+Peers need the ``bench`` extra (torch==2.13.0 CPU, transformers 5.x); Model Garden is tf-models-official (a core
+dependency). Everything runs with the same intra-op thread count (``--threads``, default 2) in one process, on the
+same synthetic batches (``bench/workload.py``), and the repetitions of all implementations are interleaved so
+that load from other processes affects them alike; figures are medians.
+
+What is timed, per implementation, is one full pretraining step on bench-small: forward (two-stream, memory from
+the previous step), permutation-LM loss over the P targets, backward, global-norm clipping and the AdamW update.
+Ours is ``xlnet_tf.training.pretraining.make_replica_step`` with ``create_optimizer`` (the training loop's own
+step) inside ``tf.function``. MFU = model FLOPs (``xlnet_tf.flops``: query stream on its P rows, W_r once per
+step) / step time / the matmul peak measured here with the same threads (fp32 peak for fp32 rows, bf16 peak for
+mixed_bfloat16 rows). The base-512 memory figures come from a separate process per precision (peak RSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from workload import BASE_512, BENCH_SMALL, INFER_BASE, THREADS, make_batch, set_thread_env  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ours
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def setup_tf(threads: int):
+    tf = _tf()
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    return tf
+
+
+def tf_batch(cfg, seed):
+    tf = _tf()
+    return {k: tf.constant(v) for k, v in make_batch(cfg, seed).items()}
+
+
+class OursTrain:
+    """Our real training step (``make_replica_step`` + ``create_optimizer``) in ``tf.function``."""
+
+    def __init__(self, cfg, dtype="float32", jit=False):
+        tf = _tf()
+        from xlnet_tf.models.xlnet import XLNetPretrainer
+        from xlnet_tf.training.optimization import create_optimizer
+        from xlnet_tf.training.pretraining import make_replica_step, zero_mems_fn
+
+        self.cfg, self.dtype = cfg, dtype
+        self.name = f"ours {dtype}" + (" XLA" if jit else "")
+        model = XLNetPretrainer(cfg.xlnet_config(), dtype=dtype)
+        optimizer = create_optimizer(model, 1e-4, 100_000, 0, weight_decay=0.01)
+        optimizer.build(model.trainable_variables)
+        replica_step = make_replica_step(model, optimizer, clip=1.0)
+        self._step = tf.function(lambda batch, mems: replica_step([batch], mems), jit_compile=jit)
+        self.mems = zero_mems_fn(cfg.xlnet_config(), cfg.batch, model.compute_dtype)()
+        self.batches = [tf_batch(cfg, seed) for seed in range(2)]
+        self.i = 0
+        self.loss = None
+
+    def step(self):
+        self.mems, loss, _ = self._step(self.batches[self.i % 2], self.mems)
+        self.loss = float(loss.numpy())  # waits for the step
+        self.i += 1
+
+
+class OursInfer:
+    """Content stream only (no target_mapping / perm_mask / memory), training=False."""
+
+    def __init__(self, cfg, dtype="float32", jit=False):
+        tf = _tf()
+        from xlnet_tf.models.xlnet import XLNetModel
+
+        self.name = f"ours {dtype}" + (" XLA" if jit else "")
+        model = XLNetModel(cfg.xlnet_config(), dtype=dtype)
+        batch = make_batch(cfg, 0)
+        self.inputs = {"input_ids": tf.constant(batch["input_ids"]), "segment_ids": tf.constant(batch["segment_ids"])}
+        self._fn = tf.function(lambda x: model(x, training=False)["sequence_output"], jit_compile=jit)
+
+    def step(self):
+        self._fn(self.inputs).numpy()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HuggingFace transformers (PyTorch)
+
+
+def hf_config(cfg):
+    from transformers import XLNetConfig as HFConfig
+    return HFConfig(vocab_size=cfg.n_token, d_model=cfg.d_model, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                    d_inner=cfg.d_inner, ff_activation="gelu", untie_r=True, attn_type="bi", bi_data=False,
+                    clamp_len=-1, same_length=False, mem_len=cfg.mem_len or None, reuse_len=cfg.reuse_len or None,
+                    use_mems_train=True, use_mems_eval=False, dropout=cfg.dropout, initializer_range=0.02)
+
+
+class HFTrain:
+    """``XLNetLMHeadModel`` on the same arrays: perm_mask, target_mapping, mems carried (use_mems); loss = target-
+    masked CE over the P targets; clip_grad_norm_ 1.0; torch AdamW."""
+
+    name = "HF torch fp32"
+
+    def __init__(self, cfg):
+        import torch
+        from transformers import XLNetLMHeadModel
+
+        torch.manual_seed(0)
+        self.torch = torch
+        self.model = XLNetLMHeadModel(hf_config(cfg)).train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-8)
+        self.batches = []
+        for seed in range(2):
+            b = make_batch(cfg, seed)
+            self.batches.append(dict(
+                input_ids=torch.from_numpy(b["input_ids"]).long(), token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
+                perm_mask=torch.from_numpy(b["perm_mask"]), target_mapping=torch.from_numpy(b["target_mapping"]),
+                target=torch.from_numpy(b["target"]).long(), target_mask=torch.from_numpy(b["target_mask"])))
+        self.mems = None
+        self.i = 0
+        self.loss = None
+
+    def step(self):
+        torch = self.torch
+        b = self.batches[self.i % 2]
+        out = self.model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
+                         target_mapping=b["target_mapping"], mems=self.mems, use_mems=True)
+        losses = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]),
+                                                   b["target"].reshape(-1), reduction="none")
+        mask = b["target_mask"].reshape(-1)
+        loss = (losses * mask).sum() / mask.sum().clamp(min=1.0)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self.mems = [m.detach() for m in out.mems]
+        self.loss = float(loss)
+        self.i += 1
+
+
+class HFInfer:
+    name = "HF torch fp32"
+
+    def __init__(self, cfg):
+        import torch
+        from transformers import XLNetModel as HFModel
+
+        self.torch = torch
+        self.model = HFModel(hf_config(cfg)).eval()
+        b = make_batch(cfg, 0)
+        self.input_ids = torch.from_numpy(b["input_ids"]).long()
+        self.token_type_ids = torch.from_numpy(b["segment_ids"]).long()
+
+    def step(self):
+        with self.torch.inference_mode():
+            self.model(input_ids=self.input_ids, token_type_ids=self.token_type_ids, use_mems=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TF Model Garden (tf-models-official, tf_keras)
+
+
+class ModelGardenTrain:
+    """``official.nlp.modeling.models.XLNetPretrainer`` over ``networks.XLNetBase(two_stream=True)``; its masks use
+    1 = may attend (the inverse of perm_mask); tf_keras AdamW with global-norm clipping; memory carried as ``state``.
+    Its LM head adds a dense + LayerNorm transform the original XLNet doesn't have (a few % more FLOPs)."""
+
+    def __init__(self, cfg, jit=False):
+        tf = _tf()
+        import tf_keras
+        from official.nlp.modeling import models, networks
+
+        self.name = "Model Garden fp32" + (" XLA" if jit else "")
+        network = networks.XLNetBase(
+            vocab_size=cfg.n_token, num_layers=cfg.n_layer, hidden_size=cfg.d_model, num_attention_heads=cfg.n_head,
+            head_size=cfg.d_head, inner_size=cfg.d_inner, dropout_rate=cfg.dropout,
+            attention_dropout_rate=cfg.dropout, attention_type="bi", bi_data=False,
+            initializer=tf_keras.initializers.RandomNormal(stddev=0.02), two_stream=True,
+            tie_attention_biases=False, memory_length=cfg.mem_len, reuse_length=cfg.reuse_len,
+            inner_activation="gelu")
+        model = models.XLNetPretrainer(network=network)
+        optimizer = tf_keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-8)
+        self.batches = []
+        for seed in range(2):
+            b = make_batch(cfg, seed)
+            self.batches.append(dict(
+                input_word_ids=tf.constant(b["input_ids"]), input_type_ids=tf.constant(b["segment_ids"]),
+                masked_tokens=tf.constant((b["perm_mask"].sum(1) > 0).astype("float32")),
+                permutation_mask=tf.constant(1.0 - b["perm_mask"]), target_mapping=tf.constant(b["target_mapping"]),
+                target=tf.constant(b["target"]), target_mask=tf.constant(b["target_mask"])))
+        self.state = [tf.zeros([cfg.batch, cfg.mem_len, cfg.d_model]) for _ in range(cfg.n_layer)]
+
+        def step(batch, state):
+            inputs = {k: batch[k] for k in ("input_word_ids", "input_type_ids", "masked_tokens", "permutation_mask",
+                                            "target_mapping")}
+            inputs["state"] = state
+            with tf.GradientTape() as tape:
+                logits, new_state = model(inputs, training=True)
+                losses = tf.nn.sparse_softmax_cross_entropy_with_logits(batch["target"], logits)
+                loss = tf.reduce_sum(losses * batch["target_mask"]) / tf.maximum(tf.reduce_sum(batch["target_mask"]), 1.0)
+            grads = tape.gradient(loss, model.trainable_variables)
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return new_state, loss
+
+        self._step = tf.function(step, jit_compile=jit)
+        self.i = 0
+        self.loss = None
+
+    def step(self):
+        self.state, loss = self._step(self.batches[self.i % 2], self.state)
+        self.loss = float(loss.numpy())
+        self.i += 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+
+
+def interleaved(systems, reps, steps_per_rep, warmup, log):
+    """Warms every system up, then runs ``reps`` rounds; in each round every system (in turn) times
+    ``steps_per_rep`` consecutive steps. Returns {name: [step seconds]}."""
+    times = {s.name: [] for s in systems}
+    for s in systems:
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            s.step()
+        log(f"  warm-up {s.name}: {time.perf_counter() - t0:.1f} s (trace/compile + {warmup} steps)")
+    for r in range(reps):
+        for s in systems:
+            for _ in range(steps_per_rep):
+                t0 = time.perf_counter()
+                s.step()
+                times[s.name].append(time.perf_counter() - t0)
+        log(f"  round {r + 1}/{reps}: " + ", ".join(f"{n} {statistics.median(t):.3f}s" for n, t in times.items()))
+    return times
+
+
+def peer_guard(make, log, label):
+    """Builds a peer; returns None (and logs why) where it can't run here."""
+    try:
+        system = make()
+        system.step()  # fail here rather than in the timed loop
+        return system
+    except Exception as e:  # noqa: BLE001 - a peer that can't run is reported, not fatal
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        log(f"  {label} could not run: {msg}")
+        return msg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# base-512 memory (separate process: peak RSS is per process)
+
+
+def memory_child(dtype, steps, threads):
+    tf = setup_tf(threads)
+    system = OursTrain(BASE_512, dtype=dtype)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        system.step()
+        times.append(time.perf_counter() - t0)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print("RESULT " + json.dumps(dict(dtype=dtype, peak_rss_gb=peak_kb / 2**20, step_times=times, loss=system.loss,
+                                      tf=tf.__version__)))
+
+
+def run_memory(dtype, steps, threads, log):
+    cmd = [sys.executable, os.path.abspath(__file__), "--_memory_child", dtype, "--_steps", str(steps),
+           "--threads", str(threads)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+            log(f"  base-512 {dtype}: peak RSS {result['peak_rss_gb']:.2f} GB, steps "
+                f"{', '.join(f'{t:.1f}' for t in result['step_times'])} s ({time.perf_counter() - t0:.0f} s wall)")
+            return result
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    log(f"  base-512 {dtype} failed (exit {proc.returncode}): {' | '.join(tail)}")
+    return {"dtype": dtype, "error": f"exit {proc.returncode}: {' | '.join(tail)[:300]}"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def machine_info():
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+        amx = "AMX" if "amx_bf16" in flags else "no AMX"
+    except OSError:
+        amx = "?"
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu} ({amx}), {os.cpu_count()} logical CPUs, {mem_gb:.0f} GiB RAM, {platform.system()} {platform.release()}"
+
+
+def versions():
+    out = {}
+    for mod in ("tensorflow", "keras", "tf_keras", "torch", "transformers"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            out[mod] = "not installed"
+    try:
+        from importlib.metadata import version
+        out["tf-models-official"] = version("tf-models-official")
+    except Exception:  # noqa: BLE001
+        out["tf-models-official"] = "not installed"
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, no XLA rows, memory run in bf16 only")
+    parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--reps", type=int, default=None, help="interleaved rounds (default 5, --quick 2)")
+    parser.add_argument("--steps_per_rep", type=int, default=2)
+    parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
+                        help="XLA rows: auto = fp32 XLA row in the full run only (bf16 XLA matmuls don't use AMX)")
+    parser.add_argument("--skip", default="", help="comma list of: hf, mg, infer, memory")
+    parser.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    parser.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--_steps", type=int, default=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    set_thread_env(args.threads)
+    if args._memory_child:
+        memory_child(args._memory_child, args._steps, args.threads)
+        return
+
+    skip = set(filter(None, args.skip.split(",")))
+    reps = args.reps or (2 if args.quick else 5)
+    xla = args.xla == "on" or (args.xla == "auto" and not args.quick)
+    lines = []
+
+    def log(msg):
+        print(msg, flush=True)
+
+    start = time.time()
+    load_before = os.getloadavg()
+    tf = setup_tf(args.threads)
+    torch = None
+    if "hf" not in skip or "infer" not in skip:
+        try:
+            import torch
+            torch.set_num_threads(args.threads)
+            torch.set_num_interop_threads(1)
+        except Exception as e:  # noqa: BLE001
+            log(f"torch unavailable ({e}); install the bench extra: pip install torch==2.13.0 'transformers>=5,<6'")
+            torch = None
+            skip |= {"hf"}
+
+    from xlnet_tf.training.progress import measure_matmul_peak
+    log(f"machine: {machine_info()}; load average {load_before[0]:.2f}; {args.threads} threads")
+    peak32 = measure_matmul_peak("float32", seconds=3.0)
+    peak16 = measure_matmul_peak("bfloat16", seconds=3.0)
+    log(f"matmul peak (TF, 2048^3, {args.threads} threads): fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
+
+    # --- training step, bench-small -----------------------------------------------------------------------------
+    cfg = BENCH_SMALL
+    log(f"\n[train] {cfg.name}: {cfg}")
+    systems = [OursTrain(cfg, "float32"), OursTrain(cfg, "mixed_bfloat16")]
+    if xla:
+        systems.append(OursTrain(cfg, "float32", jit=True))
+    notes = {}
+    if "hf" not in skip:
+        hf = peer_guard(lambda: HFTrain(cfg), log, "HF")
+        if isinstance(hf, str):
+            notes["HF torch fp32"] = hf
+        else:
+            systems.append(hf)
+    if "mg" not in skip:
+        mg = peer_guard(lambda: ModelGardenTrain(cfg), log, "Model Garden")
+        if isinstance(mg, str):
+            notes["Model Garden fp32"] = mg
+        else:
+            systems.append(mg)
+    train_times = interleaved(systems, reps, args.steps_per_rep, warmup=2, log=log)
+    losses = {s.name: s.loss for s in systems}
+
+    # --- inference, content stream, Base shape, batch 32 x 128 ----------------------------------------------------
+    infer_times = {}
+    if "infer" not in skip:
+        icfg = INFER_BASE
+        log(f"\n[inference] content stream, XLNet-Base shape, batch {icfg.batch} x seq {icfg.seq_len}")
+        isystems = [OursInfer(icfg, "float32"), OursInfer(icfg, "mixed_bfloat16")]
+        if torch is not None:
+            h = peer_guard(lambda: HFInfer(icfg), log, "HF inference")
+            if not isinstance(h, str):
+                isystems.append(h)
+        infer_times = interleaved(isystems, max(2, reps - 1), 2, warmup=1, log=log)
+
+    # --- memory, base-512 batch 4 ---------------------------------------------------------------------------------
+    memory = []
+    if "memory" not in skip:
+        log(f"\n[memory] base-512 batch {BASE_512.batch} (separate process each): {BASE_512}")
+        for dtype in (["mixed_bfloat16"] if args.quick else ["float32", "mixed_bfloat16"]):
+            memory.append(run_memory(dtype, 2 if args.quick else 3, args.threads, log))
+
+    load_after = os.getloadavg()
+    report = render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before,
+                    load_after, time.time() - start)
+    print("\n" + report)
+    with open(args.out, "w") as f:
+        f.write(report)
+    log(f"wrote {args.out}")
+
+
+def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before, load_after,
+           seconds):
+    flops = cfg.train_flops_per_step()
+    med = {name: statistics.median(t) for name, t in train_times.items()}
+    hf = med.get("HF torch fp32")
+    mg = med.get("Model Garden fp32")
+    ours = {n: t for n, t in med.items() if n.startswith("ours")}
+    best32 = min((n for n in ours if "float32" in n), key=ours.get)
+    best16 = min((n for n in ours if "bfloat16" in n), key=ours.get, default=None)
+    cmd = "python bench/bench_pretrain.py" + (" " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 else "")
+    v = versions()
+    out = [
+        "# XLNet pretraining-step benchmark",
+        "",
+        f"- Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} ; command: `{cmd}` ; run time {seconds / 60:.1f} min",
+        f"- Machine: {machine_info()}; {args.threads} intra-op threads for TF and torch; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (the CPU is shared: figures are medians of "
+        f"interleaved repetitions)",
+        "- Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+        f"- Matmul peak measured in this run (TF, 2048x2048x2048): fp32 {peak32 / 1e9:.0f} GFLOP/s, "
+        f"bf16 {peak16 / 1e9:.0f} GFLOP/s",
+        f"- Training step: {cfg.name} = n_layer {cfg.n_layer}, d_model {cfg.d_model}, n_head {cfg.n_head}, d_head "
+        f"{cfg.d_head}, d_inner {cfg.d_inner}, vocab {cfg.n_token}, seq_len {cfg.seq_len}, reuse_len {cfg.reuse_len}, "
+        f"mem_len {cfg.mem_len}, num_predict {cfg.num_predict}, batch {cfg.batch}, dropout {cfg.dropout}; "
+        f"forward (two streams, memory carried) + loss + backward + clip + AdamW; {flops / 1e9:.1f} GFLOP/step "
+        "(model FLOPs, `xlnet_tf/flops.py`)",
+        "",
+        "| implementation | step (s, median) | tokens/s | MFU | ours-best vs this | loss |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, t in sorted(med.items(), key=lambda kv: kv[1]):
+        peak = peak16 if "bfloat16" in name else peak32
+        mfu = flops / t / peak
+        tag = ""
+        if name in (best32, best16):
+            tag = " (recommended)" if name == best16 else " (best fp32)"
+        ratio = f"{t / med[best32]:.2f}x (fp32) / {t / med[best16]:.2f}x (bf16)" if best16 else f"{t / med[best32]:.2f}x"
+        out.append(f"| {name}{tag} | {t:.3f} | {cfg.tokens_per_step / t:,.0f} | {100 * mfu:.0f}% | "
+                   f"{ratio if not name.startswith('ours') else '-'} | {losses.get(name, float('nan')):.3f} |")
+    for name, why in notes.items():
+        out.append(f"| {name} | could not run: {why} | | | | |")
+    out.append("")
+    if hf:
+        out.append(f"**Ours vs HF PyTorch fp32 (tokens/s):** fp32 {hf / med[best32]:.2f}x (target >= 2.0x)"
+                   + (f"; mixed_bfloat16 {hf / med[best16]:.2f}x (target >= 3.5x)" if best16 else ""))
+    if mg:
+        out.append(f"**Ours vs Model Garden fp32:** fp32 {mg / med[best32]:.2f}x"
+                   + (f"; mixed_bfloat16 {mg / med[best16]:.2f}x" if best16 else ""))
+    out.append("")
+    if infer_times:
+        icfg = INFER_BASE
+        imed = {n: statistics.median(t) for n, t in infer_times.items()}
+        ihf = imed.get("HF torch fp32")
+        out += [f"Inference (content stream only, XLNet-Base shape: 12 layers, d_model 768; batch {icfg.batch} x seq "
+                f"{icfg.seq_len}, no memory, training=False / inference_mode):", "",
+                "| implementation | forward (s, median) | tokens/s | vs HF |", "|---|---:|---:|---:|"]
+        for name, t in sorted(imed.items(), key=lambda kv: kv[1]):
+            out.append(f"| {name} | {t:.3f} | {icfg.tokens_per_step / t:,.0f} | "
+                       f"{(ihf / t if ihf else float('nan')):.2f}x |")
+        out.append("")
+    if memory:
+        m = BASE_512
+        out += [f"Memory: XLNet-Base shape, seq_len {m.seq_len}, mem_len {m.mem_len}, reuse_len {m.reuse_len}, "
+                f"num_predict {m.num_predict}, batch {m.batch}, full training step (ours), one process per row:", "",
+                "| precision | peak RSS (GB) | step (s, after warm-up) | tokens/s |", "|---|---:|---:|---:|"]
+        for r in memory:
+            if "error" in r:
+                out.append(f"| {r['dtype']} | failed: {r['error']} | | |")
+                continue
+            steady = r["step_times"][1:] or r["step_times"]
+            t = statistics.median(steady)
+            out.append(f"| {r['dtype']} | {r['peak_rss_gb']:.2f} | {t:.2f} | {m.tokens_per_step / t:,.0f} |")
+        out.append("")
+    out.append("Recommended configuration: `XLNetPretrainer(config, dtype=\"mixed_bfloat16\")` on CPUs with AMX "
+               "(graph mode, `--jit_compile` off: XLA's CPU dots don't use AMX); fp32 row marked 'best fp32' for "
+               "exactness-sensitive runs.")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()
