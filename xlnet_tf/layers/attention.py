@@ -26,6 +26,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers.fusion import fusable
+
 
 def rel_shift(scores, klen):
     """Transformer-XL skew on the last two axes: [..., Lq, R] -> [..., Lq, klen], out[i, j] = in[i, Lq - i + j].
@@ -91,6 +93,8 @@ class RelativeAttention(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="LayerNorm", dtype=self.dtype_policy)
         self._output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self._attention_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
+        self._probs = fusable(self._probs_impl)
+        self._residual_norm = fusable(self._residual_norm_impl)
 
     def build(self, input_shape=None):
         init = keras.initializers.RandomNormal(stddev=self.initializer_range)
@@ -115,35 +119,51 @@ class RelativeAttention(keras.layers.Layer):
         y = tf.reshape(y, tf.concat([shape[:2], [parts, self.n_head, self.d_head]], 0))
         return tf.transpose(y, [2, 3, 0, 1, 4])
 
-    def _attend(self, q, k, v, k_r, biases, shift, mask, segment_diff, training):
+    def _attend(self, q, k, v, k_r, biases, query_pos, mask, segment_diff, training):
         """Attention vectors [N, B, Lq, H] for queries q [N, B, Lq, H]; keys/values [N, B, K, H]; k_r
-        [N, X, R, H]; ``shift(bd_full [N, B, Lq, R]) -> bd [N, B, Lq, K]``; mask [B|1, Lq, K] float32."""
+        [N, X, R, H]; mask [B|1, Lq, K] float32. The position term is skewed with ``rel_shift`` (content stream,
+        ``query_pos`` None) or gathered at ``query_pos`` (query stream)."""
         scale = tf.cast(self.scale, q.dtype)
         # (q + bias) * scale == q * scale + bias * scale: the score scale rides on the (small) queries.
         q = q * scale
         ac = tf.matmul(q + biases["r_w"] * scale, k, transpose_b=True)
-        bd = shift(_position_scores(q + biases["r_r"] * scale, k_r))
-        score = ac + bd
+        bd_full = _position_scores(q + biases["r_r"] * scale, k_r)
+        ef = None
         if segment_diff is not None:
             n, b, lq = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
             q_s = tf.reshape(q + biases["r_s"] * scale, [n, -1, self.d_head])
             ef = tf.matmul(q_s, biases["seg_embed"], transpose_b=True)  # [N, B*Lq, H] x seg [N, 2, H]^T
             ef = tf.reshape(ef, [n, b, lq, 2])
+        prob = self._probs(ac, bd_full, ef, segment_diff, mask, query_pos, training=training)
+        return tf.matmul(prob, v)
+
+    def _probs_impl(self, ac, bd_full, ef, segment_diff, mask, query_pos, training=None):
+        """Everything between the score matmuls and prob . v: shift/gather, segment term, mask, fp32 softmax,
+        attention dropout. Element-wise only: one fused XLA cluster inside a traced step (``fusable``)."""
+        klen = tf.shape(ac)[-1]
+        if query_pos is None:
+            bd = rel_shift(bd_full, klen)
+        else:
+            bd = _gather_relative_head_major(bd_full, query_pos, klen)
+        score = ac + bd
+        if ef is not None:
             score += tf.where(segment_diff, ef[..., 1:], ef[..., :1])
         score = tf.cast(score, tf.float32)
         if mask is not None:
             score += mask
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        prob = self._attention_dropout(prob, training=training)
-        return tf.matmul(prob, v)
+        return self._attention_dropout(prob, training=training)
+
+    def _residual_norm_impl(self, out, x, training=None):
+        """LayerNorm(x + dropout(out)) (element-wise: fused in a traced step)."""
+        return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def _post_attention(self, x, attn_vec, kernel, training):
         """attn_vec [N, B, L, H] -> LayerNorm(x + dropout(W_o attn)) [B, L, D]."""
         shape = tf.shape(x)
         attn_vec = tf.reshape(tf.transpose(attn_vec, [1, 2, 0, 3]), [-1, self.n_head * self.d_head])
         out = tf.reshape(tf.matmul(attn_vec, kernel, transpose_b=True), shape)
-        out = self._output_dropout(out, training=training)
-        return self.layer_norm(out + x)
+        return self._residual_norm(out, x, training=training)
 
     def call(self, content, position, biases, memory=None, content_bias=None, segment_diff=None, query=None,
              query_pos=None, query_bias=None, query_segment_diff=None, query_weight=None, training=None):
@@ -166,16 +186,14 @@ class RelativeAttention(keras.layers.Layer):
 
         q_kernel, o_kernel = self._kernel("q"), self._kernel("o")
         q = self._heads(content, q_kernel)[0]
-        attn = self._attend(q, k, v, k_r, biases, lambda s: rel_shift(s, klen), content_bias, segment_diff,
-                            training)
+        attn = self._attend(q, k, v, k_r, biases, None, content_bias, segment_diff, training)
         h_out = self._post_attention(content, attn, o_kernel, training)
         if query is None:
             return h_out, None
 
         query = tf.cast(query, dtype)
         q_g = self._heads(query, q_kernel)[0]
-        attn_g = self._attend(q_g, k, v, k_r, biases, lambda s: _gather_relative_head_major(s, query_pos, klen),
-                              query_bias, query_segment_diff, training)
+        attn_g = self._attend(q_g, k, v, k_r, biases, query_pos, query_bias, query_segment_diff, training)
         if query_weight is not None:
             attn_g *= tf.cast(query_weight, dtype)[None, :, :, None]
         g_out = self._post_attention(query, attn_g, o_kernel, training)

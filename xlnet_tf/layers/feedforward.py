@@ -7,6 +7,8 @@ import math
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers.fusion import fusable
+
 
 def gelu(x):
     """The original's tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
@@ -39,6 +41,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="LayerNorm", dtype=policy)
         self._inner_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self._output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self._inner = fusable(self._inner_impl)
+        self._outer = fusable(self._outer_impl)
 
     def build(self, input_shape=None):
         self.layer_1.build((None, None, self.d_model))
@@ -46,10 +50,22 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.d_model))
         self.built = True
 
+    def _inner_impl(self, h, bias, training=None):
+        return self._inner_dropout(ACTIVATIONS[self.activation](h + bias), training=training)
+
+    def _outer_impl(self, h, bias, x, training=None):
+        return self.layer_norm(self._output_dropout(h + bias, training=training) + x)
+
     def call(self, x, training=None):
-        inner = self._inner_dropout(ACTIVATIONS[self.activation](self.layer_1(x)), training=training)
-        out = self._output_dropout(self.layer_2(inner), training=training)
-        return self.layer_norm(out + x)
+        # The Dense layers' math (x W + b) with the matmuls as plain 2-D oneDNN ops and the element-wise rest
+        # (bias, activation, dropout, residual, LayerNorm) in two fusable blocks.
+        dtype = self.compute_dtype
+        x = tf.cast(x, dtype)
+        shape = tf.shape(x)
+        h = tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.layer_1.kernel, dtype))
+        inner = self._inner(h, tf.cast(self.layer_1.bias, dtype), training=training)
+        h = tf.matmul(inner, tf.cast(self.layer_2.kernel, dtype))
+        return self._outer(tf.reshape(h, shape), tf.cast(self.layer_2.bias, dtype), x, training=training)
 
     def get_config(self):
         config = super().get_config()

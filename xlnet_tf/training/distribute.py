@@ -15,8 +15,12 @@ def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
-        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
-        return tf.distribute.MirroredStrategy(devices)
+        if gpus:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus])
+        # CPU replicas: reduce through one device. The default collective implementation occasionally pairs
+        # different all-reduces of two CPU replicas ("Shape mismatch in the collective instance").
+        return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "tpu":

@@ -1,0 +1,104 @@
+"""RACE: release layout, the four sequences per question (no option aliasing, zihangdai/xlnet#204), bad input,
+and end to end with a micro model (train, accuracy overall and per middle/high, predictions, export)."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from classifier_helpers import FIXTURES, SPIECE, make_flags
+from xlnet_tf.finetune import race_data
+from xlnet_tf.finetune.runner import run
+from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
+
+RACE = os.path.join(FIXTURES, "race")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return XLNetTokenizer(SPIECE)
+
+
+def test_reads_the_release_layout():
+    examples, skipped = race_data.read_examples(RACE, "train")
+    assert len(examples) == 12 and not skipped
+    assert [e.level for e in examples].count(0) == 6  # middle first, then high
+    ex = examples[1]  # "Tom and Mary go to school _ ."
+    assert ex.qa_list == ["Tom and Mary go to school by bus .", "Tom and Mary go to school by bike .",
+                          "Tom and Mary go to school on foot .", "Tom and Mary go to school by car ."]
+    assert examples[0].qa_list[0] == "Where does Tom live? In a big city." and examples[0].label == 1
+    assert examples[0].guid == "middle0.txt-0"
+    high, _ = race_data.read_examples(RACE, "dev", levels=("high",))
+    assert len(high) == 4 and {e.level for e in high} == {1}
+
+
+def test_each_option_gets_its_own_sequence(tokenizer):
+    ex = race_data.read_examples(RACE, "dev")[0][0]
+    context = tokenizer.encode_ids(ex.context)
+    ids, segs, masks, truncated = race_data.encode_example(tokenizer, ex, 128, 64)
+    assert not truncated and len(ids) == race_data.NUM_CHOICES
+    for k, qa in enumerate(ex.qa_list):
+        qa_ids = tokenizer.encode_ids(qa)
+        n = len(context) + len(qa_ids) + 3
+        assert ids[k][-n:] == context + [SEP_ID] + qa_ids + [SEP_ID, CLS_ID]  # only option k, nothing appended
+        assert ids[k][:-n] == [0] * (128 - n) and segs[k][:-n] == [4] * (128 - n)
+        assert segs[k][-n:] == [0] * (len(context) + 1) + [1] * (len(qa_ids) + 1) + [2]
+        assert masks[k] == [0.0] * (128 - n) + [1.0] * n
+
+
+def test_truncation_keeps_the_end_of_the_qa_and_cuts_the_context(tokenizer):
+    ex = race_data.read_examples(RACE, "dev")[0][0]
+    qa_ids = tokenizer.encode_ids(ex.qa_list[0])
+    ids, _, masks, truncated = race_data.encode_example(tokenizer, ex, 24, 4)
+    assert truncated and all(len(row) == 24 for row in ids) and masks[0] == [1.0] * 24
+    assert ids[0][-7:] == [SEP_ID] + qa_ids[-4:] + [SEP_ID, CLS_ID]
+    assert ids[0][:17] == tokenizer.encode_ids(ex.context)[:17]
+
+
+def _race_copy(tmp_path):
+    root = str(tmp_path / "RACE")
+    shutil.copytree(RACE, root)
+    return root
+
+
+def test_bad_input(tmp_path):
+    root = _race_copy(tmp_path)
+    path = os.path.join(root, "dev", "high", "1.txt")
+    with open(path) as f:
+        data = json.load(f)
+    data["questions"][0] = " "
+    data["options"][1] = data["options"][1][:3]
+    with open(path, "w") as f:
+        json.dump(data, f)
+    examples, skipped = race_data.read_examples(root, "dev")
+    assert len(examples) == 6 and len(skipped) == 2
+    assert skipped[0] == f"{path} question 0: empty question" and "3 options, expected 4" in skipped[1]
+    data["questions"][0], data["answers"][0] = "Why?", "E"
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(ValueError, match=r"1\.txt question 0: answer 'E' is not one of"):
+        race_data.read_examples(root, "dev")
+    with open(path, "w") as f:
+        f.write('{"article": "x", "questions": [')
+    with pytest.raises(ValueError, match=r"high/1\.txt: not a RACE JSON file"):
+        race_data.read_examples(root, "dev")
+    with pytest.raises(FileNotFoundError, match="RACE train split not found"):
+        race_data.read_examples(str(tmp_path), "train")
+
+
+def test_race_end_to_end(tmp_path):
+    flags = make_flags(tmp_path, task_name="race", data_dir=RACE, do_train=True, do_eval=True, do_predict=True,
+                       max_seq_length=64, max_qa_length=24, export_dir=str(tmp_path / "export"))
+    result = run(flags)
+    metrics = result["eval"]["metrics"]
+    assert metrics["num_examples"] == 8 and metrics["num_middle"] == 4 and metrics["num_high"] == 4
+    assert {"accuracy", "accuracy_middle", "accuracy_high", "loss"} <= set(metrics)
+    with open(os.path.join(flags.model_dir, "predict", "race.dev.predictions.json")) as f:
+        predictions = json.load(f)
+    assert len(predictions) == 8 and set(predictions.values()) <= set("ABCD") and "high1.txt-0" in predictions
+    assert os.path.exists(os.path.join(flags.export_dir, "saved_model.pb"))
+    # --middle_only: cached separately, only middle-school questions
+    result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, max_seq_length=64,
+                            max_qa_length=24, middle_only=True))
+    assert result["eval"]["metrics"]["num_examples"] == 4 and "accuracy_high" not in result["eval"]["metrics"]
