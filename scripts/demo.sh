@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The embedded default, end to end on the bundled corpus and tiny config:
-# SentencePiece data -> TFRecords -> pretraining (loss falls). Outputs go to runs/tiny/.
+# The embedded default, end to end on the bundled data and the tiny config (outputs in runs/tiny/):
+#   1. pretraining data: bundled corpus -> span-masked TFRecords (SentencePiece model in data/)
+#   2. pretraining: permutation LM with memory (loss falls), checkpoints + TensorBoard in runs/tiny/pretrain
+#   3. fine-tuning: the pretrained model on the bundled sentiment sentences (GLUE SST-2 layout): train, dev
+#      accuracy, predictions
+#   4. export: a TF Serving SavedModel in runs/tiny/export
+# Rerunning resumes or skips finished steps; delete runs/ to start over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-.venv/bin/python run_pretrain.py "$@"
+.venv/bin/python run_pretrain.py
+.venv/bin/python run_classifier.py --config_file=configs/finetune_sentiment_tiny.yaml
