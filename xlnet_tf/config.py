@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any, Optional
 
+from xlnet_tf.io_utils import write_json_atomic
+
 # Keys of the original release's xlnet_config.json: they are tied to the checkpoint.
 CHECKPOINT_KEYS = ("d_head", "d_inner", "d_model", "ff_activation", "n_head", "n_layer", "n_token", "untie_r")
 # Run-time knobs (the original RunConfig): free to change for the same weights.
@@ -122,12 +124,7 @@ class XLNetConfig:
         values = self.to_dict()
         if checkpoint_keys_only:
             values = {k: values[k] for k in CHECKPOINT_KEYS}
-        path = os.fspath(path)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        write_json_atomic(os.fspath(path), values)
 
     def replace(self, **changes) -> "XLNetConfig":
         return self.from_dict(self.to_dict(), source="XLNetConfig.replace", **changes)

@@ -27,8 +27,6 @@ FLAGS = flags.FLAGS
 def convert(checkpoint: str, config_path: str, output_dir: str, spiece_model: str | None = None) -> str:
     """Loads the TF1 checkpoint into an ``XLNetPretrainer`` and writes it in the native layout. Returns the
     checkpoint prefix written."""
-    import tensorflow as tf  # noqa: F401  (imported late: --help should not pay for TensorFlow)
-
     from xlnet_tf.checkpoint import load_original_checkpoint, native_checkpoint
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models.xlnet import XLNetPretrainer

@@ -21,6 +21,7 @@ from typing import Optional
 
 from absl import logging
 
+from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.finetune import records
 
 SPLITS = ("train", "dev", "test")
@@ -278,7 +279,7 @@ def prepare_features(task: TaskSpec, data_dir: str, split: str, tokenizer, max_s
     meta["num_truncated"] = 0
     meta = records.write_records(path, features(), meta)
     meta["num_truncated"] = truncated
-    records.write_json_atomic(path + ".json", meta)
+    write_json_atomic(path + ".json", meta)
     if truncated:
         logging.info("%s: %d of %d examples truncated to max_seq_length=%d", path, truncated,
                      len(data.examples), max_seq_length)

@@ -20,7 +20,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from xlnet_tf.finetune.records import atomic_path
+from xlnet_tf.io_utils import atomic_path
 
 
 class _Serving(tf.Module):

@@ -20,6 +20,7 @@ import os
 import numpy as np
 from absl import logging
 
+from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.finetune import records
 
 NUM_CHOICES = 4
@@ -154,5 +155,5 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
                 guids=[ex.guid for ex in examples])
     meta = records.write_records(path, features(), meta)
     meta["num_truncated"] = truncated
-    records.write_json_atomic(path + ".json", meta)
+    write_json_atomic(path + ".json", meta)
     return path, meta

@@ -1,18 +1,16 @@
 """Encoded-feature caches (TFRecords, as the original ``file_based_convert_examples_to_features``), the
-left-padded XLNet input layout shared by the classifier and RACE, and atomic output writing."""
+left-padded XLNet input layout shared by the classifier and RACE."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 from typing import Iterable, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.io_utils import atomic_path, write_json_atomic
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
 
 SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4  # the original's SEG_ID_*; 3 (SEP) is unused
@@ -38,38 +36,6 @@ def pack_sequence(tokens_a: list[int], tokens_b: Optional[list[int]], max_seq_le
 def dummy_sequence(max_seq_length: int):
     """A padding example (the original's ``PaddingInputExample``): ``<sep> <cls>``; excluded from metrics."""
     return pack_sequence([], None, max_seq_length)
-
-
-@contextlib.contextmanager
-def atomic_path(path: str):
-    """Yields a temporary path next to ``path``; on success it is renamed to ``path`` (file or directory),
-    replacing any previous one, so readers never see a partial output."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
-    target = os.path.join(tmp, "out")
-    try:
-        yield target
-        if os.path.isdir(target) and os.path.isdir(path):
-            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
-            os.replace(path, os.path.join(old, "out"))
-            os.replace(target, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(target, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def write_text_atomic(path: str, text: str) -> str:
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    return path
-
-
-def write_json_atomic(path: str, obj) -> str:
-    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _feature(values: np.ndarray) -> tf.train.Feature:

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import numpy as np
 from absl import logging
 
+from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 from xlnet_tf.finetune import classifier_data, metrics as task_metrics, race_data, records
 
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
@@ -183,14 +184,14 @@ def write_predictions(bundle: TaskBundle, outputs: dict, meta: dict, predict_dir
     else:
         predictions = [bundle.labels[i] for i in np.argmax(logits, axis=-1)]
     if bundle.kind == "multiple_choice":
-        written.append(records.write_json_atomic(
+        written.append(write_json_atomic(
             os.path.join(predict_dir, f"race.{split}.predictions.json"), dict(zip(guids, predictions))))
     else:
         lines = ["index\tprediction"] + [f"{g}\t{p:.6f}" if isinstance(p, float) else f"{g}\t{p}"
                                          for g, p in zip(guids, predictions)]
-        written.append(records.write_text_atomic(os.path.join(predict_dir, f"{bundle.submission}.tsv"),
+        written.append(write_text_atomic(os.path.join(predict_dir, f"{bundle.submission}.tsv"),
                                                  "\n".join(lines) + "\n"))
-    written.append(records.write_json_atomic(
+    written.append(write_json_atomic(
         os.path.join(predict_dir, f"{bundle.name}.{split}.logits.json"),
         [{"index": g, "logits": [float(x) for x in row], "prediction": p}
          for g, row, p in zip(guids, logits, predictions)]))
@@ -319,14 +320,14 @@ def run(flags) -> dict:
                 report.update(best_checkpoint=best, best_metrics=evals[best],
                               all_checkpoints={c: m for c, m in evals.items()})
             write_eval_summaries(flags.model_dir, step, eval_metrics, f"eval_{flags.eval_split}")
-            records.write_json_atomic(os.path.join(flags.model_dir, f"eval_results.{flags.eval_split}.json"), report)
+            write_json_atomic(os.path.join(flags.model_dir, f"eval_results.{flags.eval_split}.json"), report)
             logging.info("eval %s %s at step %d: %s | data %s", bundle.name, flags.eval_split, step,
                          {k: round(v, 4) for k, v in eval_metrics.items()}, _data_summary(meta))
             result["eval"] = report
         if flags.do_predict:
             predict_dir = flags.predict_dir or os.path.join(flags.model_dir, "predict")
             written = write_predictions(bundle, outputs, meta, predict_dir, flags.eval_split)
-            records.write_json_atomic(os.path.join(predict_dir, f"{bundle.name}.{flags.eval_split}.summary.json"),
+            write_json_atomic(os.path.join(predict_dir, f"{bundle.name}.{flags.eval_split}.summary.json"),
                                       dict(task=bundle.name, split=flags.eval_split, step=step,
                                            checkpoint=checkpoint, files=written, data=_data_summary(meta)))
             if meta.get("num_skipped"):

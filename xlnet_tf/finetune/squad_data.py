@@ -27,13 +27,13 @@ import json
 import os
 import pickle
 import random
-import tempfile
 from typing import Iterable, Optional
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
@@ -314,23 +314,8 @@ def _manifest_ok(path: str, fingerprint: dict) -> bool:
     return all(stored.get(k) == v for k, v in fingerprint.items())
 
 
-def atomic_write(path: str, write_fn, mode: str = "w") -> None:
-    """Writes ``path`` through ``write_fn(file)`` under a temporary name in the same directory, then renames."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            write_fn(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def atomic_write_json(path: str, obj) -> None:
-    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n"))
+    write_json_atomic(path, obj, indent=4)
 
 
 def _write_manifest(path: str, fingerprint: dict, **extra) -> None:
@@ -372,18 +357,10 @@ def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, nu
     if not features:
         raise SquadFileError(f"{train_file}: no training features (shard {proc_id}/{num_proc}; skipped: "
                              f"{_counts(skipped) or 'none'})")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         with tf.io.TFRecordWriter(tmp) as writer:
             for f in features:
                 writer.write(_tf_example(f))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     all_skipped = {**{k: v for k, v in squad.skipped.items()}, **skipped}
     manifest = dict(fingerprint, num_examples=len(examples), num_features=len(features),
                     num_impossible=sum(f.is_impossible for f in features), skipped=all_skipped)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import tensorflow as tf
 
+from xlnet_tf.io_utils import atomic_path
 from xlnet_tf.models.heads import XLNetSquad
 from xlnet_tf.training.finetuning import FinetuneTask
 
@@ -62,22 +59,7 @@ def export_saved_model(model: XLNetSquad, export_dir: str) -> str:
     [batch]; returns ``start_top_log_probs``/``start_top_index`` [batch, start_n_top], ``end_top_log_probs``/
     ``end_top_index`` [batch, start_n_top * end_n_top] and ``cls_logits`` [batch].
     """
-    export_dir = os.path.abspath(export_dir)
-    parent = os.path.dirname(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(export_dir) + ".")
-    try:
-        module = _Serving(model)
+    module = _Serving(model)
+    with atomic_path(export_dir) as tmp:
         tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve.get_concrete_function()})
-        old = None
-        if os.path.exists(export_dir):
-            old = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(export_dir) + ".old.")
-            os.rmdir(old)
-            os.replace(export_dir, old)
-        os.replace(tmp, export_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return export_dir

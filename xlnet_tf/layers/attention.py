@@ -26,7 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers.fusion import fusable
+from xlnet_tf.layers.dropout import Dropout
 
 
 def rel_shift(scores, klen):
@@ -91,10 +91,8 @@ class RelativeAttention(keras.layers.Layer):
         self.dropout, self.dropatt, self.initializer_range = dropout, dropatt, initializer_range
         self.scale = 1.0 / (d_head ** 0.5)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="LayerNorm", dtype=self.dtype_policy)
-        self._output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self._attention_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
-        self._probs = fusable(self._probs_impl)
-        self._residual_norm = fusable(self._residual_norm_impl)
+        self._output_dropout = Dropout(dropout, dtype=self.dtype_policy)
+        self._attention_dropout = Dropout(dropatt, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         init = keras.initializers.RandomNormal(stddev=self.initializer_range)
@@ -137,9 +135,9 @@ class RelativeAttention(keras.layers.Layer):
         prob = self._probs(ac, bd_full, ef, segment_diff, mask, query_pos, training=training)
         return tf.matmul(prob, v)
 
-    def _probs_impl(self, ac, bd_full, ef, segment_diff, mask, query_pos, training=None):
+    def _probs(self, ac, bd_full, ef, segment_diff, mask, query_pos, training=None):
         """Everything between the score matmuls and prob . v: shift/gather, segment term, mask, fp32 softmax,
-        attention dropout. Element-wise only: one fused XLA cluster inside a traced step (``fusable``)."""
+        attention dropout."""
         klen = tf.shape(ac)[-1]
         if query_pos is None:
             bd = rel_shift(bd_full, klen)
@@ -154,8 +152,8 @@ class RelativeAttention(keras.layers.Layer):
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         return self._attention_dropout(prob, training=training)
 
-    def _residual_norm_impl(self, out, x, training=None):
-        """LayerNorm(x + dropout(out)) (element-wise: fused in a traced step)."""
+    def _residual_norm(self, out, x, training=None):
+        """LayerNorm(x + dropout(out))."""
         return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def _post_attention(self, x, attn_vec, kernel, training):

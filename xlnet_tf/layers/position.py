@@ -11,6 +11,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers.dropout import Dropout
+
 
 def relative_distances(qlen, klen, attn_type: str = "bi"):
     """Distances covered by the encoding rows, float32 [R]: ``klen, klen-1, ..., -qlen+1`` ('bi', R = klen+qlen)
@@ -43,7 +45,7 @@ class RelativePositionEncoding(keras.layers.Layer):
         self.bi_data = bi_data
         self.clamp_len = clamp_len
         self.dropout = dropout
-        self._dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self._dropout = Dropout(dropout, dtype=self.dtype_policy)
 
     def call(self, qlen, klen, training=None):
         fwd = relative_distances(qlen, klen, self.attn_type)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.attention import RelativeAttention
+from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
 from xlnet_tf.layers.masks import mask_bias, stream_masks
 from xlnet_tf.layers.position import RelativePositionEncoding
@@ -84,8 +85,8 @@ class XLNetModel(keras.Model):
         # tf.train.Checkpoint does not see into Keras 3's tracked lists: name each block as an attribute too.
         for i, block in enumerate(self.blocks):
             setattr(self, f"layer_{i}", block)
-        self._embedding_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
-        self._output_dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
+        self._embedding_dropout = Dropout(config.dropout, dtype=self.dtype_policy)
+        self._output_dropout = Dropout(config.dropout, dtype=self.dtype_policy)
         self.build()
 
     def build(self, input_shape=None):
