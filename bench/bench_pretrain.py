@@ -236,6 +236,17 @@ class ModelGardenTrain:
 # Timing
 
 
+def matmul_peak(dtype, windows=6, seconds=0.5, size=2048):
+    """Achievable TF matmul FLOP/s in ``dtype`` with this process's threads (``progress.measure_matmul_peak``'s
+    measurement), as the best of several short windows: on a shared CPU a long average measures the neighbours."""
+    from xlnet_tf.training import progress
+    best = 0.0
+    for _ in range(windows):
+        progress._cpu_peak_cache.pop(dtype, None)
+        best = max(best, progress.measure_matmul_peak(dtype, size=size, seconds=seconds))
+    return best
+
+
 def interleaved(systems, reps, steps_per_rep, warmup, log):
     """Warms every system up, then runs ``reps`` rounds; in each round every system (in turn) times
     ``steps_per_rep`` consecutive steps. Returns {name: [step seconds]}."""
@@ -377,10 +388,8 @@ def main():
             torch = None
             skip |= {"hf"}
 
-    from xlnet_tf.training.progress import measure_matmul_peak
     log(f"machine: {machine_info()}; load average {load_before[0]:.2f}; {args.threads} threads")
-    peak32 = measure_matmul_peak("float32", seconds=3.0)
-    peak16 = measure_matmul_peak("bfloat16", seconds=3.0)
+    peak32, peak16 = matmul_peak("float32"), matmul_peak("bfloat16")
     log(f"matmul peak (TF, 2048^3, {args.threads} threads): fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
 
     # --- training step, bench-small -----------------------------------------------------------------------------
@@ -424,6 +433,9 @@ def main():
         for dtype in (["mixed_bfloat16"] if args.quick else ["float32", "mixed_bfloat16"]):
             memory.append(run_memory(dtype, 2 if args.quick else 3, args.threads, log))
 
+    # The CPU is shared: re-measure the peak at the end and keep the best (an achievable peak, not a loaded one).
+    peak32, peak16 = max(peak32, matmul_peak("float32")), max(peak16, matmul_peak("bfloat16"))
+    log(f"matmul peak, best of start and end: fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
     load_after = os.getloadavg()
     report = render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before,
                     load_after, time.time() - start)

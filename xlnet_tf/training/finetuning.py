@@ -9,7 +9,6 @@ checkpoints with resume, TensorBoard summaries and progress lines.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Callable, Optional
 
@@ -20,7 +19,7 @@ from absl import logging
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.training.optimization import apply_gradients_across_replicas, create_optimizer
-from xlnet_tf.training.pretraining import worker_checkpoint_dir
+from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
 
 
@@ -129,21 +128,8 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     peak, _ = device_peak_flops(strategy, model.compute_dtype)
     reporter = ProgressReporter(checkpoint_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
                                 start_step)
-    schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
-    step, metrics = start_step, {"step": start_step}
-    while step < s.train_steps:
-        next_save = (step // s.save_steps + 1) * s.save_steps
-        steps = min(s.iterations, next_save - step, s.train_steps - step)
-        loss, norm = host_loop(tf.constant(steps))
-        step += steps
-        loss = float(loss.numpy())
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss} in the steps up to {step}; stopping without saving (last "
-                                     f"good checkpoint: {manager.latest_checkpoint or 'none'})")
-        metrics = dict(step=step, **reporter.report(step, {"loss": loss, "learning_rate": float(schedule(step)),
-                                                           "grad_norm": float(norm.numpy())}))
-        if step % s.save_steps == 0 or step == s.train_steps:
-            logging.info("saved %s", manager.save(checkpoint_number=step))
+    metrics = run_host_loops(host_loop, start_step=start_step, train_steps=s.train_steps, iterations=s.iterations,
+                             save_steps=s.save_steps, manager=manager, reporter=reporter, optimizer=optimizer)
     return model, metrics
 
 

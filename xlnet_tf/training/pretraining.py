@@ -4,8 +4,8 @@ Structure (what keeps TPUs busy and makes resuming exact):
 * ``iterations`` steps run inside one ``tf.function`` (a "host loop"). The per-replica memory is loop state:
   zeros at the start of every host loop, then each step's ``new_mems`` feed the next step, like the original
   TPU trainer (whose TPUEstimator reset the cache every ``iterations`` steps).
-* Checkpoints are written only at host-loop boundaries (``save_steps`` is a multiple of ``iterations``), where
-  memory is zero anyway. A resumed run restores weights, optimizer state and the step, and its input pipeline
+* Checkpoints are written only at host-loop boundaries (a host loop is cut short to end on every multiple of
+  ``save_steps``), where memory is zero anyway. A resumed run restores weights, optimizer state and the step, and its input pipeline
   starts at that step's data position: it continues exactly as the uninterrupted run would have.
 * SIGTERM (preemption) finishes the current host loop, writes a checkpoint and returns; ``iterations`` bounds
   how long that takes. A non-finite loss stops the run with an error before anything is saved, so the last
@@ -15,12 +15,8 @@ Structure (what keeps TPUs busy and makes resuming exact):
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-import signal
 from typing import Callable, Optional
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -28,6 +24,7 @@ from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
+from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.losses import permutation_lm_loss
 from xlnet_tf.training.optimization import apply_gradients_across_replicas, create_optimizer
 from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
@@ -68,30 +65,6 @@ class PretrainSettings:
             raise ValueError(f"--grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
         if self.dtype not in ("float32", "mixed_bfloat16", "mixed_float16"):
             raise ValueError(f"--dtype must be float32, mixed_bfloat16 or mixed_float16, got {self.dtype!r}")
-
-
-class _Preemption:
-    """Turns SIGTERM into a flag checked between host loops (restoring the previous handler afterwards)."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: preemption is the caller's business
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame):
-        del signum, frame
-        logging.warning("SIGTERM received: checkpointing after the current host loop")
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
 
 
 def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig, settings: PretrainSettings,
@@ -161,30 +134,8 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
                  s.grad_accum_steps, s.seq_len, s.dtype, peak, peak_source)
     reporter = ProgressReporter(checkpoint_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
                                 start_step)
-    metrics = {"step": start_step}
-    step = start_step
-    with _Preemption() as preemption:
-        while step < s.train_steps:
-            next_save = (step // s.save_steps + 1) * s.save_steps
-            steps = min(s.iterations, next_save - step, s.train_steps - step)
-            loss, norm = host_loop(tf.constant(steps))
-            step += steps
-            loss = float(loss.numpy())
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
-                    f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
-            lr = learning_rate_at(optimizer, step)
-            metrics = dict(step=step, **reporter.report(step, {"loss": loss, "learning_rate": lr,
-                                                               "grad_norm": float(norm.numpy())}))
-            if step % s.save_steps == 0 or step == s.train_steps or preemption.requested:
-                path = manager.save(checkpoint_number=step)
-                logging.info("saved %s", path)
-            if preemption.requested:
-                logging.warning("stopped for preemption at step %d; rerun the same command to resume", step)
-                metrics["preempted"] = True
-                break
-    return metrics
+    return run_host_loops(host_loop, start_step=start_step, train_steps=s.train_steps, iterations=s.iterations,
+                          save_steps=s.save_steps, manager=manager, reporter=reporter, optimizer=optimizer)
 
 
 def make_replica_step(model: XLNetPretrainer, optimizer, clip: float):
@@ -222,18 +173,6 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float):
     return replica_step
 
 
-def worker_checkpoint_dir(strategy: tf.distribute.Strategy, model_dir: str) -> tuple[str, bool]:
-    """Where this worker writes checkpoints and summaries: ``model_dir`` for the chief; a private subdirectory
-    for the other workers of a multi-worker job (they must take part in saving, but not overwrite the chief)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None)
-    if resolver is None or not task_type:
-        return model_dir, True
-    has_chief = "chief" in resolver.cluster_spec().as_dict()
-    chief = task_type == "chief" or (task_type == "worker" and resolver.task_id == 0 and not has_chief)
-    return (model_dir, True) if chief else (os.path.join(model_dir, f".worker-{resolver.task_id}"), False)
-
-
 def zero_mems_fn(config: XLNetConfig, batch_size: int, dtype: str):
     def zero_mems():
         # Without memory, a scalar placeholder keeps the loop state's structure fixed.
@@ -241,8 +180,3 @@ def zero_mems_fn(config: XLNetConfig, batch_size: int, dtype: str):
             return tf.zeros([], dtype)
         return [tf.zeros([batch_size, config.mem_len, config.d_model], dtype) for _ in range(config.n_layer)]
     return zero_mems
-
-
-def learning_rate_at(optimizer, step: int) -> float:
-    schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
-    return float(schedule(np.int64(step))) if callable(schedule) else float(schedule)

@@ -1,0 +1,86 @@
+"""The host-loop driver shared by pretraining and fine-tuning: checkpoints, preemption, NaN stop, progress."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+
+class _Preemption:
+    """Turns SIGTERM into a flag checked between host loops (restoring the previous handler afterwards)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread: preemption is the caller's business
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        logging.warning("SIGTERM received: checkpointing after the current host loop")
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def run_host_loops(host_loop, *, start_step: int, train_steps: int, iterations: int, save_steps: int,
+                   manager: tf.train.CheckpointManager, reporter, optimizer) -> dict:
+    """Calls ``host_loop(steps) -> (mean loss, grad norm)`` until ``train_steps``, each call at most
+    ``iterations`` steps and ending on every multiple of ``save_steps``, where a checkpoint is written.
+
+    SIGTERM finishes the current host loop, checkpoints and returns (``preempted``: True). A non-finite loss
+    raises ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one.
+    Returns the last host loop's metrics.
+    """
+    metrics = {"step": start_step}
+    step = start_step
+    with _Preemption() as preemption:
+        while step < train_steps:
+            next_save = (step // save_steps + 1) * save_steps
+            steps = min(iterations, next_save - step, train_steps - step)
+            loss, norm = host_loop(tf.constant(steps))
+            step += steps
+            loss = float(loss.numpy())
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
+                    f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
+            metrics = dict(step=step, **reporter.report(step, {"loss": loss,
+                                                               "learning_rate": learning_rate_at(optimizer, step),
+                                                               "grad_norm": float(norm.numpy())}))
+            if step % save_steps == 0 or step == train_steps or preemption.requested:
+                logging.info("saved %s", manager.save(checkpoint_number=step))
+            if preemption.requested:
+                logging.warning("stopped for preemption at step %d; rerun the same command to resume", step)
+                metrics["preempted"] = True
+                break
+    return metrics
+
+
+def worker_checkpoint_dir(strategy: tf.distribute.Strategy, model_dir: str) -> tuple[str, bool]:
+    """Where this worker writes checkpoints and summaries: ``model_dir`` for the chief; a private subdirectory
+    for the other workers of a multi-worker job (they must take part in saving, but not overwrite the chief)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None)
+    if resolver is None or not task_type:
+        return model_dir, True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    chief = task_type == "chief" or (task_type == "worker" and resolver.task_id == 0 and not has_chief)
+    return (model_dir, True) if chief else (os.path.join(model_dir, f".worker-{resolver.task_id}"), False)
+
+
+def learning_rate_at(optimizer, step: int) -> float:
+    schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
+    return float(schedule(np.int64(step))) if callable(schedule) else float(schedule)
