@@ -1,5 +1,8 @@
 """The pretraining loop under tf.distribute: same result on one device and on two replicas, resume, NaN stop."""
 
+import os
+import signal
+
 import keras
 import numpy as np
 import pytest
@@ -99,3 +102,28 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
     with pytest.raises(FloatingPointError, match="last good checkpoint is .*xlnet_model-2"):
         train(tmp_path, "nan", strategy, per_replica_batch=2, steps=4, save_steps=2, learning_rate=1e30, clip=0.0)
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
+    """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns."""
+    import xlnet_tf.training.pretraining as pretraining
+
+    run_host_loops = pretraining.run_host_loops
+
+    def sigterm_after_first_loop(host_loop, **kwargs):
+        def wrapped(steps):
+            result = host_loop(steps)
+            if not wrapped.sent:
+                wrapped.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)  # delivered to the handler run_host_loops installed
+            return result
+        wrapped.sent = False
+        return run_host_loops(wrapped, **kwargs)
+
+    monkeypatch.setattr(pretraining, "run_host_loops", sigterm_after_first_loop)
+    before = signal.getsignal(signal.SIGTERM)
+    metrics, _ = train(tmp_path, "preempted", create_strategy("one_device"), per_replica_batch=2, steps=8,
+                       iterations=2, save_steps=8)
+    assert metrics["preempted"] and metrics["step"] == 2
+    assert tf.train.latest_checkpoint(str(tmp_path / "preempted")).endswith("xlnet_model-2")
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is restored
