@@ -153,7 +153,7 @@ class HFTrain:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
         self.mems = [m.detach() for m in out.mems]
-        self.loss = float(loss)
+        self.loss = float(loss.detach())
         self.i += 1
 
 
@@ -443,6 +443,28 @@ def main():
     with open(args.out, "w") as f:
         f.write(report)
     log(f"wrote {args.out}")
+    if not args.quick:
+        update_readme(report)
+
+
+README_BEGIN, README_END = "<!-- bench_pretrain.py:begin -->", "<!-- bench_pretrain.py:end -->"
+
+
+def update_readme(report: str) -> None:
+    """Replaces the README's performance block with this run's report (the table is never typed by hand)."""
+    path = os.path.join(os.path.dirname(HERE), "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        log(f"{path}: no {README_BEGIN} block; README not updated")
+        return
+    body = report.split("\n", 1)[1].strip()  # drop the report's own title
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}")
+    os.replace(path + ".tmp", path)
+    log(f"updated the performance section of {path}")
 
 
 def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before, load_after,
@@ -518,9 +540,14 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
             t = statistics.median(steady)
             out.append(f"| {r['dtype']} | {r['peak_rss_gb']:.2f} | {t:.2f} | {m.tokens_per_step / t:,.0f} |")
         out.append("")
-    out.append("Recommended configuration: `XLNetPretrainer(config, dtype=\"mixed_bfloat16\")` on CPUs with AMX "
-               "(graph mode, `--jit_compile` off: XLA's CPU dots don't use AMX); fp32 row marked 'best fp32' for "
-               "exactness-sensitive runs.")
+    out.append("MFU of every row uses the same model FLOPs (ours: query stream on the P target rows, W_r once per "
+               "step); HF and Model Garden execute more (full-length query stream via target_mapping, W_r per "
+               "example), so their MFU is useful-work utilisation, not hardware utilisation. fp32 rows against the "
+               "fp32 peak, mixed_bfloat16 rows against the bf16 (AMX) peak.")
+    out.append("")
+    out.append(f"Recommended configuration: `{best16 or best32}` (`XLNetPretrainer(config, dtype=\"mixed_bfloat16\")`, "
+               "graph mode on oneDNN, no XLA: XLA's CPU dots don't use AMX) on CPUs with AMX/bf16; for fp32, the row "
+               f"marked 'best fp32' (`{best32}`).")
     return "\n".join(out) + "\n"
 
 
