@@ -369,14 +369,13 @@ def main():
     skip = set(filter(None, args.skip.split(",")))
     reps = args.reps or (2 if args.quick else 5)
     xla = args.xla == "on" or (args.xla == "auto" and not args.quick)
-    lines = []
 
     def log(msg):
         print(msg, flush=True)
 
     start = time.time()
     load_before = os.getloadavg()
-    tf = setup_tf(args.threads)
+    setup_tf(args.threads)
     torch = None
     if "hf" not in skip or "infer" not in skip:
         try:
@@ -444,13 +443,13 @@ def main():
         f.write(report)
     log(f"wrote {args.out}")
     if not args.quick:
-        update_readme(report)
+        update_readme(report, log)
 
 
 README_BEGIN, README_END = "<!-- bench_pretrain.py:begin -->", "<!-- bench_pretrain.py:end -->"
 
 
-def update_readme(report: str) -> None:
+def update_readme(report: str, log=print) -> None:
     """Replaces the README's performance block with this run's report (the table is never typed by hand)."""
     path = os.path.join(os.path.dirname(HERE), "README.md")
     with open(path, encoding="utf-8") as f:

@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from reference_xlnet import random_weights, reference_forward
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, load_original_checkpoint

@@ -88,13 +88,13 @@ def test_sinusoid_clamp_and_bi_data():
 def test_rel_shift_is_the_transformer_xl_skew():
     qlen, klen = 3, 5
     rlen = klen + qlen
-    x = np.arange(2 * qlen * rlen, dtype=np.float32).reshape(2, 1, qlen, rlen)
+    x = np.arange(2 * qlen * rlen, dtype=np.float32).reshape(1, 2, qlen, rlen)  # head-major [N, B, Q, R]
     out = rel_shift(tf.constant(x), klen).numpy()
-    assert out.shape == (2, 1, qlen, klen)
+    assert out.shape == (1, 2, qlen, klen)
     for i in range(qlen):
         for j in range(klen):
             # key j is at distance (klen - qlen + i) - j from query i; encoding row r has distance klen - r
-            assert out[0, 0, i, j] == x[0, 0, i, qlen - i + j]
+            assert out[0, 1, i, j] == x[0, 1, i, qlen - i + j]
     # the gather form picks the same entries for queries placed at key coordinates klen - qlen + i
     mlen = klen - qlen
     pos = np.tile(mlen + np.arange(qlen), (2, 1))

@@ -47,7 +47,7 @@ def rel_shift(scores, klen):
 
 
 def gather_relative(scores, query_pos, klen):
-    """Position term of queries at arbitrary positions: [B, N, Q, R] -> [B, N, Q, klen].
+    """Position term of queries at arbitrary positions: head-major [N, B, Q, R] -> [N, B, Q, klen].
 
     ``query_pos`` [B, Q] are key coordinates (``mlen + i`` for position ``i`` of the segment); keys are the
     ``klen`` consecutive positions ``0..klen-1``. Row r of the encoding is distance ``klen - r``, so key ``j``
@@ -56,8 +56,8 @@ def gather_relative(scores, query_pos, klen):
     """
     rlen = tf.shape(scores)[-1]
     index = klen - query_pos[:, :, None] + tf.range(klen)[None, None, :]
-    index = tf.clip_by_value(index, 0, rlen - 1)
-    index = tf.broadcast_to(index[:, None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
+    index = tf.clip_by_value(index, 0, rlen - 1)  # [B, Q, klen], the same for every head
+    index = tf.broadcast_to(index[None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
     return tf.gather(scores, index, batch_dims=3)
 
 
@@ -142,7 +142,7 @@ class RelativeAttention(keras.layers.Layer):
         if query_pos is None:
             bd = rel_shift(bd_full, klen)
         else:
-            bd = _gather_relative_head_major(bd_full, query_pos, klen)
+            bd = gather_relative(bd_full, query_pos, klen)
         score = ac + bd
         if ef is not None:
             score += tf.where(segment_diff, ef[..., 1:], ef[..., :1])
@@ -175,7 +175,6 @@ class RelativeAttention(keras.layers.Layer):
         if "seg_embed" in biases:
             biases["seg_embed"] = tf.transpose(biases["seg_embed"], [1, 0, 2])
         keys_in = content if memory is None else tf.concat([tf.cast(memory, dtype), content], axis=1)
-        klen = tf.shape(keys_in)[1]
         k, v = tf.unstack(self._heads(keys_in, self._kernel("k", "v"), parts=2))
         # The position encoding is shared by the batch: [N, X, R, H], projected once.
         n_dir = tf.shape(position)[0]
@@ -215,12 +214,3 @@ def _position_scores(q, k_r):
     n_dir = tf.shape(k_r)[1]
     scores = tf.matmul(tf.reshape(q, [shape[0], n_dir, -1, shape[3]]), k_r, transpose_b=True)
     return tf.reshape(scores, tf.concat([shape[:3], [-1]], 0))
-
-
-def _gather_relative_head_major(scores, query_pos, klen):
-    """``gather_relative`` for head-major scores [N, B, Q, R] -> [N, B, Q, klen]."""
-    rlen = tf.shape(scores)[-1]
-    index = klen - query_pos[:, :, None] + tf.range(klen)[None, None, :]
-    index = tf.clip_by_value(index, 0, rlen - 1)  # [B, Q, klen]
-    index = tf.broadcast_to(index[None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
-    return tf.gather(scores, index, batch_dims=3)
