@@ -380,3 +380,15 @@ def test_batch_size_must_be_even_with_bi_data():
     model = XLNetModel(XLNetConfig(**cfg))
     with pytest.raises(tf.errors.InvalidArgumentError, match="bi_data"):
         model(model_inputs(input_ids=np.zeros((3, 4), int)))
+
+
+def test_dropout_keeps_one_minus_rate_scaled_and_is_identity_at_inference():
+    from xlnet_tf.layers.dropout import Dropout
+
+    layer = Dropout(0.1, seed=1)
+    x = tf.ones([400, 250])
+    first = layer(x, training=True).numpy()
+    assert abs((first > 0).mean() - 0.9) < 0.005
+    np.testing.assert_allclose(first[first > 0], 1 / 0.9, rtol=1e-6)
+    assert (layer(x, training=True).numpy() != first).any()  # a fresh mask every call
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from keras.src.random.seed_generator import draw_seed
 
 _PHILOX = 1
 
@@ -36,5 +35,5 @@ class Dropout(keras.layers.Dropout):
         if training and self.rate > 0:
             if self.noise_shape is not None:
                 return super().call(inputs, training=training)
-            return fast_dropout(inputs, self.rate, draw_seed(self.seed_generator))
+            return fast_dropout(inputs, self.rate, self.seed_generator.next())
         return inputs
