@@ -26,6 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers import fused
 from xlnet_tf.layers.dropout import Dropout
 
 
@@ -128,10 +129,14 @@ class RelativeAttention(keras.layers.Layer):
         bd_full = _position_scores(q + biases["r_r"] * scale, k_r)
         ef = None
         if segment_diff is not None:
+            # (q + r_s_bias) . seg_embed[s_ij] = e_0[i] + s_ij (e_1[i] - e_0[i]). The same-segment score e_0[i]
+            # is constant along row i, which softmax ignores: only the difference term is added (one [N, B, Lq]
+            # column broadcast against s_ij, instead of selecting between two full score tensors).
             n, b, lq = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
             q_s = tf.reshape(q + biases["r_s"] * scale, [n, -1, self.d_head])
-            ef = tf.matmul(q_s, biases["seg_embed"], transpose_b=True)  # [N, B*Lq, H] x seg [N, 2, H]^T
-            ef = tf.reshape(ef, [n, b, lq, 2])
+            seg = biases["seg_embed"]  # [N, 2, H]
+            ef = tf.matmul(q_s, seg[:, 1:] - seg[:, :1], transpose_b=True)  # [N, B*Lq, 1]
+            ef = tf.reshape(ef, [n, b, lq, 1])
         prob = self._probs(ac, bd_full, ef, segment_diff, mask, query_pos, training=training)
         return tf.matmul(prob, v)
 
@@ -145,7 +150,7 @@ class RelativeAttention(keras.layers.Layer):
             bd = gather_relative(bd_full, query_pos, klen)
         score = ac + bd
         if ef is not None:
-            score += tf.where(segment_diff, ef[..., 1:], ef[..., :1])
+            score += ef * tf.cast(segment_diff, ef.dtype)
         score = tf.cast(score, tf.float32)
         if mask is not None:
             score += mask
@@ -153,8 +158,12 @@ class RelativeAttention(keras.layers.Layer):
         return self._attention_dropout(prob, training=training)
 
     def _residual_norm(self, out, x, training=None):
-        """LayerNorm(x + dropout(out))."""
-        return self.layer_norm(self._output_dropout(out, training=training) + x)
+        """LayerNorm(x + dropout(out)); one fused kernel when training."""
+        if training:
+            norm = self.layer_norm
+            return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
+                                             self._output_dropout.bits(out, training), self.dropout)
+        return self.layer_norm(out + x)
 
     def _post_attention(self, x, attn_vec, kernel, training):
         """attn_vec [N, B, L, H] -> LayerNorm(x + dropout(W_o attn)) [B, L, D]."""

@@ -7,6 +7,7 @@ import math
 import keras
 import tensorflow as tf
 
+from xlnet_tf.layers import fused
 from xlnet_tf.layers.dropout import Dropout
 
 
@@ -30,6 +31,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
                  initializer_range: float = 0.02, **kwargs):
+        kwargs["autocast"] = False  # kernels are cast explicitly; LayerNorm weights stay float32
         super().__init__(**kwargs)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -56,9 +58,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
         shape = tf.shape(x)
         h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.layer_1.kernel, dtype)),
                            tf.cast(self.layer_1.bias, dtype))
-        inner = self._inner_dropout(ACTIVATIONS[self.activation](h), training=training)
+        activation = ACTIVATIONS[self.activation]
+        if training:  # one fused kernel for activation + dropout, one for residual + dropout + LayerNorm
+            inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
+        else:
+            inner = activation(h)
         out = tf.nn.bias_add(tf.matmul(inner, tf.cast(self.layer_2.kernel, dtype)), tf.cast(self.layer_2.bias, dtype))
-        out = self._output_dropout(tf.reshape(out, shape), training=training)
+        out = tf.reshape(out, shape)
+        if training:
+            norm = self.layer_norm
+            return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
+                                             self._output_dropout.bits(out, training), self.dropout)
         return self.layer_norm(out + x)
 
     def get_config(self):

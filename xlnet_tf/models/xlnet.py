@@ -93,8 +93,9 @@ class XLNetModel(keras.Model):
         c = self.config
         init = keras.initializers.RandomNormal(stddev=c.initializer_range)
         bias_shape = (c.n_layer, c.n_head, c.d_head) if c.untie_r else (c.n_head, c.d_head)
+        # Not autocast: the lookup gathers float32 rows (casting L rows, not the whole table, each step).
         self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
-                                              initializer=init)
+                                              initializer=init, autocast=False)
         # The original leaves mask_emb to TF1's default (Glorot uniform) rather than the model initializer.
         self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
                                         initializer="glorot_uniform")

@@ -1,0 +1,121 @@
+"""The optimizer against a NumPy transcription of its documented math: bias-corrected Adam, decoupled weight
+decay with the exclusion list, per-variable (and per-slice) learning-rate multipliers, the warmup/decay schedule
+and global-norm clipping after the cross-replica sum."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf import XLNetConfig, XLNetPretrainer
+from xlnet_tf.training.optimization import (SummedGradients, WarmupDecaySchedule, XLNetAdamW,
+                                            apply_gradients_across_replicas, create_optimizer,
+                                            layerwise_lr_multipliers)
+
+
+def numpy_adamw(params, grads_per_step, lrs, multipliers, decayed, wd, b1=0.9, b2=0.999, eps=1e-8):
+    """Decay ``p -= p * wd * lr_p`` (decayed variables), then Adam with bias correction at ``lr_p``."""
+    params = {k: v.astype(np.float64).copy() for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
+        for k in params:
+            lr_k = lr * multipliers.get(k, 1.0)
+            if k in decayed:
+                params[k] -= params[k] * wd * lr_k
+            g = grads[k].astype(np.float64)
+            m[k] += (g - m[k]) * (1 - b1)
+            v2[k] += (g * g - v2[k]) * (1 - b2)
+            alpha = lr_k * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            params[k] -= alpha * m[k] / (np.sqrt(v2[k]) + eps)
+    return params
+
+
+def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers():
+    rng = np.random.default_rng(0)
+    init = {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=(3,)),
+            "stacked": rng.normal(size=(2, 3)), "scaled": rng.normal(size=(5,))}
+    variables = {k: keras.Variable(v.astype(np.float32), name=k) for k, v in init.items()}
+    multipliers = {"stacked": np.array([[0.5], [1.0]], np.float32), "scaled": 0.25}
+    schedule = WarmupDecaySchedule(1e-2, warmup_steps=2, decay_steps=10)
+    opt = XLNetAdamW(learning_rate=schedule, weight_decay=0.1, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                     lr_multipliers={variables[k].path: m for k, m in multipliers.items()})
+    opt.exclude_from_weight_decay(var_list=[variables["bias"]])
+    var_list = list(variables.values())
+    opt.build(var_list)
+    grads_per_step = [{k: rng.normal(size=v.shape) for k, v in init.items()} for _ in range(4)]
+    step = tf.function(lambda grads: opt.apply(grads, var_list))
+    lrs = []
+    for grads in grads_per_step:
+        lrs.append(float(schedule(opt.iterations)))
+        step([tf.constant(grads[k], tf.float32) for k in variables])
+    expected = numpy_adamw(init, grads_per_step, lrs, {k: np.asarray(m, np.float64) for k, m in multipliers.items()},
+                           decayed={"kernel", "stacked", "scaled"}, wd=0.1)
+    assert lrs[0] == 0.0 and lrs[1] == pytest.approx(5e-3)  # linear warmup from 0
+    for k, var in variables.items():
+        np.testing.assert_allclose(var.numpy(), expected[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_schedule_warmup_then_poly_or_cosine_to_the_floor():
+    poly = WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=110, min_lr_ratio=0.1)
+    cos = WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=110, min_lr_ratio=0.1, decay_method="cos")
+    assert float(poly(5)) == pytest.approx(0.5)
+    assert float(poly(10)) == pytest.approx(1.0)
+    assert float(poly(60)) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert float(poly(500)) == pytest.approx(0.1)
+    assert float(cos(60)) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert float(cos(35)) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)))
+    with pytest.raises(ValueError, match="warmup"):
+        WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=10)
+
+
+class SummedSGD(SummedGradients, keras.optimizers.SGD):
+    pass
+
+
+def test_clipping_uses_the_norm_of_the_summed_gradients():
+    """Two replicas with gradients g1, g2: the update must be that of clip(g1 + g2), not clip(g1) + clip(g2)."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+        var = keras.Variable(np.zeros(2, np.float32), name="w")
+        opt = SummedSGD(learning_rate=1.0)
+        opt.build([var])
+        plain_sgd = keras.optimizers.SGD(learning_rate=1.0)
+        plain_sgd.build([var])
+
+    def step(opt):
+        def replica_fn():
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            grad = tf.where(tf.equal(rid, 0), tf.constant([3.0, 0.0]), tf.constant([0.0, 4.0]))
+            return apply_gradients_across_replicas(opt, [grad], [var], clip_norm=1.0)
+        return strategy.run(replica_fn)
+
+    norm = strategy.experimental_local_results(tf.function(step)(opt))[0]
+    assert float(norm) == pytest.approx(5.0)
+    np.testing.assert_allclose(var.numpy(), [-0.6, -0.8], rtol=1e-6)
+    # An optimizer that would sum the summed gradients again is refused.
+    with pytest.raises(TypeError, match="sum the already summed"):
+        tf.function(step)(plain_sgd)
+
+
+def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
+    config = XLNetConfig(n_layer=3, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20)
+    model = XLNetPretrainer(config)
+    multipliers = layerwise_lr_multipliers(model, 0.5)
+    net = model.xlnet
+    assert multipliers[net.blocks[2].rel_attn.q_kernel.path] == 1.0
+    assert multipliers[net.blocks[0].ff.layer_1.kernel.path] == 0.25
+    assert multipliers[net.word_embedding.path] == 0.125
+    np.testing.assert_allclose(multipliers[net.r_w_bias.path].ravel(), [0.25, 0.5, 1.0])
+    assert model.lm_bias.path not in multipliers  # heads train at the base rate
+    assert layerwise_lr_multipliers(model, 1.0) == {}
+    # The optimizer built from them: LayerNorm and biases are excluded from decay, r_*_bias are not.
+    opt = create_optimizer(model, 1e-3, 100, weight_decay=0.01, lr_layer_decay_rate=0.5)
+    opt.build(model.trainable_variables)
+    assert not opt._use_weight_decay(net.blocks[0].ff.layer_norm.gamma)
+    assert not opt._use_weight_decay(net.blocks[0].ff.layer_1.bias)
+    assert opt._use_weight_decay(net.r_w_bias)
+    assert opt._use_weight_decay(net.blocks[0].rel_attn.q_kernel)

@@ -1,0 +1,96 @@
+"""Element-wise chains compiled as single XLA loops, for training.
+
+On CPU and GPU without whole-step XLA, TensorFlow runs ``dropout(gelu(h))`` or ``LayerNorm(x + dropout(y))`` as
+a dozen kernels, each a full pass over memory, forward and backward; on a 2-core CPU those passes cost as much
+as the feed-forward matmuls in bfloat16. ``fused_op`` compiles such a chain forward into one XLA kernel and its
+backward (recomputing the cheap forward instead of storing intermediates) into another, while the matmuls
+around it stay on the native (oneDNN / cuBLAS) kernels. Whole-step ``jit_compile`` (and TPUs) simply inline them.
+
+Training only: inference and SavedModel export use the plain ops (a serving binary need not have XLA).
+
+The dropout decisions come in as the 16-bit random values of ``dropout.random_bits`` (drawn outside, where
+the generator is fastest) and are re-derived from them in the backward pass.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from xlnet_tf.layers.dropout import keep_from_bits
+
+
+def fused_op(math_fn, num_differentiable: int):
+    """``op(*args)`` computing ``math_fn(*args)`` in one XLA kernel, with its gradient w.r.t. the first
+    ``num_differentiable`` args in another (the rest get no gradient). ``math_fn`` must be pure TF math."""
+    forward = tf.function(math_fn, jit_compile=True, autograph=False)
+
+    @tf.function(jit_compile=True, autograph=False)
+    def backward(dy, *args):
+        diff = list(args[:num_differentiable])
+        with tf.GradientTape() as tape:
+            tape.watch(diff)
+            y = math_fn(*diff, *args[num_differentiable:])
+        return tape.gradient(y, diff, output_gradients=dy)
+
+    def op(*args):
+        rest = args[num_differentiable:]
+
+        @tf.custom_gradient
+        def apply(*diff):
+            def grad(dy):
+                return backward(dy, *diff, *rest)
+            return forward(*diff, *rest), grad
+
+        return apply(*args[:num_differentiable])
+
+    return op
+
+
+def _dropped(x, bits, rate):
+    """x with dropout applied from ``bits`` (None: no dropout), in x's dtype."""
+    if bits is None:
+        return x
+    keep, scale = keep_from_bits(bits, rate)
+    return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros([], x.dtype))
+
+
+def _layer_norm(x, gamma, beta, epsilon):
+    """The original's ``tf.contrib.layers.layer_norm`` (moments + ``batch_normalization``), in float32."""
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
+
+
+_CACHE = {}
+
+
+def _cached(key, build):
+    if key not in _CACHE:
+        _CACHE[key] = build()
+    return _CACHE[key]
+
+
+def activation_dropout(h, activation, bits=None, rate: float = 0.0):
+    """``dropout(activation(h))`` with the activation evaluated in float32; returns h's dtype."""
+    def math(h, bits):
+        y = activation(tf.cast(h, tf.float32))
+        return tf.cast(_dropped(y, bits, rate), h.dtype)
+
+    if bits is None:
+        op = _cached(("act", activation, None), lambda: fused_op(lambda h: math(h, None), 1))
+        return op(h)
+    op = _cached(("act", activation, rate), lambda: fused_op(math, 1))
+    return op(h, bits)
+
+
+def residual_layer_norm(out, x, gamma, beta, epsilon: float, bits=None, rate: float = 0.0):
+    """``LayerNorm(x + dropout(out))`` with the sum and the norm in float32; returns x's dtype."""
+    def math(out, x, gamma, beta, bits):
+        y = tf.cast(_dropped(out, bits, rate), tf.float32) + tf.cast(x, tf.float32)
+        return tf.cast(_layer_norm(y, gamma, beta, epsilon), x.dtype)
+
+    gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
+    if bits is None:
+        op = _cached(("ln", epsilon, None), lambda: fused_op(lambda o, x, g, b: math(o, x, g, b, None), 4))
+        return op(out, x, gamma, beta)
+    op = _cached(("ln", epsilon, rate), lambda: fused_op(math, 4))
+    return op(out, x, gamma, beta, bits)
