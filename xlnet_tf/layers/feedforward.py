@@ -52,19 +52,27 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows (oneDNN fuses the pair).
+        """x [..., D] -> [..., D]; or a list of such tensors (XLNet's two streams), sharing one cast of the
+        weights to the compute dtype."""
         dtype = self.compute_dtype
-        x = tf.cast(x, dtype)
+        weights = [tf.cast(w, dtype) for w in (self.layer_1.kernel, self.layer_1.bias, self.layer_2.kernel,
+                                               self.layer_2.bias)]
+        if isinstance(x, (list, tuple)):
+            return [self._apply(t, weights, training) for t in x]
+        return self._apply(x, weights, training)
+
+    def _apply(self, x, weights, training):
+        # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows (oneDNN fuses the pair).
+        kernel_1, bias_1, kernel_2, bias_2 = weights
+        x = tf.cast(x, self.compute_dtype)
         shape = tf.shape(x)
-        h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), tf.cast(self.layer_1.kernel, dtype)),
-                           tf.cast(self.layer_1.bias, dtype))
+        h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel_1), bias_1)
         activation = ACTIVATIONS[self.activation]
         if training:  # one fused kernel for activation + dropout, one for residual + dropout + LayerNorm
             inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
         else:
             inner = activation(h)
-        out = tf.nn.bias_add(tf.matmul(inner, tf.cast(self.layer_2.kernel, dtype)), tf.cast(self.layer_2.bias, dtype))
-        out = tf.reshape(out, shape)
+        out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
         if training:
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,

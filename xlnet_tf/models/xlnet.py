@@ -48,9 +48,9 @@ class XLNetBlock(keras.layers.Layer):
 
     def call(self, content, position, biases, query=None, training=None, **attention_args):
         h, g = self.rel_attn(content, position, biases, query=query, training=training, **attention_args)
-        h = self.ff(h, training=training)
-        if g is not None:
-            g = self.ff(g, training=training)
+        if g is None:
+            return self.ff(h, training=training), None
+        h, g = self.ff([h, g], training=training)
         return h, g
 
 
@@ -60,6 +60,8 @@ class XLNetModel(keras.Model):
 
     Inputs (dict, batch-major):
       input_ids: int32 [B, L].
+      input_embeddings: float [B, L, D] (optional): the word embeddings of ``input_ids``, looked up by the
+        caller (``tied_embedding_lookup``), instead of the network's own lookup.
       segment_ids: int32 [B, L] (optional; without it there is no segment term).
       padding_mask: [B, L], 1 = real token, 0 = padding (optional).
       perm_mask: float [B, L, L], 1 = position i may not attend to position j (optional).
@@ -146,7 +148,10 @@ class XLNetModel(keras.Model):
             key_segments = tf.concat([tf.zeros([batch, mlen], tf.int32), segment_ids], axis=1)  # memory = 0
             segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
 
-        h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
+        if "input_embeddings" in inputs:
+            h = tf.cast(inputs["input_embeddings"], dtype)
+        else:
+            h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
         h = self._embedding_dropout(h, training=training)
         position = self.position_encoding(qlen, klen, training=training)
         attention_args = dict(content_bias=mask_bias(content_blocked), segment_diff=segment_diff)
@@ -216,6 +221,28 @@ class XLNetModel(keras.Model):
         return cls(**config)
 
 
+def tied_embedding_lookup(table, ids):
+    """``(table, gather(table, ids))`` for a table that is also the output layer's weight.
+
+    The gradient w.r.t. the table is then one dense tensor: the output layer's dense gradient with the looked-up
+    rows' gradients scatter-added into it in place, instead of a zero-filled [V, D] copy of the rows' gradients
+    plus a full-size add (two passes over the table per step).
+    """
+    ids = tf.cast(ids, tf.int32)
+
+    @tf.custom_gradient
+    def lookup(table):
+        def grad(d_table, d_rows):
+            d_rows = tf.reshape(tf.convert_to_tensor(d_rows), [-1, tf.shape(table)[1]])
+            flat_ids = tf.reshape(ids, [-1, 1])
+            if d_table is None:
+                return tf.scatter_nd(flat_ids, d_rows, tf.shape(table))
+            return tf.tensor_scatter_nd_add(tf.convert_to_tensor(d_table), flat_ids, d_rows)
+        return (tf.identity(table), tf.gather(table, ids)), grad
+
+    return lookup(tf.convert_to_tensor(table))
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetPretrainer(keras.Model):
     """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
@@ -237,9 +264,10 @@ class XLNetPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        outputs = dict(self.xlnet(inputs, training=training))
+        table, embeddings = tied_embedding_lookup(self.xlnet.word_embedding, inputs["input_ids"])
+        outputs = dict(self.xlnet(dict(inputs, input_embeddings=embeddings), training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
-        table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
+        table = tf.cast(table, hidden.dtype)
         shape = tf.shape(hidden)
         logits = tf.matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_b=True)
         logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
