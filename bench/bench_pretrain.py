@@ -410,7 +410,7 @@ def main():
             notes["Model Garden fp32"] = mg
         else:
             systems.append(mg)
-    train_times = interleaved(systems, reps, args.steps_per_rep, warmup=2, log=log)
+    train_times = interleaved(systems, reps, args.steps_per_rep, warmup=4, log=log)
     losses = {s.name: s.loss for s in systems}
 
     # --- inference, content stream, Base shape, batch 32 x 128 ----------------------------------------------------

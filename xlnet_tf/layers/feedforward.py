@@ -68,12 +68,12 @@ class PositionwiseFeedForward(keras.layers.Layer):
         shape = tf.shape(x)
         h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel_1), bias_1)
         activation = ACTIVATIONS[self.activation]
-        if training:  # one fused kernel for activation + dropout, one for residual + dropout + LayerNorm
+        if training and fused.enabled():  # one fused kernel for activation + dropout, one for residual + dropout + LayerNorm
             inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
         else:
             inner = activation(h)
         out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
-        if training:
+        if training and fused.enabled():
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
                                              self._output_dropout.bits(out, training), self.dropout)

@@ -7,6 +7,7 @@ backward (recomputing the cheap forward instead of storing intermediates) into a
 around it stay on the native (oneDNN / cuBLAS) kernels. Whole-step ``jit_compile`` (and TPUs) simply inline them.
 
 Training only: inference and SavedModel export use the plain ops (a serving binary need not have XLA).
+Set ``XLNET_TF_FUSED_KERNELS=0`` to train with the plain ops too (a platform without XLA).
 
 The dropout decisions come in as the 16-bit random values of ``dropout.random_bits`` (drawn outside, where
 the generator is fastest) and are re-derived from them in the backward pass.
@@ -14,9 +15,16 @@ the generator is fastest) and are re-derived from them in the backward pass.
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 from xlnet_tf.layers.dropout import keep_from_bits
+
+
+def enabled() -> bool:
+    """Whether training uses the fused kernels (``XLNET_TF_FUSED_KERNELS``, default on)."""
+    return os.environ.get("XLNET_TF_FUSED_KERNELS", "1") != "0"
 
 
 def fused_op(math_fn, num_differentiable: int):
