@@ -391,6 +391,17 @@ def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(ac
         np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
 
 
+def test_fused_kernels_can_be_switched_off(monkeypatch):
+    """XLNET_TF_FUSED_KERNELS=0 (platforms without XLA): training runs the plain ops, bit-for-bit those of
+    inference when dropout is off."""
+    cfg = dict(TINY)
+    model = make_model(random_weights(cfg, seed=22), cfg)
+    inputs = model_inputs(**random_batch(np.random.default_rng(22)))
+    monkeypatch.setenv("XLNET_TF_FUSED_KERNELS", "0")
+    np.testing.assert_array_equal(model(inputs, training=True)["lm_logits"].numpy(),
+                                  model(inputs, training=False)["lm_logits"].numpy())
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_runs_finite_and_close(policy):
     cfg = dict(TINY, mem_len=4)
