@@ -400,6 +400,12 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("XLNET_TF_FUSED_KERNELS", "0")
     np.testing.assert_array_equal(model(inputs, training=True)["lm_logits"].numpy(),
                                   model(inputs, training=False)["lm_logits"].numpy())
+    # ... and still applies the blocks' dropouts (the only ones left on here).
+    model = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.5, dropatt=0.0))
+    for layer in (model.xlnet._embedding_dropout, model.xlnet._output_dropout, model.xlnet.position_encoding._dropout):
+        layer.rate = 0.0
+    assert not np.allclose(model(inputs, training=True)["lm_logits"].numpy(),
+                           model(inputs, training=False)["lm_logits"].numpy())
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

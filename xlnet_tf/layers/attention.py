@@ -163,7 +163,7 @@ class RelativeAttention(keras.layers.Layer):
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
                                              self._output_dropout.bits(out, training), self.dropout)
-        return self.layer_norm(out + x)
+        return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def _post_attention(self, x, attn_vec, kernel, training):
         """attn_vec [N, B, L, H] -> LayerNorm(x + dropout(W_o attn)) [B, L, D]."""

@@ -68,16 +68,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
         shape = tf.shape(x)
         h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel_1), bias_1)
         activation = ACTIVATIONS[self.activation]
-        if training and fused.enabled():  # one fused kernel for activation + dropout, one for residual + dropout + LayerNorm
+        use_fused = training and fused.enabled()  # activation + dropout, residual + dropout + LayerNorm
+        if use_fused:
             inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
         else:
-            inner = activation(h)
+            inner = self._inner_dropout(activation(h), training=training)
         out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
-        if training and fused.enabled():
+        if use_fused:
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
                                              self._output_dropout.bits(out, training), self.dropout)
-        return self.layer_norm(out + x)
+        return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def get_config(self):
         config = super().get_config()
