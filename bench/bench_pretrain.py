@@ -86,7 +86,8 @@ class OursTrain:
 
 
 class OursInfer:
-    """Content stream only (no target_mapping / perm_mask / memory), training=False."""
+    """Content stream only (no target_mapping / perm_mask / memory), training=False, traced under
+    ``fused.inference_kernels()`` (as a batch-prediction job would be)."""
 
     def __init__(self, cfg, dtype="float32", jit=False):
         tf = _tf()
@@ -97,6 +98,9 @@ class OursInfer:
         batch = make_batch(cfg, 0)
         self.inputs = {"input_ids": tf.constant(batch["input_ids"]), "segment_ids": tf.constant(batch["segment_ids"])}
         self._fn = tf.function(lambda x: model(x, training=False)["sequence_output"], jit_compile=jit)
+        from xlnet_tf.layers import fused
+        with fused.inference_kernels():  # batch prediction in Python: the fused element-wise kernels
+            self._fn.get_concrete_function(self.inputs)
 
     def step(self):
         self._fn(self.inputs).numpy()

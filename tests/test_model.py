@@ -391,6 +391,25 @@ def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(ac
         np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
 
 
+def test_inference_kernels_match_the_plain_inference_path():
+    from xlnet_tf.layers import fused
+
+    cfg = dict(TINY, mem_len=4)
+    model = make_model(random_weights(cfg, seed=23), cfg)
+    inputs = model_inputs(**random_batch(np.random.default_rng(23)))
+    plain = tf.function(lambda x: model(x, training=False))
+    with_kernels = tf.function(lambda x: model(x, training=False))
+    with fused.inference_kernels():
+        traced = with_kernels.get_concrete_function(inputs)
+    ops = {op.type for op in traced.graph.get_operations()}
+    assert "StatefulPartitionedCall" in ops or "PartitionedCall" in ops  # the compiled kernels are called
+    plain_ops = {op.type for op in plain.get_concrete_function(inputs).graph.get_operations()}
+    assert "PartitionedCall" not in plain_ops and "StatefulPartitionedCall" not in plain_ops
+    for key in ("sequence_output", "lm_logits"):
+        np.testing.assert_allclose(with_kernels(inputs)[key].numpy(), plain(inputs)[key].numpy(), atol=2e-5,
+                                   err_msg=key)
+
+
 def test_fused_kernels_can_be_switched_off(monkeypatch):
     """XLNET_TF_FUSED_KERNELS=0 (platforms without XLA): training runs the plain ops, bit-for-bit those of
     inference when dropout is off."""

@@ -159,7 +159,7 @@ class RelativeAttention(keras.layers.Layer):
 
     def _residual_norm(self, out, x, training=None):
         """LayerNorm(x + dropout(out)); one fused kernel when training."""
-        if training and fused.enabled():
+        if fused.use(training):
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
                                              self._output_dropout.bits(out, training), self.dropout)

@@ -68,7 +68,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         shape = tf.shape(x)
         h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel_1), bias_1)
         activation = ACTIVATIONS[self.activation]
-        use_fused = training and fused.enabled()  # activation + dropout, residual + dropout + LayerNorm
+        use_fused = fused.use(training)  # activation + dropout, residual + dropout + LayerNorm
         if use_fused:
             inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
         else:
