@@ -67,6 +67,16 @@ def test_bad_flags_fail_before_any_work(tmp_path, corpus):
 
 
 @pytest.mark.multiprocess
+def committed_step(model_dir):
+    """The step of the latest checkpoint named in the CheckpointManager's state file (0: none yet)."""
+    try:
+        text = (model_dir / "checkpoint").read_text()
+    except FileNotFoundError:
+        return 0
+    match = re.search(r'^model_checkpoint_path: ".*?xlnet_model-(\d+)"', text, re.M)
+    return int(match.group(1)) if match else 0
+
+
 def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corpus):
     # Uninterrupted reference run (also writes the data).
     code, log = finish(run(base_flags(tmp_path, corpus, name="straight", steps=60)))
@@ -75,12 +85,13 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     assert len(seen) == 6
     assert seen[-1] < seen[0] - 1.0, seen  # from ~ln(8000) = 9 towards the unigram entropy and below
 
-    # Same run, killed with SIGKILL once its step-20 checkpoint exists, then restarted.
+    # Same run, killed with SIGKILL once a checkpoint at step >= 20 is committed (named by the manager's state
+    # file; its data files appear before that), then restarted.
     proc = run(base_flags(tmp_path, corpus, name="killed", steps=60))
     deadline = time.time() + 240
-    while not os.path.exists(tmp_path / "killed" / "xlnet_model-20.index"):
+    while committed_step(tmp_path / "killed") < 20:
         assert proc.poll() is None and time.time() < deadline, "run ended before its step-20 checkpoint"
-        time.sleep(0.2)
+        time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(tmp_path / "killed" / "xlnet_model-60.index")
