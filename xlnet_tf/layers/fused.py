@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 
 import tensorflow as tf
@@ -89,37 +90,34 @@ def _layer_norm(x, gamma, beta, epsilon):
     return tf.nn.batch_normalization(x, mean, variance, beta, gamma, epsilon)
 
 
-_CACHE = {}
+@functools.cache
+def _activation_op(activation, rate):
+    """The fused ``dropout(activation(h))`` op, built once per (activation, rate); rate None: no dropout."""
+    def math(h, bits=None):
+        y = activation(tf.cast(h, tf.float32))
+        return tf.cast(_dropped(y, bits, rate), h.dtype)
+    return fused_op(math, 1)
 
 
-def _cached(key, build):
-    if key not in _CACHE:
-        _CACHE[key] = build()
-    return _CACHE[key]
+@functools.cache
+def _layer_norm_op(epsilon, rate):
+    """The fused ``LayerNorm(x + dropout(out))`` op, built once per (epsilon, rate); rate None: no dropout."""
+    def math(out, x, gamma, beta, bits=None):
+        y = tf.cast(_dropped(out, bits, rate), tf.float32) + tf.cast(x, tf.float32)
+        return tf.cast(_layer_norm(y, gamma, beta, epsilon), x.dtype)
+    return fused_op(math, 4)
 
 
 def activation_dropout(h, activation, bits=None, rate: float = 0.0):
     """``dropout(activation(h))`` with the activation evaluated in float32; returns h's dtype."""
-    def math(h, bits):
-        y = activation(tf.cast(h, tf.float32))
-        return tf.cast(_dropped(y, bits, rate), h.dtype)
-
     if bits is None:
-        op = _cached(("act", activation, None), lambda: fused_op(lambda h: math(h, None), 1))
-        return op(h)
-    op = _cached(("act", activation, rate), lambda: fused_op(math, 1))
-    return op(h, bits)
+        return _activation_op(activation, None)(h)
+    return _activation_op(activation, rate)(h, bits)
 
 
 def residual_layer_norm(out, x, gamma, beta, epsilon: float, bits=None, rate: float = 0.0):
     """``LayerNorm(x + dropout(out))`` with the sum and the norm in float32; returns x's dtype."""
-    def math(out, x, gamma, beta, bits):
-        y = tf.cast(_dropped(out, bits, rate), tf.float32) + tf.cast(x, tf.float32)
-        return tf.cast(_layer_norm(y, gamma, beta, epsilon), x.dtype)
-
     gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
     if bits is None:
-        op = _cached(("ln", epsilon, None), lambda: fused_op(lambda o, x, g, b: math(o, x, g, b, None), 4))
-        return op(out, x, gamma, beta)
-    op = _cached(("ln", epsilon, rate), lambda: fused_op(math, 4))
-    return op(out, x, gamma, beta, bits)
+        return _layer_norm_op(epsilon, None)(out, x, gamma, beta)
+    return _layer_norm_op(epsilon, rate)(out, x, gamma, beta, bits)

@@ -111,10 +111,11 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
             return
 
         def decay(distribution, variables):
+            learning_rate = self.learning_rate  # the schedule, evaluated once per step
             for variable in variables:
                 if not self._use_weight_decay(variable):
                     continue
-                lr = self._scaled_lr(variable, self.learning_rate)
+                lr = self._scaled_lr(variable, learning_rate)
 
                 def fn(var, lr=lr):
                     # var * (1 - wd * lr): one pass over the variable (Keras: var - var * wd * lr, three).
