@@ -94,4 +94,4 @@ def set_thread_env(threads: int = THREADS) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MKL_NUM_THREADS"] = str(threads)
     os.environ["TF_NUM_INTRAOP_THREADS"] = str(threads)
-    os.environ["TF_NUM_INTEROP_THREADS"] = "1"
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)

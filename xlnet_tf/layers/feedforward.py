@@ -62,22 +62,24 @@ class PositionwiseFeedForward(keras.layers.Layer):
         return self._apply(x, weights, training)
 
     def _apply(self, x, weights, training):
-        # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows (oneDNN fuses the pair).
         kernel_1, bias_1, kernel_2, bias_2 = weights
         x = tf.cast(x, self.compute_dtype)
         shape = tf.shape(x)
-        h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, self.d_model]), kernel_1), bias_1)
+        rows = tf.reshape(x, [-1, self.d_model])
         activation = ACTIVATIONS[self.activation]
-        use_fused = fused.use(training)  # activation + dropout, residual + dropout + LayerNorm
-        if use_fused:
-            inner = fused.activation_dropout(h, activation, self._inner_dropout.bits(h, training), self.dropout)
-        else:
-            inner = self._inner_dropout(activation(h), training=training)
-        out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
-        if use_fused:
+        if fused.use(training):
+            # Plain matmuls; bias, activation, dropout, residual and LayerNorm run in the two fused kernels.
+            h = tf.matmul(rows, kernel_1)
+            inner = fused.activation_dropout(h, activation, bias_1, self._inner_dropout.bits(h, training),
+                                             self.dropout)
+            out = tf.reshape(tf.matmul(inner, kernel_2), shape)
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
-                                             self._output_dropout.bits(out, training), self.dropout)
+                                             self._output_dropout.bits(out, training), self.dropout, bias=bias_2)
+        # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows.
+        h = tf.nn.bias_add(tf.matmul(rows, kernel_1), bias_1)
+        inner = self._inner_dropout(activation(h), training=training)
+        out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
         return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def get_config(self):
