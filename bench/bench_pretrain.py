@@ -1,12 +1,14 @@
 """XLNet pretraining-step benchmark: ours (TF 2 / Keras 3) side by side with HuggingFace PyTorch and TF Model Garden.
 
-    .venv/bin/python bench/bench_pretrain.py            # full run (~15 min on 2 cores), writes bench/results.md
+    .venv/bin/python bench/bench_pretrain.py            # full run (6-10 min on 2 cores), writes bench/results.md
     .venv/bin/python bench/bench_pretrain.py --quick    # short run (fewer repetitions, no XLA, smaller memory run)
 
 Peers need the ``bench`` extra (torch==2.13.0 CPU, transformers 5.x); Model Garden is tf-models-official (a core
-dependency). Everything runs with the same intra-op thread count (``--threads``, default 2) in one process, on the
-same synthetic batches (``bench/workload.py``), and the repetitions of all implementations are interleaved so
-that load from other processes affects them alike; figures are medians.
+dependency). Everything runs in one process on the same cores with the same compute-thread count (``--threads``,
+default 2: torch ``set_num_threads``; TensorFlow intra-op threads, plus as many inter-op threads, which is
+TensorFlow's default on a machine with that many cores and what our entry points run with), on the same synthetic
+batches (``bench/workload.py``), and the repetitions of all implementations are interleaved so that load from
+other processes affects them alike; figures are medians.
 
 What is timed, per implementation, is one full pretraining step on bench-small: forward (two-stream, memory from
 the previous step), permutation-LM loss over the P targets, backward, global-norm clipping and the AdamW update.
@@ -488,7 +490,8 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
         "# XLNet pretraining-step benchmark",
         "",
         f"- Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} ; command: `{cmd}` ; run time {seconds / 60:.1f} min",
-        f"- Machine: {machine_info()}; {args.threads} intra-op threads for TF and torch; load average "
+        f"- Machine: {machine_info()}; {args.threads} compute threads for TF and torch (TF: {args.threads} intra-op + "
+        f"{args.threads} inter-op, its default on {args.threads} cores); load average "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (the CPU is shared: figures are medians of "
         f"interleaved repetitions)",
         "- Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),

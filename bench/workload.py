@@ -88,7 +88,8 @@ def make_batch(cfg: BenchConfig, seed: int) -> dict[str, np.ndarray]:
 
 
 def set_thread_env(threads: int = THREADS) -> None:
-    """Before importing TensorFlow/torch: pin OpenMP/oneDNN pools to ``threads``."""
+    """Before importing TensorFlow/torch: size the OpenMP/MKL pools and TensorFlow's intra-op and inter-op pools
+    to ``threads`` (TensorFlow's own default when ``threads`` is the core count)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ["OMP_NUM_THREADS"] = str(threads)

@@ -427,6 +427,32 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
                            model(inputs, training=False)["lm_logits"].numpy())
 
 
+def test_fused_feed_forward_drops_out_the_biased_output():
+    """The fused kernels add the feed-forward biases before dropout, as the original's ``dropout(dense(x))``:
+    with zero pre-activations the dropped values are exactly 0 or bias / keep, never the bias itself."""
+    from xlnet_tf.layers import fused
+    from xlnet_tf.layers.dropout import Dropout, keep_probability
+
+    keep = keep_probability(0.5)
+    inner = Dropout(0.5, seed=3)
+    bias = tf.constant([1.0, 2.0, 3.0, 4.0])
+    y = fused.activation_dropout(tf.zeros([500, 4]), tf.nn.relu, bias, inner.bits(tf.zeros([500, 4]), True), 0.5)
+    y = y.numpy()
+    dropped = y == 0
+    assert 0.45 < dropped.mean() < 0.55
+    np.testing.assert_allclose(y[~dropped], np.broadcast_to(bias.numpy() / keep, y.shape)[~dropped], rtol=1e-6)
+
+    # LayerNorm(x + dropout(out + bias)) with out = x = 0: rows see the bias with some entries dropped.
+    out = tf.zeros([500, 4])
+    rows = fused.residual_layer_norm(out, out, tf.ones([4]), tf.zeros([4]), 1e-12, inner.bits(out, True), 0.5,
+                                     bias=bias).numpy()
+    undropped = fused.residual_layer_norm(out, out, tf.ones([4]), tf.zeros([4]), 1e-12, bias=bias).numpy()
+    expected_full = (bias.numpy() - bias.numpy().mean()) / bias.numpy().std()
+    np.testing.assert_allclose(undropped, np.broadcast_to(expected_full, (500, 4)), rtol=1e-5, atol=1e-5)
+    whole = np.isclose(rows, expected_full, atol=1e-5).all(axis=1)
+    assert 0.02 < whole.mean() < 0.12  # only rows that kept all 4 entries (1/16) equal LayerNorm(bias)
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_runs_finite_and_close(policy):
     cfg = dict(TINY, mem_len=4)
