@@ -427,7 +427,7 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
                            model(inputs, training=False)["lm_logits"].numpy())
 
 
-def test_fused_feed_forward_drops_out_the_biased_output():
+def test_fused_dropout_kernels():
     """The fused kernels add the feed-forward biases before dropout, as the original's ``dropout(dense(x))``:
     with zero pre-activations the dropped values are exactly 0 or bias / keep, never the bias itself."""
     from xlnet_tf.layers import fused
@@ -441,6 +441,18 @@ def test_fused_feed_forward_drops_out_the_biased_output():
     dropped = y == 0
     assert 0.45 < dropped.mean() < 0.55
     np.testing.assert_allclose(y[~dropped], np.broadcast_to(bias.numpy() / keep, y.shape)[~dropped], rtol=1e-6)
+
+    # Attention-probability dropout: one kernel that masks, scales and casts; its gradient is the same mask.
+    probs = tf.fill([300, 64], 0.5)
+    with tf.GradientTape() as tape:
+        tape.watch(probs)
+        dropped = fused.dropout(probs, inner.bits(probs, True), 0.5, tf.bfloat16)
+        loss = tf.reduce_sum(tf.cast(dropped, tf.float32) * 3.0)
+    assert dropped.dtype == tf.bfloat16
+    dropped, grad = tf.cast(dropped, tf.float32).numpy(), tape.gradient(loss, probs).numpy()
+    assert 0.45 < (dropped == 0).mean() < 0.55
+    np.testing.assert_allclose(dropped[dropped > 0], 0.5 / keep, rtol=1e-2)
+    np.testing.assert_allclose(grad, np.where(dropped > 0, 3.0 / keep, 0.0), rtol=1e-6)
 
     # LayerNorm(x + dropout(out + bias)) with out = x = 0: rows see the bias with some entries dropped.
     out = tf.zeros([500, 4])

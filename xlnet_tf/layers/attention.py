@@ -154,8 +154,10 @@ class RelativeAttention(keras.layers.Layer):
         score = tf.cast(score, tf.float32)
         if mask is not None:
             score += mask
-        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        return self._attention_dropout(prob, training=training)
+        prob = tf.nn.softmax(score, axis=-1)
+        if fused.use(training):  # one kernel: mask, scale and cast to the compute dtype
+            return fused.dropout(prob, self._attention_dropout.bits(prob, training), self.dropatt, self.compute_dtype)
+        return self._attention_dropout(tf.cast(prob, self.compute_dtype), training=training)
 
     def _residual_norm(self, out, x, training=None):
         """LayerNorm(x + dropout(out)); one fused kernel when training."""

@@ -127,3 +127,20 @@ def residual_layer_norm(out, x, gamma, beta, epsilon: float, bits=None, rate: fl
     if bits is None:
         return _layer_norm_op(epsilon, None, bias is not None)(*args)
     return _layer_norm_op(epsilon, rate, bias is not None)(*args, bits)
+
+
+@functools.cache
+def _dropout_op(rate, dtype):
+    """The fused ``cast(dropout(x), dtype)`` op, built once per (rate, dtype)."""
+    def math(x, bits):
+        return tf.cast(_dropped(x, bits, rate), dtype)
+    return fused_op(math, 1)
+
+
+def dropout(x, bits=None, rate: float = 0.0, dtype=None):
+    """``dropout(x)`` from ``bits`` (None: no dropout), cast to ``dtype`` (default x's), forward and backward
+    each one kernel instead of the mask's separate compare, cast and multiplies."""
+    dtype = tf.as_dtype(dtype or x.dtype)
+    if bits is None:
+        return tf.cast(x, dtype)
+    return _dropout_op(rate, dtype)(x, bits)
