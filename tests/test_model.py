@@ -428,8 +428,9 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
 
 
 def test_fused_dropout_kernels():
-    """The fused kernels add the feed-forward biases before dropout, as the original's ``dropout(dense(x))``:
-    with zero pre-activations the dropped values are exactly 0 or bias / keep, never the bias itself."""
+    """The fused kernels add the feed-forward biases before dropout, as the original's ``dropout(dense(x))``
+    (with zero pre-activations the dropped values are exactly 0 or bias / keep, never the bias itself), and the
+    fused attention dropout keeps 1 - rate, scales by 1 / keep, casts, and back-propagates through the same mask."""
     from xlnet_tf.layers import fused
     from xlnet_tf.layers.dropout import Dropout, keep_probability
 
