@@ -4,9 +4,9 @@
     .venv/bin/python bench/profile_step.py --dtype mixed_bfloat16 --top 40 --by name
 
 Runs our real training step (``bench_pretrain.OursTrain``) for a few warm-up steps, then profiles ``--steps``
-steps and prints the summed op time per step, largest first. Op time is summed over threads, so on 2 threads it
-can exceed the wall time; the table is for finding what to optimise next, not a benchmark (use
-``bench_pretrain.py`` for that).
+steps and prints the summed op time per step, largest first. Ops run concurrently on the inter-op threads, so
+the sum exceeds the wall time and an op's time includes waiting for cores another op holds: the table points at
+what to try next; whether a change helps is decided by timing the step (``bench_pretrain.py``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,13 @@ def op_times(logdir: str, by: str) -> dict[str, float]:
                 continue
             names = {k: m.name for k, m in plane.event_metadata.items()}
             for line in plane.lines:
-                if not line.name.startswith("tf_Compute"):  # the executor's thread: one op at a time
+                if not line.name.startswith("tf_Compute"):  # the executor threads (one per inter-op thread)
                     continue
                 for event in line.events:
                     name = names.get(event.metadata_id, "?")
                     if ":" not in name:  # TF op events are "op_name:OpType"
                         continue
-                    op_name, op_type = name.rsplit(":", 1)
-                    totals[op_type if by == "type" else name] += event.duration_ps * 1e-12
+                    totals[name.rsplit(":", 1)[1] if by == "type" else name] += event.duration_ps * 1e-12
     return totals
 
 

@@ -1,7 +1,7 @@
 """Element-wise chains compiled as single XLA loops, for training.
 
-On CPU and GPU without whole-step XLA, TensorFlow runs ``dropout(gelu(h))`` or ``LayerNorm(x + dropout(y))`` as
-a dozen kernels, each a full pass over memory, forward and backward; on a 2-core CPU those passes cost as much
+On CPU and GPU without whole-step XLA, TensorFlow runs ``dropout(gelu(h + b))``, ``LayerNorm(x + dropout(y + b))``
+or the attention probabilities' ``cast(dropout(p))`` as up to a dozen kernels, each a full pass over memory, forward and backward; on a 2-core CPU those passes cost as much
 as the feed-forward matmuls in bfloat16. ``fused_op`` compiles such a chain forward into one XLA kernel and its
 backward (recomputing the cheap forward instead of storing intermediates) into another, while the matmuls
 around it stay on the native (oneDNN / cuBLAS) kernels. Whole-step ``jit_compile`` (and TPUs) simply inline them.
