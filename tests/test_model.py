@@ -521,3 +521,91 @@ def test_dropout_keeps_one_minus_rate_scaled_and_is_identity_at_inference():
             assert abs((y > 0).mean() - 0.75) < 0.01, (shape, jit)
             np.testing.assert_allclose(grad, 2.0 * y, rtol=1e-2)
             assert len(np.unique(y)) == 2
+
+
+def _fmix32(v):
+    v = v ^ (v >> np.uint32(16))
+    v = v * np.uint32(0x85EBCA6B)
+    v = v ^ (v >> np.uint32(13))
+    v = v * np.uint32(0xC2B2AE35)
+    return v ^ (v >> np.uint32(16))
+
+
+def test_dropout_random_words_follow_their_definition_and_are_uniform(monkeypatch):
+    """The dropout words are the documented counter hash (golden values from a NumPy re-implementation), look
+    uniform and independent (bit balance, neighbours, consecutive seeds), and give the documented keep rate, as
+    does the Philox fallback used without XLA."""
+    from xlnet_tf.layers import dropout
+
+    seed = tf.constant([123, 7])
+    n = 1 << 20
+    words = dropout.random_bits(tf.constant([n]), seed, static_last=n).numpy().view(np.uint32)
+    with np.errstate(over="ignore"):
+        k0 = _fmix32(np.uint32(123) + np.uint32(0x9E3779B9))
+        k1 = _fmix32(np.uint32(7) ^ k0)
+        i = np.arange(n // 2, dtype=np.uint32)
+        expected = _fmix32(_fmix32(_fmix32(i ^ k0) + k1) ^ k0)
+    np.testing.assert_array_equal(words, expected)
+
+    bit_means = ((words[:, None] >> np.arange(32, dtype=np.uint32)) & 1).mean(axis=0)
+    assert np.abs(bit_means - 0.5).max() < 5 * 0.5 / math.sqrt(words.size)
+    u = words / 2.0 ** 32
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
+    next_seed = dropout.random_bits(tf.constant([n]), seed + [0, 1], static_last=n).numpy().view(np.uint32)
+    assert abs(np.corrcoef(u, next_seed / 2.0 ** 32)[0, 1]) < 0.01
+    assert (words == next_seed).mean() < 1e-3
+
+    for fused_kernels in ("1", "0"):
+        monkeypatch.setenv("XLNET_TF_FUSED_KERNELS", fused_kernels)
+        keep, _ = dropout.keep_from_bits(dropout.random_bits(tf.constant([1000, 999]), seed, static_last=999), 0.1)
+        assert abs(keep.numpy().mean() - dropout.keep_probability(0.1)) < 0.003, fused_kernels
+
+
+def test_memory_key_projection_gradient_skips_only_the_memory_rows():
+    """Keys/values of [memory ; content] with the memory rows' input gradient skipped: the same values and the
+    same content and kernel gradients as TF's autodiff of concat + matmul."""
+    from xlnet_tf.layers.attention import RelativeAttention
+
+    layer = RelativeAttention(16, 2, 8)
+    layer.build()
+    rng = np.random.default_rng(5)
+    content = tf.constant(rng.normal(size=(2, 5, 16)), tf.float32)
+    memory = tf.constant(rng.normal(size=(2, 3, 16)), tf.float32)
+    kernel = layer._kernel("k", "v")
+    weights = tf.constant(rng.normal(size=(2, 2, 2, 8, 8)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([content, kernel])
+        heads = layer._heads(content, kernel, parts=2, memory=memory)
+        keys = tf.reshape(tf.concat([memory, content], axis=1), [-1, 16])
+        plain = tf.transpose(tf.reshape(tf.matmul(keys, kernel), [2, 8, 2, 2, 8]), [2, 3, 0, 1, 4])
+        loss, plain_loss = tf.reduce_sum(heads * weights), tf.reduce_sum(plain * weights)
+    np.testing.assert_array_equal(heads.numpy(), plain.numpy())
+    for got, want in zip(tape.gradient(loss, [content, kernel]), tape.gradient(plain_loss, [content, kernel])):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_fused_attention_score_matches_the_plain_sum_and_its_gradient():
+    """ac + bd + ef * segment_diff + mask in one kernel (mixed precision training): float32 sums of the bfloat16
+    terms, and the gradients of that sum."""
+    from xlnet_tf.layers import fused
+
+    rng = np.random.default_rng(9)
+    ac, bd = (tf.constant(rng.normal(size=(2, 3, 4, 6)), tf.bfloat16) for _ in range(2))
+    ef = tf.constant(rng.normal(size=(2, 3, 4, 1)), tf.bfloat16)
+    segment_diff = tf.constant(rng.random((3, 4, 6)) < 0.5)
+    mask = tf.constant(np.where(rng.random((3, 4, 6)) < 0.3, -1e30, 0.0), tf.float32)
+    weights = tf.constant(rng.normal(size=(2, 3, 4, 6)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([ac, bd, ef])
+        score = fused.attention_score(ac, bd, ef, segment_diff, mask)
+        f32 = [tf.cast(t, tf.float32) for t in (ac, bd, ef)]
+        plain = f32[0] + f32[1] + f32[2] * tf.cast(segment_diff, tf.float32) + mask
+        finite = tf.where(mask < 0, 0.0, weights)
+        loss, plain_loss = tf.reduce_sum(score * finite), tf.reduce_sum(plain * finite)
+    assert score.dtype == tf.float32
+    np.testing.assert_array_equal(score.numpy(), plain.numpy())
+    for got, want in zip(tape.gradient(loss, [ac, bd, ef]), tape.gradient(plain_loss, [ac, bd, ef])):
+        assert got.dtype == tf.bfloat16
+        np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), tf.cast(want, tf.float32).numpy(), rtol=1e-2)
+    no_segment = fused.attention_score(ac, bd, mask=mask)
+    np.testing.assert_array_equal(no_segment.numpy(), (f32[0] + f32[1] + mask).numpy())

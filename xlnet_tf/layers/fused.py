@@ -1,17 +1,20 @@
 """Element-wise chains compiled as single XLA loops, for training.
 
-On CPU and GPU without whole-step XLA, TensorFlow runs ``dropout(gelu(h + b))``, ``LayerNorm(x + dropout(y + b))``
-or the attention probabilities' ``cast(dropout(p))`` as up to a dozen kernels, each a full pass over memory, forward and backward; on a 2-core CPU those passes cost as much
-as the feed-forward matmuls in bfloat16. ``fused_op`` compiles such a chain forward into one XLA kernel and its
+On CPU and GPU without whole-step XLA, TensorFlow runs ``dropout(gelu(h + b))``, ``LayerNorm(x + dropout(y + b))``,
+the attention probabilities' ``cast(dropout(p))`` or the attention scores' ``float32(ac + bd + ef * s) + mask`` as
+up to a dozen kernels, each a full pass over memory, forward and backward; on a 2-core CPU those passes cost as
+much as the feed-forward matmuls in bfloat16. ``fused_op`` compiles such a chain forward into one XLA kernel and its
 backward (recomputing the cheap forward instead of storing intermediates) into another, while the matmuls
 around it stay on the native (oneDNN / cuBLAS) kernels. Whole-step ``jit_compile`` (and TPUs) simply inline them.
 
 Training uses them; inference uses the plain ops unless traced inside ``inference_kernels()`` (batch prediction in
 Python: about 20% faster on CPU), so a SavedModel exported the usual way needs no XLA in the serving binary.
-Set ``XLNET_TF_FUSED_KERNELS=0`` to use the plain ops everywhere (a platform without XLA).
+Set ``XLNET_TF_FUSED_KERNELS=0`` to use the plain ops everywhere (a platform without XLA; dropout then draws its
+random words from TensorFlow's Philox instead of ``dropout``'s XLA hash kernel).
 
-The dropout decisions come in as the 16-bit random values of ``dropout.random_bits`` (drawn outside, where
-the generator is fastest) and are re-derived from them in the backward pass.
+The dropout decisions come in as the 16-bit random values of ``dropout.random_bits``, drawn in their own kernel
+(hashing inside these kernels instead measured 3% slower in bfloat16), and are re-derived from them in the
+backward pass.
 """
 
 from __future__ import annotations
@@ -144,3 +147,48 @@ def dropout(x, bits=None, rate: float = 0.0, dtype=None):
     if bits is None:
         return tf.cast(x, dtype)
     return _dropout_op(rate, dtype)(x, bits)
+
+
+@functools.cache
+def _score_ops(with_segment, with_mask, dtype):
+    """(forward, backward) XLA kernels of ``attention_score``, built once per (with_segment, with_mask, dtype)."""
+    @tf.function(jit_compile=True, autograph=False)
+    def forward(ac, bd, *args):
+        score = tf.cast(ac, tf.float32) + tf.cast(bd, tf.float32)
+        if with_segment:
+            ef, segment_diff, *args = args
+            score += tf.cast(ef, tf.float32) * tf.cast(segment_diff, tf.float32)
+        if with_mask:
+            score += args[0]
+        return score
+
+    @tf.function(jit_compile=True, autograph=False)
+    def backward(d_score, *segment_diff):
+        d_terms = tf.cast(d_score, dtype)  # the gradient of ac and of bd
+        if not with_segment:
+            return d_terms
+        d_ef = tf.reduce_sum(d_score * tf.cast(segment_diff[0], tf.float32), axis=-1, keepdims=True)
+        return d_terms, tf.cast(d_ef, dtype)
+
+    return forward, backward
+
+
+def attention_score(ac, bd, ef=None, segment_diff=None, mask=None):
+    """``ac + bd [+ ef * segment_diff] [+ mask]`` in float32: [N, B, Lq, K] content and position scores in the
+    compute dtype, ef [N, B, Lq, 1], segment_diff bool [B, Lq, K], mask float32 [B|1, Lq, K] (broadcast over heads).
+    One kernel (and one for the gradient) instead of a pass per add, cast and multiply. The gradient needs only
+    segment_diff, so the score-sized ac and bd are not kept for the backward pass."""
+    forward, backward = _score_ops(ef is not None, mask is not None, ac.dtype)
+    rest = ([segment_diff] if ef is not None else []) + ([mask] if mask is not None else [])
+
+    @tf.custom_gradient
+    def score(ac, bd, *ef_arg):
+        def grad(d_score):
+            if ef is None:
+                d_terms = backward(d_score)
+                return d_terms, d_terms
+            d_terms, d_ef = backward(d_score, segment_diff)
+            return d_terms, d_terms, d_ef
+        return forward(ac, bd, *ef_arg, *rest), grad
+
+    return score(ac, bd, *([ef] if ef is not None else []))
