@@ -154,7 +154,8 @@ class RelativeAttention(keras.layers.Layer):
             bd = rel_shift(bd_full, klen)
         else:
             bd = gather_relative(bd_full, query_pos, klen)
-        if fused.use(training) and ac.dtype != tf.float32:
+        use_fused = fused.use(training)
+        if use_fused and ac.dtype != tf.float32:
             # One kernel for the adds, cast and mask: each is a slow pass in bfloat16/float16 on CPU. In float32
             # TensorFlow's own kernels measured as fast as the fused one.
             score = fused.attention_score(ac, bd, ef, segment_diff, mask)
@@ -166,7 +167,7 @@ class RelativeAttention(keras.layers.Layer):
             if mask is not None:
                 score += mask
         prob = tf.nn.softmax(score, axis=-1)
-        if fused.use(training):  # one kernel: mask, scale and cast to the compute dtype
+        if use_fused:  # one kernel: mask, scale and cast to the compute dtype
             return fused.dropout(prob, self._attention_dropout.bits(prob, training), self.dropatt, self.compute_dtype)
         return self._attention_dropout(tf.cast(prob, self.compute_dtype), training=training)
 

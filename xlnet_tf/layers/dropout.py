@@ -19,8 +19,6 @@ Same seeding (the layer's Keras ``SeedGenerator``: a fresh seed per call), confi
 
 from __future__ import annotations
 
-import os
-
 import keras
 import tensorflow as tf
 
@@ -42,7 +40,7 @@ def _mix(v):
     return shift_xor(v, 16)
 
 
-def hash_words(count: int, seed):
+def hash_words(count, seed):
     """``count`` uniform uint32 words from ``seed`` (int [2]): word i = F(F(F(i ^ k0) + k1) ^ k0)."""
     s = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
     k0 = _mix(s[0] + tf.constant(0x9E3779B9, tf.uint32))
@@ -58,7 +56,9 @@ def _hash_words_kernel(words_shape, seed):
 
 def _words(words_shape, seed):
     """Uniform uint32 words of ``words_shape``: the XLA hash kernel, or Philox without XLA."""
-    if os.environ.get("XLNET_TF_FUSED_KERNELS", "1") != "0":
+    from xlnet_tf.layers import fused  # fused builds on this module's masks
+
+    if fused.enabled():
         return _hash_words_kernel(tf.cast(words_shape, tf.int32), seed)
     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.cast(seed, tf.int64))
     return tf.raw_ops.StatelessRandomUniformFullIntV2(shape=words_shape, key=key, counter=counter, alg=_PHILOX,
