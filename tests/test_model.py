@@ -609,3 +609,57 @@ def test_fused_attention_score_matches_the_plain_sum_and_its_gradient():
         np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), tf.cast(want, tf.float32).numpy(), rtol=1e-2)
     no_segment = fused.attention_score(ac, bd, mask=mask)
     np.testing.assert_array_equal(no_segment.numpy(), (f32[0] + f32[1] + mask).numpy())
+
+
+@pytest.mark.parametrize("transpose_weight", [False, True])
+def test_linear_matmul_equals_tf_matmul_and_runs_transposed_products_batched(transpose_weight):
+    """``linear.matmul`` changes only which kernel runs: its values and both gradients are ``tf.matmul``'s, and no
+    product with a transposed operand is left on 2-D ``MatMul`` (the slow oneDNN path it exists to avoid)."""
+    from xlnet_tf.layers import linear
+
+    rng = np.random.default_rng(11)
+    rows = tf.constant(rng.normal(size=(6, 5)), tf.float32)
+    weight = tf.constant(rng.normal(size=(4, 5) if transpose_weight else (5, 4)), tf.float32)
+    dy = tf.constant(rng.normal(size=(6, 4)), tf.float32)
+
+    @tf.function
+    def products(fn):
+        with tf.GradientTape() as tape:
+            tape.watch([rows, weight])
+            y = fn(rows, weight)
+        return [y] + tape.gradient(y, [rows, weight], output_gradients=dy)
+
+    ours = products.get_concrete_function(lambda r, w: linear.matmul(r, w, transpose_weight=transpose_weight))
+    plain = products(lambda r, w: tf.matmul(r, w, transpose_b=transpose_weight))
+    for got, want in zip(ours(), plain):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    transposed_2d = [op.name for op in ours.graph.get_operations() if op.type == "MatMul"
+                     and (op.get_attr("transpose_a") or op.get_attr("transpose_b"))]
+    assert not transposed_2d
+    assert any(op.type == "BatchMatMulV2" for op in ours.graph.get_operations())
+
+
+def test_sparse_softmax_cross_entropy_equals_tensorflows_kernel():
+    """The LM loss's cross-entropy: the values and logit gradients of ``tf.nn.sparse_softmax_cross_entropy_with_
+    logits`` (large and tied logits included), and a clear error for a label outside the vocabulary."""
+    from xlnet_tf.training.losses import sparse_softmax_cross_entropy
+
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 50)).astype(np.float32) * 8
+    logits[0, 0] += 1e4  # a large offset: must not overflow
+    logits[1, 2] = 0.0  # all tied
+    logits = tf.constant(logits)
+    labels = tf.constant(rng.integers(0, 50, (2, 3)), tf.int32)
+    weights = tf.constant(rng.normal(size=(2, 3)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        ours = sparse_softmax_cross_entropy(logits, labels)
+        theirs = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        loss, their_loss = tf.reduce_sum(ours * weights), tf.reduce_sum(theirs * weights)
+    assert ours.shape == (2, 3)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss, logits).numpy(), tape.gradient(their_loss, logits).numpy(),
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(ours[1, 2].numpy(), math.log(50), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="label id outside the vocabulary"):
+        sparse_softmax_cross_entropy(logits, tf.constant([[0, 1, 50], [0, 0, 0]]))

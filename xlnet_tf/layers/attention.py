@@ -26,7 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import fused
+from xlnet_tf.layers import fused, linear
 from xlnet_tf.layers.dropout import Dropout
 
 
@@ -118,7 +118,7 @@ class RelativeAttention(keras.layers.Layer):
         shape = tf.shape(keys)
         rows = tf.reshape(keys, [-1, self.d_model])
         if memory is None:
-            y = tf.matmul(rows, kernel)
+            y = linear.matmul(rows, kernel)
         else:
             y = _project_past_memory(rows, x, kernel, mlen=tf.shape(memory)[1])
         y = tf.reshape(y, tf.concat([shape[:2], [parts, self.n_head, self.d_head]], 0))
@@ -183,7 +183,7 @@ class RelativeAttention(keras.layers.Layer):
         """attn_vec [N, B, L, H] -> LayerNorm(x + dropout(W_o attn)) [B, L, D]."""
         shape = tf.shape(x)
         attn_vec = tf.reshape(tf.transpose(attn_vec, [1, 2, 0, 3]), [-1, self.n_head * self.d_head])
-        out = tf.reshape(tf.matmul(attn_vec, kernel, transpose_b=True), shape)
+        out = tf.reshape(linear.matmul(attn_vec, kernel, transpose_weight=True), shape)
         return self._residual_norm(out, x, training=training)
 
     def call(self, content, position, biases, memory=None, content_bias=None, segment_diff=None, query=None,
@@ -201,7 +201,7 @@ class RelativeAttention(keras.layers.Layer):
         k, v = tf.unstack(self._heads(content, self._kernel("k", "v"), parts=2, memory=memory))
         # The position encoding is shared by the batch: [N, X, R, H], projected once.
         n_dir = tf.shape(position)[0]
-        k_r = tf.matmul(tf.reshape(tf.cast(position, dtype), [-1, self.d_model]), self._kernel("r"))
+        k_r = linear.matmul(tf.reshape(tf.cast(position, dtype), [-1, self.d_model]), self._kernel("r"))
         k_r = tf.transpose(tf.reshape(k_r, [n_dir, -1, self.n_head, self.d_head]), [2, 0, 1, 3])
 
         q_kernel, o_kernel = self._kernel("q"), self._kernel("o")
@@ -250,9 +250,9 @@ def _project_past_memory(rows, x, kernel, mlen):
     def project(x, kernel):
         def grad(d_proj):
             width = tf.shape(kernel)[1]
-            d_kernel = tf.matmul(rows, d_proj, transpose_a=True)
+            d_kernel = linear.weight_gradient(rows, d_proj)
             d_rows = tf.slice(tf.reshape(d_proj, [tf.shape(x)[0], -1, width]), [0, mlen, 0], [-1, -1, -1])
-            d_x = tf.matmul(tf.reshape(d_rows, [-1, width]), kernel, transpose_b=True)
+            d_x = linear.input_gradient(tf.reshape(d_rows, [-1, width]), kernel)
             return tf.reshape(d_x, tf.shape(x)), d_kernel
         return tf.matmul(rows, kernel), grad
 

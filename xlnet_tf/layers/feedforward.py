@@ -7,7 +7,7 @@ import math
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import fused
+from xlnet_tf.layers import fused, linear
 from xlnet_tf.layers.dropout import Dropout
 
 
@@ -69,17 +69,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
         activation = ACTIVATIONS[self.activation]
         if fused.use(training):
             # Plain matmuls; bias, activation, dropout, residual and LayerNorm run in the two fused kernels.
-            h = tf.matmul(rows, kernel_1)
+            h = linear.matmul(rows, kernel_1)
             inner = fused.activation_dropout(h, activation, bias_1, self._inner_dropout.bits(h, training),
                                              self.dropout)
-            out = tf.reshape(tf.matmul(inner, kernel_2), shape)
+            out = tf.reshape(linear.matmul(inner, kernel_2), shape)
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
                                              self._output_dropout.bits(out, training), self.dropout, bias=bias_2)
         # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows.
-        h = tf.nn.bias_add(tf.matmul(rows, kernel_1), bias_1)
+        h = tf.nn.bias_add(linear.matmul(rows, kernel_1), bias_1)
         inner = self._inner_dropout(activation(h), training=training)
-        out = tf.reshape(tf.nn.bias_add(tf.matmul(inner, kernel_2), bias_2), shape)
+        out = tf.reshape(tf.nn.bias_add(linear.matmul(inner, kernel_2), bias_2), shape)
         return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def get_config(self):

@@ -12,6 +12,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers import linear
 from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
@@ -269,7 +270,7 @@ class XLNetPretrainer(keras.Model):
         hidden = outputs.get("query_output", outputs["sequence_output"])
         table = tf.cast(table, hidden.dtype)
         shape = tf.shape(hidden)
-        logits = tf.matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_b=True)
+        logits = linear.matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
         logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs
