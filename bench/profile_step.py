@@ -2,11 +2,16 @@
 
     .venv/bin/python bench/profile_step.py                      # bench-small, float32
     .venv/bin/python bench/profile_step.py --dtype mixed_bfloat16 --top 40 --by name
+    .venv/bin/python bench/profile_step.py --matmuls            # every matmul of the step, timed alone
 
 Runs our real training step (``bench_pretrain.OursTrain``) for a few warm-up steps, then profiles ``--steps``
 steps and prints the summed op time per step, largest first. Ops run concurrently on the inter-op threads, so
 the sum exceeds the wall time and an op's time includes waiting for cores another op holds: the table points at
 what to try next; whether a change helps is decided by timing the step (``bench_pretrain.py``).
+
+``--matmuls`` instead lists every MatMul/BatchMatMul in the traced step by shape, each timed on its own (20
+back-to-back runs in one ``tf.while_loop``, inputs warm in cache), with its count per step, time and GFLOP/s:
+an optimistic floor for the step's matmul time, and which shapes run far below the machine's peak.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
+import math
 import os
 import sys
 import tempfile
@@ -49,6 +55,75 @@ def op_times(logdir: str, by: str) -> dict[str, float]:
     return totals
 
 
+def _matmul_products(graph):
+    """(op type, x shape, y shape, transpose_x, transpose_y, dtype) of every matmul op in ``graph``."""
+    products = []
+    for op in graph.get_operations():
+        if op.type == "MatMul":
+            flags = op.get_attr("transpose_a"), op.get_attr("transpose_b")
+        elif op.type in ("BatchMatMulV2", "BatchMatMulV3"):
+            flags = op.get_attr("adj_x"), op.get_attr("adj_y")
+        else:
+            continue
+        x, y = op.inputs[0], op.inputs[1]
+        products.append((op.type, tuple(x.shape.as_list()), tuple(y.shape.as_list()), *flags, x.dtype))
+    return products
+
+
+def _product_flops(x, y, transpose_x, transpose_y) -> int:
+    m, k = (x[-1], x[-2]) if transpose_x else (x[-2], x[-1])
+    n = y[-2] if transpose_y else y[-1]
+    batch = 1
+    for a, b in zip(reversed(x[:-2]), reversed(y[:-2])):
+        batch *= max(a, b)
+    batch *= math.prod(x[:-2][:max(0, len(x) - len(y))]) * math.prod(y[:-2][:max(0, len(y) - len(x))])
+    return 2 * batch * m * n * k
+
+
+def matmul_table(tf, system, repeats: int = 20) -> None:
+    """Prints each matmul shape of ``system``'s step: count, time per step, GFLOP/s; then the totals."""
+    graph = system._step.get_concrete_function(system.batches[0], system.mems).graph
+    counts = collections.Counter(_matmul_products(graph))
+    rows, total_seconds, total_flops = [], 0.0, 0
+    for (op_type, x_shape, y_shape, tx, ty, dtype), count in counts.items():
+        if None in x_shape + y_shape:
+            print(f"  (skipped, dynamic shape) {op_type} {x_shape} {y_shape}")
+            continue
+        x = tf.cast(tf.random.normal(x_shape), dtype)
+        y = tf.cast(tf.random.normal(y_shape), dtype)
+
+        def product(x, y, op_type=op_type, tx=tx, ty=ty):
+            if op_type == "MatMul":
+                return tf.matmul(x, y, transpose_a=tx, transpose_b=ty)
+            return tf.raw_ops.BatchMatMulV2(x=x, y=y, adj_x=tx, adj_y=ty)
+
+        @tf.function
+        def loop(x=x, y=y, product=product):
+            def body(i, acc):  # each product depends on the previous one, so they run back to back
+                out = product(x + tf.cast(acc * 0.0, x.dtype), y)
+                return i + 1, acc + tf.cast(tf.reshape(out, [-1])[0], tf.float32)
+            return tf.while_loop(lambda i, acc: i < repeats, body, (tf.constant(0), tf.constant(0.0)))[1]
+
+        for _ in range(3):
+            loop().numpy()
+        times = []
+        for _ in range(7):
+            start = time.perf_counter()
+            loop().numpy()
+            times.append((time.perf_counter() - start) / repeats)
+        seconds = sorted(times)[len(times) // 2]
+        flops = _product_flops(x_shape, y_shape, tx, ty)
+        rows.append((seconds * count, count, op_type, x_shape, y_shape, tx, ty, flops / seconds / 1e9))
+        total_seconds += seconds * count
+        total_flops += flops * count
+    print(f"  {'ms/step':>8}  {'count':>5}  {'op':13}  {'x':24} {'y':24} {'T(x)':>4} {'T(y)':>4}  GFLOP/s")
+    for seconds, count, op_type, x_shape, y_shape, tx, ty, rate in sorted(rows, reverse=True):
+        print(f"  {1e3 * seconds:8.1f}  {count:5d}  {op_type:13}  {str(x_shape):24} {str(y_shape):24} "
+              f"{int(tx):4d} {int(ty):4d}  {rate:7.0f}")
+    print(f"  total {1e3 * total_seconds:.1f} ms/step for {total_flops / 1e9:.1f} GFLOP executed "
+          f"({total_flops / total_seconds / 1e9:.0f} GFLOP/s)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="bench-small", choices=sorted(CONFIGS))
@@ -58,6 +133,7 @@ def main():
     parser.add_argument("--threads", type=int, default=THREADS)
     parser.add_argument("--by", choices=("type", "name"), default="type")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--matmuls", action="store_true", help="time every matmul shape of the step on its own")
     args = parser.parse_args()
     set_thread_env(args.threads)
 
@@ -72,6 +148,10 @@ def main():
     for _ in range(args.steps):
         system.step()
     wall = (time.perf_counter() - t0) / args.steps
+    if args.matmuls:
+        print(f"{args.config} {args.dtype}: wall {wall:.3f} s/step; its matmuls, each timed alone:")
+        matmul_table(tf, system)
+        return
     logdir = tempfile.mkdtemp(prefix="xlnet_profile_")
     tf.profiler.experimental.start(logdir)
     for _ in range(args.steps):
