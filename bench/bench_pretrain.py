@@ -51,7 +51,7 @@ def _tf():
 def setup_tf(threads: int):
     """``threads`` intra-op threads and as many inter-op threads: TensorFlow's default on a machine with
     ``threads`` cores, and what the training entry points run with. Independent ops (the two streams, dropout
-    bits, the single-threaded XLA element-wise kernels) then overlap instead of leaving a core idle."""
+    bits, the XLA kernels' single-threaded reductions) then overlap instead of leaving a core idle."""
     tf = _tf()
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
