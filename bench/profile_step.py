@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -73,11 +75,7 @@ def _matmul_products(graph):
 def _product_flops(x, y, transpose_x, transpose_y) -> int:
     m, k = (x[-1], x[-2]) if transpose_x else (x[-2], x[-1])
     n = y[-2] if transpose_y else y[-1]
-    batch = 1
-    for a, b in zip(reversed(x[:-2]), reversed(y[:-2])):
-        batch *= max(a, b)
-    batch *= math.prod(x[:-2][:max(0, len(x) - len(y))]) * math.prod(y[:-2][:max(0, len(y) - len(x))])
-    return 2 * batch * m * n * k
+    return 2 * math.prod(np.broadcast_shapes(x[:-2], y[:-2])) * m * n * k
 
 
 def matmul_table(tf, system, repeats: int = 20) -> None:
@@ -99,10 +97,11 @@ def matmul_table(tf, system, repeats: int = 20) -> None:
 
         @tf.function
         def loop(x=x, y=y, product=product):
-            def body(i, acc):  # each product depends on the previous one, so they run back to back
-                out = product(x + tf.cast(acc * 0.0, x.dtype), y)
-                return i + 1, acc + tf.cast(tf.reshape(out, [-1])[0], tf.float32)
-            return tf.while_loop(lambda i, acc: i < repeats, body, (tf.constant(0), tf.constant(0.0)))[1]
+            def body(i, acc):
+                return i + 1, acc + tf.cast(tf.reshape(product(x, y), [-1])[0], tf.float32)
+            # One iteration at a time: the products run back to back, never two at once.
+            return tf.while_loop(lambda i, acc: i < repeats, body, (tf.constant(0), tf.constant(0.0)),
+                                 parallel_iterations=1)[1]
 
         for _ in range(3):
             loop().numpy()
