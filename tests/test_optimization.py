@@ -119,3 +119,110 @@ def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
     assert not opt._use_weight_decay(net.blocks[0].ff.layer_1.bias)
     assert opt._use_weight_decay(net.r_w_bias)
     assert opt._use_weight_decay(net.blocks[0].rel_attn.q_kernel)
+
+
+def _compiler_available():
+    import shutil
+    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
+
+
+def _train(fused, clip_norm, steps=3, strategy=None, jit_compile=False):
+    """``steps`` of apply_gradients_across_replicas on a few variables (decayed, excluded, scalar and per-slice
+    multipliers); returns (variables, moments, the step's op types)."""
+    strategy = strategy or tf.distribute.get_strategy()
+    rng = np.random.default_rng(1)
+    init = {"kernel": rng.normal(size=(64, 33)), "bias": rng.normal(size=(33,)),
+            "scaled": rng.normal(size=(7, 5)), "stacked": rng.normal(size=(2, 9))}
+    with strategy.scope():
+        variables = [keras.Variable(v.astype(np.float32), name=k) for k, v in init.items()]
+        opt = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
+                         fused=fused, lr_multipliers={variables[2].path: 0.25,
+                                                      variables[3].path: np.array([[0.5], [1.0]], np.float32)})
+        opt.exclude_from_weight_decay(var_list=[variables[1]])
+        opt.build(variables)
+    grads = [[tf.constant(rng.normal(size=v.shape) * 3, tf.float32) for v in variables] for _ in range(steps)]
+
+    def replica_fn(g):  # each replica's share: the all-reduced sum is g (halving is exact)
+        share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
+        return apply_gradients_across_replicas(opt, [x * share for x in g], variables, clip_norm)
+
+    fn = tf.function(replica_fn, jit_compile=True) if jit_compile else replica_fn
+    step = tf.function(lambda g: strategy.run(fn, args=(g,)))
+    graph = step.get_concrete_function(grads[0]).graph
+    op_types = {op.type for op in graph.get_operations()}
+    op_types |= {n.op for f in graph.as_graph_def().library.function for n in f.node_def}
+    for g in grads:
+        step(g)
+    moments = [m.numpy() for m in opt._momentums + opt._velocities]
+    return [v.numpy() for v in variables], moments, op_types
+
+
+@pytest.mark.parametrize("clip_norm", [1.0, 0.0])
+def test_fused_adamw_kernel_is_bit_identical_to_tensorflows_ops(clip_norm):
+    """On CPU the clip scale, decay and Adam run as one custom kernel; the variables and moments after several
+    steps must equal TensorFlow's ops (clip multiply, decay assign, ResourceApplyAdam) exactly, with clipping
+    active (gradient norm ~ 150) or off, decay exclusions and learning-rate multipliers."""
+    if not _compiler_available():
+        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    fused_vars, fused_moments, fused_ops = _train(True, clip_norm)
+    plain_vars, plain_moments, plain_ops = _train(False, clip_norm)
+    assert "XlnetFusedAdamW" in fused_ops and "ResourceApplyAdam" not in fused_ops
+    assert "XlnetFusedAdamW" not in plain_ops and "ResourceApplyAdam" in plain_ops
+    for a, b in zip(fused_vars + fused_moments, plain_vars + plain_moments):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
+    """Two CPU replicas (the update runs in cross-replica context on another thread), and a jit_compiled step
+    (XLA cannot run the custom kernel: TensorFlow's ops are used there): the same update as the plain path."""
+    if not _compiler_available():
+        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    plain_vars, _, _ = _train(False, 1.0, strategy=strategy)
+    fused_vars, _, fused_ops = _train(True, 1.0, strategy=strategy)
+    assert "XlnetFusedAdamW" in fused_ops
+    for a, b in zip(fused_vars, plain_vars):
+        np.testing.assert_array_equal(a, b)
+    xla_vars, _, _ = _train(True, 1.0, jit_compile=True)
+    reference, _, _ = _train(False, 1.0)
+    for a, b in zip(xla_vars, reference):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_fused_adamw_falls_back_when_the_kernel_cannot_be_built(monkeypatch, tmp_path, caplog):
+    """No usable compiler: a warning naming the failure, TensorFlow's ops, the same update; nothing cached."""
+    from xlnet_tf import ops
+
+    monkeypatch.setenv("CXX", "/bin/false")
+    monkeypatch.setenv("XLNET_TF_OPS_DIR", str(tmp_path))
+    ops._library.cache_clear()
+    try:
+        assert ops.fused_adamw() is None
+        with pytest.raises(RuntimeError, match="fused_adamw.cc failed"):
+            ops.build()
+        assert list(tmp_path.iterdir()) == []  # no half-written library left behind
+        fallback_vars, _, fallback_ops = _train(True, 1.0)
+        assert "XlnetFusedAdamW" not in fallback_ops
+    finally:
+        ops._library.cache_clear()
+    plain_vars, _, _ = _train(False, 1.0)
+    for a, b in zip(fallback_vars, plain_vars):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fused_adamw_kernel_rejects_bad_inputs_by_name():
+    if not _compiler_available():
+        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    from xlnet_tf import ops
+
+    op = ops.fused_adamw()
+    f32 = [tf.Variable(tf.zeros([3])) for _ in range(3)]
+    scalars = [tf.constant(x) for x in (1.0, 1.0, 1e-3, 0.9, 0.999, 0.9, 0.999, 1e-8)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have one shape.*\\[3\\].*\\[4\\]"):
+        op(*[v.handle for v in f32], tf.zeros([4]), *scalars)
+    half = tf.Variable(tf.zeros([3], tf.bfloat16))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input 0 must be a float32 variable, got bfloat16"):
+        op(half.handle, f32[1].handle, f32[2].handle, tf.zeros([3]), *scalars)
+    op(*[v.handle for v in f32], tf.ones([3]), *scalars)  # a valid call updates in place
+    assert float(f32[0][0]) == pytest.approx(-1e-3, rel=1e-4)  # Adam's first step: -lr * sign(g)
