@@ -226,3 +226,18 @@ def test_fused_adamw_kernel_rejects_bad_inputs_by_name():
         op(half.handle, f32[1].handle, f32[2].handle, tf.zeros([3]), *scalars)
     op(*[v.handle for v in f32], tf.ones([3]), *scalars)  # a valid call updates in place
     assert float(f32[0][0]) == pytest.approx(-1e-3, rel=1e-4)  # Adam's first step: -lr * sign(g)
+
+
+def test_fused_adamw_library_is_built_once_into_a_shared_cache(monkeypatch, tmp_path):
+    """``python -m xlnet_tf.ops`` / first use: one library in $XLNET_TF_OPS_DIR, readable by other users, no
+    temporary files left; a second build reuses it."""
+    if not _compiler_available():
+        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    from xlnet_tf import ops
+
+    monkeypatch.setenv("XLNET_TF_OPS_DIR", str(tmp_path / "shared"))
+    path = ops.build()
+    assert path.parent == tmp_path / "shared" and [p.name for p in path.parent.iterdir()] == [path.name]
+    assert path.stat().st_mode & 0o444 == 0o444
+    mtime = path.stat().st_mtime_ns
+    assert ops.build() == path and path.stat().st_mtime_ns == mtime

@@ -72,6 +72,7 @@ def build(verbose: bool = False) -> Path:
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"building {_SOURCE} failed ({' '.join(command)}):\n{result.stderr[-4000:]}")
+        os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide a shared cache's library from other users
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
