@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -42,10 +43,12 @@ def cache_dir() -> Path:
     return Path(base) / "xlnet_tf" / "ops"
 
 
-def _compiler() -> str | None:
+def _compiler() -> list[str] | None:
+    """The compiler command: ``$CXX`` (split like a shell would, e.g. ``ccache g++``), else the first found."""
     if os.environ.get("CXX"):
-        return os.environ["CXX"]
-    return next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+        return shlex.split(os.environ["CXX"])
+    found = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    return None if found is None else [found]
 
 
 def build(verbose: bool = False) -> Path:
@@ -58,18 +61,21 @@ def build(verbose: bool = False) -> Path:
         raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
     flags = _OPT_FLAGS + list(tf.sysconfig.get_compile_flags())
     link = list(tf.sysconfig.get_link_flags())
-    key = hashlib.sha256("\0".join([_SOURCE.read_text(), tf.__version__, compiler, *flags, *link]).encode())
+    key = hashlib.sha256("\0".join([_SOURCE.read_text(), tf.__version__, *compiler, *flags, *link]).encode())
     target = cache_dir() / f"fused_adamw-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
-    command = [compiler, "-shared", "-fPIC", *flags, str(_SOURCE), "-o", tmp, *link]
+    command = [*compiler, "-shared", "-fPIC", *flags, str(_SOURCE), "-o", tmp, *link]
     if verbose:
         print(" ".join(command))
     try:
-        result = subprocess.run(command, capture_output=True, text=True)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True)
+        except OSError as error:  # e.g. $CXX names no program
+            raise RuntimeError(f"building {_SOURCE} failed ({' '.join(command)}): {error}") from error
         if result.returncode != 0:
             raise RuntimeError(f"building {_SOURCE} failed ({' '.join(command)}):\n{result.stderr[-4000:]}")
         os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide a shared cache's library from other users
