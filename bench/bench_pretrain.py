@@ -324,13 +324,13 @@ def run_memory(dtype, steps, threads, log):
 # Report
 
 
-def fused_optimizer_note() -> str:
-    """Which AdamW update our rows ran: the fused CPU kernel of ``xlnet_tf.ops`` or TensorFlow's ops."""
+def custom_kernels_note() -> str:
+    """Whether our rows ran the custom CPU kernels of ``xlnet_tf.ops`` or TensorFlow's and XLA's ops."""
     from xlnet_tf import ops
 
     if ops.fused_adamw() is not None:
-        return "clip scale, decay and Adam in one fused kernel per variable, `xlnet_tf/ops`"
-    return "TensorFlow's optimizer ops; the fused kernel of `xlnet_tf/ops` could not be built"
+        return "with the C++ CPU kernels of `xlnet_tf/ops`: AdamW in one pass, residual LayerNorm"
+    return "the C++ kernels of `xlnet_tf/ops` could not be built: TensorFlow's and XLA's ops"
 
 
 def machine_info():
@@ -509,7 +509,7 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
         f"- Training step: {cfg.name} = n_layer {cfg.n_layer}, d_model {cfg.d_model}, n_head {cfg.n_head}, d_head "
         f"{cfg.d_head}, d_inner {cfg.d_inner}, vocab {cfg.n_token}, seq_len {cfg.seq_len}, reuse_len {cfg.reuse_len}, "
         f"mem_len {cfg.mem_len}, num_predict {cfg.num_predict}, batch {cfg.batch}, dropout {cfg.dropout}; "
-        f"forward (two streams, memory carried) + loss + backward + clip + AdamW (ours: {fused_optimizer_note()}); "
+        f"forward (two streams, memory carried) + loss + backward + clip + AdamW (ours {custom_kernels_note()}); "
         f"{flops / 1e9:.1f} GFLOP/step (model FLOPs, `xlnet_tf/flops.py`)",
         "",
         "| implementation | step (s, median) | tokens/s | MFU | ours-best vs this | loss |",

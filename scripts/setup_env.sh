@@ -15,8 +15,8 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
-  # The fused AdamW kernel (xlnet_tf/ops); without a C++ compiler the optimizer uses TensorFlow's ops.
+  # The custom CPU kernels (xlnet_tf/ops); without a C++ compiler TensorFlow's and XLA's ops run instead.
   TF_CPP_MIN_LOG_LEVEL=2 .venv/bin/python -m xlnet_tf.ops >/dev/null 2>.venv/ops-build.log \
-    || echo "setup_env: fused AdamW kernel not built (see .venv/ops-build.log); using TensorFlow's ops" >&2
+    || echo "setup_env: custom kernels not built (see .venv/ops-build.log); using TensorFlow's ops" >&2
   echo "$want" > "$stamp"
 fi

@@ -1,15 +1,19 @@
-"""Custom TensorFlow kernels, compiled from the C++ beside this file on first use and cached.
+"""Custom TensorFlow CPU kernels, compiled from the C++ beside this file on first use and cached.
 
-``fused_adamw.cc`` is the optimizer's AdamW update (gradient clip scale, decoupled weight decay and Adam) as one
-pass over each float32 variable: on CPU that update is memory-bound, and TensorFlow's own ops make three passes
-(clip multiply, decay, ``ResourceApplyAdam``), about twice the time for the same bit-identical result.
+* ``fused_adamw.cc``: the optimizer's AdamW update (gradient clip scale, decoupled weight decay and Adam) as one
+  pass over each float32 variable. On CPU that update is memory-bound, and TensorFlow's own ops make three passes
+  (clip multiply, decay, ``ResourceApplyAdam``): about twice the time for the same, bit-identical, result.
+* ``residual_layer_norm.cc``: training's ``LayerNorm(x + dropout(out + bias))`` forward and backward, row by row
+  in cache with the rows split across threads (XLA's CPU kernels for the chain make several passes, with
+  single-threaded reductions). ``xlnet_tf.layers.fused`` uses it on CPU, the XLA kernels elsewhere.
 
-The library is built with the C++ compiler TensorFlow's headers need (``$CXX``, else ``c++``/``g++``/``clang++``)
-against the installed TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash
-of the source, the TensorFlow version and the flags, written under a temporary name and renamed, so concurrent
-workers never load a half-written file. ``python -m xlnet_tf.ops`` builds it ahead of time (for images and
-air-gapped clusters, point ``XLNET_TF_OPS_DIR`` at a shared directory). Without a compiler, or with
-``XLNET_TF_CUSTOM_OPS=0``, the optimizer runs TensorFlow's ops instead (logged once): same results, slower.
+The library is built with a C++ compiler (``$CXX``, else ``c++``/``g++``/``clang++``) against the installed
+TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of the sources, the
+TensorFlow version and the flags, written under a temporary name and renamed, so concurrent workers never load a
+half-written file. ``python -m xlnet_tf.ops`` builds it ahead of time (for images and air-gapped clusters, point
+``XLNET_TF_OPS_DIR`` at a shared directory). Without a compiler, or with ``XLNET_TF_CUSTOM_OPS=0``, TensorFlow's
+and XLA's ops run instead (logged once): the same math, slower on CPU. Inside XLA (``jit_compile``, TPUs) and on
+GPUs the custom kernels are never used.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 from absl import logging
 
-_SOURCE = Path(__file__).with_name("fused_adamw.cc")
+_SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
 _OPT_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-w"]
 
@@ -61,23 +65,24 @@ def build(verbose: bool = False) -> Path:
         raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
     flags = _OPT_FLAGS + list(tf.sysconfig.get_compile_flags())
     link = list(tf.sysconfig.get_link_flags())
-    key = hashlib.sha256("\0".join([_SOURCE.read_text(), tf.__version__, *compiler, *flags, *link]).encode())
-    target = cache_dir() / f"fused_adamw-{key.hexdigest()[:16]}.so"
+    sources = [p.read_text() for p in _SOURCES]
+    key = hashlib.sha256("\0".join([*sources, tf.__version__, *compiler, *flags, *link]).encode())
+    target = cache_dir() / f"xlnet_tf_ops-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
-    command = [*compiler, "-shared", "-fPIC", *flags, str(_SOURCE), "-o", tmp, *link]
+    command = [*compiler, "-shared", "-fPIC", *flags, *map(str, _SOURCES), "-o", tmp, *link]
     if verbose:
         print(" ".join(command))
     try:
         try:
             result = subprocess.run(command, capture_output=True, text=True)
         except OSError as error:  # e.g. $CXX names no program
-            raise RuntimeError(f"building {_SOURCE} failed ({' '.join(command)}): {error}") from error
+            raise RuntimeError(f"building xlnet_tf/ops failed ({' '.join(command)}): {error}") from error
         if result.returncode != 0:
-            raise RuntimeError(f"building {_SOURCE} failed ({' '.join(command)}):\n{result.stderr[-4000:]}")
+            raise RuntimeError(f"building xlnet_tf/ops failed ({' '.join(command)}):\n{result.stderr[-4000:]}")
         os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide a shared cache's library from other users
         os.replace(tmp, target)
     finally:
@@ -96,8 +101,8 @@ def _library():
         path = build()
         return tf.load_op_library(str(path))
     except Exception as error:  # noqa: BLE001 - any failure means: use TensorFlow's ops
-        logging.warning("xlnet_tf: the fused AdamW kernel is unavailable, using TensorFlow's optimizer ops "
-                        "(same results, slower on CPU): %s", error)
+        logging.warning("xlnet_tf: custom CPU kernels unavailable, using TensorFlow's and XLA's ops instead "
+                        "(same math, slower on CPU): %s", error)
         return None
 
 
@@ -110,3 +115,27 @@ def fused_adamw():
     """
     library = _library()
     return None if library is None else library.xlnet_fused_adam_w
+
+
+def residual_layer_norm():
+    """``(forward, backward)`` ops ``XlnetResidualLayerNorm`` / ``XlnetResidualLayerNormGrad`` (CPU; float32 or
+    bfloat16 rows), or None where the library cannot be built or is turned off."""
+    library = _library()
+    if library is None:
+        return None
+    return library.xlnet_residual_layer_norm, library.xlnet_residual_layer_norm_grad
+
+
+def in_xla_context() -> bool:
+    """Whether ops built now are compiled by XLA (``jit_compile``, TPU), which cannot run custom kernels."""
+    from tensorflow.python.framework import ops as framework_ops
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(framework_ops.get_default_graph())
+
+
+def cpu_process() -> bool:
+    """Whether this process places ops on CPU by default (no GPU or TPU devices)."""
+    import tensorflow as tf
+
+    return not (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))

@@ -107,7 +107,7 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
         """Whether ``variable`` (a per-device component) is updated by the fused CPU kernel."""
         multiplier = self._multiplier_by_key.get(self._var_key(variable))
         return (self.fused and variable.dtype == tf.float32 and (multiplier is None or not multiplier.ndim)
-                and tf.DeviceSpec.from_string(variable.device).device_type == "CPU" and not _in_xla_context()
+                and tf.DeviceSpec.from_string(variable.device).device_type == "CPU" and not ops.in_xla_context()
                 and ops.fused_adamw() is not None)
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
@@ -189,14 +189,6 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
 
 
 _PENDING_SCALE = threading.local()  # (optimizer, grad_scale) during XLNetAdamW.apply_scaled, per replica thread
-
-
-def _in_xla_context() -> bool:
-    """Whether ops built now are compiled by XLA (``jit_compile``, TPU), which cannot run custom kernels."""
-    from tensorflow.python.framework import ops as framework_ops
-    from tensorflow.python.ops import control_flow_util
-
-    return control_flow_util.GraphOrParentsInXlaContext(framework_ops.get_default_graph())
 
 
 def layerwise_lr_multipliers(model, rate: float) -> dict[str, np.ndarray | float]:
