@@ -153,6 +153,7 @@ inline void RowZ(const Params& p, const T* out, const T* x, const float* bias, c
   for (int64_t j = 0; j < d; ++j) {
     float u = ToFloat(out[j]);
     if (p.has_bias) u += bias[j];
+    // Dropout as a multiply by 0 or scale, as the original's x / keep_prob * mask (a select would not vectorise).
     const float f = p.has_dropout ? (bits[j] >= p.threshold ? p.scale : 0.0f) : 1.0f;
     factor[j] = f;
     z[j] = (p.has_dropout ? u * f : u) + ToFloat(x[j]);
