@@ -221,6 +221,14 @@ def test_saved_model_export_reproduces_keras_outputs(tmp_path):
     for key in INFERENCE_OUTPUTS:
         np.testing.assert_allclose(got[key].numpy(), expected[key].numpy(), rtol=1e-5, atol=1e-5)
     assert got["end_top_index"].shape == (3, 6)
+    # TF Serving runs stock TensorFlow: no custom (xlnet_tf/ops) or XLA-compiled kernels in the export.
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel.FromString(open(os.path.join(path, "saved_model.pb"), "rb").read())
+    graph = saved.meta_graphs[0].graph_def
+    op_types = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    assert not {t for t in op_types if t.startswith("Xlnet") or t.startswith("_Xla") or t == "XlaLaunch"}
+    assert not [f.signature.name for f in graph.library.function if f.attr["_XlaMustCompile"].b]
 
 
 def test_mixed_precision_training_forward_is_finite():
