@@ -80,11 +80,15 @@ def bits_like(x, seed):
     return random_bits(tf.shape(x), seed, x.shape[-1] if x.shape.rank else None)
 
 
+def keep_threshold(rate: float) -> int:
+    """The int16 threshold of ``keep_from_bits``: ``round(rate * 2^16) - 2^15`` (the signed view of 16 bits)."""
+    return round(rate * _LEVELS) - _LEVELS // 2
+
+
 def keep_from_bits(bits, rate: float):
-    """(keep mask, scale) for dropout ``rate`` from ``random_bits``: keep iff bits >= rate * 2^16 - 2^15 (the
-    signed view of uniform 16-bit values), scale = 1 / keep_probability(rate)."""
-    threshold = round(rate * _LEVELS) - _LEVELS // 2
-    return bits >= tf.constant(threshold, tf.int16), 1.0 / keep_probability(rate)
+    """(keep mask, scale) for dropout ``rate`` from ``random_bits``: keep iff bits >= ``keep_threshold(rate)``,
+    scale = 1 / keep_probability(rate)."""
+    return bits >= tf.constant(keep_threshold(rate), tf.int16), 1.0 / keep_probability(rate)
 
 
 def fast_dropout(x, rate: float, seed):

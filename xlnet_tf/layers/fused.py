@@ -27,7 +27,7 @@ import os
 import tensorflow as tf
 
 from xlnet_tf import ops
-from xlnet_tf.layers.dropout import keep_from_bits, keep_probability
+from xlnet_tf.layers.dropout import keep_from_bits, keep_probability, keep_threshold
 
 
 _INFERENCE = contextvars.ContextVar("xlnet_tf_fused_inference", default=False)
@@ -130,49 +130,43 @@ def residual_layer_norm(out, x, gamma, beta, epsilon: float, bits=None, rate: fl
 
     On CPU this is the C++ kernel pair of ``xlnet_tf.ops`` (forward and backward each one pass, multi-threaded
     over rows); elsewhere, or where that library is unavailable, the XLA kernels below."""
-    native = _native_residual_layer_norm(out, x, epsilon, bits, rate, bias)
-    if native is not None:
-        return native(out, x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta),
-                      *([] if bias is None else [bias]))
+    if _native_applies(out, x):
+        return _native_residual_layer_norm(out, x, gamma, beta, epsilon, bits, rate, bias)
     args = [out] + ([] if bias is None else [bias]) + [x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)]
     if bits is None:
         return _layer_norm_op(epsilon, None, bias is not None)(*args)
     return _layer_norm_op(epsilon, rate, bias is not None)(*args, bits)
 
 
-def _native_residual_layer_norm(out, x, epsilon, bits, rate, bias):
-    """The ``xlnet_tf.ops`` kernels as ``fn(out, x, gamma, beta[, bias])``, or None where they do not apply: no
-    library, XLA (``jit_compile``, TPU), a GPU process, float16, or an unknown last dimension."""
-    kernels = ops.residual_layer_norm()
+def _native_applies(out, x) -> bool:
+    """Whether the ``xlnet_tf.ops`` kernels run here: the library is built, not inside XLA (``jit_compile``,
+    TPU), not a GPU process, float32 or bfloat16 rows of a known depth."""
+    return (x.shape[-1] is not None and out.dtype == x.dtype and x.dtype in (tf.float32, tf.bfloat16)
+            and not ops.in_xla_context() and ops.cpu_process() and ops.residual_layer_norm() is not None)
+
+
+def _native_residual_layer_norm(out, x, gamma, beta, epsilon, bits, rate, bias):
+    """``residual_layer_norm`` on the C++ kernel pair, over [rows, depth] views of ``out`` and ``x``."""
+    forward, backward = ops.residual_layer_norm()
     depth = x.shape[-1]
-    if (kernels is None or depth is None or out.dtype != x.dtype or x.dtype not in (tf.float32, tf.bfloat16)
-            or ops.in_xla_context() or not ops.cpu_process()):
-        return None
-    forward, backward = kernels
-    attrs = dict(has_bias=bias is not None, has_dropout=bits is not None, epsilon=float(epsilon),
-                 threshold=0, scale=1.0)
+    attrs = dict(has_bias=bias is not None, has_dropout=bits is not None, epsilon=float(epsilon), threshold=0,
+                 scale=1.0)
     flat_bits = tf.zeros([0], tf.int16)
-    if bits is not None:
-        # keep iff bits >= threshold, scaled by 1 / keep_probability: keep_from_bits' rule.
-        attrs.update(threshold=round(rate * 2 ** 16) - 2 ** 15, scale=1.0 / keep_probability(rate))
+    if bits is not None:  # keep_from_bits' rule
+        attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
         flat_bits = tf.reshape(bits, [-1, depth])
+    bias32 = tf.zeros([0]) if bias is None else tf.cast(bias, tf.float32)
 
-    def fn(out, x, gamma, beta, *bias_arg):
-        shape = tf.shape(x)
-        rows_out, rows_x = tf.reshape(out, [-1, depth]), tf.reshape(x, [-1, depth])
-        bias32 = tf.cast(bias_arg[0], tf.float32) if bias_arg else tf.zeros([0])
+    @tf.custom_gradient
+    def apply(rows_out, rows_x, gamma32, beta32, bias32):
+        def grad(dy):
+            d = backward(dy, rows_out, rows_x, bias32, gamma32, flat_bits, **attrs)
+            return d.d_out, d.d_x, d.d_gamma, d.d_beta, (None if bias is None else d.d_bias)
+        return forward(rows_out, rows_x, bias32, gamma32, beta32, flat_bits, **attrs), grad
 
-        @tf.custom_gradient
-        def apply(rows_out, rows_x, gamma32, beta32, bias32):
-            def grad(dy):
-                d = backward(dy, rows_out, rows_x, bias32, gamma32, flat_bits, **attrs)
-                return d.d_out, d.d_x, d.d_gamma, d.d_beta, (d.d_bias if bias_arg else None)
-            return forward(rows_out, rows_x, bias32, gamma32, beta32, flat_bits, **attrs), grad
-
-        y = apply(rows_out, rows_x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32), bias32)
-        return tf.reshape(y, shape)
-
-    return fn
+    gamma32, beta32 = (tf.cast(tf.convert_to_tensor(v), tf.float32) for v in (gamma, beta))
+    y = apply(tf.reshape(out, [-1, depth]), tf.reshape(x, [-1, depth]), gamma32, beta32, bias32)
+    return tf.reshape(y, tf.shape(x))
 
 
 @functools.cache

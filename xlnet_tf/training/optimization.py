@@ -131,17 +131,23 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
             self.update_step(gradient, variable, learning_rate)
             return
         # One pass: g * grad_scale, var * (1 - wd * lr) (skipped by _apply_weight_decay), Adam.
-        lr = tf.cast(self._scaled_lr(variable, learning_rate), tf.float32)
+        adam = self._adam_arguments(variable, learning_rate)
         one = tf.constant(1.0, tf.float32)
-        decay = one - tf.cast(self.weight_decay, tf.float32) * lr if self._decays(variable) else one
-        local_step = tf.cast(self.iterations + 1, tf.float32)
-        beta_1, beta_2 = tf.constant(self.beta_1, tf.float32), tf.constant(self.beta_2, tf.float32)
+        decay = one - tf.cast(self.weight_decay, tf.float32) * adam["lr"] if self._decays(variable) else one
+        ops.fused_adamw()(grad=tf.cast(gradient, tf.float32), decay=decay,
+                          grad_scale=one if grad_scale is None else tf.cast(grad_scale, tf.float32), **adam)
+
+    def _adam_arguments(self, variable, learning_rate) -> dict:
+        """The variable and slot handles and the scalars of ``ResourceApplyAdam`` (also the fused kernel's):
+        bias-corrected step size lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), in the variable's dtype."""
+        dtype = variable.dtype
+        local_step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         index = self._get_variable_index(variable)
-        ops.fused_adamw()(
-            variable.handle, self._momentums[index].handle, self._velocities[index].handle,
-            tf.cast(gradient, tf.float32), one if grad_scale is None else tf.cast(grad_scale, tf.float32), decay,
-            lr, tf.pow(beta_1, local_step), tf.pow(beta_2, local_step), beta_1, beta_2,
-            tf.constant(self.epsilon, tf.float32))
+        return dict(var=variable.handle, m=self._momentums[index].handle, v=self._velocities[index].handle,
+                    lr=tf.cast(self._scaled_lr(variable, learning_rate), dtype),
+                    beta1_power=tf.pow(beta_1, local_step), beta2_power=tf.pow(beta_2, local_step),
+                    beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype))
 
     def _decays(self, variable) -> bool:
         return bool(self.weight_decay) and self._use_weight_decay(variable)
@@ -154,16 +160,8 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
         # Keras' Adam in one fused kernel per variable (the same formula: bias-corrected step size
         # lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), m/(sqrt(v) + epsilon)) instead of ~10 element-wise ops, each
         # a full pass over the variable; on CPU that is most of the optimizer's time.
-        dtype = variable.dtype
-        lr = self._scaled_lr(variable, learning_rate)
-        local_step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].handle, v=self._velocities[index].handle,
-            beta1_power=tf.pow(beta_1, local_step), beta2_power=tf.pow(beta_2, local_step),
-            lr=tf.cast(lr, dtype), beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype), use_locking=False)
+        tf.raw_ops.ResourceApplyAdam(grad=tf.cast(gradient, variable.dtype), use_locking=False,
+                                     **self._adam_arguments(variable, learning_rate))
 
     def _apply_weight_decay(self, variables):
         if not self.weight_decay:
