@@ -70,3 +70,95 @@ def test_custom_residual_layer_norm_rejects_bad_shapes():
     with pytest.raises(tf.errors.InvalidArgumentError, match="bits must be shaped like the rows"):
         forward(rows, rows, tf.zeros([0]), vec, vec, tf.zeros([3], tf.int16), has_bias=False,
                 has_dropout=True, threshold=0, scale=1.0, epsilon=1e-12)
+
+
+def _attention_probs(monkeypatch, custom: bool, dtype, stream: str, with_segment: bool, mask_batch, rate: float):
+    """The attention layer's probabilities and their gradients (ac, bd, ef) with the custom kernels on or off.
+    N=2, B=3, K=37 (13 memory + 24 current: not a multiple of the kernels' 16 lanes)."""
+    from xlnet_tf.layers import attention
+
+    monkeypatch.setenv("XLNET_TF_CUSTOM_OPS", "1" if custom else "0")
+    ops._library.cache_clear()
+    rng = np.random.default_rng(5)
+    n, b, mlen, qlen = 2, 3, 13, 24
+    klen = mlen + qlen
+    if stream == "content":
+        q, rlen, query_pos = qlen, klen + qlen, None
+    else:  # the query stream: 5 target rows at random positions; a table shorter than the reach (clamped)
+        q, rlen = 5, klen + 1
+        query_pos = tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32)
+    ac = tf.cast(tf.constant(rng.normal(size=(n, b, q, klen)) * 3, tf.float32), dtype)
+    bd = tf.cast(tf.constant(rng.normal(size=(n, b, q, rlen)) * 3, tf.float32), dtype)
+    ef = tf.cast(tf.constant(rng.normal(size=(n, b, q, 1)), tf.float32), dtype) if with_segment else None
+    segment_diff = tf.constant(rng.random((b, q, klen)) < 0.5) if with_segment else None
+    mask = None
+    if mask_batch is not None:
+        blocked = rng.random((mask_batch, q, klen)) < 0.3
+        blocked[0, 1, :] = True  # a fully masked row: uniform, as TensorFlow's softmax gives it
+        mask = tf.constant(np.where(blocked, -1e30, 0.0).astype(np.float32))
+    dy = tf.cast(tf.constant(rng.normal(size=(n, b, q, klen)), tf.float32), dtype)
+    layer = attention.RelativeAttention(16, n, 8, dropatt=rate, dtype="float32" if dtype == tf.float32 else "mixed_bfloat16")
+    seed = tf.constant([17, 23])
+    layer._attention_dropout.call_seed = lambda training: seed  # both paths draw the same mask
+    layer._attention_dropout.bits = lambda x, training: dropout.bits_like(x, seed)
+    watched = [ac, bd] + ([ef] if with_segment else [])
+
+    @tf.function
+    def probs(ac, bd, *ef):
+        with tf.GradientTape() as tape:
+            tape.watch([ac, bd, *ef])
+            prob = layer._probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, training=True)
+        return [prob] + tape.gradient(prob, [ac, bd, *ef], output_gradients=dy)
+
+    graph = probs.get_concrete_function(*watched).graph
+    used = any(op.type == "XlnetAttentionProbs" for op in graph.get_operations())
+    return [tf.cast(t, tf.float32).numpy() for t in probs(*watched)], used
+
+
+@pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate", [
+    (tf.float32, "content", True, 3, 0.1), (tf.float32, "content", False, None, 0.0),
+    (tf.float32, "query", True, 3, 0.1), (tf.float32, "content", True, 1, 0.0),
+    (tf.bfloat16, "content", True, 3, 0.1), (tf.bfloat16, "query", False, 1, 0.1)])
+def test_custom_attention_probs_match_the_tensorflow_ops(monkeypatch, dtype, stream, with_segment, mask_batch, rate):
+    """The C++ kernels (relative shift or query-position gather, segment term, mask, softmax, dropout hashed from
+    the seed) against TensorFlow's softmax and the XLA dropout kernel with bits of the same seed: forward and the
+    gradients of ac, bd (zero outside each row's shifted window) and ef."""
+    try:
+        custom, used = _attention_probs(monkeypatch, True, dtype, stream, with_segment, mask_batch, rate)
+        reference, reference_used = _attention_probs(monkeypatch, False, dtype, stream, with_segment, mask_batch,
+                                                     rate)
+    finally:
+        ops._library.cache_clear()
+    assert used and not reference_used
+    if rate:  # the same elements dropped: the seed's mask is hashed inside the kernel
+        np.testing.assert_array_equal(custom[0] == 0, reference[0] == 0)
+        assert 0.05 < (custom[0] == 0).mean() < 0.15 if mask_batch is None else (custom[0] == 0).mean() > 0.05
+    for name, a, b in zip(["prob", "d_ac", "d_bd", "d_ef"], custom, reference):
+        scale = np.abs(b).max()
+        if dtype == tf.bfloat16:  # rounded to bfloat16 once: at most one ulp apart
+            np.testing.assert_allclose(a, b, rtol=2 ** -7, atol=2 ** -8 * scale, err_msg=name)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * scale, err_msg=name)
+
+
+def test_custom_attention_probs_reject_bad_shapes():
+    kernels = ops.attention_probs()
+    assert kernels is not None
+    forward, backward = kernels
+    scores, table = tf.zeros([2, 3, 4, 8]), tf.zeros([2, 3, 4, 12])
+    pos = tf.zeros([3, 4], tf.int32)
+    args = dict(has_segment=False, has_mask=True, has_dropout=False, threshold=0, scale=1.0)
+    none = dict(ef=tf.zeros([0]), segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([0], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask must be \[1 or B, Q, K\] = \[3, 4, 8\], got \[3,4,7\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([3, 4, 7]), query_pos=pos, **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bd must be \[N, B, Q, R\]"):
+        forward(ac=scores, bd=tf.zeros([2, 3, 5, 12]), mask=tf.zeros([1, 4, 8]), query_pos=pos, **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"query_pos must be \[B, Q\] = \[3, 4\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=tf.zeros([4, 3], tf.int32), **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"seed must be \[2\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos, ef=tf.zeros([0]),
+                segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([3], tf.int32), **dict(args, has_dropout=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"softmax must be shaped like d_prob"):
+        backward(d_prob=scores, softmax=tf.zeros([2, 3, 4, 7]), segment_diff=tf.zeros([0], tf.bool),
+                 seed=tf.zeros([0], tf.int32), query_pos=pos, position_len=12, has_segment=False, has_dropout=False,
+                 threshold=0, scale=1.0)

@@ -148,13 +148,19 @@ class RelativeAttention(keras.layers.Layer):
 
     def _probs(self, ac, bd_full, ef, segment_diff, mask, query_pos, training=None):
         """Everything between the score matmuls and prob . v: shift/gather, segment term, mask, fp32 softmax,
-        attention dropout."""
+        attention dropout. Training on CPU: one C++ kernel each way (``fused.attention_probs``)."""
         klen = tf.shape(ac)[-1]
+        use_fused = fused.use(training)
+        if use_fused and fused.attention_probs_native_applies(ac):
+            if query_pos is None:  # the content stream: row i is key coordinate mlen + i
+                qlen = tf.shape(ac)[2]
+                query_pos = tf.range(klen - qlen, klen)[None, :]
+            return fused.attention_probs(ac, bd_full, ef, segment_diff, mask, query_pos,
+                                         self._attention_dropout.call_seed(training), self.dropatt)
         if query_pos is None:
             bd = rel_shift(bd_full, klen)
         else:
             bd = gather_relative(bd_full, query_pos, klen)
-        use_fused = fused.use(training)
         if use_fused and ac.dtype != tf.float32:
             # One kernel for the adds, cast and mask: each is a slow pass in bfloat16/float16 on CPU. In float32
             # TensorFlow's own kernels measured as fast as the fused one.

@@ -115,6 +115,14 @@ class Dropout(keras.layers.Dropout):
             return fast_dropout(inputs, self.rate, self.seed_generator.next())
         return inputs
 
+    def call_seed(self, training=False):
+        """The seed (int [2]) of this call's mask for a kernel that hashes ``random_bits`` itself; None when off."""
+        if training and self.rate > 0:
+            if self.noise_shape is not None:
+                raise ValueError("fused dropout does not support noise_shape")
+            return self.seed_generator.next()
+        return None
+
     def bits(self, inputs, training=False):
         """``random_bits`` for a fused kernel that applies this dropout itself; None when it is off."""
         if training and self.rate > 0:

@@ -13,8 +13,12 @@ Set ``XLNET_TF_FUSED_KERNELS=0`` to use the plain ops everywhere (a platform wit
 random words from TensorFlow's Philox instead of ``dropout``'s XLA hash kernel).
 
 The dropout decisions come in as the 16-bit random values of ``dropout.random_bits``, drawn in their own kernel
-(hashing inside these kernels instead measured 3% slower in bfloat16 and 5% slower in float32), and are re-derived
-from them in the backward pass.
+(hashing inside these XLA kernels instead measured 3% slower in bfloat16 and 5% slower in float32), and are
+re-derived from them in the backward pass.
+
+On CPU, two chains run on the C++ kernels of ``xlnet_tf.ops`` instead: the residual LayerNorm and the attention
+probabilities (``attention_probs``: shift, segment term, mask, softmax and dropout in one pass each way, the dropout
+bits hashed inside the kernel from the same seed, so the mask is the one ``random_bits`` would give).
 """
 
 from __future__ import annotations
@@ -167,6 +171,51 @@ def _native_residual_layer_norm(out, x, gamma, beta, epsilon, bits, rate, bias):
     gamma32, beta32 = (tf.cast(tf.convert_to_tensor(v), tf.float32) for v in (gamma, beta))
     y = apply(tf.reshape(out, [-1, depth]), tf.reshape(x, [-1, depth]), gamma32, beta32, bias32)
     return tf.reshape(y, tf.shape(x))
+
+
+def attention_probs_native_applies(ac) -> bool:
+    """Whether ``attention_probs`` runs here: float32 or bfloat16 scores, and the ``xlnet_tf.ops`` kernels
+    usable (built, not inside XLA, a CPU process)."""
+    return (ac.dtype in (tf.float32, tf.bfloat16) and ac.shape.rank == 4 and not ops.in_xla_context()
+            and ops.cpu_process() and ops.attention_probs() is not None)
+
+
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, seed=None, rate: float = 0.0):
+    """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` on the C++ kernel pair of ``xlnet_tf.ops``
+    (``attention_probs.cc``): [N, B, Q, K] probabilities in ac's dtype; the softmax in float32.
+
+    ac [N, B, Q, K] and bd [N, B, Q, R] (position scores against every encoding row) in float32 or bfloat16;
+    ef [N, B, Q, 1] and segment_diff bool [B, Q, K], or both None; mask float32 [B|1, Q, K] or None;
+    query_pos [B, Q] (or broadcastable) the key coordinate of each query row: bd's column for key j is
+    K - query_pos + j. Dropout at ``rate`` with ``seed`` (int [2]) keeps the elements that
+    ``dropout.random_bits`` of that seed keeps (the kernels hash the same bits themselves); seed None: no dropout.
+    Differentiable in ac, bd and ef. Check ``attention_probs_native_applies`` first."""
+    forward, backward = ops.attention_probs()
+    shape = tf.shape(ac)
+    attrs = dict(has_segment=ef is not None, has_dropout=seed is not None, threshold=0, scale=1.0)
+    if seed is not None:
+        attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
+        seed = tf.cast(seed, tf.int32)
+    else:
+        seed = tf.zeros([0], tf.int32)
+    if mask is not None:
+        mask = tf.broadcast_to(mask, tf.concat([tf.shape(mask)[:1], shape[2:]], 0))
+    segment_diff = tf.zeros([0], tf.bool) if segment_diff is None else segment_diff
+    query_pos = tf.cast(tf.broadcast_to(query_pos, shape[1:3]), tf.int32)
+    position_len = tf.shape(bd)[-1]
+
+    @tf.custom_gradient
+    def probs(ac, bd, *ef_arg):
+        prob, softmax = forward(ac, bd, ef_arg[0] if ef_arg else tf.zeros([0], ac.dtype), segment_diff,
+                                tf.zeros([0]) if mask is None else mask, seed, query_pos,
+                                has_mask=mask is not None, **attrs)
+
+        def grad(d_prob):
+            d = backward(d_prob, softmax, segment_diff, seed, query_pos, position_len, **attrs)
+            return (d.d_ac, d.d_bd) + ((d.d_ef,) if ef_arg else ())
+        return prob, grad
+
+    return probs(ac, bd, *([] if ef is None else [ef]))
 
 
 @functools.cache

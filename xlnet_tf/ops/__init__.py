@@ -6,6 +6,10 @@
 * ``residual_layer_norm.cc``: training's ``LayerNorm(x + dropout(out + bias))`` forward and backward, row by row
   in cache with the rows split across threads (XLA's CPU kernels for the chain make several passes, with
   single-threaded reductions). ``xlnet_tf.layers.fused`` uses it on CPU, the XLA kernels elsewhere.
+* ``attention_probs.cc``: everything between the attention score matmuls and ``prob . v`` in training (relative
+  shift or query-position gather, segment term, mask, float32 softmax, dropout with its bits hashed in the kernel
+  from the layer's seed), forward and backward, one pass over rows of keys each, with explicit 16-float vectors
+  compiled for AVX-512, AVX2 and SSE and chosen at load time. Replaces about ten TensorFlow/XLA kernels each way.
 
 The library is built with a C++ compiler (``$CXX``, else ``c++``/``g++``/``clang++``) against the installed
 TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of the sources, the
@@ -124,6 +128,15 @@ def residual_layer_norm():
     if library is None:
         return None
     return library.xlnet_residual_layer_norm, library.xlnet_residual_layer_norm_grad
+
+
+def attention_probs():
+    """``(forward, backward)`` ops ``XlnetAttentionProbs`` / ``XlnetAttentionProbsGrad`` (CPU; float32 or
+    bfloat16 scores), or None where the library cannot be built or is turned off."""
+    library = _library()
+    if library is None:
+        return None
+    return library.xlnet_attention_probs, library.xlnet_attention_probs_grad
 
 
 def in_xla_context() -> bool:

@@ -1,0 +1,619 @@
+// XlnetAttentionProbs / XlnetAttentionProbsGrad: XLNet's attention probabilities from its score terms.
+//
+// Between the score matmuls and prob . v, every attention call of a training step is a chain of element-wise
+// steps over [N, B, Q, K] tensors: the relative shift (or, for the query stream, a gather) of the position
+// scores, the segment term, the mask, a float32 softmax and dropout. As TensorFlow kernels that is about ten
+// passes over memory forward and as many backward (slices, pads, adds, casts, the softmax gradient's products
+// and sums). Here each direction is one pass over rows of K keys held in cache, rows split across threads.
+//
+// Forward, for row (n, b, i) with key coordinate qp = query_pos[b, i] (mlen + i for the content stream; the
+// target's position for the query stream), all in float32:
+//   s_j    = ac_j + bd[clamp(K - qp + j, 0, R - 1)] + ef * segment_diff[b, i, j] + mask[b or 0, i, j]
+//   p_j    = exp(s_j - max s) / sum_k exp(s_k - max s)                  (output `softmax`, kept for the gradient)
+//   prob_j = p_j * f_j,  f_j = (bits_j >= threshold ? scale : 0)        (output `prob`, in T; no dropout: f_j = 1)
+// bits_j are the 16-bit dropout values of xlnet_tf/layers/dropout.py's random_bits for `seed`, hashed here from
+// the element's index (word e / 2 of the counter hash, its low half for even e) instead of read from memory, so
+// the mask is the one the Dropout layer would draw, in either direction, without a [N, B, Q, K] tensor of bits.
+// For the content stream the bd column K - qp + j = Lq - i + j is Transformer-XL's rel_shift; for the query
+// stream it reads the row's target position. Clamped columns only occur for keys that a mask hides.
+// Backward, with g_j = d_prob_j * f_j:
+//   d_s_j = (g_j - sum_k g_k p_k) * p_j   (TensorFlow's SoftmaxGrad);  d_ac = d_s;
+//   d_bd[n, b, i, K - qp + j] += d_s_j, 0 in the other R - K columns;   d_ef = sum_j d_s_j * segment_diff_j
+// Sums and maxima use 16 lane partials added in a fixed order: the result does not depend on the thread split.
+
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace xlnet_tf {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+REGISTER_OP("XlnetAttentionProbs")
+    .Input("ac: T")
+    .Input("bd: T")
+    .Input("ef: T")
+    .Input("segment_diff: bool")
+    .Input("mask: float")
+    .Input("seed: int32")
+    .Input("query_pos: int32")
+    .Output("prob: T")
+    .Output("softmax: float")
+    .Attr("T: {float, bfloat16}")
+    .Attr("has_segment: bool")
+    .Attr("has_mask: bool")
+    .Attr("has_dropout: bool")
+    .Attr("threshold: int")
+    .Attr("scale: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      return absl::OkStatus();
+    })
+    .Doc("dropout(softmax(ac + shift(bd) + ef * segment_diff + mask)) over the last axis of [N, B, Q, K].");
+
+REGISTER_OP("XlnetAttentionProbsGrad")
+    .Input("d_prob: T")
+    .Input("softmax: float")
+    .Input("segment_diff: bool")
+    .Input("seed: int32")
+    .Input("query_pos: int32")
+    .Input("position_len: int32")
+    .Output("d_ac: T")
+    .Output("d_bd: T")
+    .Output("d_ef: T")
+    .Attr("T: {float, bfloat16}")
+    .Attr("has_segment: bool")
+    .Attr("has_dropout: bool")
+    .Attr("threshold: int")
+    .Attr("scale: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle rows, d_bd;
+      DimensionHandle rlen;
+      c->set_output(0, c->input(0));
+      TF_RETURN_IF_ERROR(c->Subshape(c->input(0), 0, -1, &rows));
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(5, &rlen));
+      TF_RETURN_IF_ERROR(c->Concatenate(rows, c->Vector(rlen), &d_bd));
+      c->set_output(1, d_bd);
+      c->set_output(2, c->UnknownShape());
+      return absl::OkStatus();
+    })
+    .Doc("Gradient of XlnetAttentionProbs w.r.t. ac, bd and ef.");
+
+// Rows are processed 16 floats at a time with GCC/Clang vector extensions, in float32 scratch rows padded to a
+// multiple of 16 (scores padded with -inf, gradients with 0, so padding never changes a max or a sum): explicit,
+// so the exponential, maxima, sums, hash and bfloat16 conversions vectorise on every target (SSE, AVX2 or
+// AVX-512 registers, chosen per CPU at load time by target_clones), and deterministic.
+typedef float VecF __attribute__((vector_size(64)));
+typedef int32_t VecI __attribute__((vector_size(64)));
+typedef uint32_t VecU __attribute__((vector_size(64)));
+typedef uint16_t VecH __attribute__((vector_size(32)));
+typedef int16_t VecS __attribute__((vector_size(32)));
+typedef uint8_t VecB __attribute__((vector_size(16)));
+constexpr int64_t kWidth = 16;
+
+inline int64_t Padded(int64_t k) { return (k + kWidth - 1) / kWidth * kWidth; }
+
+inline VecF Splat(float x) { return VecF{} + x; }
+inline VecF Select(VecI mask, VecF a, VecF b) { return (VecF)(((VecI)a & mask) | ((VecI)b & ~mask)); }
+
+inline VecF Load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline VecF Load(const Eigen::bfloat16* p) {  // bfloat16 is the high half of a float32
+  VecH h;
+  std::memcpy(&h, p, sizeof(h));
+  return (VecF)(__builtin_convertvector(h, VecU) << 16);
+}
+inline void Store(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
+inline void Store(Eigen::bfloat16* p, VecF v) {  // round to nearest even, NaN stays a (quiet) NaN: as Eigen
+  const VecU u = (VecU)v;
+  const VecU rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const VecU nan = (VecU)(v != v);
+  const VecU quiet = ((u >> 16) & 0x8000u) | 0x7FC0u;
+  const VecH h = __builtin_convertvector((nan & quiet) | (~nan & rounded), VecH);
+  std::memcpy(p, &h, sizeof(h));
+}
+// The first n (< 16) elements, the other lanes 0 / not written.
+template <typename T>
+inline VecF LoadPartial(const T* p, int64_t n) {
+  T tmp[kWidth] = {};
+  std::memcpy(tmp, p, n * sizeof(T));
+  return Load(tmp);
+}
+template <typename T>
+inline void StorePartial(T* p, VecF v, int64_t n) {
+  T tmp[kWidth];
+  Store(tmp, v);
+  std::memcpy(p, tmp, n * sizeof(T));
+}
+// Elements [0, k) of a row as padded float32 scratch: the tail lanes get `pad`.
+template <typename T>
+inline void LoadRow(const T* src, int64_t k, float pad, float* dst) {
+  const int64_t full = k - k % kWidth;
+  for (int64_t j = 0; j < full; j += kWidth) Store(dst + j, Load(src + j));
+  if (full < k) {
+    const VecF v = LoadPartial(src + full, k - full);
+    const VecI lane = VecI{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    Store(dst + full, Select(lane < static_cast<int32_t>(k - full), v, Splat(pad)));
+  }
+}
+template <typename T>
+inline void StoreRow(const float* src, int64_t k, T* dst) {
+  const int64_t full = k - k % kWidth;
+  for (int64_t j = 0; j < full; j += kWidth) Store(dst + j, Load(src + j));
+  if (full < k) StorePartial(dst + full, Load(src + full), k - full);
+}
+inline VecF LoadFlags(const bool* p) {  // 16 bools as 0.0 / 1.0
+  VecB b;
+  std::memcpy(&b, p, sizeof(b));
+  return __builtin_convertvector(b, VecF);
+}
+inline float LaneMax(VecF v) {
+  float m = v[0];
+  for (int l = 1; l < kWidth; ++l) m = v[l] > m ? v[l] : m;
+  return m;
+}
+inline float LaneSum(VecF v) {
+  float total = 0.0f;
+  for (int l = 0; l < kWidth; ++l) total += v[l];
+  return total;
+}
+
+// exp(x) for x <= 0 in float32: 2^n exp(r) with n = round(x log2 e) and r = x - n ln 2 (ln 2 in two parts), exp(r)
+// by the Cephes polynomial (about 1 ulp). Below -87 (the smallest normal result) it is 0, as for the -1e30 masks
+// and the -inf padding.
+constexpr float kExpFloor = -87.0f;
+constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds x to an integer
+
+inline VecF ExpNonPositive(VecF x) {
+  const VecI below = x < kExpFloor;
+  const VecF xc = Select(below, Splat(kExpFloor), x);
+  const VecF n = (xc * 1.44269504088896341f + kRoundMagic) - kRoundMagic;
+  VecF r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  VecF poly = Splat(1.9875691500e-4f);
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  poly = poly * (r * r) + r + 1.0f;
+  const VecF two_n = (VecF)((__builtin_convertvector(n, VecI) + 127) << 23);
+  return (VecF)((VecI)(poly * two_n) & ~below);
+}
+
+// dropout.py's counter hash: MurmurHash3's finalizer, word i = F(F(F(i ^ k0) + k1) ^ k0).
+inline uint32_t Mix(uint32_t v) {
+  v ^= v >> 16;
+  v *= 0x85EBCA6Bu;
+  v ^= v >> 13;
+  v *= 0xC2B2AE35u;
+  return v ^ (v >> 16);
+}
+inline VecU Mix(VecU v) {
+  v ^= v >> 16;
+  v *= 0x85EBCA6Bu;
+  v ^= v >> 13;
+  v *= 0xC2B2AE35u;
+  return v ^ (v >> 16);
+}
+
+struct Dropout {
+  bool on = false;
+  int16_t threshold = 0;
+  float scale = 1.0f;
+  uint32_t k0 = 0, k1 = 0;  // the hash keys of the call's seed
+};
+
+// The dropout factors (0 or scale) of elements [e0, e0 + k) of the flattened scores, into padded `factor`;
+// `words` is scratch for k / 2 + 2 * kWidth words.
+inline void DropoutFactors(const Dropout& d, int64_t e0, int64_t k, uint32_t* words, float* factor) {
+  const uint32_t w0 = static_cast<uint32_t>(e0 >> 1);
+  const int64_t count = ((e0 + k - 1) >> 1) - (e0 >> 1) + 1;
+  const VecU lane = VecU{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int64_t w = 0; w < count; w += kWidth) {
+    const VecU i = lane + (w0 + static_cast<uint32_t>(w));
+    const VecU word = Mix(Mix(Mix(i ^ d.k0) + d.k1) ^ d.k0);
+    std::memcpy(words + w, &word, sizeof(word));
+  }
+  const int16_t* bits = reinterpret_cast<const int16_t*>(words) + (e0 & 1);  // little-endian: low half first
+  for (int64_t j = 0; j < Padded(k); j += kWidth) {
+    VecS b;
+    std::memcpy(&b, bits + j, sizeof(b));
+    const VecI keep = __builtin_convertvector(b, VecI) >= static_cast<int32_t>(d.threshold);
+    Store(factor + j, Select(keep, Splat(d.scale), Splat(0.0f)));
+  }
+}
+
+inline float ToFloat(float v) { return v; }
+inline float ToFloat(Eigen::bfloat16 v) { return static_cast<float>(v); }
+
+// Scores of one row: s = ac + bd + ef * segment + mask over padded scratch (padding -inf); bd holds the row's k
+// position scores (already shifted). Returns the row's maximum.
+template <typename T>
+inline float Scores(const T* ac, const T* bd, const bool* segment, float ef, const float* mask, int64_t k, float* s) {
+  const int64_t full = k - k % kWidth;
+  VecF vmax = Splat(-INFINITY);
+  for (int64_t j = 0; j < full; j += kWidth) {
+    VecF v = Load(ac + j) + Load(bd + j);
+    if (segment != nullptr) v += ef * LoadFlags(segment + j);
+    if (mask != nullptr) v += Load(mask + j);
+    Store(s + j, v);
+    vmax = Select(v > vmax, v, vmax);
+  }
+  float row_max = LaneMax(vmax);
+  for (int64_t j = full; j < Padded(k); ++j) {
+    float v = -INFINITY;
+    if (j < k) {
+      v = ToFloat(ac[j]) + ToFloat(bd[j]);
+      if (segment != nullptr) v += ef * static_cast<float>(segment[j]);
+      if (mask != nullptr) v += mask[j];
+      row_max = v > row_max ? v : row_max;
+    }
+    s[j] = v;
+  }
+  return row_max;
+}
+
+// In place over padded s: exp(s - row_max) / sum.
+inline void Softmax(float row_max, int64_t kp, float* s) {
+  VecF vsum = Splat(0.0f);
+  for (int64_t j = 0; j < kp; j += kWidth) {
+    const VecF e = ExpNonPositive(Load(s + j) - row_max);
+    Store(s + j, e);
+    vsum += e;
+  }
+  const float sum = LaneSum(vsum);
+  for (int64_t j = 0; j < kp; j += kWidth) Store(s + j, Load(s + j) / sum);
+}
+
+// Scratch of one thread: padded float rows and the hash words.
+struct Scratch {
+  explicit Scratch(int64_t k, int64_t rlen)
+      : s(Padded(k)), factor(Padded(k)), words(Padded(k) / 2 + 2 * kWidth), column(rlen) {}
+  std::vector<float> s, factor;
+  std::vector<uint32_t> words;
+  std::vector<float> column;
+};
+
+// The forward pass of one row (see the top of the file). bd: the row's k position scores, contiguous.
+template <typename T>
+__attribute__((always_inline)) inline void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T* bd,
+                                                      const bool* segment, float ef, const float* mask, int64_t k,
+                                                      Scratch* scratch, float* softmax, T* prob) {
+  float* s = scratch->s.data();
+  const int64_t kp = Padded(k);
+  Softmax(Scores(ac, bd, segment, ef, mask, k, s), kp, s);
+  StoreRow(s, k, softmax);
+  if (d.on) {
+    DropoutFactors(d, e0, k, scratch->words.data(), scratch->factor.data());
+    for (int64_t j = 0; j < kp; j += kWidth) Store(s + j, Load(s + j) * Load(scratch->factor.data() + j));
+  }
+  StoreRow(s, k, prob);
+}
+
+// The backward pass of one row: d_s into padded scratch s; returns d_ef's sum over the row.
+template <typename T>
+__attribute__((always_inline)) inline float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob,
+                                                        const float* softmax, const bool* segment, int64_t k,
+                                                        Scratch* scratch) {
+  float* g = scratch->s.data();
+  float* p = scratch->factor.data();
+  const int64_t kp = Padded(k), full = k - k % kWidth;
+  LoadRow(d_prob, k, 0.0f, g);
+  if (d.on) {
+    DropoutFactors(d, e0, k, scratch->words.data(), p);
+    for (int64_t j = 0; j < kp; j += kWidth) Store(g + j, Load(g + j) * Load(p + j));
+  }
+  LoadRow(softmax, k, 0.0f, p);
+  VecF vdot = Splat(0.0f);
+  for (int64_t j = 0; j < kp; j += kWidth) vdot += Load(g + j) * Load(p + j);
+  const float dot = LaneSum(vdot);
+  VecF vseg = Splat(0.0f);
+  for (int64_t j = 0; j < kp; j += kWidth) {
+    const VecF ds = (Load(g + j) - dot) * Load(p + j);  // TensorFlow's SoftmaxGrad: (g - sum(g p)) p
+    Store(g + j, ds);
+    if (segment != nullptr && j < full) vseg += ds * LoadFlags(segment + j);
+  }
+  float seg_sum = LaneSum(vseg);
+  if (segment != nullptr)
+    for (int64_t j = full; j < k; ++j) seg_sum += g[j] * static_cast<float>(segment[j]);
+  return seg_sum;
+}
+
+// The row loops, one function per score type so that target_clones can compile each for AVX-512, AVX2 and SSE.
+struct Shapes {
+  int64_t heads = 0, batch = 0, queries = 0, keys = 0, rlen = 0, mask_batch = 0;
+  int64_t rows() const { return heads * batch * queries; }
+};
+
+struct ForwardArgs {
+  Shapes shape;
+  Dropout dropout;
+  const void *ac, *bd;
+  const float* ef_f;  // ef in float32, one per row, or null
+  const bool* segment;
+  const float* mask;
+  const int32_t* query_pos;
+  float* softmax;
+  void* prob;
+};
+
+template <typename T>
+__attribute__((always_inline)) inline void ForwardRowsImpl(const ForwardArgs& a, int64_t r0, int64_t r1) {
+  const Shapes& sh = a.shape;
+  const int64_t k = sh.keys, bq = sh.batch * sh.queries;
+  Scratch scratch(k, sh.rlen);
+  std::vector<T> gathered(k);
+  const T* ac = static_cast<const T*>(a.ac);
+  const T* bd = static_cast<const T*>(a.bd);
+  T* prob = static_cast<T*>(a.prob);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t row = r % bq;  // (b, i)
+    const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);  // bd column of key 0
+    const T* bd_row = bd + r * sh.rlen;
+    if (first >= 0 && first + k <= sh.rlen) {
+      bd_row += first;
+    } else {  // columns past the table (only keys a mask hides): clamped
+      for (int64_t j = 0; j < k; ++j) gathered[j] = bd_row[std::clamp<int64_t>(first + j, 0, sh.rlen - 1)];
+      bd_row = gathered.data();
+    }
+    const int64_t mask_row = (sh.mask_batch == 1 ? row % sh.queries : row) * k;
+    ForwardRow(a.dropout, r * k, ac + r * k, bd_row, a.segment ? a.segment + row * k : nullptr,
+               a.ef_f ? a.ef_f[r] : 0.0f, a.mask ? a.mask + mask_row : nullptr, k, &scratch, a.softmax + r * k,
+               prob + r * k);
+  }
+}
+
+#define XLNET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+XLNET_CLONES void ForwardRowsFloat(const ForwardArgs& a, int64_t r0, int64_t r1) { ForwardRowsImpl<float>(a, r0, r1); }
+XLNET_CLONES void ForwardRowsBfloat16(const ForwardArgs& a, int64_t r0, int64_t r1) {
+  ForwardRowsImpl<Eigen::bfloat16>(a, r0, r1);
+}
+inline void ForwardRows(const ForwardArgs& a, int64_t r0, int64_t r1, float) { ForwardRowsFloat(a, r0, r1); }
+inline void ForwardRows(const ForwardArgs& a, int64_t r0, int64_t r1, Eigen::bfloat16) {
+  ForwardRowsBfloat16(a, r0, r1);
+}
+
+struct BackwardArgs {
+  Shapes shape;
+  Dropout dropout;
+  const void* d_prob;
+  const float* softmax;
+  const bool* segment;
+  const int32_t* query_pos;
+  void *d_ac, *d_bd, *d_ef;
+};
+
+template <typename T>
+__attribute__((always_inline)) inline void BackwardRowsImpl(const BackwardArgs& a, int64_t r0, int64_t r1) {
+  const Shapes& sh = a.shape;
+  const int64_t k = sh.keys, bq = sh.batch * sh.queries, rlen = sh.rlen;
+  Scratch scratch(k, rlen);
+  const T* d_prob = static_cast<const T*>(a.d_prob);
+  T* d_ac = static_cast<T*>(a.d_ac);
+  T* d_bd = static_cast<T*>(a.d_bd);
+  T* d_ef = static_cast<T*>(a.d_ef);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t row = r % bq;
+    const float seg_sum = BackwardRow(a.dropout, r * k, d_prob + r * k, a.softmax + r * k,
+                                      a.segment ? a.segment + row * k : nullptr, k, &scratch);
+    if (d_ef != nullptr) d_ef[r] = static_cast<T>(seg_sum);
+    const float* ds = scratch.s.data();
+    StoreRow(ds, k, d_ac + r * k);
+    T* d_bd_row = d_bd + r * rlen;
+    const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);
+    if (first >= 0 && first + k <= rlen) {
+      std::fill(d_bd_row, d_bd_row + first, T(0.0f));
+      StoreRow(ds, k, d_bd_row + first);
+      std::fill(d_bd_row + first + k, d_bd_row + rlen, T(0.0f));
+    } else {  // clamped columns collect several keys' gradients: summed in float32, in key order
+      float* column = scratch.column.data();
+      std::fill(column, column + rlen, 0.0f);
+      for (int64_t j = 0; j < k; ++j) column[std::clamp<int64_t>(first + j, 0, rlen - 1)] += ds[j];
+      for (int64_t c = 0; c < rlen; ++c) d_bd_row[c] = static_cast<T>(column[c]);
+    }
+  }
+}
+
+XLNET_CLONES void BackwardRowsFloat(const BackwardArgs& a, int64_t r0, int64_t r1) {
+  BackwardRowsImpl<float>(a, r0, r1);
+}
+XLNET_CLONES void BackwardRowsBfloat16(const BackwardArgs& a, int64_t r0, int64_t r1) {
+  BackwardRowsImpl<Eigen::bfloat16>(a, r0, r1);
+}
+inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, float) { BackwardRowsFloat(a, r0, r1); }
+inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, Eigen::bfloat16) {
+  BackwardRowsBfloat16(a, r0, r1);
+}
+#undef XLNET_CLONES
+
+// Attributes shared by both kernels.
+struct Attrs {
+  bool has_segment = false, has_dropout = false;
+  int16_t threshold = 0;
+  float scale = 1.0f;
+};
+
+void ReadAttrs(OpKernelConstruction* ctx, Attrs* p) {
+  int64_t threshold = 0;
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("has_segment", &p->has_segment));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("has_dropout", &p->has_dropout));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &p->scale));
+  OP_REQUIRES(ctx, threshold >= -32768 && threshold <= 32767,
+              absl::InvalidArgumentError("threshold must fit in int16"));
+  p->threshold = static_cast<int16_t>(threshold);
+}
+
+std::string ShapeString(const Tensor& t) { return t.shape().DebugString(); }
+
+// Checks the [N, B, Q, K] scores and the inputs shared by both kernels; returns the shapes and the dropout.
+void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const Tensor& rows, const Tensor& segment,
+                 const Tensor& seed, const Tensor& query_pos, Shapes* sh, Dropout* d) {
+  OP_REQUIRES(ctx, rows.dims() == 4,
+              absl::InvalidArgumentError(absl::StrCat(op, ": scores must be [N, B, Q, K], got ", ShapeString(rows))));
+  sh->heads = rows.dim_size(0);
+  sh->batch = rows.dim_size(1);
+  sh->queries = rows.dim_size(2);
+  sh->keys = rows.dim_size(3);
+  OP_REQUIRES(ctx, query_pos.dims() == 2 && query_pos.dim_size(0) == sh->batch && query_pos.dim_size(1) == sh->queries,
+              absl::InvalidArgumentError(absl::StrCat(op, ": query_pos must be [B, Q] = [", sh->batch, ", ",
+                                                      sh->queries, "], got ", ShapeString(query_pos))));
+  OP_REQUIRES(ctx, !attrs.has_segment || (segment.dims() == 3 && segment.dim_size(0) == sh->batch &&
+                                          segment.dim_size(1) == sh->queries && segment.dim_size(2) == sh->keys),
+              absl::InvalidArgumentError(absl::StrCat(op, ": segment_diff must be [B, Q, K] = [", sh->batch, ", ",
+                                                      sh->queries, ", ", sh->keys, "], got ",
+                                                      ShapeString(segment))));
+  OP_REQUIRES(ctx, rows.NumElements() < (int64_t{1} << 32),
+              absl::InvalidArgumentError(absl::StrCat(op, ": at most 2^32 scores per call, got ",
+                                                      ShapeString(rows))));
+  d->on = attrs.has_dropout;
+  d->threshold = attrs.threshold;
+  d->scale = attrs.scale;
+  if (attrs.has_dropout) {
+    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
+                absl::InvalidArgumentError(absl::StrCat(op, ": seed must be [2], got ", ShapeString(seed))));
+    const auto s = seed.flat<int32_t>();
+    d->k0 = Mix(static_cast<uint32_t>(s(0)) + 0x9E3779B9u);
+    d->k1 = Mix(static_cast<uint32_t>(s(1)) ^ d->k0);
+  }
+}
+
+template <typename T>
+class AttentionProbsOp : public OpKernel {
+ public:
+  explicit AttentionProbsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    ReadAttrs(ctx, &attrs_);
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("has_mask", &has_mask_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor &ac = ctx->input(0), &bd = ctx->input(1), &ef = ctx->input(2), &segment = ctx->input(3),
+                 &mask = ctx->input(4), &seed = ctx->input(5), &query_pos = ctx->input(6);
+    const char* op = "XlnetAttentionProbs";
+    ForwardArgs a;
+    CheckCommon(ctx, op, attrs_, ac, segment, seed, query_pos, &a.shape, &a.dropout);
+    if (!ctx->status().ok()) return;
+    Shapes& sh = a.shape;
+    OP_REQUIRES(ctx, bd.dims() == 4 && bd.dim_size(0) == sh.heads && bd.dim_size(1) == sh.batch &&
+                         bd.dim_size(2) == sh.queries && bd.dim_size(3) >= 1,
+                absl::InvalidArgumentError(absl::StrCat(op, ": bd must be [N, B, Q, R] with the scores' ",
+                                                        ShapeString(ac), " leading axes, got ", ShapeString(bd))));
+    sh.rlen = bd.dim_size(3);
+    OP_REQUIRES(ctx, !attrs_.has_segment || ef.NumElements() == sh.rows(),
+                absl::InvalidArgumentError(absl::StrCat(op, ": ef must be [N, B, Q, 1], got ", ShapeString(ef))));
+    if (has_mask_) {
+      OP_REQUIRES(ctx, mask.dims() == 3 && (mask.dim_size(0) == 1 || mask.dim_size(0) == sh.batch) &&
+                           mask.dim_size(1) == sh.queries && mask.dim_size(2) == sh.keys,
+                  absl::InvalidArgumentError(absl::StrCat(op, ": mask must be [1 or B, Q, K] = [", sh.batch, ", ",
+                                                          sh.queries, ", ", sh.keys, "], got ", ShapeString(mask))));
+      sh.mask_batch = mask.dim_size(0);
+    }
+    Tensor *prob = nullptr, *softmax = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ac.shape(), &prob));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, ac.shape(), &softmax));
+    std::vector<float> ef_f;
+    if (attrs_.has_segment) {
+      const auto e = ef.flat<T>();
+      ef_f.resize(sh.rows());
+      for (int64_t r = 0; r < sh.rows(); ++r) ef_f[r] = ToFloat(e(r));
+    }
+    a.ac = ac.flat<T>().data();
+    a.bd = bd.flat<T>().data();
+    a.ef_f = attrs_.has_segment ? ef_f.data() : nullptr;
+    a.segment = attrs_.has_segment ? segment.flat<bool>().data() : nullptr;
+    a.mask = has_mask_ ? mask.flat<float>().data() : nullptr;
+    a.query_pos = query_pos.flat<int32_t>().data();
+    a.softmax = softmax->flat<float>().data();
+    a.prob = prob->flat<T>().data();
+    const int64_t k = sh.keys;
+    const Eigen::TensorOpCost cost(k * (3 * sizeof(T) + 4), k * (sizeof(T) + 4), k * 30);
+    ctx->eigen_device<CPUDevice>().parallelFor(sh.rows(), cost, [&](Eigen::Index r0, Eigen::Index r1) {
+      ForwardRows(a, r0, r1, T());
+    });
+  }
+
+ private:
+  Attrs attrs_;
+  bool has_mask_ = false;
+};
+
+template <typename T>
+class AttentionProbsGradOp : public OpKernel {
+ public:
+  explicit AttentionProbsGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) { ReadAttrs(ctx, &attrs_); }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor &d_prob = ctx->input(0), &softmax = ctx->input(1), &segment = ctx->input(2),
+                 &seed = ctx->input(3), &query_pos = ctx->input(4), &position_len = ctx->input(5);
+    const char* op = "XlnetAttentionProbsGrad";
+    BackwardArgs a;
+    CheckCommon(ctx, op, attrs_, d_prob, segment, seed, query_pos, &a.shape, &a.dropout);
+    if (!ctx->status().ok()) return;
+    Shapes& sh = a.shape;
+    OP_REQUIRES(ctx, softmax.shape() == d_prob.shape(),
+                absl::InvalidArgumentError(absl::StrCat(op, ": softmax must be shaped like d_prob ",
+                                                        ShapeString(d_prob), ", got ", ShapeString(softmax))));
+    OP_REQUIRES(ctx, position_len.dims() == 0 && position_len.scalar<int32_t>()() >= 1,
+                absl::InvalidArgumentError(absl::StrCat(op, ": position_len must be a positive scalar")));
+    sh.rlen = position_len.scalar<int32_t>()();
+    Tensor *d_ac = nullptr, *d_bd = nullptr, *d_ef = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, d_prob.shape(), &d_ac));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            1, ::tensorflow::TensorShape({sh.heads, sh.batch, sh.queries, sh.rlen}), &d_bd));
+    const ::tensorflow::TensorShape ef_shape =
+        attrs_.has_segment ? ::tensorflow::TensorShape({sh.heads, sh.batch, sh.queries, 1})
+                           : ::tensorflow::TensorShape({0});
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, ef_shape, &d_ef));
+    a.d_prob = d_prob.flat<T>().data();
+    a.softmax = softmax.flat<float>().data();
+    a.segment = attrs_.has_segment ? segment.flat<bool>().data() : nullptr;
+    a.query_pos = query_pos.flat<int32_t>().data();
+    a.d_ac = d_ac->flat<T>().data();
+    a.d_bd = d_bd->flat<T>().data();
+    a.d_ef = attrs_.has_segment ? d_ef->flat<T>().data() : nullptr;
+    const int64_t k = sh.keys;
+    const Eigen::TensorOpCost cost(k * (sizeof(T) + 4), (k + sh.rlen) * sizeof(T), k * 20 + sh.rlen);
+    ctx->eigen_device<CPUDevice>().parallelFor(sh.rows(), cost, [&](Eigen::Index r0, Eigen::Index r1) {
+      BackwardRows(a, r0, r1, T());
+    });
+  }
+
+ private:
+  Attrs attrs_;
+};
+
+#define REGISTER(T)                                                                                    \
+  REGISTER_KERNEL_BUILDER(                                                                             \
+      Name("XlnetAttentionProbs").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),             \
+      AttentionProbsOp<T>);                                                                            \
+  REGISTER_KERNEL_BUILDER(                                                                             \
+      Name("XlnetAttentionProbsGrad").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),         \
+      AttentionProbsGradOp<T>);
+REGISTER(float)
+REGISTER(Eigen::bfloat16)
+#undef REGISTER
+
+}  // namespace
+}  // namespace xlnet_tf
