@@ -457,7 +457,7 @@ def test_fused_dropout_kernels():
 
     # LayerNorm(x + dropout(out + bias)) with out = x = 0: rows see the bias with some entries dropped.
     out = tf.zeros([500, 4])
-    rows = fused.residual_layer_norm(out, out, tf.ones([4]), tf.zeros([4]), 1e-12, inner.bits(out, True), 0.5,
+    rows = fused.residual_layer_norm(out, out, tf.ones([4]), tf.zeros([4]), 1e-12, inner.call_seed(True), 0.5,
                                      bias=bias).numpy()
     undropped = fused.residual_layer_norm(out, out, tf.ones([4]), tf.zeros([4]), 1e-12, bias=bias).numpy()
     expected_full = (bias.numpy() - bias.numpy().mean()) / bias.numpy().std()

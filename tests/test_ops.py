@@ -25,14 +25,14 @@ def _run(monkeypatch, custom: bool, dtype, with_bias: bool, with_dropout: bool, 
     gamma = tf.Variable(rng.normal(1.0, 0.1, size=depth).astype(np.float32))
     beta = tf.Variable(rng.normal(0.0, 0.1, size=depth).astype(np.float32))
     bias = tf.Variable(rng.normal(0.0, 0.1, size=depth).astype(np.float32)) if with_bias else None
-    bits = dropout.random_bits(tf.constant(shape), tf.constant([7, 11]), depth) if with_dropout else None
+    seed = tf.constant([7, 11]) if with_dropout else None
     dy = tf.cast(tf.constant(rng.normal(size=shape), tf.float32), dtype)
 
     @tf.function
     def step(out, x):
         with tf.GradientTape() as tape:
             tape.watch([out, x])
-            y = fused.residual_layer_norm(out, x, gamma, beta, 1e-12, bits, 0.1, bias=bias)
+            y = fused.residual_layer_norm(out, x, gamma, beta, 1e-12, seed, 0.1, bias=bias)
         watched = [out, x, gamma, beta] + ([bias] if with_bias else [])
         return [y] + tape.gradient(y, watched, output_gradients=dy)
 
@@ -65,10 +65,10 @@ def test_custom_residual_layer_norm_rejects_bad_shapes():
     forward, _ = kernels
     rows, vec = tf.zeros([4, 8]), tf.zeros([8])
     with pytest.raises(tf.errors.InvalidArgumentError, match="gamma/beta must be \\[8\\], got \\[7\\]"):
-        forward(rows, rows, tf.zeros([0]), tf.zeros([7]), vec, tf.zeros([0], tf.int16), has_bias=False,
+        forward(rows, rows, tf.zeros([0]), tf.zeros([7]), vec, tf.zeros([0], tf.int32), has_bias=False,
                 has_dropout=False, threshold=0, scale=1.0, epsilon=1e-12)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="bits must be shaped like the rows"):
-        forward(rows, rows, tf.zeros([0]), vec, vec, tf.zeros([3], tf.int16), has_bias=False,
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"seed must be \[2\], got \[3\]"):
+        forward(rows, rows, tf.zeros([0]), vec, vec, tf.zeros([3], tf.int32), has_bias=False,
                 has_dropout=True, threshold=0, scale=1.0, epsilon=1e-12)
 
 

@@ -182,7 +182,7 @@ class RelativeAttention(keras.layers.Layer):
         if fused.use(training):
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
-                                             self._output_dropout.bits(out, training), self.dropout)
+                                             self._output_dropout.call_seed(training), self.dropout)
         return self.layer_norm(self._output_dropout(out, training=training) + x)
 
     def _post_attention(self, x, attn_vec, kernel, training):

@@ -75,7 +75,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             out = tf.reshape(linear.matmul(inner, kernel_2), shape)
             norm = self.layer_norm
             return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
-                                             self._output_dropout.bits(out, training), self.dropout, bias=bias_2)
+                                             self._output_dropout.call_seed(training), self.dropout, bias=bias_2)
         # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows.
         h = tf.nn.bias_add(linear.matmul(rows, kernel_1), bias_1)
         inner = self._inner_dropout(activation(h), training=training)

@@ -31,7 +31,7 @@ import os
 import tensorflow as tf
 
 from xlnet_tf import ops
-from xlnet_tf.layers.dropout import keep_from_bits, keep_probability, keep_threshold
+from xlnet_tf.layers.dropout import bits_like, keep_from_bits, keep_probability, keep_threshold
 
 
 _INFERENCE = contextvars.ContextVar("xlnet_tf_fused_inference", default=False)
@@ -129,17 +129,19 @@ def activation_dropout(h, activation, bias, bits=None, rate: float = 0.0):
     return _activation_op(activation, rate)(h, bias, bits)
 
 
-def residual_layer_norm(out, x, gamma, beta, epsilon: float, bits=None, rate: float = 0.0, bias=None):
-    """``LayerNorm(x + dropout(out [+ bias]))`` with the sums and the norm in float32; returns x's dtype.
+def residual_layer_norm(out, x, gamma, beta, epsilon: float, seed=None, rate: float = 0.0, bias=None):
+    """``LayerNorm(x + dropout(out [+ bias]))`` with the sums and the norm in float32; returns x's dtype. Dropout
+    at ``rate`` keeps what ``dropout.random_bits`` of ``seed`` (int [2]; None: no dropout) keeps.
 
     On CPU this is the C++ kernel pair of ``xlnet_tf.ops`` (forward and backward each one pass, multi-threaded
-    over rows); elsewhere, or where that library is unavailable, the XLA kernels below."""
+    over rows, the dropout bits hashed inside); elsewhere, or where that library is unavailable, the XLA kernels
+    below."""
     if _native_applies(out, x):
-        return _native_residual_layer_norm(out, x, gamma, beta, epsilon, bits, rate, bias)
+        return _native_residual_layer_norm(out, x, gamma, beta, epsilon, seed, rate, bias)
     args = [out] + ([] if bias is None else [bias]) + [x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)]
-    if bits is None:
+    if seed is None:
         return _layer_norm_op(epsilon, None, bias is not None)(*args)
-    return _layer_norm_op(epsilon, rate, bias is not None)(*args, bits)
+    return _layer_norm_op(epsilon, rate, bias is not None)(*args, bits_like(out, seed))
 
 
 def _native_applies(out, x) -> bool:
@@ -149,24 +151,23 @@ def _native_applies(out, x) -> bool:
             and not ops.in_xla_context() and ops.cpu_process() and ops.residual_layer_norm() is not None)
 
 
-def _native_residual_layer_norm(out, x, gamma, beta, epsilon, bits, rate, bias):
+def _native_residual_layer_norm(out, x, gamma, beta, epsilon, seed, rate, bias):
     """``residual_layer_norm`` on the C++ kernel pair, over [rows, depth] views of ``out`` and ``x``."""
     forward, backward = ops.residual_layer_norm()
     depth = x.shape[-1]
-    attrs = dict(has_bias=bias is not None, has_dropout=bits is not None, epsilon=float(epsilon), threshold=0,
+    attrs = dict(has_bias=bias is not None, has_dropout=seed is not None, epsilon=float(epsilon), threshold=0,
                  scale=1.0)
-    flat_bits = tf.zeros([0], tf.int16)
-    if bits is not None:  # keep_from_bits' rule
+    seed = tf.zeros([0], tf.int32) if seed is None else tf.cast(seed, tf.int32)
+    if attrs["has_dropout"]:  # keep_from_bits' rule
         attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
-        flat_bits = tf.reshape(bits, [-1, depth])
     bias32 = tf.zeros([0]) if bias is None else tf.cast(bias, tf.float32)
 
     @tf.custom_gradient
     def apply(rows_out, rows_x, gamma32, beta32, bias32):
         def grad(dy):
-            d = backward(dy, rows_out, rows_x, bias32, gamma32, flat_bits, **attrs)
+            d = backward(dy, rows_out, rows_x, bias32, gamma32, seed, **attrs)
             return d.d_out, d.d_x, d.d_gamma, d.d_beta, (None if bias is None else d.d_bias)
-        return forward(rows_out, rows_x, bias32, gamma32, beta32, flat_bits, **attrs), grad
+        return forward(rows_out, rows_x, bias32, gamma32, beta32, seed, **attrs), grad
 
     gamma32, beta32 = (tf.cast(tf.convert_to_tensor(v), tf.float32) for v in (gamma, beta))
     y = apply(tf.reshape(out, [-1, depth]), tf.reshape(x, [-1, depth]), gamma32, beta32, bias32)

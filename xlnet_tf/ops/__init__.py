@@ -34,6 +34,7 @@ from pathlib import Path
 from absl import logging
 
 _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
+_HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
 _OPT_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-w"]
 
@@ -69,7 +70,7 @@ def build(verbose: bool = False) -> Path:
         raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
     flags = _OPT_FLAGS + list(tf.sysconfig.get_compile_flags())
     link = list(tf.sysconfig.get_link_flags())
-    sources = [p.read_text() for p in _SOURCES]
+    sources = [p.read_text() for p in _SOURCES + _HEADERS]
     key = hashlib.sha256("\0".join([*sources, tf.__version__, *compiler, *flags, *link]).encode())
     target = cache_dir() / f"xlnet_tf_ops-{key.hexdigest()[:16]}.so"
     if target.exists():

@@ -33,6 +33,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "unsupported/Eigen/CXX11/Tensor"
+#include "simd.h"
 
 namespace xlnet_tf {
 namespace {
@@ -97,156 +98,9 @@ REGISTER_OP("XlnetAttentionProbsGrad")
     })
     .Doc("Gradient of XlnetAttentionProbs w.r.t. ac, bd and ef.");
 
-// Rows are processed 16 floats at a time with GCC/Clang vector extensions, in float32 scratch rows padded to a
-// multiple of 16 (scores padded with -inf, gradients with 0, so padding never changes a max or a sum): explicit,
-// so the exponential, maxima, sums, hash and bfloat16 conversions vectorise on every target (SSE, AVX2 or
-// AVX-512 registers, chosen per CPU at load time by target_clones), and deterministic.
-typedef float VecF __attribute__((vector_size(64)));
-typedef int32_t VecI __attribute__((vector_size(64)));
-typedef uint32_t VecU __attribute__((vector_size(64)));
-typedef uint16_t VecH __attribute__((vector_size(32)));
-typedef int16_t VecS __attribute__((vector_size(32)));
-typedef uint8_t VecB __attribute__((vector_size(16)));
-constexpr int64_t kWidth = 16;
-
-inline int64_t Padded(int64_t k) { return (k + kWidth - 1) / kWidth * kWidth; }
-
-inline VecF Splat(float x) { return VecF{} + x; }
-inline VecF Select(VecI mask, VecF a, VecF b) { return (VecF)(((VecI)a & mask) | ((VecI)b & ~mask)); }
-
-inline VecF Load(const float* p) {
-  VecF v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline VecF Load(const Eigen::bfloat16* p) {  // bfloat16 is the high half of a float32
-  VecH h;
-  std::memcpy(&h, p, sizeof(h));
-  return (VecF)(__builtin_convertvector(h, VecU) << 16);
-}
-inline void Store(float* p, VecF v) { std::memcpy(p, &v, sizeof(v)); }
-inline void Store(Eigen::bfloat16* p, VecF v) {  // round to nearest even, NaN stays a (quiet) NaN: as Eigen
-  const VecU u = (VecU)v;
-  const VecU rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const VecU nan = (VecU)(v != v);
-  const VecU quiet = ((u >> 16) & 0x8000u) | 0x7FC0u;
-  const VecH h = __builtin_convertvector((nan & quiet) | (~nan & rounded), VecH);
-  std::memcpy(p, &h, sizeof(h));
-}
-// The first n (< 16) elements, the other lanes 0 / not written.
-template <typename T>
-inline VecF LoadPartial(const T* p, int64_t n) {
-  T tmp[kWidth] = {};
-  std::memcpy(tmp, p, n * sizeof(T));
-  return Load(tmp);
-}
-template <typename T>
-inline void StorePartial(T* p, VecF v, int64_t n) {
-  T tmp[kWidth];
-  Store(tmp, v);
-  std::memcpy(p, tmp, n * sizeof(T));
-}
-// Elements [0, k) of a row as padded float32 scratch: the tail lanes get `pad`.
-template <typename T>
-inline void LoadRow(const T* src, int64_t k, float pad, float* dst) {
-  const int64_t full = k - k % kWidth;
-  for (int64_t j = 0; j < full; j += kWidth) Store(dst + j, Load(src + j));
-  if (full < k) {
-    const VecF v = LoadPartial(src + full, k - full);
-    const VecI lane = VecI{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    Store(dst + full, Select(lane < static_cast<int32_t>(k - full), v, Splat(pad)));
-  }
-}
-template <typename T>
-inline void StoreRow(const float* src, int64_t k, T* dst) {
-  const int64_t full = k - k % kWidth;
-  for (int64_t j = 0; j < full; j += kWidth) Store(dst + j, Load(src + j));
-  if (full < k) StorePartial(dst + full, Load(src + full), k - full);
-}
-inline VecF LoadFlags(const bool* p) {  // 16 bools as 0.0 / 1.0
-  VecB b;
-  std::memcpy(&b, p, sizeof(b));
-  return __builtin_convertvector(b, VecF);
-}
-inline float LaneMax(VecF v) {
-  float m = v[0];
-  for (int l = 1; l < kWidth; ++l) m = v[l] > m ? v[l] : m;
-  return m;
-}
-inline float LaneSum(VecF v) {
-  float total = 0.0f;
-  for (int l = 0; l < kWidth; ++l) total += v[l];
-  return total;
-}
-
-// exp(x) for x <= 0 in float32: 2^n exp(r) with n = round(x log2 e) and r = x - n ln 2 (ln 2 in two parts), exp(r)
-// by the Cephes polynomial (about 1 ulp). Below -87 (the smallest normal result) it is 0, as for the -1e30 masks
-// and the -inf padding.
-constexpr float kExpFloor = -87.0f;
-constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds x to an integer
-
-inline VecF ExpNonPositive(VecF x) {
-  const VecI below = x < kExpFloor;
-  const VecF xc = Select(below, Splat(kExpFloor), x);
-  const VecF n = (xc * 1.44269504088896341f + kRoundMagic) - kRoundMagic;
-  VecF r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  VecF poly = Splat(1.9875691500e-4f);
-  poly = poly * r + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
-  poly = poly * (r * r) + r + 1.0f;
-  const VecF two_n = (VecF)((__builtin_convertvector(n, VecI) + 127) << 23);
-  return (VecF)((VecI)(poly * two_n) & ~below);
-}
-
-// dropout.py's counter hash: MurmurHash3's finalizer, word i = F(F(F(i ^ k0) + k1) ^ k0).
-inline uint32_t Mix(uint32_t v) {
-  v ^= v >> 16;
-  v *= 0x85EBCA6Bu;
-  v ^= v >> 13;
-  v *= 0xC2B2AE35u;
-  return v ^ (v >> 16);
-}
-inline VecU Mix(VecU v) {
-  v ^= v >> 16;
-  v *= 0x85EBCA6Bu;
-  v ^= v >> 13;
-  v *= 0xC2B2AE35u;
-  return v ^ (v >> 16);
-}
-
-struct Dropout {
-  bool on = false;
-  int16_t threshold = 0;
-  float scale = 1.0f;
-  uint32_t k0 = 0, k1 = 0;  // the hash keys of the call's seed
-};
-
-// The dropout factors (0 or scale) of elements [e0, e0 + k) of the flattened scores, into padded `factor`;
-// `words` is scratch for k / 2 + 2 * kWidth words.
-inline void DropoutFactors(const Dropout& d, int64_t e0, int64_t k, uint32_t* words, float* factor) {
-  const uint32_t w0 = static_cast<uint32_t>(e0 >> 1);
-  const int64_t count = ((e0 + k - 1) >> 1) - (e0 >> 1) + 1;
-  const VecU lane = VecU{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  for (int64_t w = 0; w < count; w += kWidth) {
-    const VecU i = lane + (w0 + static_cast<uint32_t>(w));
-    const VecU word = Mix(Mix(Mix(i ^ d.k0) + d.k1) ^ d.k0);
-    std::memcpy(words + w, &word, sizeof(word));
-  }
-  const int16_t* bits = reinterpret_cast<const int16_t*>(words) + (e0 & 1);  // little-endian: low half first
-  for (int64_t j = 0; j < Padded(k); j += kWidth) {
-    VecS b;
-    std::memcpy(&b, bits + j, sizeof(b));
-    const VecI keep = __builtin_convertvector(b, VecI) >= static_cast<int32_t>(d.threshold);
-    Store(factor + j, Select(keep, Splat(d.scale), Splat(0.0f)));
-  }
-}
-
-inline float ToFloat(float v) { return v; }
-inline float ToFloat(Eigen::bfloat16 v) { return static_cast<float>(v); }
+// Rows are processed in float32 scratch rows padded to a multiple of 16 (scores padded with -inf, gradients with
+// 0, so padding never changes a max or a sum), with simd.h's explicit vectors.
+using namespace simd;  // NOLINT: the kernels' vocabulary
 
 // Scores of one row: s = ac + bd + ef * segment + mask over padded scratch (padding -inf); bd holds the row's k
 // position scores (already shifted). Returns the row's maximum.
@@ -298,7 +152,7 @@ struct Scratch {
 
 // The forward pass of one row (see the top of the file). bd: the row's k position scores, contiguous.
 template <typename T>
-__attribute__((always_inline)) inline void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T* bd,
+XLNET_INLINE void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T* bd,
                                                       const bool* segment, float ef, const float* mask, int64_t k,
                                                       Scratch* scratch, float* softmax, T* prob) {
   float* s = scratch->s.data();
@@ -314,7 +168,7 @@ __attribute__((always_inline)) inline void ForwardRow(const Dropout& d, int64_t 
 
 // The backward pass of one row: d_s into padded scratch s; returns d_ef's sum over the row.
 template <typename T>
-__attribute__((always_inline)) inline float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob,
+XLNET_INLINE float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob,
                                                         const float* softmax, const bool* segment, int64_t k,
                                                         Scratch* scratch) {
   float* g = scratch->s.data();
@@ -360,7 +214,7 @@ struct ForwardArgs {
 };
 
 template <typename T>
-__attribute__((always_inline)) inline void ForwardRowsImpl(const ForwardArgs& a, int64_t r0, int64_t r1) {
+XLNET_INLINE void ForwardRowsImpl(const ForwardArgs& a, int64_t r0, int64_t r1) {
   const Shapes& sh = a.shape;
   const int64_t k = sh.keys, bq = sh.batch * sh.queries;
   Scratch scratch(k, sh.rlen);
@@ -385,7 +239,6 @@ __attribute__((always_inline)) inline void ForwardRowsImpl(const ForwardArgs& a,
   }
 }
 
-#define XLNET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 XLNET_CLONES void ForwardRowsFloat(const ForwardArgs& a, int64_t r0, int64_t r1) { ForwardRowsImpl<float>(a, r0, r1); }
 XLNET_CLONES void ForwardRowsBfloat16(const ForwardArgs& a, int64_t r0, int64_t r1) {
   ForwardRowsImpl<Eigen::bfloat16>(a, r0, r1);
@@ -406,7 +259,7 @@ struct BackwardArgs {
 };
 
 template <typename T>
-__attribute__((always_inline)) inline void BackwardRowsImpl(const BackwardArgs& a, int64_t r0, int64_t r1) {
+XLNET_INLINE void BackwardRowsImpl(const BackwardArgs& a, int64_t r0, int64_t r1) {
   const Shapes& sh = a.shape;
   const int64_t k = sh.keys, bq = sh.batch * sh.queries, rlen = sh.rlen;
   Scratch scratch(k, rlen);
@@ -446,7 +299,6 @@ inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, float) {
 inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, Eigen::bfloat16) {
   BackwardRowsBfloat16(a, r0, r1);
 }
-#undef XLNET_CLONES
 
 // Attributes shared by both kernels.
 struct Attrs {
@@ -494,9 +346,7 @@ void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const
   if (attrs.has_dropout) {
     OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
                 absl::InvalidArgumentError(absl::StrCat(op, ": seed must be [2], got ", ShapeString(seed))));
-    const auto s = seed.flat<int32_t>();
-    d->k0 = Mix(static_cast<uint32_t>(s(0)) + 0x9E3779B9u);
-    d->k1 = Mix(static_cast<uint32_t>(s(1)) ^ d->k0);
+    SetSeed(d, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
   }
 }
 

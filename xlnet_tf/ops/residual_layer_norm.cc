@@ -5,7 +5,7 @@
 // CPU kernels for the same chain make several passes, with single-threaded row and column reductions.
 //
 // Forward, per row (all in float32; out and x are float32 or bfloat16, y is x's dtype):
-//   u = out + bias;  d = keep ? u * scale : 0   (keep = bits >= threshold; no bits: d = u)
+//   u = out + bias;  d = keep ? u * scale : 0   (keep = bits >= threshold; no dropout: d = u)
 //   z = d + x;  mean = sum(z) / D;  var = sum((z - mean)^2) / D
 //   inv = rsqrt(var + epsilon) * gamma;  y = z * inv + (beta - mean * inv)      (tf.nn.batch_normalization)
 // Backward, with xhat = (z - mean) * rsqrt(var + epsilon) and g = dy * gamma:
@@ -24,6 +24,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "unsupported/Eigen/CXX11/Tensor"
+#include "simd.h"
 
 namespace xlnet_tf {
 namespace {
@@ -41,7 +42,7 @@ REGISTER_OP("XlnetResidualLayerNorm")
     .Input("bias: float")
     .Input("gamma: float")
     .Input("beta: float")
-    .Input("bits: int16")
+    .Input("seed: int32")
     .Output("y: T")
     .Attr("T: {float, bfloat16}")
     .Attr("has_bias: bool")
@@ -61,7 +62,7 @@ REGISTER_OP("XlnetResidualLayerNormGrad")
     .Input("x: T")
     .Input("bias: float")
     .Input("gamma: float")
-    .Input("bits: int16")
+    .Input("seed: int32")
     .Output("d_out: T")
     .Output("d_x: T")
     .Output("d_bias: float")
@@ -93,6 +94,7 @@ struct Params {
   bool has_bias = false, has_dropout = false;
   int16_t threshold = 0;
   float scale = 1.0f, epsilon = 0.0f;
+  simd::Dropout dropout;  // with the call's hash keys (CheckShapes)
 };
 
 // Reads attributes shared by both kernels.
@@ -108,9 +110,9 @@ void ReadAttrs(OpKernelConstruction* ctx, Params* p) {
   p->threshold = static_cast<int16_t>(threshold);
 }
 
-// Checks shapes: rows [R, D] (any rank >= 1, flattened), vectors [D], bits like the rows when used.
+// Checks shapes: rows [R, D] (any rank >= 1, flattened), vectors [D], the seed [2] when used; reads the seed.
 void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<const Tensor*>& same_rows,
-                 const std::vector<const Tensor*>& vectors, const Tensor& bias, const Tensor& bits, Params* p) {
+                 const std::vector<const Tensor*>& vectors, const Tensor& bias, const Tensor& seed, Params* p) {
   OP_REQUIRES(ctx, rows.dims() >= 1,
               absl::InvalidArgumentError("XlnetResidualLayerNorm: inputs must have rank >= 1"));
   p->depth = rows.dim_size(rows.dims() - 1);
@@ -129,10 +131,17 @@ void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<con
   OP_REQUIRES(ctx, !p->has_bias || (bias.dims() == 1 && bias.dim_size(0) == p->depth),
               absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: bias must be [", p->depth,
                                                       "], got ", bias.shape().DebugString())));
-  OP_REQUIRES(ctx, !p->has_dropout || bits.NumElements() == rows.NumElements(),
-              absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: bits must be shaped like the rows ",
-                                                      rows.shape().DebugString(), ", got ",
-                                                      bits.shape().DebugString())));
+  if (!p->has_dropout) return;
+  OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
+              absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: seed must be [2], got ",
+                                                      seed.shape().DebugString())));
+  OP_REQUIRES(ctx, rows.NumElements() < (int64_t{1} << 32),
+              absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: at most 2^32 elements per call, got ",
+                                                      rows.shape().DebugString())));
+  p->dropout.on = true;
+  p->dropout.threshold = p->threshold;
+  p->dropout.scale = p->scale;
+  simd::SetSeed(&p->dropout, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
 }
 
 // Sums of a row in kLanes interleaved partial sums, added up in a fixed order: vectorisable (a plain running sum
@@ -145,17 +154,16 @@ inline float LaneSum(const float* acc) {
   return total;
 }
 
-// z = dropout(out + bias) + x for one row; returns (mean, rstd) and writes z and the per-element dropout factor.
+// z = dropout(out + bias) + x for one row, with the row's dropout factors (RowFactors); returns (mean, rstd).
 template <typename T>
-inline void RowZ(const Params& p, const T* out, const T* x, const float* bias, const int16_t* bits, float* z,
-                 float* factor, float* mean_out, float* rstd_out) {
+inline void RowZ(const Params& p, const T* out, const T* x, const float* bias, const float* factor, float* z,
+                 float* mean_out, float* rstd_out) {
   const int64_t d = p.depth;
   for (int64_t j = 0; j < d; ++j) {
     float u = ToFloat(out[j]);
     if (p.has_bias) u += bias[j];
     // Dropout as a multiply by 0 or scale, as the original's x / keep_prob * mask (a select would not vectorise).
-    const float f = p.has_dropout ? (bits[j] >= p.threshold ? p.scale : 0.0f) : 1.0f;
-    factor[j] = f;
+    const float f = p.has_dropout ? factor[j] : 1.0f;
     z[j] = (p.has_dropout ? u * f : u) + ToFloat(x[j]);
   }
   float acc[kLanes] = {0.0f};
@@ -177,6 +185,25 @@ inline void RowZ(const Params& p, const T* out, const T* x, const float* bias, c
   *rstd_out = 1.0f / std::sqrt(var + p.epsilon);
 }
 
+// The dropout factors of row r's elements: the bits of dropout.py's random_bits for the call's seed, hashed here
+// (the same mask as the Dropout layer's, without reading a tensor of bits). Compiled for AVX-512, AVX2 and SSE.
+XLNET_CLONES void RowFactors(const simd::Dropout& dropout, int64_t e0, int64_t d, uint32_t* words, float* factor) {
+  simd::DropoutFactors(dropout, e0, d, words, factor);
+}
+
+// Per-thread scratch: z, and the dropout factors (padded to whole vectors) with their hash words.
+struct RowScratch {
+  explicit RowScratch(int64_t d) : z(d), factor(simd::Padded(d)), words(simd::Padded(d) / 2 + 2 * simd::kWidth) {}
+  // Row r's dropout factors, or null without dropout.
+  const float* Factors(const Params& p, int64_t r) {
+    if (!p.has_dropout) return nullptr;
+    RowFactors(p.dropout, r * p.depth, p.depth, words.data(), factor.data());
+    return factor.data();
+  }
+  std::vector<float> z, factor;
+  std::vector<uint32_t> words;
+};
+
 // Rows per block of the parallel loops: enough work per block, and a fixed split for deterministic sums.
 inline int64_t BlockRows(const Params& p) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.depth)); }
 
@@ -187,9 +214,9 @@ class ResidualLayerNormOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &out = ctx->input(0), &x = ctx->input(1), &bias = ctx->input(2), &gamma = ctx->input(3),
-                 &beta = ctx->input(4), &bits = ctx->input(5);
+                 &beta = ctx->input(4), &seed = ctx->input(5);
     Params p = params_;
-    CheckShapes(ctx, x, {&out}, {&gamma, &beta}, bias, bits, &p);
+    CheckShapes(ctx, x, {&out}, {&gamma, &beta}, bias, seed, &p);
     if (!ctx->status().ok()) return;
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
@@ -198,17 +225,17 @@ class ResidualLayerNormOp : public OpKernel {
     const float* bias_p = p.has_bias ? bias.flat<float>().data() : nullptr;
     const float* gamma_p = gamma.flat<float>().data();
     const float* beta_p = beta.flat<float>().data();
-    const int16_t* bits_p = p.has_dropout ? bits.flat<int16_t>().data() : nullptr;
     T* y_p = y->flat<T>().data();
     const int64_t d = p.depth, block = BlockRows(p);
     const int64_t blocks = (p.rows + block - 1) / block;
     const Eigen::TensorOpCost cost(block * d * 10, block * d * sizeof(T), block * d * 12);
     ctx->eigen_device<CPUDevice>().parallelFor(blocks, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-      std::vector<float> z(d), factor(d);
+      RowScratch scratch(d);
+      float* z = scratch.z.data();
       for (int64_t r = b0 * block; r < std::min(p.rows, b1 * block); ++r) {
         float mean, rstd;
-        RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, bits_p ? bits_p + r * d : nullptr, z.data(), factor.data(),
-                &mean, &rstd);
+        const float* factor = scratch.Factors(p, r);
+        RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, factor, z, &mean, &rstd);
         for (int64_t j = 0; j < d; ++j) {
           const float inv = rstd * gamma_p[j];
           y_p[r * d + j] = FromFloat<T>(z[j] * inv + (beta_p[j] - mean * inv));
@@ -228,9 +255,9 @@ class ResidualLayerNormGradOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &dy = ctx->input(0), &out = ctx->input(1), &x = ctx->input(2), &bias = ctx->input(3),
-                 &gamma = ctx->input(4), &bits = ctx->input(5);
+                 &gamma = ctx->input(4), &seed = ctx->input(5);
     Params p = params_;
-    CheckShapes(ctx, x, {&out, &dy}, {&gamma}, bias, bits, &p);
+    CheckShapes(ctx, x, {&out, &dy}, {&gamma}, bias, seed, &p);
     if (!ctx->status().ok()) return;
     Tensor *d_out = nullptr, *d_x = nullptr, *d_bias = nullptr, *d_gamma = nullptr, *d_beta = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out.shape(), &d_out));
@@ -243,7 +270,6 @@ class ResidualLayerNormGradOp : public OpKernel {
     const T* x_p = x.flat<T>().data();
     const float* bias_p = p.has_bias ? bias.flat<float>().data() : nullptr;
     const float* gamma_p = gamma.flat<float>().data();
-    const int16_t* bits_p = p.has_dropout ? bits.flat<int16_t>().data() : nullptr;
     T* d_out_p = d_out->flat<T>().data();
     T* d_x_p = d_x->flat<T>().data();
     const int64_t d = p.depth, block = BlockRows(p);
@@ -252,15 +278,17 @@ class ResidualLayerNormGradOp : public OpKernel {
     std::vector<float> partial(static_cast<size_t>(blocks) * 3 * d, 0.0f);
     const Eigen::TensorOpCost cost(block * d * 14, block * d * 2 * sizeof(T), block * d * 30);
     ctx->eigen_device<CPUDevice>().parallelFor(blocks, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-      std::vector<float> z(d), factor(d), g(d);
+      RowScratch scratch(d);
+      float* z = scratch.z.data();
+      std::vector<float> g(d);
       for (int64_t b = b0; b < b1; ++b) {
         float* sum_bias = partial.data() + b * 3 * d;
         float* sum_gamma = sum_bias + d;
         float* sum_beta = sum_gamma + d;
         for (int64_t r = b * block; r < std::min(p.rows, (b + 1) * block); ++r) {
           float mean, rstd;
-          RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, bits_p ? bits_p + r * d : nullptr, z.data(),
-                  factor.data(), &mean, &rstd);
+          const float* factor = scratch.Factors(p, r);
+          RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, factor, z, &mean, &rstd);
           for (int64_t j = 0; j < d; ++j) {
             const float dyj = ToFloat(dy_p[r * d + j]);
             const float xhat = (z[j] - mean) * rstd;
@@ -284,7 +312,7 @@ class ResidualLayerNormGradOp : public OpKernel {
           const float gx_mean = LaneSum(gx_acc) / static_cast<float>(d);
           for (int64_t j = 0; j < d; ++j) {
             const float dz = rstd * (g[j] - g_mean - z[j] * gx_mean);
-            const float d_pre = dz * factor[j];
+            const float d_pre = p.has_dropout ? dz * factor[j] : dz;
             d_x_p[r * d + j] = FromFloat<T>(dz);
             d_out_p[r * d + j] = FromFloat<T>(d_pre);
             sum_bias[j] += d_pre;
