@@ -329,7 +329,8 @@ def custom_kernels_note() -> str:
     from xlnet_tf import ops
 
     if ops.fused_adamw() is not None:
-        return "with the C++ CPU kernels of `xlnet_tf/ops`: AdamW in one pass, residual LayerNorm"
+        return ("with the C++ CPU kernels of `xlnet_tf/ops`: AdamW in one pass, residual LayerNorm, attention "
+                "probabilities; the feed-forward activation in bfloat16")
     return "the C++ kernels of `xlnet_tf/ops` could not be built: TensorFlow's and XLA's ops"
 
 

@@ -437,7 +437,7 @@ def test_fused_dropout_kernels():
     keep = keep_probability(0.5)
     inner = Dropout(0.5, seed=3)
     bias = tf.constant([1.0, 2.0, 3.0, 4.0])
-    y = fused.activation_dropout(tf.zeros([500, 4]), tf.nn.relu, bias, inner.bits(tf.zeros([500, 4]), True), 0.5)
+    y = fused.activation_dropout(tf.zeros([500, 4]), "relu", bias, inner.call_seed(True), 0.5)
     y = y.numpy()
     dropped = y == 0
     assert 0.45 < dropped.mean() < 0.55

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import keras
 import tensorflow as tf
 
 from xlnet_tf.layers import fused, linear
+from xlnet_tf.layers.activations import ACTIVATIONS, gelu  # noqa: F401 - gelu: part of this module's API
 from xlnet_tf.layers.dropout import Dropout
-
-
-def gelu(x):
-    """The original's tanh approximation: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
-    # 0.5 (1 + tanh(z)) == sigmoid(2 z): four element-wise ops (and a fused SigmoidGrad) instead of eight.
-    c = 2.0 * math.sqrt(2.0 / math.pi)
-    return x * tf.sigmoid(x * (c + (c * 0.044715) * tf.square(x)))
-
-
-ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -70,7 +59,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         if fused.use(training):
             # Plain matmuls; bias, activation, dropout, residual and LayerNorm run in the two fused kernels.
             h = linear.matmul(rows, kernel_1)
-            inner = fused.activation_dropout(h, activation, bias_1, self._inner_dropout.bits(h, training),
+            inner = fused.activation_dropout(h, self.activation, bias_1, self._inner_dropout.call_seed(training),
                                              self.dropout)
             out = tf.reshape(linear.matmul(inner, kernel_2), shape)
             norm = self.layer_norm

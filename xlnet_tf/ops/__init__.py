@@ -6,6 +6,8 @@
 * ``residual_layer_norm.cc``: training's ``LayerNorm(x + dropout(out + bias))`` forward and backward, row by row
   in cache with the rows split across threads (XLA's CPU kernels for the chain make several passes, with
   single-threaded reductions). ``xlnet_tf.layers.fused`` uses it on CPU, the XLA kernels elsewhere.
+* ``bias_activation_dropout.cc``: the feed-forward block's ``dropout(gelu(h + bias))`` (or relu) forward and
+  backward, one pass each way, dropout bits hashed in the kernel.
 * ``attention_probs.cc``: everything between the attention score matmuls and ``prob . v`` in training (relative
   shift or query-position gather, segment term, mask, float32 softmax, dropout with its bits hashed in the kernel
   from the layer's seed), forward and backward, one pass over rows of keys each, with explicit 16-float vectors
@@ -138,6 +140,15 @@ def attention_probs():
     if library is None:
         return None
     return library.xlnet_attention_probs, library.xlnet_attention_probs_grad
+
+
+def bias_activation_dropout():
+    """``(forward, backward)`` ops ``XlnetBiasActivationDropout`` / ``XlnetBiasActivationDropoutGrad`` (CPU;
+    float32 or bfloat16 rows; 'gelu' or 'relu'), or None where the library cannot be built or is turned off."""
+    library = _library()
+    if library is None:
+        return None
+    return library.xlnet_bias_activation_dropout, library.xlnet_bias_activation_dropout_grad
 
 
 def in_xla_context() -> bool:
