@@ -391,6 +391,38 @@ def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(ac
         np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
 
 
+@pytest.mark.parametrize("mode", ["uni", "uni_same_length", "bi_data"])
+def test_training_path_in_every_attention_mode(mode):
+    """The training kernels (on CPU: the C++ attention kernel's shift, including the clamped columns of 'uni'
+    attention's shorter position table, bi_data's two tables, memory) against the reference, and their gradients
+    against TF's autodiff through the plain ops, with dropout off."""
+    cfg = dict(TINY, mem_len=4)
+    batch_size = 2
+    if mode == "bi_data":
+        cfg.update(bi_data=True, reuse_len=3, clamp_len=5)
+        batch_size = 4
+    else:
+        cfg.update(attn_type="uni", same_length=mode == "uni_same_length")
+    w = random_weights(cfg, seed=22)
+    model = make_model(w, cfg)
+    rng = np.random.default_rng(22)
+    batch = random_batch(rng, batch=batch_size)
+    mems = [rng.normal(size=(batch_size, 4, 8)) for _ in range(2)]
+    inputs = model_inputs(mems=mems, **batch)
+    assert_matches(reference_forward(w, cfg, mems=mems, **batch), model(inputs, training=True))
+
+    def grads(training):
+        with tf.GradientTape() as tape:
+            out = model(inputs, training=training)
+            loss = tf.reduce_sum(out["lm_logits"] * tf.sin(tf.range(20, dtype=tf.float32))) + tf.reduce_sum(
+                out["sequence_output"] ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    for var, fused, plain in zip(model.trainable_variables, grads(True), grads(False)):
+        fused, plain = tf.convert_to_tensor(fused).numpy(), tf.convert_to_tensor(plain).numpy()
+        np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
+
+
 def test_inference_kernels_match_the_plain_inference_path():
     from xlnet_tf.layers import fused
 
