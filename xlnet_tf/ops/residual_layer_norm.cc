@@ -84,11 +84,6 @@ REGISTER_OP("XlnetResidualLayerNormGrad")
     })
     .Doc("Gradient of XlnetResidualLayerNorm (recomputes the forward row by row).");
 
-inline float ToFloat(float v) { return v; }
-inline float ToFloat(Eigen::bfloat16 v) { return static_cast<float>(v); }
-template <typename T>
-inline T FromFloat(float v) { return static_cast<T>(v); }
-
 struct Params {
   int64_t rows = 0, depth = 0;
   bool has_bias = false, has_dropout = false;
@@ -144,65 +139,144 @@ void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<con
   simd::SetSeed(&p->dropout, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
 }
 
-// Sums of a row in kLanes interleaved partial sums, added up in a fixed order: vectorisable (a plain running sum
-// is one long dependency chain) and deterministic.
-constexpr int kLanes = 16;
+// Row vectors: float32 scratch of whole 16-float vectors (simd.h), zero past the depth. Sums keep 16 lane
+// partials, lane l adding elements l, l + 16, ... in order, then the lanes in order: vectorised, and independent
+// of how rows are split across threads.
+struct RowScratch {
+  explicit RowScratch(int64_t d)
+      : z(simd::Padded(d)), factor(simd::Padded(d)), g(simd::Padded(d)), words(simd::Padded(d) / 2 + 2 * simd::kWidth) {}
+  std::vector<float> z, factor, g;
+  std::vector<uint32_t> words;
+};
 
-inline float LaneSum(const float* acc) {
-  float total = 0.0f;
-  for (int l = 0; l < kLanes; ++l) total += acc[l];
-  return total;
-}
+// The row's gamma, beta and bias in float32, padded with zeros.
+struct Vectors {
+  std::vector<float> gamma, beta, bias;
+};
 
-// z = dropout(out + bias) + x for one row, with the row's dropout factors (RowFactors); returns (mean, rstd).
+// z = dropout(out + bias) + x for row r into s->z (the dropout factors into s->factor); returns (mean, rstd).
 template <typename T>
-inline void RowZ(const Params& p, const T* out, const T* x, const float* bias, const float* factor, float* z,
-                 float* mean_out, float* rstd_out) {
-  const int64_t d = p.depth;
-  for (int64_t j = 0; j < d; ++j) {
-    float u = ToFloat(out[j]);
-    if (p.has_bias) u += bias[j];
-    // Dropout as a multiply by 0 or scale, as the original's x / keep_prob * mask (a select would not vectorise).
-    const float f = p.has_dropout ? factor[j] : 1.0f;
-    z[j] = (p.has_dropout ? u * f : u) + ToFloat(x[j]);
+XLNET_INLINE void RowZ(const Params& p, const Vectors& v, int64_t r, const T* out, const T* x, RowScratch* s,
+                       float* mean_out, float* rstd_out) {
+  using namespace simd;  // NOLINT
+  const int64_t d = p.depth, dp = Padded(d), full = d - d % kWidth;
+  float* z = s->z.data();
+  LoadRow(out + r * d, d, 0.0f, z);
+  if (p.has_dropout) DropoutFactors(p.dropout, r * d, d, s->words.data(), s->factor.data());
+  LoadRow(x + r * d, d, 0.0f, s->g.data());  // x, briefly
+  VecF acc = Splat(0.0f);
+  for (int64_t j = 0; j < dp; j += kWidth) {
+    VecF u = Load(z + j);
+    if (p.has_bias) u += Load(v.bias.data() + j);
+    // Dropout as a multiply by 0 or scale, as the original's x / keep_prob * mask.
+    if (p.has_dropout) u *= Load(s->factor.data() + j);
+    const VecF zj = u + Load(s->g.data() + j);  // zero past the depth
+    Store(z + j, zj);
+    acc += zj;
   }
-  float acc[kLanes] = {0.0f};
-  int64_t j = 0;
-  for (; j + kLanes <= d; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += z[j + l];
-  for (; j < d; ++j) acc[j % kLanes] += z[j];
   const float mean = LaneSum(acc) / static_cast<float>(d);
-  float sq[kLanes] = {0.0f};
-  j = 0;
-  for (; j + kLanes <= d; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float c = z[j + l] - mean;
-      sq[l] += c * c;
-    }
-  for (; j < d; ++j) sq[j % kLanes] += (z[j] - mean) * (z[j] - mean);
+  VecF sq = Splat(0.0f);
+  for (int64_t j = 0; j < full; j += kWidth) {
+    const VecF c = Load(z + j) - mean;
+    sq += c * c;
+  }
+  if (full < d) {  // the last partial vector: only the lanes within the depth
+    const VecI lane = VecI{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const VecF c = Select(lane < static_cast<int32_t>(d - full), Load(z + full) - mean, Splat(0.0f));
+    sq += c * c;
+  }
   const float var = LaneSum(sq) / static_cast<float>(d);
   *mean_out = mean;
   *rstd_out = 1.0f / std::sqrt(var + p.epsilon);
 }
 
-// The dropout factors of row r's elements: the bits of dropout.py's random_bits for the call's seed, hashed here
-// (the same mask as the Dropout layer's, without reading a tensor of bits). Compiled for AVX-512, AVX2 and SSE.
-XLNET_CLONES void RowFactors(const simd::Dropout& dropout, int64_t e0, int64_t d, uint32_t* words, float* factor) {
-  simd::DropoutFactors(dropout, e0, d, words, factor);
+template <typename T>
+XLNET_INLINE void ForwardRowsImpl(const Params& p, const Vectors& v, const T* out, const T* x, T* y, int64_t r0,
+                                  int64_t r1) {
+  using namespace simd;  // NOLINT
+  RowScratch s(p.depth);
+  float* z = s.z.data();
+  for (int64_t r = r0; r < r1; ++r) {
+    float mean, rstd;
+    RowZ(p, v, r, out, x, &s, &mean, &rstd);
+    for (int64_t j = 0; j < Padded(p.depth); j += kWidth) {
+      const VecF inv = rstd * Load(v.gamma.data() + j);
+      Store(z + j, Load(z + j) * inv + (Load(v.beta.data() + j) - mean * inv));  // tf.nn.batch_normalization
+    }
+    StoreRow(z, p.depth, y + r * p.depth);
+  }
 }
 
-// Per-thread scratch: z, and the dropout factors (padded to whole vectors) with their hash words.
-struct RowScratch {
-  explicit RowScratch(int64_t d) : z(d), factor(simd::Padded(d)), words(simd::Padded(d) / 2 + 2 * simd::kWidth) {}
-  // Row r's dropout factors, or null without dropout.
-  const float* Factors(const Params& p, int64_t r) {
-    if (!p.has_dropout) return nullptr;
-    RowFactors(p.dropout, r * p.depth, p.depth, words.data(), factor.data());
-    return factor.data();
+// Rows [r0, r1): d_out and d_x, and the rows' column sums of d_bias, d_gamma and d_beta into sums (3 padded rows).
+template <typename T>
+XLNET_INLINE void BackwardRowsImpl(const Params& p, const Vectors& v, const T* dy, const T* out, const T* x,
+                                   T* d_out, T* d_x, float* sums, int64_t r0, int64_t r1) {
+  using namespace simd;  // NOLINT
+  const int64_t d = p.depth, dp = Padded(d);
+  RowScratch s(d);
+  float *z = s.z.data(), *g = s.g.data(), *factor = s.factor.data();
+  float *sum_bias = sums, *sum_gamma = sums + dp, *sum_beta = sums + 2 * dp;
+  for (int64_t r = r0; r < r1; ++r) {
+    float mean, rstd;
+    RowZ(p, v, r, out, x, &s, &mean, &rstd);
+    LoadRow(dy + r * d, d, 0.0f, g);  // dy, then g = dy * gamma
+    VecF g_acc = Splat(0.0f), gx_acc = Splat(0.0f);
+    for (int64_t j = 0; j < dp; j += kWidth) {
+      const VecF dyj = Load(g + j);
+      const VecF xhat = (Load(z + j) - mean) * rstd;
+      const VecF gj = dyj * Load(v.gamma.data() + j);
+      Store(z + j, xhat);
+      Store(g + j, gj);
+      Store(sum_gamma + j, Load(sum_gamma + j) + dyj * xhat);
+      Store(sum_beta + j, Load(sum_beta + j) + dyj);
+      g_acc += gj;
+      gx_acc += gj * xhat;  // zero past the depth: gamma is padded with zeros
+    }
+    const float g_mean = LaneSum(g_acc) / static_cast<float>(d);
+    const float gx_mean = LaneSum(gx_acc) / static_cast<float>(d);
+    for (int64_t j = 0; j < dp; j += kWidth) {
+      const VecF dz = rstd * (Load(g + j) - g_mean - Load(z + j) * gx_mean);
+      const VecF d_pre = p.has_dropout ? dz * Load(factor + j) : dz;
+      Store(z + j, dz);
+      Store(g + j, d_pre);
+      Store(sum_bias + j, Load(sum_bias + j) + d_pre);
+    }
+    StoreRow(z, d, d_x + r * d);
+    StoreRow(g, d, d_out + r * d);
   }
-  std::vector<float> z, factor;
-  std::vector<uint32_t> words;
-};
+}
+
+XLNET_CLONES void ForwardRows(const Params& p, const Vectors& v, const float* out, const float* x, float* y,
+                              int64_t r0, int64_t r1) {
+  ForwardRowsImpl(p, v, out, x, y, r0, r1);
+}
+XLNET_CLONES void ForwardRows(const Params& p, const Vectors& v, const Eigen::bfloat16* out, const Eigen::bfloat16* x,
+                              Eigen::bfloat16* y, int64_t r0, int64_t r1) {
+  ForwardRowsImpl(p, v, out, x, y, r0, r1);
+}
+XLNET_CLONES void BackwardRows(const Params& p, const Vectors& v, const float* dy, const float* out, const float* x,
+                               float* d_out, float* d_x, float* sums, int64_t r0, int64_t r1) {
+  BackwardRowsImpl(p, v, dy, out, x, d_out, d_x, sums, r0, r1);
+}
+XLNET_CLONES void BackwardRows(const Params& p, const Vectors& v, const Eigen::bfloat16* dy,
+                               const Eigen::bfloat16* out, const Eigen::bfloat16* x, Eigen::bfloat16* d_out,
+                               Eigen::bfloat16* d_x, float* sums, int64_t r0, int64_t r1) {
+  BackwardRowsImpl(p, v, dy, out, x, d_out, d_x, sums, r0, r1);
+}
+
+// gamma, beta (float32 [D]) and the bias (when used) as padded float32 vectors.
+Vectors PaddedVectors(const Params& p, const Tensor& gamma, const Tensor* beta, const Tensor& bias) {
+  Vectors v;
+  const int64_t dp = simd::Padded(p.depth);
+  auto copy = [&](const Tensor& t, std::vector<float>* out) {
+    out->assign(dp, 0.0f);
+    std::copy_n(t.flat<float>().data(), p.depth, out->begin());
+  };
+  copy(gamma, &v.gamma);
+  if (beta != nullptr) copy(*beta, &v.beta);
+  if (p.has_bias) copy(bias, &v.bias);
+  return v;
+}
 
 // Rows per block of the parallel loops: enough work per block, and a fixed split for deterministic sums.
 inline int64_t BlockRows(const Params& p) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.depth)); }
@@ -220,27 +294,14 @@ class ResidualLayerNormOp : public OpKernel {
     if (!ctx->status().ok()) return;
     Tensor* y = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    const Vectors v = PaddedVectors(p, gamma, &beta, bias);
     const T* out_p = out.flat<T>().data();
     const T* x_p = x.flat<T>().data();
-    const float* bias_p = p.has_bias ? bias.flat<float>().data() : nullptr;
-    const float* gamma_p = gamma.flat<float>().data();
-    const float* beta_p = beta.flat<float>().data();
     T* y_p = y->flat<T>().data();
-    const int64_t d = p.depth, block = BlockRows(p);
-    const int64_t blocks = (p.rows + block - 1) / block;
-    const Eigen::TensorOpCost cost(block * d * 10, block * d * sizeof(T), block * d * 12);
-    ctx->eigen_device<CPUDevice>().parallelFor(blocks, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-      RowScratch scratch(d);
-      float* z = scratch.z.data();
-      for (int64_t r = b0 * block; r < std::min(p.rows, b1 * block); ++r) {
-        float mean, rstd;
-        const float* factor = scratch.Factors(p, r);
-        RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, factor, z, &mean, &rstd);
-        for (int64_t j = 0; j < d; ++j) {
-          const float inv = rstd * gamma_p[j];
-          y_p[r * d + j] = FromFloat<T>(z[j] * inv + (beta_p[j] - mean * inv));
-        }
-      }
+    const int64_t d = p.depth;
+    const Eigen::TensorOpCost cost(d * 2 * sizeof(T), d * sizeof(T), d * 12);
+    ctx->eigen_device<CPUDevice>().parallelFor(p.rows, cost, [&](Eigen::Index r0, Eigen::Index r1) {
+      ForwardRows(p, v, out_p, x_p, y_p, r0, r1);
     });
   }
 
@@ -265,60 +326,21 @@ class ResidualLayerNormGradOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, gamma.shape(), &d_bias));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, gamma.shape(), &d_gamma));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(4, gamma.shape(), &d_beta));
+    const Vectors v = PaddedVectors(p, gamma, nullptr, bias);
     const T* dy_p = dy.flat<T>().data();
     const T* out_p = out.flat<T>().data();
     const T* x_p = x.flat<T>().data();
-    const float* bias_p = p.has_bias ? bias.flat<float>().data() : nullptr;
-    const float* gamma_p = gamma.flat<float>().data();
     T* d_out_p = d_out->flat<T>().data();
     T* d_x_p = d_x->flat<T>().data();
-    const int64_t d = p.depth, block = BlockRows(p);
+    const int64_t d = p.depth, dp = simd::Padded(d), block = BlockRows(p);
     const int64_t blocks = (p.rows + block - 1) / block;
     // Per block: partial column sums of d_bias, d_gamma, d_beta, added in block order below.
-    std::vector<float> partial(static_cast<size_t>(blocks) * 3 * d, 0.0f);
-    const Eigen::TensorOpCost cost(block * d * 14, block * d * 2 * sizeof(T), block * d * 30);
+    std::vector<float> partial(static_cast<size_t>(blocks) * 3 * dp, 0.0f);
+    const Eigen::TensorOpCost cost(block * d * 3 * sizeof(T), block * d * 2 * sizeof(T), block * d * 30);
     ctx->eigen_device<CPUDevice>().parallelFor(blocks, cost, [&](Eigen::Index b0, Eigen::Index b1) {
-      RowScratch scratch(d);
-      float* z = scratch.z.data();
-      std::vector<float> g(d);
-      for (int64_t b = b0; b < b1; ++b) {
-        float* sum_bias = partial.data() + b * 3 * d;
-        float* sum_gamma = sum_bias + d;
-        float* sum_beta = sum_gamma + d;
-        for (int64_t r = b * block; r < std::min(p.rows, (b + 1) * block); ++r) {
-          float mean, rstd;
-          const float* factor = scratch.Factors(p, r);
-          RowZ<T>(p, out_p + r * d, x_p + r * d, bias_p, factor, z, &mean, &rstd);
-          for (int64_t j = 0; j < d; ++j) {
-            const float dyj = ToFloat(dy_p[r * d + j]);
-            const float xhat = (z[j] - mean) * rstd;
-            z[j] = xhat;
-            g[j] = dyj * gamma_p[j];
-            sum_gamma[j] += dyj * xhat;
-            sum_beta[j] += dyj;
-          }
-          float g_acc[kLanes] = {0.0f}, gx_acc[kLanes] = {0.0f};
-          int64_t j = 0;
-          for (; j + kLanes <= d; j += kLanes)
-            for (int l = 0; l < kLanes; ++l) {
-              g_acc[l] += g[j + l];
-              gx_acc[l] += g[j + l] * z[j + l];
-            }
-          for (; j < d; ++j) {
-            g_acc[j % kLanes] += g[j];
-            gx_acc[j % kLanes] += g[j] * z[j];
-          }
-          const float g_mean = LaneSum(g_acc) / static_cast<float>(d);
-          const float gx_mean = LaneSum(gx_acc) / static_cast<float>(d);
-          for (int64_t j = 0; j < d; ++j) {
-            const float dz = rstd * (g[j] - g_mean - z[j] * gx_mean);
-            const float d_pre = p.has_dropout ? dz * factor[j] : dz;
-            d_x_p[r * d + j] = FromFloat<T>(dz);
-            d_out_p[r * d + j] = FromFloat<T>(d_pre);
-            sum_bias[j] += d_pre;
-          }
-        }
-      }
+      for (int64_t b = b0; b < b1; ++b)
+        BackwardRows(p, v, dy_p, out_p, x_p, d_out_p, d_x_p, partial.data() + b * 3 * dp, b * block,
+                     std::min(p.rows, (b + 1) * block));
     });
     float* d_bias_p = d_bias->flat<float>().data();
     float* d_gamma_p = d_gamma->flat<float>().data();
@@ -327,11 +349,11 @@ class ResidualLayerNormGradOp : public OpKernel {
     std::fill(d_gamma_p, d_gamma_p + d, 0.0f);
     std::fill(d_beta_p, d_beta_p + d, 0.0f);
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* s = partial.data() + b * 3 * d;
+      const float* s = partial.data() + b * 3 * dp;
       for (int64_t j = 0; j < d; ++j) {
         d_bias_p[j] += s[j];
-        d_gamma_p[j] += s[d + j];
-        d_beta_p[j] += s[2 * d + j];
+        d_gamma_p[j] += s[dp + j];
+        d_beta_p[j] += s[2 * dp + j];
       }
     }
   }
