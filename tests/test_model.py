@@ -354,6 +354,15 @@ def test_gradients_are_finite_and_reach_every_weight():
         assert np.isfinite(tf.convert_to_tensor(grad).numpy()).all(), var.path
 
 
+def _loss_gradients(model, inputs, training):
+    """Gradients of a loss over the logits and the content stream, w.r.t. every trainable variable."""
+    with tf.GradientTape() as tape:
+        out = model(inputs, training=training)
+        loss = tf.reduce_sum(out["lm_logits"] * tf.sin(tf.range(20, dtype=tf.float32))) + tf.reduce_sum(
+            out["sequence_output"] ** 2)
+    return tape.gradient(loss, model.trainable_variables)
+
+
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(activation):
     """training=True runs the fused (XLA) element-wise kernels with hand-built backward passes; with dropout off
@@ -368,13 +377,6 @@ def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(ac
     inputs = model_inputs(mems=mems, **batch)
     assert_matches(ref, model(inputs, training=True))
 
-    def grads(training):
-        with tf.GradientTape() as tape:
-            out = model(inputs, training=training)
-            loss = tf.reduce_sum(out["lm_logits"] * tf.sin(tf.range(20, dtype=tf.float32))) + tf.reduce_sum(
-                out["sequence_output"] ** 2)
-        return tape.gradient(loss, model.trainable_variables)
-
     def untied_grads():  # TF's own gradient of a plain gather + tied output matmul
         with tf.GradientTape() as tape:
             out = model.xlnet(inputs)
@@ -383,10 +385,11 @@ def test_training_path_matches_the_reference_and_its_gradients_match_autodiff(ac
                 out["sequence_output"] ** 2)
         return tape.gradient(loss, model.trainable_variables)
 
-    for var, tied, plain in zip(model.trainable_variables, grads(False), untied_grads()):
+    for var, tied, plain in zip(model.trainable_variables, _loss_gradients(model, inputs, False), untied_grads()):
         np.testing.assert_allclose(tf.convert_to_tensor(tied).numpy(), tf.convert_to_tensor(plain).numpy(),
                                    rtol=1e-5, atol=1e-6, err_msg=var.path)
-    for var, fused, plain in zip(model.trainable_variables, grads(True), grads(False)):
+    for var, fused, plain in zip(model.trainable_variables, _loss_gradients(model, inputs, True),
+                                   _loss_gradients(model, inputs, False)):
         fused, plain = tf.convert_to_tensor(fused).numpy(), tf.convert_to_tensor(plain).numpy()
         np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
 
@@ -411,14 +414,8 @@ def test_training_path_in_every_attention_mode(mode):
     inputs = model_inputs(mems=mems, **batch)
     assert_matches(reference_forward(w, cfg, mems=mems, **batch), model(inputs, training=True))
 
-    def grads(training):
-        with tf.GradientTape() as tape:
-            out = model(inputs, training=training)
-            loss = tf.reduce_sum(out["lm_logits"] * tf.sin(tf.range(20, dtype=tf.float32))) + tf.reduce_sum(
-                out["sequence_output"] ** 2)
-        return tape.gradient(loss, model.trainable_variables)
-
-    for var, fused, plain in zip(model.trainable_variables, grads(True), grads(False)):
+    for var, fused, plain in zip(model.trainable_variables, _loss_gradients(model, inputs, True),
+                                   _loss_gradients(model, inputs, False)):
         fused, plain = tf.convert_to_tensor(fused).numpy(), tf.convert_to_tensor(plain).numpy()
         np.testing.assert_allclose(fused, plain, rtol=1e-4, atol=1e-5 * np.abs(plain).max(), err_msg=var.path)
 

@@ -125,8 +125,5 @@ class Dropout(keras.layers.Dropout):
 
     def bits(self, inputs, training=False):
         """``random_bits`` for a fused kernel that applies this dropout itself; None when it is off."""
-        if training and self.rate > 0:
-            if self.noise_shape is not None:
-                raise ValueError("fused dropout does not support noise_shape")
-            return bits_like(inputs, self.seed_generator.next())
-        return None
+        seed = self.call_seed(training)
+        return None if seed is None else bits_like(inputs, seed)

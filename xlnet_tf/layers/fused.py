@@ -16,9 +16,10 @@ The dropout decisions come in as the 16-bit random values of ``dropout.random_bi
 (hashing inside these XLA kernels instead measured 3% slower in bfloat16 and 5% slower in float32), and are
 re-derived from them in the backward pass.
 
-On CPU, two chains run on the C++ kernels of ``xlnet_tf.ops`` instead: the residual LayerNorm and the attention
-probabilities (``attention_probs``: shift, segment term, mask, softmax and dropout in one pass each way, the dropout
-bits hashed inside the kernel from the same seed, so the mask is the one ``random_bits`` would give).
+On CPU, chains run on the C++ kernels of ``xlnet_tf.ops`` instead: the residual LayerNorm, the attention
+probabilities (``attention_probs``: shift, segment term, mask, softmax and dropout in one pass each way) and, in
+bfloat16, the feed-forward activation. They hash the dropout bits themselves from the same seed, so the masks are
+the ones ``random_bits`` would give: the fused ops take the layer's seed (``Dropout.call_seed``), not bits.
 """
 
 from __future__ import annotations
@@ -140,13 +141,20 @@ def activation_dropout(h, activation: str, bias, seed=None, rate: float = 0.0):
     return _activation_op(function, rate)(h, bias, bits_like(h, seed))
 
 
+def _dropout_attrs(seed, rate):
+    """The custom kernels' dropout inputs: (seed as int32 [2], or [0] without dropout; attrs has_dropout,
+    threshold, scale by ``keep_from_bits``' rule)."""
+    if seed is None:
+        return tf.zeros([0], tf.int32), dict(has_dropout=False, threshold=0, scale=1.0)
+    return tf.cast(seed, tf.int32), dict(has_dropout=True, threshold=keep_threshold(rate),
+                                         scale=1.0 / keep_probability(rate))
+
+
 def _native_activation_dropout(h, activation, bias, seed, rate):
     """``activation_dropout`` on the C++ kernel pair, over [rows, depth] views of ``h``."""
     forward, backward = ops.bias_activation_dropout()
-    attrs = dict(activation=activation, has_dropout=seed is not None, threshold=0, scale=1.0)
-    seed = tf.zeros([0], tf.int32) if seed is None else tf.cast(seed, tf.int32)
-    if attrs["has_dropout"]:  # keep_from_bits' rule
-        attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
+    seed, attrs = _dropout_attrs(seed, rate)
+    attrs.update(activation=activation)
 
     @tf.custom_gradient
     def apply(h, bias):
@@ -184,11 +192,8 @@ def _native_residual_layer_norm(out, x, gamma, beta, epsilon, seed, rate, bias):
     """``residual_layer_norm`` on the C++ kernel pair, over [rows, depth] views of ``out`` and ``x``."""
     forward, backward = ops.residual_layer_norm()
     depth = x.shape[-1]
-    attrs = dict(has_bias=bias is not None, has_dropout=seed is not None, epsilon=float(epsilon), threshold=0,
-                 scale=1.0)
-    seed = tf.zeros([0], tf.int32) if seed is None else tf.cast(seed, tf.int32)
-    if attrs["has_dropout"]:  # keep_from_bits' rule
-        attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
+    seed, attrs = _dropout_attrs(seed, rate)
+    attrs.update(has_bias=bias is not None, epsilon=float(epsilon))
     bias32 = tf.zeros([0]) if bias is None else tf.cast(bias, tf.float32)
 
     @tf.custom_gradient
@@ -222,12 +227,8 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, seed=None, rate: 
     Differentiable in ac, bd and ef. Check ``attention_probs_native_applies`` first."""
     forward, backward = ops.attention_probs()
     shape = tf.shape(ac)
-    attrs = dict(has_segment=ef is not None, has_dropout=seed is not None, threshold=0, scale=1.0)
-    if seed is not None:
-        attrs.update(threshold=keep_threshold(rate), scale=1.0 / keep_probability(rate))
-        seed = tf.cast(seed, tf.int32)
-    else:
-        seed = tf.zeros([0], tf.int32)
+    seed, attrs = _dropout_attrs(seed, rate)
+    attrs.update(has_segment=ef is not None)
     if mask is not None:
         mask = tf.broadcast_to(mask, tf.concat([tf.shape(mask)[:1], shape[2:]], 0))
     segment_diff = tf.zeros([0], tf.bool) if segment_diff is None else segment_diff

@@ -113,6 +113,12 @@ def _library():
         return None
 
 
+def _kernel_pair(name: str):
+    """The library's ``(name, name + '_grad')`` ops, or None where the library cannot be built or is off."""
+    library = _library()
+    return None if library is None else (getattr(library, name), getattr(library, name + "_grad"))
+
+
 def fused_adamw():
     """The ``XlnetFusedAdamW`` op (CPU, float32), or None where it cannot be built or is turned off.
 
@@ -127,28 +133,19 @@ def fused_adamw():
 def residual_layer_norm():
     """``(forward, backward)`` ops ``XlnetResidualLayerNorm`` / ``XlnetResidualLayerNormGrad`` (CPU; float32 or
     bfloat16 rows), or None where the library cannot be built or is turned off."""
-    library = _library()
-    if library is None:
-        return None
-    return library.xlnet_residual_layer_norm, library.xlnet_residual_layer_norm_grad
+    return _kernel_pair("xlnet_residual_layer_norm")
 
 
 def attention_probs():
     """``(forward, backward)`` ops ``XlnetAttentionProbs`` / ``XlnetAttentionProbsGrad`` (CPU; float32 or
     bfloat16 scores), or None where the library cannot be built or is turned off."""
-    library = _library()
-    if library is None:
-        return None
-    return library.xlnet_attention_probs, library.xlnet_attention_probs_grad
+    return _kernel_pair("xlnet_attention_probs")
 
 
 def bias_activation_dropout():
     """``(forward, backward)`` ops ``XlnetBiasActivationDropout`` / ``XlnetBiasActivationDropoutGrad`` (CPU;
     float32 or bfloat16 rows; 'gelu' or 'relu'), or None where the library cannot be built or is turned off."""
-    library = _library()
-    if library is None:
-        return None
-    return library.xlnet_bias_activation_dropout, library.xlnet_bias_activation_dropout_grad
+    return _kernel_pair("xlnet_bias_activation_dropout")
 
 
 def in_xla_context() -> bool:

@@ -337,17 +337,10 @@ void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const
               absl::InvalidArgumentError(absl::StrCat(op, ": segment_diff must be [B, Q, K] = [", sh->batch, ", ",
                                                       sh->queries, ", ", sh->keys, "], got ",
                                                       ShapeString(segment))));
-  OP_REQUIRES(ctx, rows.NumElements() < (int64_t{1} << 32),
-              absl::InvalidArgumentError(absl::StrCat(op, ": at most 2^32 scores per call, got ",
-                                                      ShapeString(rows))));
   d->on = attrs.has_dropout;
   d->threshold = attrs.threshold;
   d->scale = attrs.scale;
-  if (attrs.has_dropout) {
-    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
-                absl::InvalidArgumentError(absl::StrCat(op, ": seed must be [2], got ", ShapeString(seed))));
-    SetSeed(d, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
-  }
+  if (attrs.has_dropout) OP_REQUIRES_OK(ctx, ReadDropoutSeed(op, seed, rows.shape(), d));
 }
 
 template <typename T>

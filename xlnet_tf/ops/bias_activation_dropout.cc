@@ -197,15 +197,7 @@ void CheckInputs(OpKernelContext* ctx, const char* op, const Tensor& h, const Te
   OP_REQUIRES(ctx, bias.dims() == 1 && bias.dim_size(0) == p->depth,
               absl::InvalidArgumentError(absl::StrCat(op, ": bias must be [", p->depth, "], got ",
                                                       bias.shape().DebugString())));
-  if (p->dropout.on) {
-    OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
-                absl::InvalidArgumentError(absl::StrCat(op, ": seed must be [2], got ",
-                                                        seed.shape().DebugString())));
-    OP_REQUIRES(ctx, h.NumElements() < (int64_t{1} << 32),
-                absl::InvalidArgumentError(absl::StrCat(op, ": at most 2^32 elements per call, got ",
-                                                        h.shape().DebugString())));
-    SetSeed(&p->dropout, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
-  }
+  if (p->dropout.on) OP_REQUIRES_OK(ctx, ReadDropoutSeed(op, seed, h.shape(), &p->dropout));
   bias_f->assign(Padded(p->depth), 0.0f);
   const auto b = bias.flat<T>();
   for (int64_t j = 0; j < p->depth; ++j) (*bias_f)[j] = ToFloat(b(j));

@@ -127,16 +127,10 @@ void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<con
               absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: bias must be [", p->depth,
                                                       "], got ", bias.shape().DebugString())));
   if (!p->has_dropout) return;
-  OP_REQUIRES(ctx, seed.dims() == 1 && seed.dim_size(0) == 2,
-              absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: seed must be [2], got ",
-                                                      seed.shape().DebugString())));
-  OP_REQUIRES(ctx, rows.NumElements() < (int64_t{1} << 32),
-              absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: at most 2^32 elements per call, got ",
-                                                      rows.shape().DebugString())));
   p->dropout.on = true;
   p->dropout.threshold = p->threshold;
   p->dropout.scale = p->scale;
-  simd::SetSeed(&p->dropout, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
+  OP_REQUIRES_OK(ctx, simd::ReadDropoutSeed("XlnetResidualLayerNorm", seed, rows.shape(), &p->dropout));
 }
 
 // Row vectors: float32 scratch of whole 16-float vectors (simd.h), zero past the depth. Sums keep 16 lane

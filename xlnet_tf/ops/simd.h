@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/tensor.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
 namespace xlnet_tf {
@@ -169,6 +172,19 @@ XLNET_INLINE void DropoutFactors(const Dropout& d, int64_t e0, int64_t k, uint32
     const VecI keep = __builtin_convertvector(b, VecI) >= static_cast<int32_t>(d.threshold);
     Store(factor + j, Select(keep, Splat(d.scale), Splat(0.0f)));
   }
+}
+
+// Checks a kernel's `seed` input (int32 [2]) for dropout over `data` and sets d's hash keys. The hash counts
+// 32-bit words of two elements, so one call covers at most 2^32 elements.
+inline absl::Status ReadDropoutSeed(const char* op, const ::tensorflow::Tensor& seed,
+                                    const ::tensorflow::TensorShape& data, Dropout* d) {
+  if (seed.dims() != 1 || seed.dim_size(0) != 2)
+    return absl::InvalidArgumentError(absl::StrCat(op, ": seed must be [2], got ", seed.shape().DebugString()));
+  if (data.num_elements() >= (int64_t{1} << 32))
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": at most 2^32 elements per call, got ", data.DebugString()));
+  SetSeed(d, seed.flat<int32_t>()(0), seed.flat<int32_t>()(1));
+  return absl::OkStatus();
 }
 
 XLNET_INLINE float ToFloat(float v) { return v; }
