@@ -21,7 +21,10 @@
 namespace xlnet_tf {
 namespace simd {
 
+// The row loops' targets; a build may pin one instead, e.g. -DXLNET_CLONES= (SSE only) to test that path.
+#ifndef XLNET_CLONES
 #define XLNET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 #define XLNET_INLINE __attribute__((always_inline)) inline
 
 typedef float VecF __attribute__((vector_size(64)));
