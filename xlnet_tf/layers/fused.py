@@ -133,7 +133,7 @@ def activation_dropout(h, activation: str, bias, seed=None, rate: float = 0.0):
     step -4.8% in an A/B run); in float32, or elsewhere, the XLA kernels of ``fused_op`` (in float32 the C++ pair
     measured no faster in the step, and slower alone: hashing the dropout bits in both passes costs more than XLA's
     separate bits kernel at this width)."""
-    if h.dtype == tf.bfloat16 and _native_applies(h, h) and ops.bias_activation_dropout() is not None:
+    if h.dtype == tf.bfloat16 and _custom_kernels_usable(ops.bias_activation_dropout):
         return _native_activation_dropout(h, activation, bias, seed, rate)
     function = ACTIVATIONS[activation]
     if seed is None:
@@ -181,11 +181,16 @@ def residual_layer_norm(out, x, gamma, beta, epsilon: float, seed=None, rate: fl
     return _layer_norm_op(epsilon, rate, bias is not None)(*args, bits_like(out, seed))
 
 
+def _custom_kernels_usable(kernels) -> bool:
+    """Whether ``kernels`` (an ``xlnet_tf.ops`` accessor) can run here: not inside XLA (``jit_compile``, TPU), a
+    CPU process, and the library built."""
+    return not ops.in_xla_context() and ops.cpu_process() and kernels() is not None
+
+
 def _native_applies(out, x) -> bool:
-    """Whether the ``xlnet_tf.ops`` kernels run here: the library is built, not inside XLA (``jit_compile``,
-    TPU), not a GPU process, float32 or bfloat16 rows of a known depth."""
+    """Whether the C++ residual LayerNorm runs here: float32 or bfloat16 rows of a known depth."""
     return (x.shape[-1] is not None and out.dtype == x.dtype and x.dtype in (tf.float32, tf.bfloat16)
-            and not ops.in_xla_context() and ops.cpu_process() and ops.residual_layer_norm() is not None)
+            and _custom_kernels_usable(ops.residual_layer_norm))
 
 
 def _native_residual_layer_norm(out, x, gamma, beta, epsilon, seed, rate, bias):
@@ -211,8 +216,8 @@ def _native_residual_layer_norm(out, x, gamma, beta, epsilon, seed, rate, bias):
 def attention_probs_native_applies(ac) -> bool:
     """Whether ``attention_probs`` runs here: float32 or bfloat16 scores, and the ``xlnet_tf.ops`` kernels
     usable (built, not inside XLA, a CPU process)."""
-    return (ac.dtype in (tf.float32, tf.bfloat16) and ac.shape.rank == 4 and not ops.in_xla_context()
-            and ops.cpu_process() and ops.attention_probs() is not None)
+    return (ac.dtype in (tf.float32, tf.bfloat16) and ac.shape.rank == 4
+            and _custom_kernels_usable(ops.attention_probs))
 
 
 def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, seed=None, rate: float = 0.0):

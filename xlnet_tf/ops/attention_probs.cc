@@ -152,9 +152,8 @@ struct Scratch {
 
 // The forward pass of one row (see the top of the file). bd: the row's k position scores, contiguous.
 template <typename T>
-XLNET_INLINE void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T* bd,
-                                                      const bool* segment, float ef, const float* mask, int64_t k,
-                                                      Scratch* scratch, float* softmax, T* prob) {
+XLNET_INLINE void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T* bd, const bool* segment, float ef,
+                             const float* mask, int64_t k, Scratch* scratch, float* softmax, T* prob) {
   float* s = scratch->s.data();
   const int64_t kp = Padded(k);
   Softmax(Scores(ac, bd, segment, ef, mask, k, s), kp, s);
@@ -168,9 +167,8 @@ XLNET_INLINE void ForwardRow(const Dropout& d, int64_t e0, const T* ac, const T*
 
 // The backward pass of one row: d_s into padded scratch s; returns d_ef's sum over the row.
 template <typename T>
-XLNET_INLINE float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob,
-                                                        const float* softmax, const bool* segment, int64_t k,
-                                                        Scratch* scratch) {
+XLNET_INLINE float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob, const float* softmax,
+                               const bool* segment, int64_t k, Scratch* scratch) {
   float* g = scratch->s.data();
   float* p = scratch->factor.data();
   const int64_t kp = Padded(k), full = k - k % kWidth;
@@ -195,33 +193,33 @@ XLNET_INLINE float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob,
   return seg_sum;
 }
 
-// The row loops, one function per score type so that target_clones can compile each for AVX-512, AVX2 and SSE.
+// The row loops.
 struct Shapes {
   int64_t heads = 0, batch = 0, queries = 0, keys = 0, rlen = 0, mask_batch = 0;
   int64_t rows() const { return heads * batch * queries; }
 };
 
+template <typename T>
 struct ForwardArgs {
   Shapes shape;
   Dropout dropout;
-  const void *ac, *bd;
+  const T *ac, *bd;
   const float* ef_f;  // ef in float32, one per row, or null
   const bool* segment;
   const float* mask;
   const int32_t* query_pos;
   float* softmax;
-  void* prob;
+  T* prob;
 };
 
 template <typename T>
-XLNET_INLINE void ForwardRowsImpl(const ForwardArgs& a, int64_t r0, int64_t r1) {
+XLNET_INLINE void ForwardRowsImpl(const ForwardArgs<T>& a, int64_t r0, int64_t r1) {
   const Shapes& sh = a.shape;
   const int64_t k = sh.keys, bq = sh.batch * sh.queries;
   Scratch scratch(k, sh.rlen);
   std::vector<T> gathered(k);
-  const T* ac = static_cast<const T*>(a.ac);
-  const T* bd = static_cast<const T*>(a.bd);
-  T* prob = static_cast<T*>(a.prob);
+  const T *ac = a.ac, *bd = a.bd;
+  T* prob = a.prob;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t row = r % bq;  // (b, i)
     const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);  // bd column of key 0
@@ -239,34 +237,30 @@ XLNET_INLINE void ForwardRowsImpl(const ForwardArgs& a, int64_t r0, int64_t r1) 
   }
 }
 
-XLNET_CLONES void ForwardRowsFloat(const ForwardArgs& a, int64_t r0, int64_t r1) { ForwardRowsImpl<float>(a, r0, r1); }
-XLNET_CLONES void ForwardRowsBfloat16(const ForwardArgs& a, int64_t r0, int64_t r1) {
-  ForwardRowsImpl<Eigen::bfloat16>(a, r0, r1);
-}
-inline void ForwardRows(const ForwardArgs& a, int64_t r0, int64_t r1, float) { ForwardRowsFloat(a, r0, r1); }
-inline void ForwardRows(const ForwardArgs& a, int64_t r0, int64_t r1, Eigen::bfloat16) {
-  ForwardRowsBfloat16(a, r0, r1);
+// One overload per score type so that target_clones compiles each for AVX-512, AVX2 and SSE.
+XLNET_CLONES void ForwardRows(const ForwardArgs<float>& a, int64_t r0, int64_t r1) { ForwardRowsImpl(a, r0, r1); }
+XLNET_CLONES void ForwardRows(const ForwardArgs<Eigen::bfloat16>& a, int64_t r0, int64_t r1) {
+  ForwardRowsImpl(a, r0, r1);
 }
 
+template <typename T>
 struct BackwardArgs {
   Shapes shape;
   Dropout dropout;
-  const void* d_prob;
+  const T* d_prob;
   const float* softmax;
   const bool* segment;
   const int32_t* query_pos;
-  void *d_ac, *d_bd, *d_ef;
+  T *d_ac, *d_bd, *d_ef;
 };
 
 template <typename T>
-XLNET_INLINE void BackwardRowsImpl(const BackwardArgs& a, int64_t r0, int64_t r1) {
+XLNET_INLINE void BackwardRowsImpl(const BackwardArgs<T>& a, int64_t r0, int64_t r1) {
   const Shapes& sh = a.shape;
   const int64_t k = sh.keys, bq = sh.batch * sh.queries, rlen = sh.rlen;
   Scratch scratch(k, rlen);
-  const T* d_prob = static_cast<const T*>(a.d_prob);
-  T* d_ac = static_cast<T*>(a.d_ac);
-  T* d_bd = static_cast<T*>(a.d_bd);
-  T* d_ef = static_cast<T*>(a.d_ef);
+  const T* d_prob = a.d_prob;
+  T *d_ac = a.d_ac, *d_bd = a.d_bd, *d_ef = a.d_ef;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t row = r % bq;
     const float seg_sum = BackwardRow(a.dropout, r * k, d_prob + r * k, a.softmax + r * k,
@@ -289,33 +283,20 @@ XLNET_INLINE void BackwardRowsImpl(const BackwardArgs& a, int64_t r0, int64_t r1
   }
 }
 
-XLNET_CLONES void BackwardRowsFloat(const BackwardArgs& a, int64_t r0, int64_t r1) {
-  BackwardRowsImpl<float>(a, r0, r1);
-}
-XLNET_CLONES void BackwardRowsBfloat16(const BackwardArgs& a, int64_t r0, int64_t r1) {
-  BackwardRowsImpl<Eigen::bfloat16>(a, r0, r1);
-}
-inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, float) { BackwardRowsFloat(a, r0, r1); }
-inline void BackwardRows(const BackwardArgs& a, int64_t r0, int64_t r1, Eigen::bfloat16) {
-  BackwardRowsBfloat16(a, r0, r1);
+XLNET_CLONES void BackwardRows(const BackwardArgs<float>& a, int64_t r0, int64_t r1) { BackwardRowsImpl(a, r0, r1); }
+XLNET_CLONES void BackwardRows(const BackwardArgs<Eigen::bfloat16>& a, int64_t r0, int64_t r1) {
+  BackwardRowsImpl(a, r0, r1);
 }
 
 // Attributes shared by both kernels.
 struct Attrs {
-  bool has_segment = false, has_dropout = false;
-  int16_t threshold = 0;
-  float scale = 1.0f;
+  bool has_segment = false;
+  Dropout dropout;  // without the hash keys (the call's seed)
 };
 
 void ReadAttrs(OpKernelConstruction* ctx, Attrs* p) {
-  int64_t threshold = 0;
   OP_REQUIRES_OK(ctx, ctx->GetAttr("has_segment", &p->has_segment));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("has_dropout", &p->has_dropout));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &p->scale));
-  OP_REQUIRES(ctx, threshold >= -32768 && threshold <= 32767,
-              absl::InvalidArgumentError("threshold must fit in int16"));
-  p->threshold = static_cast<int16_t>(threshold);
+  OP_REQUIRES_OK(ctx, ReadDropoutAttrs(ctx, &p->dropout));
 }
 
 std::string ShapeString(const Tensor& t) { return t.shape().DebugString(); }
@@ -337,10 +318,8 @@ void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const
               absl::InvalidArgumentError(absl::StrCat(op, ": segment_diff must be [B, Q, K] = [", sh->batch, ", ",
                                                       sh->queries, ", ", sh->keys, "], got ",
                                                       ShapeString(segment))));
-  d->on = attrs.has_dropout;
-  d->threshold = attrs.threshold;
-  d->scale = attrs.scale;
-  if (attrs.has_dropout) OP_REQUIRES_OK(ctx, ReadDropoutSeed(op, seed, rows.shape(), d));
+  *d = attrs.dropout;
+  if (d->on) OP_REQUIRES_OK(ctx, ReadDropoutSeed(op, seed, rows.shape(), d));
 }
 
 template <typename T>
@@ -355,7 +334,7 @@ class AttentionProbsOp : public OpKernel {
     const Tensor &ac = ctx->input(0), &bd = ctx->input(1), &ef = ctx->input(2), &segment = ctx->input(3),
                  &mask = ctx->input(4), &seed = ctx->input(5), &query_pos = ctx->input(6);
     const char* op = "XlnetAttentionProbs";
-    ForwardArgs a;
+    ForwardArgs<T> a;
     CheckCommon(ctx, op, attrs_, ac, segment, seed, query_pos, &a.shape, &a.dropout);
     if (!ctx->status().ok()) return;
     Shapes& sh = a.shape;
@@ -393,7 +372,7 @@ class AttentionProbsOp : public OpKernel {
     const int64_t k = sh.keys;
     const Eigen::TensorOpCost cost(k * (3 * sizeof(T) + 4), k * (sizeof(T) + 4), k * 30);
     ctx->eigen_device<CPUDevice>().parallelFor(sh.rows(), cost, [&](Eigen::Index r0, Eigen::Index r1) {
-      ForwardRows(a, r0, r1, T());
+      ForwardRows(a, r0, r1);
     });
   }
 
@@ -411,7 +390,7 @@ class AttentionProbsGradOp : public OpKernel {
     const Tensor &d_prob = ctx->input(0), &softmax = ctx->input(1), &segment = ctx->input(2),
                  &seed = ctx->input(3), &query_pos = ctx->input(4), &position_len = ctx->input(5);
     const char* op = "XlnetAttentionProbsGrad";
-    BackwardArgs a;
+    BackwardArgs<T> a;
     CheckCommon(ctx, op, attrs_, d_prob, segment, seed, query_pos, &a.shape, &a.dropout);
     if (!ctx->status().ok()) return;
     Shapes& sh = a.shape;
@@ -439,7 +418,7 @@ class AttentionProbsGradOp : public OpKernel {
     const int64_t k = sh.keys;
     const Eigen::TensorOpCost cost(k * (sizeof(T) + 4), (k + sh.rlen) * sizeof(T), k * 20 + sh.rlen);
     ctx->eigen_device<CPUDevice>().parallelFor(sh.rows(), cost, [&](Eigen::Index r0, Eigen::Index r1) {
-      BackwardRows(a, r0, r1, T());
+      BackwardRows(a, r0, r1);
     });
   }
 

@@ -174,15 +174,9 @@ XLNET_CLONES void BackwardRows(const Params& p, const Eigen::bfloat16* dy, const
 // Attributes shared by both kernels.
 void ReadAttrs(OpKernelConstruction* ctx, Params* p) {
   std::string activation;
-  int64_t threshold = 0;
   OP_REQUIRES_OK(ctx, ctx->GetAttr("activation", &activation));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("has_dropout", &p->dropout.on));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &p->dropout.scale));
-  OP_REQUIRES(ctx, threshold >= -32768 && threshold <= 32767,
-              absl::InvalidArgumentError("threshold must fit in int16"));
+  OP_REQUIRES_OK(ctx, ReadDropoutAttrs(ctx, &p->dropout));
   p->gelu = activation == "gelu";
-  p->dropout.threshold = static_cast<int16_t>(threshold);
 }
 
 // Checks h [..., D] against bias [D] and the seed; fills rows, depth and the hash keys, and bias_f with the bias

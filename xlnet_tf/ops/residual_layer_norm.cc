@@ -86,23 +86,16 @@ REGISTER_OP("XlnetResidualLayerNormGrad")
 
 struct Params {
   int64_t rows = 0, depth = 0;
-  bool has_bias = false, has_dropout = false;
-  int16_t threshold = 0;
-  float scale = 1.0f, epsilon = 0.0f;
-  simd::Dropout dropout;  // with the call's hash keys (CheckShapes)
+  bool has_bias = false;
+  float epsilon = 0.0f;
+  simd::Dropout dropout;  // attributes, and the call's hash keys (CheckShapes)
 };
 
 // Reads attributes shared by both kernels.
 void ReadAttrs(OpKernelConstruction* ctx, Params* p) {
-  int64_t threshold = 0;
   OP_REQUIRES_OK(ctx, ctx->GetAttr("has_bias", &p->has_bias));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("has_dropout", &p->has_dropout));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold));
-  OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &p->scale));
   OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &p->epsilon));
-  OP_REQUIRES(ctx, threshold >= -32768 && threshold <= 32767,
-              absl::InvalidArgumentError("threshold must fit in int16"));
-  p->threshold = static_cast<int16_t>(threshold);
+  OP_REQUIRES_OK(ctx, simd::ReadDropoutAttrs(ctx, &p->dropout));
 }
 
 // Checks shapes: rows [R, D] (any rank >= 1, flattened), vectors [D], the seed [2] when used; reads the seed.
@@ -126,10 +119,7 @@ void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<con
   OP_REQUIRES(ctx, !p->has_bias || (bias.dims() == 1 && bias.dim_size(0) == p->depth),
               absl::InvalidArgumentError(absl::StrCat("XlnetResidualLayerNorm: bias must be [", p->depth,
                                                       "], got ", bias.shape().DebugString())));
-  if (!p->has_dropout) return;
-  p->dropout.on = true;
-  p->dropout.threshold = p->threshold;
-  p->dropout.scale = p->scale;
+  if (!p->dropout.on) return;
   OP_REQUIRES_OK(ctx, simd::ReadDropoutSeed("XlnetResidualLayerNorm", seed, rows.shape(), &p->dropout));
 }
 
@@ -156,14 +146,14 @@ XLNET_INLINE void RowZ(const Params& p, const Vectors& v, int64_t r, const T* ou
   const int64_t d = p.depth, dp = Padded(d), full = d - d % kWidth;
   float* z = s->z.data();
   LoadRow(out + r * d, d, 0.0f, z);
-  if (p.has_dropout) DropoutFactors(p.dropout, r * d, d, s->words.data(), s->factor.data());
+  if (p.dropout.on) DropoutFactors(p.dropout, r * d, d, s->words.data(), s->factor.data());
   LoadRow(x + r * d, d, 0.0f, s->g.data());  // x, briefly
   VecF acc = Splat(0.0f);
   for (int64_t j = 0; j < dp; j += kWidth) {
     VecF u = Load(z + j);
     if (p.has_bias) u += Load(v.bias.data() + j);
     // Dropout as a multiply by 0 or scale, as the original's x / keep_prob * mask.
-    if (p.has_dropout) u *= Load(s->factor.data() + j);
+    if (p.dropout.on) u *= Load(s->factor.data() + j);
     const VecF zj = u + Load(s->g.data() + j);  // zero past the depth
     Store(z + j, zj);
     acc += zj;
@@ -230,7 +220,7 @@ XLNET_INLINE void BackwardRowsImpl(const Params& p, const Vectors& v, const T* d
     const float gx_mean = LaneSum(gx_acc) / static_cast<float>(d);
     for (int64_t j = 0; j < dp; j += kWidth) {
       const VecF dz = rstd * (Load(g + j) - g_mean - Load(z + j) * gx_mean);
-      const VecF d_pre = p.has_dropout ? dz * Load(factor + j) : dz;
+      const VecF d_pre = p.dropout.on ? dz * Load(factor + j) : dz;
       Store(z + j, dz);
       Store(g + j, d_pre);
       Store(sum_bias + j, Load(sum_bias + j) + d_pre);

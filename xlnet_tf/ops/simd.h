@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "unsupported/Eigen/CXX11/Tensor"
 
@@ -175,6 +176,17 @@ XLNET_INLINE void DropoutFactors(const Dropout& d, int64_t e0, int64_t k, uint32
     const VecI keep = __builtin_convertvector(b, VecI) >= static_cast<int32_t>(d.threshold);
     Store(factor + j, Select(keep, Splat(d.scale), Splat(0.0f)));
   }
+}
+
+// Reads a kernel's dropout attributes (has_dropout, threshold: int16 range, scale) into d.
+inline absl::Status ReadDropoutAttrs(::tensorflow::OpKernelConstruction* ctx, Dropout* d) {
+  int64_t threshold = 0;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("has_dropout", &d->on));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("threshold", &threshold));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("scale", &d->scale));
+  if (threshold < -32768 || threshold > 32767) return absl::InvalidArgumentError("threshold must fit in int16");
+  d->threshold = static_cast<int16_t>(threshold);
+  return absl::OkStatus();
 }
 
 // Checks a kernel's `seed` input (int32 [2]) for dropout over `data` and sets d's hash keys. The hash counts
