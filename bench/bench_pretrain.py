@@ -91,8 +91,8 @@ class OursTrain:
 
 
 class OursInfer:
-    """Content stream only (no target_mapping / perm_mask / memory), training=False, traced under
-    ``fused.inference_kernels()`` (as a batch-prediction job would be)."""
+    """Content stream only (no target_mapping / perm_mask / memory), training=False, with the process's kernel
+    backend (``XLNET_TF_KERNELS``, default fast), as a batch-prediction job would run it."""
 
     def __init__(self, cfg, dtype="float32", jit=False):
         tf = _tf()
@@ -103,9 +103,6 @@ class OursInfer:
         batch = make_batch(cfg, 0)
         self.inputs = {"input_ids": tf.constant(batch["input_ids"]), "segment_ids": tf.constant(batch["segment_ids"])}
         self._fn = tf.function(lambda x: model(x, training=False)["sequence_output"], jit_compile=jit)
-        from xlnet_tf.layers import fused
-        with fused.inference_kernels():  # batch prediction in Python: the fused element-wise kernels
-            self._fn.get_concrete_function(self.inputs)
 
     def step(self):
         self._fn(self.inputs).numpy()
@@ -325,13 +322,15 @@ def run_memory(dtype, steps, threads, log):
 
 
 def custom_kernels_note() -> str:
-    """Whether our rows ran the custom CPU kernels of ``xlnet_tf.ops`` or TensorFlow's and XLA's ops."""
-    from xlnet_tf import ops
+    """Which kernel backend our rows ran (``xlnet_tf.kernels``)."""
+    from xlnet_tf import kernels, ops
 
+    if kernels.backend() == "plain":
+        return "the plain TensorFlow ops (`XLNET_TF_KERNELS=plain`)"
     if ops.fused_adamw() is not None:
-        return ("with the C++ CPU kernels of `xlnet_tf/ops`: AdamW in one pass, residual LayerNorm, attention "
-                "probabilities; the feed-forward activation in bfloat16")
-    return "the C++ kernels of `xlnet_tf/ops` could not be built: TensorFlow's and XLA's ops"
+        return ("the fast kernel backend (`xlnet_tf/kernels/fast.py`): C++ CPU kernels for the attention "
+                "probabilities, residual LayerNorm, feed-forward activation and AdamW")
+    return "the C++ kernels of `xlnet_tf/ops` could not be built: the plain TensorFlow ops"
 
 
 def machine_info():

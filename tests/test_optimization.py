@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig, XLNetPretrainer
-from xlnet_tf.training.optimization import (SummedGradients, WarmupDecaySchedule, XLNetAdamW,
-                                            apply_gradients_across_replicas, create_optimizer,
-                                            layerwise_lr_multipliers)
+from xlnet_tf import XLNetConfig, XLNetPretrainer, kernels
+from xlnet_tf.training.optimization import (WarmupDecaySchedule, XLNetAdamW, apply_gradients_across_replicas,
+                                            create_optimizer, layerwise_lr_multipliers)
 
 
 def numpy_adamw(params, grads_per_step, lrs, multipliers, decayed, wd, b1=0.9, b2=0.999, eps=1e-8):
@@ -71,20 +70,18 @@ def test_schedule_warmup_then_poly_or_cosine_to_the_floor():
         WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=10)
 
 
-class SummedSGD(SummedGradients, keras.optimizers.SGD):
-    pass
+def _mirrored():
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def test_clipping_uses_the_norm_of_the_summed_gradients():
-    """Two replicas with gradients g1, g2: the update must be that of clip(g1 + g2), not clip(g1) + clip(g2)."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
-                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    """Two replicas with gradients g1, g2: the update must be that of clip(g1 + g2), not clip(g1) + clip(g2)
+    (Adam's first moment after one step is (1 - beta_1) times the clipped gradient)."""
+    strategy = _mirrored()
     with strategy.scope():
         var = keras.Variable(np.zeros(2, np.float32), name="w")
-        opt = SummedSGD(learning_rate=1.0)
+        opt = XLNetAdamW(learning_rate=1.0)
         opt.build([var])
-        plain_sgd = keras.optimizers.SGD(learning_rate=1.0)
-        plain_sgd.build([var])
 
     def step(opt):
         def replica_fn():
@@ -95,10 +92,32 @@ def test_clipping_uses_the_norm_of_the_summed_gradients():
 
     norm = strategy.experimental_local_results(tf.function(step)(opt))[0]
     assert float(norm) == pytest.approx(5.0)
-    np.testing.assert_allclose(var.numpy(), [-0.6, -0.8], rtol=1e-6)
+    np.testing.assert_allclose(opt._momentums[0].numpy(), [0.06, 0.08], rtol=1e-5)
     # An optimizer that would sum the summed gradients again is refused.
-    with pytest.raises(TypeError, match="sum the already summed"):
+    with strategy.scope():
+        plain_sgd = keras.optimizers.SGD(learning_rate=1.0)
+        plain_sgd.build([var])
+    with pytest.raises(TypeError, match="needs create_optimizer's XLNetAdamW"):
         tf.function(step)(plain_sgd)
+
+
+def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
+    """Used as a plain Keras optimizer (model.fit) under two replicas, XLNetAdamW sums the replicas' gradients
+    as Keras does: the same weights as on one device."""
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
+    init = [rng.normal(size=(3, 1)).astype(np.float32), np.zeros(1, np.float32)]
+
+    def fit(strategy):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+            model.set_weights(init)
+            model.compile(optimizer=XLNetAdamW(learning_rate=0.1, weight_decay=0.01), loss="mse")
+        model.fit(x, y, batch_size=8, epochs=4, shuffle=False, verbose=0)
+        return model.get_weights()
+
+    for got, want in zip(fit(_mirrored()), fit(tf.distribute.get_strategy())):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
@@ -126,7 +145,7 @@ def _compiler_available():
     return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
 
 
-def _train(fused, clip_norm, steps=3, strategy=None, jit_compile=False):
+def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
     """``steps`` of apply_gradients_across_replicas on a few variables (decayed, excluded, scalar and per-slice
     multipliers); returns (variables, moments, the step's op types)."""
     strategy = strategy or tf.distribute.get_strategy()
@@ -136,7 +155,7 @@ def _train(fused, clip_norm, steps=3, strategy=None, jit_compile=False):
     with strategy.scope():
         variables = [keras.Variable(v.astype(np.float32), name=k) for k, v in init.items()]
         opt = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
-                         fused=fused, lr_multipliers={variables[2].path: 0.25,
+                         lr_multipliers={variables[2].path: 0.25,
                                                       variables[3].path: np.array([[0.5], [1.0]], np.float32)})
         opt.exclude_from_weight_decay(var_list=[variables[1]])
         opt.build(variables)
@@ -148,7 +167,8 @@ def _train(fused, clip_norm, steps=3, strategy=None, jit_compile=False):
 
     fn = tf.function(replica_fn, jit_compile=True) if jit_compile else replica_fn
     step = tf.function(lambda g: strategy.run(fn, args=(g,)))
-    graph = step.get_concrete_function(grads[0]).graph
+    with kernels.use(backend):
+        graph = step.get_concrete_function(grads[0]).graph
     op_types = {op.type for op in graph.get_operations()}
     op_types |= {n.op for f in graph.as_graph_def().library.function for n in f.node_def}
     for g in grads:
@@ -164,8 +184,8 @@ def test_fused_adamw_kernel_is_bit_identical_to_tensorflows_ops(clip_norm):
     active (gradient norm ~ 150) or off, decay exclusions and learning-rate multipliers."""
     if not _compiler_available():
         pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
-    fused_vars, fused_moments, fused_ops = _train(True, clip_norm)
-    plain_vars, plain_moments, plain_ops = _train(False, clip_norm)
+    fused_vars, fused_moments, fused_ops = _train("fast", clip_norm)
+    plain_vars, plain_moments, plain_ops = _train("plain", clip_norm)
     assert "XlnetFusedAdamW" in fused_ops and "ResourceApplyAdam" not in fused_ops
     assert "XlnetFusedAdamW" not in plain_ops and "ResourceApplyAdam" in plain_ops
     for a, b in zip(fused_vars + fused_moments, plain_vars + plain_moments):
@@ -179,13 +199,13 @@ def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
         pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
-    plain_vars, _, _ = _train(False, 1.0, strategy=strategy)
-    fused_vars, _, fused_ops = _train(True, 1.0, strategy=strategy)
+    plain_vars, _, _ = _train("plain", 1.0, strategy=strategy)
+    fused_vars, _, fused_ops = _train("fast", 1.0, strategy=strategy)
     assert "XlnetFusedAdamW" in fused_ops
     for a, b in zip(fused_vars, plain_vars):
         np.testing.assert_array_equal(a, b)
-    xla_vars, _, _ = _train(True, 1.0, jit_compile=True)
-    reference, _, _ = _train(False, 1.0)
+    xla_vars, _, _ = _train("fast", 1.0, jit_compile=True)
+    reference, _, _ = _train("plain", 1.0)
     for a, b in zip(xla_vars, reference):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
@@ -205,11 +225,11 @@ def test_fused_adamw_falls_back_when_the_kernel_cannot_be_built(monkeypatch, tmp
         with pytest.raises(RuntimeError, match="building xlnet_tf/ops failed.*no-such-compiler"):
             ops.build()
         assert list(tmp_path.iterdir()) == []  # no half-written library left behind
-        fallback_vars, _, fallback_ops = _train(True, 1.0)
+        fallback_vars, _, fallback_ops = _train("fast", 1.0)
         assert "XlnetFusedAdamW" not in fallback_ops
     finally:
         ops._library.cache_clear()
-    plain_vars, _, _ = _train(False, 1.0)
+    plain_vars, _, _ = _train("plain", 1.0)
     for a, b in zip(fallback_vars, plain_vars):
         np.testing.assert_array_equal(a, b)
 

@@ -5,9 +5,20 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import fused, linear
+from xlnet_tf import kernels
+from xlnet_tf.kernels.dropout_mask import dropout
 from xlnet_tf.layers.activations import ACTIVATIONS, gelu  # noqa: F401 - gelu: part of this module's API
 from xlnet_tf.layers.dropout import Dropout
+from xlnet_tf.layers.linear import matmul
+from xlnet_tf.layers.normalization import residual_layer_norm
+
+
+@kernels.fast_path
+def bias_activation_dropout(h, bias, activation: str, rate: float = 0.0, seed=None):
+    """``dropout(activation(h + bias))`` computed in float32, returned in h's dtype: h [..., F], bias [F];
+    ``activation`` a name in ``ACTIVATIONS``; dropout at ``rate`` with ``seed`` (int [2]; None: off)."""
+    y = ACTIVATIONS[activation](tf.cast(h, tf.float32) + tf.cast(bias, tf.float32))
+    return tf.cast(dropout(y, rate, seed), h.dtype)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -31,8 +42,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_1 = keras.layers.Dense(d_inner, kernel_initializer=init, name="layer_1", dtype=policy)
         self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2", dtype=policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="LayerNorm", dtype=policy)
-        self._inner_dropout = Dropout(dropout, dtype=self.dtype_policy)
-        self._output_dropout = Dropout(dropout, dtype=self.dtype_policy)
+        self._inner_dropout = Dropout(dropout, dtype=policy)
+        self._output_dropout = Dropout(dropout, dtype=policy)
 
     def build(self, input_shape=None):
         self.layer_1.build((None, None, self.d_model))
@@ -41,35 +52,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        """x [..., D] -> [..., D]; or a list of such tensors (XLNet's two streams), sharing one cast of the
-        weights to the compute dtype."""
+        """x [B, L, D] -> [B, L, D]."""
         dtype = self.compute_dtype
-        weights = [tf.cast(w, dtype) for w in (self.layer_1.kernel, self.layer_1.bias, self.layer_2.kernel,
-                                               self.layer_2.bias)]
-        if isinstance(x, (list, tuple)):
-            return [self._apply(t, weights, training) for t in x]
-        return self._apply(x, weights, training)
-
-    def _apply(self, x, weights, training):
-        kernel_1, bias_1, kernel_2, bias_2 = weights
-        x = tf.cast(x, self.compute_dtype)
-        shape = tf.shape(x)
+        x = tf.cast(x, dtype)
         rows = tf.reshape(x, [-1, self.d_model])
-        activation = ACTIVATIONS[self.activation]
-        if fused.use(training):
-            # Plain matmuls; bias, activation, dropout, residual and LayerNorm run in the two fused kernels.
-            h = linear.matmul(rows, kernel_1)
-            inner = fused.activation_dropout(h, self.activation, bias_1, self._inner_dropout.call_seed(training),
-                                             self.dropout)
-            out = tf.reshape(linear.matmul(inner, kernel_2), shape)
-            norm = self.layer_norm
-            return fused.residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon,
-                                             self._output_dropout.call_seed(training), self.dropout, bias=bias_2)
-        # The Dense layers' math (x W + b) as plain 2-D MatMul + BiasAdd on [B*L, D] rows.
-        h = tf.nn.bias_add(linear.matmul(rows, kernel_1), bias_1)
-        inner = self._inner_dropout(activation(h), training=training)
-        out = tf.reshape(tf.nn.bias_add(linear.matmul(inner, kernel_2), bias_2), shape)
-        return self.layer_norm(self._output_dropout(out, training=training) + x)
+        h = matmul(rows, tf.cast(self.layer_1.kernel, dtype))
+        h = bias_activation_dropout(h, self.layer_1.bias, self.activation, self.dropout,
+                                    self._inner_dropout.call_seed(training))
+        out = tf.reshape(matmul(h, tf.cast(self.layer_2.kernel, dtype)), tf.shape(x))
+        norm = self.layer_norm
+        return residual_layer_norm(out, x, norm.gamma, norm.beta, norm.epsilon, self.dropout,
+                                   self._output_dropout.call_seed(training), bias=self.layer_2.bias)
 
     def get_config(self):
         config = super().get_config()

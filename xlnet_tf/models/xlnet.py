@@ -12,10 +12,10 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.layers import linear
 from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
+from xlnet_tf.layers.linear import matmul
 from xlnet_tf.layers.masks import mask_bias, stream_masks
 from xlnet_tf.layers.position import RelativePositionEncoding
 
@@ -49,10 +49,7 @@ class XLNetBlock(keras.layers.Layer):
 
     def call(self, content, position, biases, query=None, training=None, **attention_args):
         h, g = self.rel_attn(content, position, biases, query=query, training=training, **attention_args)
-        if g is None:
-            return self.ff(h, training=training), None
-        h, g = self.ff([h, g], training=training)
-        return h, g
+        return self.ff(h, training=training), (None if g is None else self.ff(g, training=training))
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -61,8 +58,6 @@ class XLNetModel(keras.Model):
 
     Inputs (dict, batch-major):
       input_ids: int32 [B, L].
-      input_embeddings: float [B, L, D] (optional): the word embeddings of ``input_ids``, looked up by the
-        caller (``tied_embedding_lookup``), instead of the network's own lookup.
       segment_ids: int32 [B, L] (optional; without it there is no segment term).
       padding_mask: [B, L], 1 = real token, 0 = padding (optional).
       perm_mask: float [B, L, L], 1 = position i may not attend to position j (optional).
@@ -149,13 +144,10 @@ class XLNetModel(keras.Model):
             key_segments = tf.concat([tf.zeros([batch, mlen], tf.int32), segment_ids], axis=1)  # memory = 0
             segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
 
-        if "input_embeddings" in inputs:
-            h = tf.cast(inputs["input_embeddings"], dtype)
-        else:
-            h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
+        h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
         h = self._embedding_dropout(h, training=training)
         position = self.position_encoding(qlen, klen, training=training)
-        attention_args = dict(content_bias=mask_bias(content_blocked), segment_diff=segment_diff)
+        attention_args = dict(content_mask=mask_bias(content_blocked), segment_diff=segment_diff)
 
         g = None
         if target_mapping is not None:
@@ -163,13 +155,13 @@ class XLNetModel(keras.Model):
             target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
             g = tf.tile(tf.cast(self.mask_emb, dtype), [batch, num_predict, 1])
             g = self._embedding_dropout(g, training=training)
-            query_bias = None
+            query_mask = None
             if query_blocked is not None:
                 query_blocked = tf.broadcast_to(query_blocked, [batch, qlen, klen])
-                query_bias = mask_bias(tf.gather(query_blocked, target_pos, batch_dims=1))
+                query_mask = mask_bias(tf.gather(query_blocked, target_pos, batch_dims=1))
             attention_args.update(
                 query_pos=mlen + target_pos,
-                query_bias=query_bias,
+                query_mask=query_mask,
                 query_segment_diff=(None if segment_diff is None
                                     else tf.gather(segment_diff, target_pos, batch_dims=1)),
                 query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
@@ -222,28 +214,6 @@ class XLNetModel(keras.Model):
         return cls(**config)
 
 
-def tied_embedding_lookup(table, ids):
-    """``(table, gather(table, ids))`` for a table that is also the output layer's weight.
-
-    The gradient w.r.t. the table is then one dense tensor: the output layer's dense gradient with the looked-up
-    rows' gradients scatter-added into it in place, instead of a zero-filled [V, D] copy of the rows' gradients
-    plus a full-size add (two passes over the table per step).
-    """
-    ids = tf.cast(ids, tf.int32)
-
-    @tf.custom_gradient
-    def lookup(table):
-        def grad(d_table, d_rows):
-            d_rows = tf.reshape(tf.convert_to_tensor(d_rows), [-1, tf.shape(table)[1]])
-            flat_ids = tf.reshape(ids, [-1, 1])
-            if d_table is None:
-                return tf.scatter_nd(flat_ids, d_rows, tf.shape(table))
-            return tf.tensor_scatter_nd_add(tf.convert_to_tensor(d_table), flat_ids, d_rows)
-        return (tf.identity(table), tf.gather(table, ids)), grad
-
-    return lookup(tf.convert_to_tensor(table))
-
-
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetPretrainer(keras.Model):
     """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
@@ -265,12 +235,11 @@ class XLNetPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        table, embeddings = tied_embedding_lookup(self.xlnet.word_embedding, inputs["input_ids"])
-        outputs = dict(self.xlnet(dict(inputs, input_embeddings=embeddings), training=training))
+        outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
-        table = tf.cast(table, hidden.dtype)
+        table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
         shape = tf.shape(hidden)
-        logits = linear.matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
+        logits = matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
         logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs

@@ -5,7 +5,7 @@
   (clip multiply, decay, ``ResourceApplyAdam``): about twice the time for the same, bit-identical, result.
 * ``residual_layer_norm.cc``: training's ``LayerNorm(x + dropout(out + bias))`` forward and backward, row by row
   in cache with the rows split across threads (XLA's CPU kernels for the chain make several passes, with
-  single-threaded reductions). ``xlnet_tf.layers.fused`` uses it on CPU, the XLA kernels elsewhere.
+  single-threaded reductions).
 * ``bias_activation_dropout.cc``: the feed-forward block's ``dropout(gelu(h + bias))`` (or relu) forward and
   backward, one pass each way, dropout bits hashed in the kernel.
 * ``attention_probs.cc``: everything between the attention score matmuls and ``prob . v`` in training (relative
@@ -17,9 +17,8 @@ The library is built with a C++ compiler (``$CXX``, else ``c++``/``g++``/``clang
 TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of the sources, the
 TensorFlow version and the flags, written under a temporary name and renamed, so concurrent workers never load a
 half-written file. ``python -m xlnet_tf.ops`` builds it ahead of time (for images and air-gapped clusters, point
-``XLNET_TF_OPS_DIR`` at a shared directory). Without a compiler, or with ``XLNET_TF_CUSTOM_OPS=0``, TensorFlow's
-and XLA's ops run instead (logged once): the same math, slower on CPU. Inside XLA (``jit_compile``, TPUs) and on
-GPUs the custom kernels are never used.
+``XLNET_TF_OPS_DIR`` at a shared directory). ``xlnet_tf.kernels.fast`` calls them; without a compiler the plain
+TensorFlow ops run instead (logged once): the same math, slower on CPU.
 """
 
 from __future__ import annotations
@@ -39,11 +38,6 @@ _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
 _OPT_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-w"]
-
-
-def enabled() -> bool:
-    """Whether custom kernels may be used at all (``XLNET_TF_CUSTOM_OPS``, default on)."""
-    return os.environ.get("XLNET_TF_CUSTOM_OPS", "1") != "0"
 
 
 def cache_dir() -> Path:
@@ -102,13 +96,11 @@ def build(verbose: bool = False) -> Path:
 def _library():
     import tensorflow as tf
 
-    if not enabled():
-        return None
     try:
         path = build()
         return tf.load_op_library(str(path))
     except Exception as error:  # noqa: BLE001 - any failure means: use TensorFlow's ops
-        logging.warning("xlnet_tf: custom CPU kernels unavailable, using TensorFlow's and XLA's ops instead "
+        logging.warning("xlnet_tf: custom CPU kernels unavailable, using the plain TensorFlow ops instead "
                         "(same math, slower on CPU): %s", error)
         return None
 
@@ -120,7 +112,7 @@ def _kernel_pair(name: str):
 
 
 def fused_adamw():
-    """The ``XlnetFusedAdamW`` op (CPU, float32), or None where it cannot be built or is turned off.
+    """The ``XlnetFusedAdamW`` op (CPU, float32), or None where it cannot be built.
 
     ``fused_adamw(var, m, v, grad, grad_scale, decay, lr, beta1_power, beta2_power, beta1, beta2, epsilon)``
     updates the resource variables ``var``, ``m``, ``v`` in place, bit-identically to ``grad * grad_scale``,
@@ -132,19 +124,19 @@ def fused_adamw():
 
 def residual_layer_norm():
     """``(forward, backward)`` ops ``XlnetResidualLayerNorm`` / ``XlnetResidualLayerNormGrad`` (CPU; float32 or
-    bfloat16 rows), or None where the library cannot be built or is turned off."""
+    bfloat16 rows), or None where the library cannot be built."""
     return _kernel_pair("xlnet_residual_layer_norm")
 
 
 def attention_probs():
     """``(forward, backward)`` ops ``XlnetAttentionProbs`` / ``XlnetAttentionProbsGrad`` (CPU; float32 or
-    bfloat16 scores), or None where the library cannot be built or is turned off."""
+    bfloat16 scores), or None where the library cannot be built."""
     return _kernel_pair("xlnet_attention_probs")
 
 
 def bias_activation_dropout():
     """``(forward, backward)`` ops ``XlnetBiasActivationDropout`` / ``XlnetBiasActivationDropoutGrad`` (CPU;
-    float32 or bfloat16 rows; 'gelu' or 'relu'), or None where the library cannot be built or is turned off."""
+    float32 or bfloat16 rows; 'gelu' or 'relu'), or None where the library cannot be built."""
     return _kernel_pair("xlnet_bias_activation_dropout")
 
 

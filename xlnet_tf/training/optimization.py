@@ -6,9 +6,8 @@
   biases ``r_w/r_r/r_s_bias`` are decayed (the original's include list).
 * Gradients are clipped by their global norm *after* they are summed over replicas (Keras' own clipping runs
   per replica before the all-reduce, which is not the original's semantics).
-* On CPU the whole update of a float32 variable (clip scale, decay, Adam) is one custom kernel
-  (``xlnet_tf.ops``), bit-identical to TensorFlow's ops and about twice as fast; elsewhere (GPU, TPU, inside
-  XLA, or without a C++ compiler) TensorFlow's ops run.
+* The clip scale, decay and Adam of one variable are ``adamw_update`` (a fast path: on CPU one C++ kernel,
+  bit-identical to these TensorFlow ops).
 * Layer-wise learning-rate decay as true per-variable learning rates: layer ``l`` of ``L`` trains at
   ``lr * rate^(L-1-l)``, the embeddings at ``lr * rate^L``, heads at ``lr``. The original multiplied the
   *gradients*, which Adam's normalisation almost cancels. Per-layer slices of the stacked ``[n_layer, ...]``
@@ -17,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import ops
+from xlnet_tf import kernels
 
 # Variables excluded from weight decay, by name: LayerNorm scale/offset and plain biases (not r_*_bias).
 _NO_DECAY = re.compile(r"(^|/)(gamma|beta|bias|lm_bias)$")
@@ -60,26 +60,36 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
                     min_lr_ratio=self.min_lr_ratio, decay_method=self.decay_method)
 
 
-class SummedGradients:
-    """Mixin for a Keras optimizer whose gradients arrive already summed over replicas (by
-    ``apply_gradients_across_replicas``): Keras must not sum them a second time."""
+@kernels.fast_path
+def adamw_update(var, m, v, grad, lr, beta_1, beta_2, epsilon, step, decay=None, grad_scale=None):
+    """One AdamW step on a float variable ``var`` and its moments ``m``, ``v`` (updated in place): the gradient
+    times ``grad_scale`` (the clip factor; None: 1), then ``var * decay`` (decoupled weight decay
+    ``1 - wd * lr``; None: none), then Adam with the bias-corrected step size
+    ``lr * sqrt(1 - beta_2^step) / (1 - beta_1^step)`` and ``m / (sqrt(v) + epsilon)``. Scalars are tensors in
+    var's dtype; ``lr`` a scalar (per-variable multiplier applied)."""
+    if grad_scale is not None:
+        grad = grad * tf.cast(grad_scale, grad.dtype)
+    if decay is not None:
+        var.assign(var * decay)
+    tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle, beta1_power=tf.pow(beta_1, step),
+                                 beta2_power=tf.pow(beta_2, step), lr=lr, beta1=beta_1, beta2=beta_2,
+                                 epsilon=epsilon, grad=tf.cast(grad, var.dtype), use_locking=False)
 
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return list(grads_and_vars)
 
+class XLNetAdamW(keras.optimizers.AdamW):
+    """AdamW with per-variable learning-rate multipliers (scalars, or arrays broadcastable to the variable) applied
+    to the update and the weight decay, the decay and Adam done together per variable (``adamw_update``).
 
-class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
-    """AdamW whose gradients arrive already summed over replicas (and clipped), with per-variable learning-rate
-    multipliers (scalars or arrays broadcastable to the variable) applied to the update and the weight decay.
-
-    Use with ``apply_gradients_across_replicas``, which does the all-reduce and the global-norm clip.
+    Two ways to use it: ``apply_gradients_across_replicas`` (the training loops here), which sums the gradients
+    over replicas and clips them by their global norm first; or as any Keras optimizer (``model.fit``,
+    ``apply_gradients``), where Keras sums them over replicas itself. It overrides Keras' update internals, so
+    ``pyproject.toml`` pins keras to the minor version the tests cover.
     """
 
-    def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None, fused: bool = True, **kwargs):
+    def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None, **kwargs):
         super().__init__(**kwargs)
         self._lr_multipliers_by_path = dict(lr_multipliers or {})
         self._multiplier_by_key = {}
-        self.fused = fused  # False: always TensorFlow's ops, never the fused CPU kernel
 
     def build(self, variables):
         super().build(variables)
@@ -88,105 +98,66 @@ class XLNetAdamW(SummedGradients, keras.optimizers.AdamW):
             if multiplier is not None and np.any(np.asarray(multiplier) != 1.0):
                 self._multiplier_by_key[self._var_key(var)] = np.asarray(multiplier, np.float32)
 
-    def _scaled_lr(self, variable, learning_rate):
-        multiplier = self._multiplier_by_key.get(self._var_key(variable))
-        if multiplier is None:
-            return learning_rate
-        return tf.cast(learning_rate, variable.dtype) * tf.constant(multiplier, variable.dtype)
-
-    def apply_scaled(self, grads, variables, grad_scale=None):
-        """``apply([g * grad_scale for g in grads], variables)``; where the fused kernel runs, the scale is
-        applied inside it instead of in a pass of its own. ``grad_scale``: a float32 scalar tensor or None."""
-        _PENDING_SCALE.value = (self, grad_scale)
-        try:
+    def apply_summed(self, grads, variables, grad_scale=None):
+        """``apply`` for gradients already summed over replicas (Keras must not sum them again), each multiplied
+        by ``grad_scale`` (a float32 scalar tensor, e.g. the clip factor; None: 1) inside the update."""
+        with _summed_gradients(self, grad_scale):
             self.apply(grads, variables)
-        finally:
-            _PENDING_SCALE.value = None
-
-    def _fuses(self, variable) -> bool:
-        """Whether ``variable`` (a per-device component) is updated by the fused CPU kernel."""
-        multiplier = self._multiplier_by_key.get(self._var_key(variable))
-        return (self.fused and variable.dtype == tf.float32 and (multiplier is None or not multiplier.ndim)
-                and tf.DeviceSpec.from_string(variable.device).device_type == "CPU" and not ops.in_xla_context()
-                and ops.fused_adamw() is not None)
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        pending = getattr(_PENDING_SCALE, "value", None)
-        grad_scale = pending[1] if pending is not None and pending[0] is self else None
+        summed = getattr(_SUMMED, "value", None)
         variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+        grads_and_vars = list(zip(grads, variables))
+        grad_scale = None
+        if summed is not None and summed[0] is self:
+            grad_scale = summed[1]
+        else:  # model.fit / apply_gradients: per-replica gradients, summed here as Keras does
+            grads_and_vars = self._all_reduce_sum_gradients(grads_and_vars)
         # The scale travels as a merge_call argument: under MirroredStrategy the updates run on another thread.
         tf.__internal__.distribute.interim.maybe_merge_call(
-            self._distributed_update, self._distribution_strategy, list(zip(grads, variables)), learning_rate,
-            grad_scale)
+            self._distributed_update, self._distribution_strategy, grads_and_vars, learning_rate, grad_scale)
 
     def _distributed_update(self, distribution, grads_and_vars, learning_rate, grad_scale):
         for grad, var in grads_and_vars:
             distribution.extended.update(var, self._update_variable, args=(grad, learning_rate, grad_scale),
                                          group=False)
 
+    def _apply_weight_decay(self, variables):
+        """Nothing: the decay is part of each variable's update (``_update_variable``)."""
+
     def _update_variable(self, variable, gradient, learning_rate, grad_scale):
-        if not self._fuses(variable):
+        dtype = variable.dtype
+        lr = tf.cast(learning_rate, dtype)
+        multiplier = self._multiplier_by_key.get(self._var_key(variable))
+        if multiplier is not None:
+            lr *= tf.constant(multiplier, dtype)
+        decay = None
+        if self.weight_decay and self._use_weight_decay(variable):
+            decay = 1.0 - tf.cast(self.weight_decay, dtype) * lr
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        if multiplier is not None and multiplier.ndim:  # per-slice rates: Keras' element-wise Adam
             if grad_scale is not None:
                 gradient = gradient * tf.cast(grad_scale, gradient.dtype)
-            self.update_step(gradient, variable, learning_rate)
+            if decay is not None:
+                variable.assign(variable * decay)
+            super().update_step(gradient, variable, lr)
             return
-        # One pass: g * grad_scale, var * (1 - wd * lr) (skipped by _apply_weight_decay), Adam.
-        adam = self._adam_arguments(variable, learning_rate)
-        one = tf.constant(1.0, tf.float32)
-        decay = one - tf.cast(self.weight_decay, tf.float32) * adam["lr"] if self._decays(variable) else one
-        ops.fused_adamw()(grad=tf.cast(gradient, tf.float32), decay=decay,
-                          grad_scale=one if grad_scale is None else tf.cast(grad_scale, tf.float32), **adam)
-
-    def _adam_arguments(self, variable, learning_rate) -> dict:
-        """The variable and slot handles and the scalars of ``ResourceApplyAdam`` (also the fused kernel's):
-        bias-corrected step size lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), in the variable's dtype."""
-        dtype = variable.dtype
-        local_step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        index = self._get_variable_index(variable)
-        return dict(var=variable.handle, m=self._momentums[index].handle, v=self._velocities[index].handle,
-                    lr=tf.cast(self._scaled_lr(variable, learning_rate), dtype),
-                    beta1_power=tf.pow(beta_1, local_step), beta2_power=tf.pow(beta_2, local_step),
-                    beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype))
-
-    def _decays(self, variable) -> bool:
-        return bool(self.weight_decay) and self._use_weight_decay(variable)
-
-    def update_step(self, gradient, variable, learning_rate):
-        multiplier = self._multiplier_by_key.get(self._var_key(variable))
-        if multiplier is not None and multiplier.ndim:  # per-slice rates: Keras' element-wise Adam
-            super().update_step(gradient, variable, self._scaled_lr(variable, learning_rate))
-            return
-        # Keras' Adam in one fused kernel per variable (the same formula: bias-corrected step size
-        # lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), m/(sqrt(v) + epsilon)) instead of ~10 element-wise ops, each
-        # a full pass over the variable; on CPU that is most of the optimizer's time.
-        tf.raw_ops.ResourceApplyAdam(grad=tf.cast(gradient, variable.dtype), use_locking=False,
-                                     **self._adam_arguments(variable, learning_rate))
-
-    def _apply_weight_decay(self, variables):
-        if not self.weight_decay:
-            return
-
-        def decay(distribution, variables):
-            learning_rate = self.learning_rate  # the schedule, evaluated once per step
-            for variable in variables:
-                if not self._use_weight_decay(variable):
-                    continue
-
-                def fn(var, variable=variable):
-                    if self._fuses(var):  # decayed inside the fused update
-                        return
-                    lr = self._scaled_lr(variable, learning_rate)
-                    # var * (1 - wd * lr): one pass over the variable (Keras: var - var * wd * lr, three).
-                    var.assign(var * (1.0 - tf.cast(self.weight_decay, var.dtype) * tf.cast(lr, var.dtype)))
-
-                target = variable.value if isinstance(variable, keras.Variable) else variable
-                distribution.extended.update(target, fn, group=False)
-
-        tf.__internal__.distribute.interim.maybe_merge_call(decay, self._distribution_strategy, variables)
+        adamw_update(variable, m, v, gradient, lr, tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype),
+                     tf.cast(self.epsilon, dtype), tf.cast(self.iterations + 1, dtype), decay, grad_scale)
 
 
-_PENDING_SCALE = threading.local()  # (optimizer, grad_scale) during XLNetAdamW.apply_scaled, per replica thread
+_SUMMED = threading.local()  # (optimizer, grad_scale) while summed gradients are applied, per replica thread
+
+
+@contextlib.contextmanager
+def _summed_gradients(optimizer, grad_scale=None):
+    """``optimizer`` (an XLNetAdamW) applies gradients already summed over replicas, times ``grad_scale``."""
+    _SUMMED.value = (optimizer, grad_scale)
+    try:
+        yield
+    finally:
+        _SUMMED.value = None
 
 
 def layerwise_lr_multipliers(model, rate: float) -> dict[str, np.ndarray | float]:
@@ -245,25 +216,27 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     # Variables outside this loss (e.g. mask_emb when fine-tuning without the query stream) get no update.
     pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
     grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not isinstance(inner, XLNetAdamW):
+        raise TypeError(f"apply_gradients_across_replicas needs create_optimizer's XLNetAdamW (which takes summed "
+                        f"gradients), got {type(inner).__name__}")
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
-        if not isinstance(getattr(optimizer, "inner_optimizer", optimizer), SummedGradients):
-            raise TypeError(f"{type(optimizer).__name__} would sum the already summed gradients again: use an "
-                            "optimizer with the SummedGradients mixin (e.g. create_optimizer's XLNetAdamW)")
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
     scale = None
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         scale = tf.cast(optimizer.scale_loss(tf.constant(1.0)), tf.float32)
         grads = [tf.cast(g, tf.float32) / scale for g in grads]
     norm = tf.linalg.global_norm(grads)
-    if isinstance(optimizer, XLNetAdamW):  # the clip multiply happens inside its (fused) update
-        optimizer.apply_scaled(grads, variables, _clip_scale(norm, clip_norm) if clip_norm > 0 else None)
+    clip_scale = _clip_scale(norm, clip_norm) if clip_norm > 0 else None
+    if scale is None:  # the clip multiply happens inside the update
+        optimizer.apply_summed(grads, variables, clip_scale)
         return norm
-    if clip_norm > 0:
-        grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-    if scale is not None:  # the LossScaleOptimizer unscales what it is given
-        grads = [g * scale for g in grads]
-    optimizer.apply(grads, variables)
+    # The LossScaleOptimizer checks the scaled gradients, then unscales what it is given.
+    if clip_scale is not None:
+        grads = [g * clip_scale for g in grads]
+    with _summed_gradients(inner):
+        optimizer.apply([g * scale for g in grads], variables)
     return norm
 
 

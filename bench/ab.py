@@ -1,0 +1,105 @@
+"""A/B timing of our training (or inference) step: two variants, interleaved, medians and their ratio.
+
+    python bench/ab.py --dtype float32 --disable matmul          # fast backend vs fast without one fast path
+    python bench/ab.py --dtype float32 --disable all             # fast backend vs the plain ops
+    python bench/ab.py --dtype mixed_bfloat16 --other /tmp/base  # this checkout vs another one (e.g. a
+                                                                  # `git worktree` of an older commit)
+
+In-process mode (``--disable``) traces the bench-small step (``bench_pretrain.OursTrain``) twice, with and
+without the named fast paths (``xlnet_tf.kernels.use``), and alternates their steps. ``--other`` alternates
+processes, one per checkout and round, since two versions of xlnet_tf cannot share a process. Ratios are B / A:
+above 1, B is slower. Use it on a quiet machine: the two variants share it, but noise still shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+_CHILD = """
+import json, os, sys, time
+tree = sys.argv[1]
+sys.path[:0] = [tree, os.path.join(tree, "bench")]
+from workload import BENCH_SMALL, INFER_BASE
+import bench_pretrain
+bench_pretrain.setup_tf(2)
+import xlnet_tf
+assert xlnet_tf.__file__.startswith(tree), xlnet_tf.__file__
+cls = bench_pretrain.OursInfer if sys.argv[3] == "infer" else bench_pretrain.OursTrain
+system = cls(INFER_BASE if sys.argv[3] == "infer" else BENCH_SMALL, dtype=sys.argv[2])
+for _ in range(3):
+    system.step()
+times = []
+for _ in range(int(sys.argv[4])):
+    start = time.perf_counter()
+    system.step()
+    times.append(time.perf_counter() - start)
+print(json.dumps(times))
+"""
+
+
+def _other_checkout(args):
+    trees = {"A (this)": os.path.dirname(HERE), "B (other)": os.path.abspath(args.other)}
+    times = {name: [] for name in trees}
+    for round_ in range(args.rounds):
+        for name, tree in (trees.items() if round_ % 2 == 0 else reversed(trees.items())):
+            out = subprocess.run([sys.executable, "-c", _CHILD, tree, args.dtype, args.mode, str(args.steps)],
+                                 check=True, capture_output=True, text=True).stdout
+            times[name] += json.loads(out.strip().splitlines()[-1])
+    return times
+
+
+def _in_process(args):
+    sys.path[:0] = [os.path.dirname(HERE), HERE]
+    import bench_pretrain
+    from workload import BENCH_SMALL, INFER_BASE
+
+    bench_pretrain.setup_tf(2)
+    from xlnet_tf import kernels
+
+    disable = {"all"} if args.disable == "all" else set(args.disable.split(","))
+    cls = bench_pretrain.OursInfer if args.mode == "infer" else bench_pretrain.OursTrain
+    cfg = INFER_BASE if args.mode == "infer" else BENCH_SMALL
+    systems = {}
+    for name, variant in (("A (fast)", kernels.use("fast")),
+                          (f"B (without {args.disable})",
+                           kernels.use("plain") if disable == {"all"} else kernels.use("fast", disable=disable))):
+        with variant:
+            systems[name] = cls(cfg, dtype=args.dtype)
+            systems[name].step()  # traced inside the variant's backend
+    times = {name: [] for name in systems}
+    for _ in range(args.rounds):
+        for name, system in systems.items():
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                system.step()
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "mixed_bfloat16"))
+    parser.add_argument("--mode", default="train", choices=("train", "infer"))
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--disable", help="comma list of fast paths (xlnet_tf/kernels/fast.py), or 'all'")
+    group.add_argument("--other", help="another checkout of this repository")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=3, help="steps per variant and round")
+    args = parser.parse_args()
+    times = _other_checkout(args) if args.other else _in_process(args)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    (a, ma), (b, mb) = medians.items()
+    print(f"{args.mode} {args.dtype}: {a} {ma:.3f} s, {b} {mb:.3f} s, B/A {mb / ma:.3f} "
+          f"({len(times[a])} steps each)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""The fast backend (``xlnet_tf.kernels.fast``) against the plain definitions it replaces: forward and every
+gradient, float32 and bfloat16, with and without dropout (the same mask from the same seed), shapes that are not
+multiples of the C++ kernels' 16 lanes; the one switch; the C++ kernels' errors for bad inputs."""
+
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf import kernels, ops
+from xlnet_tf.layers.attention import attention_probs
+from xlnet_tf.layers.feedforward import bias_activation_dropout
+from xlnet_tf.layers.linear import matmul
+from xlnet_tf.layers.normalization import residual_layer_norm
+
+needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
+                                    reason="no C++ compiler: the custom kernels cannot be built here")
+
+
+def _run(backend, fn, inputs, dy):
+    """fn(*inputs) and its gradients w.r.t. inputs (output gradient dy), traced with ``backend``; also the op
+    types of the traced graph."""
+    @tf.function
+    def step(*inputs):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            y = fn(*inputs)
+        return [y] + tape.gradient(y, list(inputs), output_gradients=tf.cast(dy, y.dtype))
+
+    with kernels.use(backend):
+        graph = step.get_concrete_function(*inputs).graph
+    op_types = {op.type for op in graph.get_operations()}
+    return [tf.cast(t, tf.float32).numpy() for t in step(*inputs)], op_types
+
+
+def _compare(fn, inputs, dy, op_type, names, tolerance):
+    fast, fast_ops = _run("fast", fn, inputs, dy)
+    plain, plain_ops = _run("plain", fn, inputs, dy)
+    assert op_type in fast_ops and op_type not in plain_ops
+    for name, a, b in zip(names, fast, plain):
+        scale = np.abs(b).max()
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * scale, err_msg=name)
+    return fast, plain
+
+
+def _normal(rng, shape, dtype, scale=1.0):
+    return tf.cast(tf.constant(rng.normal(size=shape) * scale, tf.float32), dtype)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype,with_bias,with_dropout,depth", [
+    (tf.float32, True, True, 64), (tf.float32, False, False, 40), (tf.float32, False, True, 40),
+    (tf.bfloat16, True, True, 64)])
+def test_residual_layer_norm(dtype, with_bias, with_dropout, depth):
+    rng = np.random.default_rng(3)
+    shape = (3, 37, depth)
+    gamma = tf.constant(rng.normal(1.0, 0.1, size=depth), tf.float32)
+    beta, bias = (tf.constant(rng.normal(0.0, 0.1, size=depth), tf.float32) for _ in range(2))
+    seed = tf.constant([7, 11]) if with_dropout else None
+    inputs = [_normal(rng, shape, dtype), _normal(rng, shape, dtype), gamma, beta] + ([bias] if with_bias else [])
+
+    def fn(out, x, gamma, beta, *bias):
+        return residual_layer_norm(out, x, gamma, beta, 1e-12, 0.1, seed, bias=bias[0] if bias else None)
+
+    # bfloat16 outputs are rounded once: at most one ulp apart; parameter gradients sum 111 rows in float32.
+    _compare(fn, inputs, _normal(rng, shape, dtype), "XlnetResidualLayerNorm",
+             ["y", "d_out", "d_x", "d_gamma", "d_beta", "d_bias"], 2 ** -7 if dtype == tf.bfloat16 else 2e-5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate", [
+    (tf.float32, "content", True, 3, 0.1), (tf.float32, "content", False, None, 0.0),
+    (tf.float32, "query", True, 3, 0.1), (tf.float32, "content", True, 1, 0.0),
+    (tf.bfloat16, "content", True, 3, 0.1), (tf.bfloat16, "query", False, 1, 0.1)])
+def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
+    """Relative shift or query-position gather, segment term, mask, softmax and dropout: N=2, B=3, K=37 (13
+    memory + 24 current keys); the gradients of ac, bd (zero outside each row's shifted window) and ef."""
+    rng = np.random.default_rng(5)
+    n, b, mlen, qlen = 2, 3, 13, 24
+    klen = mlen + qlen
+    if stream == "content":
+        q, rlen, query_pos = qlen, klen + qlen, None
+    else:  # the query stream: 5 target rows at random positions; a table shorter than the reach (clamped)
+        q, rlen = 5, klen + 1
+        query_pos = tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32)
+    inputs = [_normal(rng, (n, b, q, klen), dtype, 3), _normal(rng, (n, b, q, rlen), dtype, 3)]
+    segment_diff = None
+    if with_segment:
+        inputs.append(_normal(rng, (n, b, q, 1), dtype))
+        segment_diff = tf.constant(rng.random((b, q, klen)) < 0.5)
+    mask = None
+    if mask_batch is not None:
+        blocked = rng.random((mask_batch, q, klen)) < 0.3
+        blocked[0, 1, :] = True  # a fully masked row: uniform, as TensorFlow's softmax gives it
+        mask = tf.constant(np.where(blocked, -1e30, 0.0).astype(np.float32))
+    seed = tf.constant([17, 23])
+
+    def fn(ac, bd, *ef):
+        return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed)
+
+    fast, plain = _compare(fn, inputs, _normal(rng, (n, b, q, klen), dtype), "XlnetAttentionProbs",
+                           ["prob", "d_ac", "d_bd", "d_ef"], 2 ** -7 if dtype == tf.bfloat16 else 1e-5)
+    if rate:  # the same elements dropped: the seed's mask is hashed inside the kernel
+        np.testing.assert_array_equal(fast[0] == 0, plain[0] == 0)
+        assert (fast[0] == 0).mean() > 0.05
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype,activation,with_dropout", [
+    (tf.float32, "gelu", True), (tf.float32, "gelu", False), (tf.float32, "relu", True),
+    (tf.bfloat16, "gelu", True)])
+def test_bias_activation_dropout(dtype, activation, with_dropout):
+    rng = np.random.default_rng(11)
+    shape = (3, 37, 40)
+    seed = tf.constant([5, 9]) if with_dropout else None
+
+    def fn(h, bias):
+        return bias_activation_dropout(h, bias, activation, 0.1, seed)
+
+    fast, plain = _compare(fn, [_normal(rng, shape, dtype, 2), _normal(rng, shape[-1:], dtype)],
+                           _normal(rng, shape, dtype), "XlnetBiasActivationDropout", ["y", "d_h", "d_bias"],
+                           2 ** -7 if dtype == tf.bfloat16 else 2e-5)
+    if with_dropout:
+        np.testing.assert_array_equal(fast[0] == 0, plain[0] == 0)
+
+
+@pytest.mark.parametrize("transpose_weight", [False, True])
+def test_matmul_runs_transposed_products_batched(transpose_weight):
+    """Only the kernel changes: the values and both gradients are tf.matmul's, and no product with a transposed
+    operand is left on 2-D ``MatMul``."""
+    rng = np.random.default_rng(11)
+    weight = _normal(rng, (4, 5) if transpose_weight else (5, 4), tf.float32)
+    fast, _ = _compare(lambda r, w: matmul(r, w, transpose_weight), [_normal(rng, (6, 5), tf.float32), weight],
+                       _normal(rng, (6, 4), tf.float32), "BatchMatMulV2", ["y", "d_rows", "d_weight"], 1e-6)
+
+    @tf.function
+    def products(rows, weight):
+        with tf.GradientTape() as tape:
+            tape.watch([rows, weight])
+            y = matmul(rows, weight, transpose_weight)
+        return tape.gradient(y, [rows, weight])
+
+    graph = products.get_concrete_function(tf.zeros([6, 5]), weight).graph
+    assert not [op.name for op in graph.get_operations() if op.type == "MatMul"
+                and (op.get_attr("transpose_a") or op.get_attr("transpose_b"))]
+
+
+def test_the_switch(monkeypatch):
+    """XLNET_TF_KERNELS selects the process's backend; a bad value is an error naming the variable; use()
+    overrides it for what is traced inside, and can leave out single fast paths."""
+    monkeypatch.setenv("XLNET_TF_KERNELS", "plian")
+    kernels._process_backend.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="XLNET_TF_KERNELS='plian': expected one of fast, plain"):
+            kernels.backend()
+        monkeypatch.setenv("XLNET_TF_KERNELS", "plain")
+        kernels._process_backend.cache_clear()
+        assert kernels.backend() == "plain"
+        with kernels.use("fast"):
+            assert kernels.backend() == "fast"
+    finally:
+        kernels._process_backend.cache_clear()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        with kernels.use("slow"):
+            pass
+
+    def op_types(**use):
+        with kernels.use("fast", **use):
+            graph = tf.function(lambda r, w: matmul(r, w, True)).get_concrete_function(
+                tf.zeros([2, 3]), tf.zeros([4, 3])).graph
+        return {op.type for op in graph.get_operations()}
+
+    assert "BatchMatMulV2" in op_types() and "BatchMatMulV2" not in op_types(disable={"matmul"})
+
+
+@needs_compiler
+def test_fast_paths_fall_back_inside_xla():
+    """XLA (jit_compile, TPUs) cannot run the C++ kernels: the plain ops are traced there, with the same values."""
+    rng = np.random.default_rng(2)
+    out, x = _normal(rng, (4, 40), tf.float32), _normal(rng, (4, 40), tf.float32)
+    fn = tf.function(lambda o, x: residual_layer_norm(o, x, tf.ones([40]), tf.zeros([40]), 1e-12), jit_compile=True)
+    with kernels.use("plain"):
+        want = residual_layer_norm(out, x, tf.ones([40]), tf.zeros([40]), 1e-12)
+    np.testing.assert_allclose(fn(out, x).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_kernels_reject_bad_shapes():
+    forward, _ = ops.residual_layer_norm()
+    rows, vec = tf.zeros([4, 8]), tf.zeros([8])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="gamma/beta must be \\[8\\], got \\[7\\]"):
+        forward(rows, rows, tf.zeros([0]), tf.zeros([7]), vec, tf.zeros([0], tf.int32), has_bias=False,
+                has_dropout=False, threshold=0, scale=1.0, epsilon=1e-12)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"seed must be \[2\], got \[3\]"):
+        forward(rows, rows, tf.zeros([0]), vec, vec, tf.zeros([3], tf.int32), has_bias=False,
+                has_dropout=True, threshold=0, scale=1.0, epsilon=1e-12)
+
+    forward, backward = ops.attention_probs()
+    scores, table = tf.zeros([2, 3, 4, 8]), tf.zeros([2, 3, 4, 12])
+    pos = tf.zeros([3, 4], tf.int32)
+    args = dict(has_segment=False, has_mask=True, has_dropout=False, threshold=0, scale=1.0)
+    none = dict(ef=tf.zeros([0]), segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([0], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask must be \[1 or B, Q, K\] = \[3, 4, 8\], got \[3,4,7\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([3, 4, 7]), query_pos=pos, **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bd must be \[N, B, Q, R\]"):
+        forward(ac=scores, bd=tf.zeros([2, 3, 5, 12]), mask=tf.zeros([1, 4, 8]), query_pos=pos, **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"query_pos must be \[B, Q\] = \[3, 4\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=tf.zeros([4, 3], tf.int32), **none, **args)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"seed must be \[2\]"):
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos, ef=tf.zeros([0]),
+                segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([3], tf.int32), **dict(args, has_dropout=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"softmax must be shaped like d_prob"):
+        backward(d_prob=scores, softmax=tf.zeros([2, 3, 4, 7]), segment_diff=tf.zeros([0], tf.bool),
+                 seed=tf.zeros([0], tf.int32), query_pos=pos, position_len=12, has_segment=False, has_dropout=False,
+                 threshold=0, scale=1.0)
+
+    forward, backward = ops.bias_activation_dropout()
+    attrs = dict(activation="gelu", has_dropout=False, threshold=0, scale=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"bias must be \[8\], got \[7\]"):
+        forward(tf.zeros([4, 8]), tf.zeros([7]), tf.zeros([0], tf.int32), **attrs)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"dy must be shaped like h"):
+        backward(tf.zeros([4, 7]), tf.zeros([4, 8]), tf.zeros([8]), tf.zeros([0], tf.int32), **attrs)

@@ -1,0 +1,76 @@
+"""Dropout's mask, defined once for the plain ops and the C++ kernels (which hash the same bits themselves).
+
+Each element gets 16 random bits, two per 32-bit word, and is kept iff its bits (read as int16) are at or above
+``round(rate * 2^16) - 2^15``. The realised rate is ``round(rate * 2^16) / 2^16`` (0.1 -> 0.100006), and kept
+elements are scaled by exactly ``1 / (1 - realised rate)``, so dropout stays unbiased.
+
+Word ``i`` of a call with seed ``(s0, s1)`` is ``F(F(F(i ^ k0) + k1) ^ k0)``, with F MurmurHash3's 32-bit
+finalizer (a bijection with full avalanche), ``k0 = F(s0 + 0x9E3779B9)`` and ``k1 = F(s1 ^ k0)``: a counter
+hash, so the mask depends only on the seed and the element's index, on every device. (TensorFlow's Philox
+generator draws the same amount of randomness several times slower on CPU.)
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+_LEVELS = 2 ** 16
+
+
+def keep_probability(rate: float) -> float:
+    """The probability that an element is kept: ``1 - round(rate * 2^16) / 2^16``."""
+    return 1.0 - round(rate * _LEVELS) / _LEVELS
+
+
+def keep_threshold(rate: float) -> int:
+    """The int16 threshold: keep iff bits >= ``round(rate * 2^16) - 2^15`` (the signed view of 16 bits)."""
+    return round(rate * _LEVELS) - _LEVELS // 2
+
+
+def _mix(v):
+    """MurmurHash3's 32-bit finalizer (fmix32) on uint32 values."""
+    def shift_xor(v, bits):
+        return tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, tf.constant(bits, tf.uint32)))
+    v = shift_xor(v, 16) * tf.constant(0x85EBCA6B, tf.uint32)
+    v = shift_xor(v, 13) * tf.constant(0xC2B2AE35, tf.uint32)
+    return shift_xor(v, 16)
+
+
+def hash_words(count, seed):
+    """``count`` uniform uint32 words from ``seed`` (int [2]): word i = F(F(F(i ^ k0) + k1) ^ k0)."""
+    s = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
+    k0 = _mix(s[0] + tf.constant(0x9E3779B9, tf.uint32))
+    k1 = _mix(tf.bitwise.bitwise_xor(s[1], k0))
+    i = tf.bitcast(tf.range(count, dtype=tf.int32), tf.uint32)
+    return _mix(tf.bitwise.bitwise_xor(_mix(_mix(tf.bitwise.bitwise_xor(i, k0)) + k1), k0))
+
+
+# Compiled by XLA into one vectorised loop (inlined under whole-step XLA and on TPU); op by op, the ten uint32
+# passes would cost more than the rest of dropout.
+@tf.function(jit_compile=True, autograph=False)
+def _words(words_shape, seed):
+    return tf.reshape(hash_words(tf.reduce_prod(words_shape), seed), words_shape)
+
+
+def random_bits(shape, seed, static_last=None):
+    """Uniform int16 values of ``shape`` (int [rank]) from ``seed`` (int [2]): two per 32-bit word, in order."""
+    if static_last is not None and static_last % 2 == 0:
+        words = _words(tf.concat([shape[:-1], [static_last // 2]], 0), seed)
+        return tf.reshape(tf.bitcast(words, tf.int16), shape)  # [..., last/2, 2] -> [..., last]: a view
+    size = tf.reduce_prod(shape)
+    words = _words(tf.reshape((size + 1) // 2, [1]), seed)
+    return tf.reshape(tf.reshape(tf.bitcast(words, tf.int16), [-1])[:size], shape)
+
+
+def keep_mask(x, rate: float, seed):
+    """bool, shaped like ``x``: the elements that dropout at ``rate`` with ``seed`` (int [2]) keeps."""
+    bits = random_bits(tf.shape(x), seed, x.shape[-1] if x.shape.rank else None)
+    return bits >= tf.constant(keep_threshold(rate), tf.int16)
+
+
+def dropout(x, rate: float, seed):
+    """``x * keep / keep_probability(rate)``; ``seed`` None (or rate 0): x unchanged."""
+    if seed is None or rate == 0:
+        return x
+    scale = tf.constant(1.0 / keep_probability(rate), x.dtype)
+    return x * (tf.cast(keep_mask(x, rate, seed), x.dtype) * scale)
