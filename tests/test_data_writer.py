@@ -246,6 +246,27 @@ def test_writer_refuses_impossible_settings(corpus, tmp_path):
         cpd.run(config(tmp_path / "nothing*.txt", tmp_path))
 
 
+def test_too_little_text_is_an_error_that_says_why(tmp_path):
+    """A corpus too short for one host batch writes no manifest (no 'complete' data set of 0 records) and says
+    how much text one batch needs."""
+    (tmp_path / "short.txt").write_text("A few words.\nNot enough for a batch.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"produced no pretraining records: \d+ tokens from 1 files .*\(about 64 "
+                                         r"tokens\)\. Give more text"):
+        cpd.run(config(tmp_path / "short.txt", tmp_path / "out"))
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="0 tokens from 1 files"):
+        cpd.run(config(tmp_path / "empty.txt", tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_surprising_num_predict_is_warned_about(caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING)
+    dataclasses.replace(SETTINGS, seq_len=128, reuse_len=64, num_predict=100).validate()
+    assert "--num_predict=100 makes 78% of the 128 tokens prediction targets" in caplog.text
+
+
 def test_cli_refuses_with_flag_name(tmp_path):
     r = subprocess.run([sys.executable, "-m", "xlnet_tf.data.create_pretraining_data", f"--input_glob={BROWN}",
                         f"--sp_path={SP_MODEL}", f"--save_dir={tmp_path}", "--seq_len=64", "--reuse_len=32",

@@ -48,7 +48,10 @@ class XLNetTokenizer:
         self.model_file = model_file
         self.lower = lower
         self.sp = spm.SentencePieceProcessor()
-        self.sp.Load(model_file)
+        try:
+            self.sp.Load(model_file)
+        except (OSError, RuntimeError) as error:  # sentencepiece raises OSError for a file it cannot parse
+            raise ValueError(f"{model_file}: not a SentencePiece model ({error})") from None
         check_special_ids(self.sp, model_file)
 
     @property

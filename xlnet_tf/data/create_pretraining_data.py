@@ -395,8 +395,9 @@ def run(cfg: WriterConfig) -> dict:
     rows, sent_rows = ex.layout_rows(tokens, sent_ids, s.bsz_per_host, s.num_core_per_host, s.bi_data)
     total_batches = ex.num_host_batches(rows.shape[1], s)
     if total_batches == 0:
-        log.warning("task %d: %d tokens are too few for one host batch (%d rows of at least seq_len=%d)",
-                    cfg.task, len(tokens), rows.shape[0], s.seq_len)
+        if cfg.num_task == 1:
+            raise ValueError(_no_records_message(cfg, report))
+        log.warning("task %d: %s", cfg.task, _no_records_message(cfg, report))
     input_sha = hashlib.sha256("".join(t.sha256 for t in tokenized).encode()).hexdigest()
     identity = dict(params=params, seed=cfg.seed, original_span_bug=s.original_span_bug, input_sha256=input_sha,
                     batches_per_shard=cfg.batches_per_shard, num_task=cfg.num_task)
@@ -444,11 +445,23 @@ def run(cfg: WriterConfig) -> dict:
             "num_task": cfg.num_task, "shards": shards, "input_report": report}
     mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)
     manifest = mf.merge_parts(cfg.save_dir, cfg.split)
+    if manifest["complete"] and manifest["num_records"] == 0:
+        raise ValueError(f"no writer task produced a record; this task's input: {_no_records_message(cfg, report)}")
     mf.write_json_atomic(os.path.join(cfg.save_dir, mf.manifest_name(cfg.split)), manifest)
     log.info("task %d done: %d records in %d shards (%.1f s); manifest: %d records, complete=%s", cfg.task,
              sum(x["num_records"] for x in shards), len(shards), time.time() - t0, manifest["num_records"],
              manifest["complete"])
     return manifest
+
+
+def _no_records_message(cfg: WriterConfig, report: dict) -> str:
+    """Why the input makes no record: its size against what one host batch needs."""
+    s = cfg.settings
+    rows = s.bsz_per_host // (2 if s.bi_data else 1)
+    return (f"--input_glob={cfg.input_glob!r} produced no pretraining records: {report['tokens']} tokens from "
+            f"{report['files']} files ({report['lines']} lines, {report['bad_lines']} unusable), but one host batch "
+            f"lays the text out in {rows} rows of at least seq_len={s.seq_len} tokens each "
+            f"(about {rows * s.seq_len} tokens). Give more text, or a smaller batch size or --seq_len.")
 
 
 def _remove_stale_temps(cfg: WriterConfig) -> None:

@@ -21,8 +21,12 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+from absl import logging
 
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE
+
+# More targets than this fraction of the sequence is legal, but rarely what a user meant: warned about.
+MAX_TARGET_FRACTION = 1 / 3
 
 MAX_GRAM = 5
 # The original's `_is_start_piece` punctuation set (string.punctuation with a duplicated quote).
@@ -100,6 +104,10 @@ class ExampleSettings:
                               f"targets but holds only seq_len-reuse_len-3={self.tot_len} text tokens")
         if errors:
             raise ValueError("impossible data settings:\n  " + "\n  ".join(errors))
+        if self.num_predict > self.seq_len * MAX_TARGET_FRACTION:
+            logging.warning("--num_predict=%d makes %.0f%% of the %d tokens prediction targets (the original "
+                            "predicts 85 of 512, 17%%): most of the context the targets are predicted from is gone",
+                            self.num_predict, 100 * self.num_predict / self.seq_len, self.seq_len)
 
 
 # ----------------------------------------------------------------------------------------------------------
