@@ -154,3 +154,29 @@ def test_convert_release_directory_then_load_native(tmp_path):
                                   from_tf1(batch)["sequence_output"].numpy())
     with pytest.raises(ValueError, match="does not hold every XLNet variable"):
         load_pretrained(XLNetModel(XLNetConfig(**dict(TINY, n_layer=3))), str(out_dir))
+
+
+@pytest.mark.parametrize("layout", ["native", "tf1"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+@pytest.mark.parametrize("part", ["index", "data"])
+def test_damaged_checkpoint_is_a_clear_error_and_nothing_is_assigned(tmp_path, layout, damage, part):
+    """A half-copied or foreign checkpoint file: a ValueError naming the checkpoint (TensorFlow's own errors say
+    'Read less bytes than requested' or 'not an sstable' without a file), and the model keeps its weights."""
+    from xlnet_tf.checkpoint import native_checkpoint
+
+    cfg = XLNetConfig(n_layer=1, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20)
+    source = XLNetModel(cfg)
+    if layout == "native":
+        prefix = native_checkpoint(source).write(str(tmp_path / "ckpt"))
+    else:
+        prefix = write_tf1_checkpoint({n: v.numpy() for n, v in source.tf1_variables().items()},
+                                      str(tmp_path / "xlnet_model.ckpt"))
+    path = prefix + (".index" if part == "index" else ".data-00000-of-00001")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2] if damage == "truncated" else b"garbage" * 10)
+    target = XLNetModel(cfg)
+    before = [w.numpy() for w in target.weights]
+    with pytest.raises(ValueError, match=f"{prefix}: unreadable checkpoint"):
+        load_pretrained(target, prefix)
+    for w, b in zip(target.weights, before):
+        np.testing.assert_array_equal(w.numpy(), b)

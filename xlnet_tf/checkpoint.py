@@ -38,6 +38,25 @@ def resolve_checkpoint(path: str) -> str:
     return path
 
 
+# What TensorFlow raises for a truncated, corrupt or foreign file: "not an sstable", "Read less bytes than
+# requested", a failed CRC check...
+_UNREADABLE = (tf.errors.OpError, IndexError, UnicodeDecodeError)
+
+
+def _unreadable(prefix: str, error: Exception) -> ValueError:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ValueError(f"{prefix}: unreadable checkpoint (truncated, corrupt, or not a TensorFlow checkpoint): "
+                      f"{message}")
+
+
+def open_checkpoint(prefix: str) -> tf.train.CheckpointReader:
+    """``tf.train.load_checkpoint`` with a ValueError naming the checkpoint if it cannot be read."""
+    try:
+        return tf.train.load_checkpoint(prefix)
+    except _UNREADABLE as error:
+        raise _unreadable(prefix, error) from None
+
+
 def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     """Loads a checkpoint in the original release's TF1 layout into ``model``.
 
@@ -48,7 +67,7 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     loading into the bare network).
     """
     prefix = resolve_checkpoint(ckpt_prefix)
-    reader = tf.train.load_checkpoint(prefix)
+    reader = open_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     wanted = model.tf1_variables()
 
@@ -65,7 +84,10 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     if problems:
         raise ValueError(f"{prefix}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
 
-    values = {name: reader.get_tensor(name) for name in wanted}
+    try:
+        values = {name: reader.get_tensor(name) for name in wanted}
+    except _UNREADABLE as error:
+        raise _unreadable(prefix, error) from None
     for name, var in wanted.items():
         var.assign(np.asarray(values[name], dtype=var.dtype))
     return sorted(n for n in shapes if n not in wanted and not _IGNORED.search(n))
@@ -86,8 +108,7 @@ def write_tf1_checkpoint(tensors: dict[str, np.ndarray], prefix: str) -> str:
 
 def is_tf1_checkpoint(prefix: str) -> bool:
     """True for a name-based (TF1) checkpoint, False for an object-based one written by ``tf.train.Checkpoint``."""
-    reader = tf.train.load_checkpoint(prefix)
-    return "_CHECKPOINTABLE_OBJECT_GRAPH" not in reader.get_variable_to_shape_map()
+    return "_CHECKPOINTABLE_OBJECT_GRAPH" not in open_checkpoint(prefix).get_variable_to_shape_map()
 
 
 def native_checkpoint(model) -> tf.train.Checkpoint:
@@ -122,6 +143,8 @@ def load_pretrained(model, path: str) -> None:
     except (AssertionError, ValueError) as e:
         raise ValueError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
                          f"(different config?): {e}") from None
+    except _UNREADABLE as error:
+        raise _unreadable(prefix, error) from None
     finally:
         if status is not None:
             status.expect_partial()
