@@ -588,3 +588,32 @@ def test_cross_entropy_rejects_labels_outside_the_vocabulary():
         sparse_softmax_cross_entropy(logits, tf.constant([[0, 1, 50], [0, 0, 0]]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="negative label id"):
         sparse_softmax_cross_entropy(logits, tf.constant([[0, 1, -1], [0, 0, 0]]))
+
+
+def test_dropout_seed_states_restore_the_next_masks(tmp_path):
+    """A checkpoint holding ``seed_states`` resumes the dropout stream: after restoring, a fresh model draws the
+    masks the original draws next (without them it would replay the masks of step 0)."""
+    from xlnet_tf.layers.dropout import seed_states
+
+    cfg = dict(TINY)
+    inputs = model_inputs(**random_batch(np.random.default_rng(31)))
+    model = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.3, dropatt=0.3))
+    fresh = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.3, dropatt=0.3))
+    fresh.set_weights(model.get_weights())
+    assert len(seed_states(model)) == 3 + 4 * cfg["n_layer"]  # embedding, output, position; 4 per layer
+
+    def copy_seeds():
+        for source, target in zip(seed_states(model), seed_states(fresh)):
+            target.assign(source)
+
+    copy_seeds()
+    first = model(inputs, training=True)["lm_logits"].numpy()
+    np.testing.assert_array_equal(fresh(inputs, training=True)["lm_logits"].numpy(), first)
+    path = tf.train.Checkpoint(seeds=seed_states(model)).write(str(tmp_path / "ckpt"))
+    expected = model(inputs, training=True)["lm_logits"].numpy()
+    assert not np.array_equal(expected, first)
+    for state in seed_states(fresh):  # a restarted process: seeds of its own
+        state.assign(state + 1000)
+    assert not np.array_equal(fresh(inputs, training=True)["lm_logits"].numpy(), expected)
+    tf.train.Checkpoint(seeds=seed_states(fresh)).read(path).assert_consumed()
+    np.testing.assert_array_equal(fresh(inputs, training=True)["lm_logits"].numpy(), expected)

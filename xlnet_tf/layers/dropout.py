@@ -24,3 +24,11 @@ class Dropout(keras.layers.Dropout):
         """This call's seed (int [2]) when dropout is on, for a function that applies the mask itself; else
         None (and no seed is drawn)."""
         return self.seed_generator.next() if training and self.rate > 0 else None
+
+
+def seed_states(model) -> list:
+    """The seed-generator state of every dropout layer in ``model``, in layer order: what a training checkpoint
+    must hold (beside weights, optimizer and step) for a resumed run to draw the masks an uninterrupted run
+    would have drawn."""
+    return [layer.seed_generator.state for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, keras.layers.Dropout)]
