@@ -57,8 +57,10 @@ def matmul(rows, weight, transpose_weight: bool = False):
     return product(rows, weight)
 
 
-def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None):
-    if ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4 or not _native(ops.attention_probs):
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None):
+    # The kernel reads the position term for consecutive keys only (key j at coordinate j).
+    if (key_pos is not None or ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4
+            or not _native(ops.attention_probs)):
         return NotImplemented
     forward, backward = ops.attention_probs()
     shape = tf.shape(ac)

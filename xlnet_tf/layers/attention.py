@@ -13,10 +13,12 @@ the query stream ``g`` uses the *same* weights, only for the P predicted positio
 not see its own token). Hidden states are batch-major [B, L, D]; inside the layer heads are head-major
 [N, B, L, H] and scores [N, B, Lq, K], so every attention product is one batched matmul.
 
-Position term: row ``r`` of the encoding is the distance ``klen - r``. The content stream's rows are the
-consecutive positions ``mlen + i``, so the Transformer-XL skew applies (``rel_shift``). The query stream's rows
-sit at arbitrary positions (the predicted targets), so their row is gathered (``gather_relative``, index
-``klen - (query_pos - j)``): the same numbers, for P rows instead of the original's scatter into all L rows.
+Position term: row ``r`` of the encoding is the distance ``klen - r``, and a query at key coordinate ``p_q`` reads
+key ``j`` (at ``p_k``) in row ``klen - (p_q - p_k)``. XLNet's content stream sits at the consecutive coordinates
+``mlen + i`` against the consecutive keys ``0..klen-1``, so the Transformer-XL skew applies (``rel_shift``). The
+query stream's rows sit at arbitrary positions (the predicted targets), and with explicit position ids (UniLMv2's
+and MPNet's appended copies sit at the positions of the tokens they copy) keys do too: there the row is gathered
+(``gather_relative``), which picks the same numbers as the skew on consecutive positions.
 """
 
 from __future__ import annotations
@@ -44,31 +46,35 @@ def rel_shift(scores, klen):
     return tf.reshape(flat, tf.concat([lead, [qlen, rlen - 1]], 0))[..., :klen]
 
 
-def gather_relative(scores, query_pos, klen):
-    """Position term of queries at arbitrary positions: head-major [N, B, Q, R] -> [N, B, Q, klen].
+def gather_relative(scores, query_pos, klen, key_pos=None):
+    """Position term of queries and keys at arbitrary positions: head-major [N, B, Q, R] -> [N, B, Q, klen].
 
-    ``query_pos`` [B, Q] are key coordinates (``mlen + i`` for position ``i`` of the segment); keys are the
-    ``klen`` consecutive positions ``0..klen-1``, and key ``j`` reads column ``klen - (query_pos - j)``. Columns
-    past the table (future keys of 'uni' attention, which its mask blocks) are clamped.
+    ``query_pos`` [B, Q] and ``key_pos`` [B, klen] are key coordinates (``mlen + i`` for position ``i`` of the
+    segment, memory at ``0..mlen-1``); ``key_pos`` None: the consecutive keys ``0..klen-1``. Key ``j`` of query
+    ``i`` reads column ``klen - (query_pos[i] - key_pos[j])``. Columns past the table (future keys of 'uni'
+    attention, which its mask blocks) are clamped.
     """
     rlen = tf.shape(scores)[-1]
-    index = klen - query_pos[:, :, None] + tf.range(klen)[None, None, :]
+    if key_pos is None:
+        key_pos = tf.range(klen)[None, :]
+    index = klen - query_pos[:, :, None] + key_pos[:, None, :]
     index = tf.clip_by_value(index, 0, rlen - 1)  # [B, Q, klen], the same for every head
     index = tf.broadcast_to(index[None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
     return tf.gather(scores, index, batch_dims=3)
 
 
 @kernels.fast_path
-def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None):
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None):
     """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` over the keys: [N, B, Q, K] in ac's dtype.
 
     ac [N, B, Q, K] content scores; bd [N, B, Q, R] position scores against every encoding row, shifted by
     ``rel_shift`` (``query_pos`` None: rows are the last Q of K consecutive positions) or gathered at
-    ``query_pos`` [B, Q]; ef [N, B, Q, 1] and segment_diff bool [B, Q, K], or both None; mask: additive float32
-    [B|1, Q, K] or None. The sum and the softmax run in float32. Attention dropout at ``rate`` with ``seed`` (None: off).
+    ``query_pos`` [B, Q] against keys at ``key_pos`` [B, K] (None: consecutive); ef [N, B, Q, 1] and segment_diff
+    bool [B, Q, K], or both None; mask: additive float32 [B|1, Q, K] or None. The sum and the softmax run in
+    float32. Attention dropout at ``rate`` with ``seed`` (None: off).
     """
     klen = tf.shape(ac)[-1]
-    bd = rel_shift(bd, klen) if query_pos is None else gather_relative(bd, query_pos, klen)
+    bd = rel_shift(bd, klen) if query_pos is None else gather_relative(bd, query_pos, klen, key_pos)
     score = tf.cast(ac, tf.float32) + tf.cast(bd, tf.float32)
     if ef is not None:
         score += tf.cast(ef, tf.float32) * tf.cast(segment_diff, tf.float32)
@@ -96,6 +102,8 @@ class RelativeAttention(keras.layers.Layer):
       segment_diff: bool [B, L, M+L], True where query and key are in different segments (None: no term).
       query: g [B, P, D] or None; query_pos: [B, P] key coordinates of g's rows; query_segment_diff: [B, P, M+L];
       query_weight: [B, P] multiplies the query stream's attention vectors (0 for padded target rows).
+      content_pos: [B, L] key coordinates of h's rows and key_pos [B, M+L] of the keys, or both None (XLNet:
+        consecutive positions); explicit positions use the gathered position term in both streams.
     Returns (h_out [B, L, D], g_out [B, P, D] or None).
     """
 
@@ -127,7 +135,8 @@ class RelativeAttention(keras.layers.Layer):
         return tf.transpose(tf.reshape(y, [shape[0], shape[1], self.n_head, self.d_head]), [2, 0, 1, 3])
 
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
-             query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, training=None):
+             query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
+             key_pos=None, training=None):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
@@ -135,16 +144,18 @@ class RelativeAttention(keras.layers.Layer):
         k, v = self._project(keys, "k"), self._project(keys, "v")  # [N, B, K, H]
         # The position encoding is shared by the batch: projected once, [N, X, R, H].
         k_r = self._project(tf.cast(position, dtype), "r")
-        h_out = self._attend(content, k, v, k_r, biases, None, content_mask, segment_diff, None, training)
+        h_out = self._attend(content, k, v, k_r, biases, content_pos, key_pos, content_mask, segment_diff, None,
+                             training)
         if query is None:
             return h_out, None
-        g_out = self._attend(tf.cast(query, dtype), k, v, k_r, biases, query_pos, query_mask, query_segment_diff,
-                             query_weight, training)
+        g_out = self._attend(tf.cast(query, dtype), k, v, k_r, biases, query_pos, key_pos, query_mask,
+                             query_segment_diff, query_weight, training)
         return h_out, g_out
 
-    def _attend(self, x, k, v, k_r, biases, query_pos, mask, segment_diff, weight, training):
+    def _attend(self, x, k, v, k_r, biases, query_pos, key_pos, mask, segment_diff, weight, training):
         """One stream: queries from x [B, Lq, D] (rows at ``query_pos``, or the consecutive content rows) against
-        keys/values [N, B, K, H] -> LayerNorm(x + dropout(W_o attention)) [B, Lq, D]."""
+        keys/values [N, B, K, H] (at ``key_pos``, or consecutive) -> LayerNorm(x + dropout(W_o attention))
+        [B, Lq, D]."""
         q = self._project(x, "q")
         scale = tf.cast(self.scale, q.dtype)
 
@@ -160,7 +171,7 @@ class RelativeAttention(keras.layers.Layer):
             seg = tf.transpose(biases["seg_embed"], [1, 0, 2])  # [N, 2, H]
             ef = tf.einsum("nbqh,nh->nbq", scaled_query("r_s"), seg[:, 1] - seg[:, 0])[..., None]
         prob = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, self.dropatt,
-                               self._attention_dropout.call_seed(training))
+                               self._attention_dropout.call_seed(training), key_pos=key_pos)
         attn = tf.matmul(prob, v)  # [N, B, Lq, H]
         if weight is not None:
             attn *= tf.cast(weight, attn.dtype)[None, :, :, None]

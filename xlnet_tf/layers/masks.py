@@ -36,6 +36,16 @@ def causal_mask(qlen, mlen, same_length: bool = False):
     return blocked
 
 
+def key_blocked(perm_mask, mlen, padding_mask=None):
+    """bool [B, Q, mlen + L]: ``perm_mask`` [B, Q, L] (1 = may not attend) over ``[memory ; segment]`` keys, the
+    memory visible and the padding keys (``padding_mask`` [B, L], 0 = padding) blocked."""
+    blocked = tf.cast(perm_mask, tf.float32) > 0
+    if padding_mask is not None:
+        blocked |= tf.logical_not(tf.cast(padding_mask, tf.bool))[:, None, :]
+    shape = tf.shape(blocked)
+    return tf.concat([tf.zeros([shape[0], shape[1], mlen], tf.bool), blocked], axis=2)
+
+
 def stream_masks(qlen, mlen, padding_mask=None, perm_mask=None, attn_type: str = "bi",
                  same_length: bool = False):
     """Blocked-key masks of the two streams, ``(query_blocked, content_blocked)``, each bool [B|1, qlen, klen].

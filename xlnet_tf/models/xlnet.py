@@ -16,7 +16,7 @@ from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
 from xlnet_tf.layers.linear import matmul
-from xlnet_tf.layers.masks import mask_bias, stream_masks
+from xlnet_tf.layers.masks import key_blocked, mask_bias, stream_masks
 from xlnet_tf.layers.position import RelativePositionEncoding
 
 
@@ -64,6 +64,13 @@ class XLNetModel(keras.Model):
       target_mapping: float [B, P, L], rows one-hot at the P predicted positions, or all zero for padded
         targets (optional; turns on the query stream).
       mems: list of n_layer float tensors [B, M, D] (optional).
+      position_ids: int [B, L], each token's position (optional; default 0..L-1). Tokens may share a position
+        (UniLMv2's and MPNet's appended copies sit at the position of the token they copy): relative distances
+        are differences of position ids.
+      pseudo_mask: [B, L], 1 = a pseudo token (UniLMv2's [P]): embedded as ``mask_emb``, the query stream's start
+        (optional).
+      query_perm_mask: float [B, P, L], 1 = query row p may not attend to position j (optional): the query
+        stream's own mask (MPNet's), instead of the perm_mask rows of its targets and the 'uni' causal rule.
     Outputs (dict):
       sequence_output: [B, L, D] content stream.
       query_output: [B, P, D] query stream (when target_mapping is given).
@@ -136,8 +143,9 @@ class XLNetModel(keras.Model):
         if c.bi_data:
             tf.debugging.assert_equal(batch % 2, 0, message="bi_data needs an even batch size per replica")
 
-        query_blocked, content_blocked = stream_masks(qlen, mlen, inputs.get("padding_mask"),
-                                                      inputs.get("perm_mask"), c.attn_type, c.same_length)
+        padding_mask = inputs.get("padding_mask")
+        query_blocked, content_blocked = stream_masks(qlen, mlen, padding_mask, inputs.get("perm_mask"),
+                                                      c.attn_type, c.same_length)
         segment_diff = None
         if segment_ids is not None:
             segment_ids = tf.cast(segment_ids, tf.int32)
@@ -145,9 +153,17 @@ class XLNetModel(keras.Model):
             segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
 
         h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
+        if inputs.get("pseudo_mask") is not None:
+            pseudo = tf.cast(inputs["pseudo_mask"], tf.bool)[:, :, None]
+            h = tf.where(pseudo, tf.cast(self.mask_emb, dtype), h)
         h = self._embedding_dropout(h, training=training)
         position = self.position_encoding(qlen, klen, training=training)
         attention_args = dict(content_mask=mask_bias(content_blocked), segment_diff=segment_diff)
+        content_pos = None  # consecutive: the content stream's row i sits at key coordinate mlen + i
+        if inputs.get("position_ids") is not None:
+            content_pos = mlen + tf.cast(inputs["position_ids"], tf.int32)
+            memory_pos = tf.broadcast_to(tf.range(mlen)[None, :], [batch, mlen])
+            attention_args.update(content_pos=content_pos, key_pos=tf.concat([memory_pos, content_pos], axis=1))
 
         g = None
         if target_mapping is not None:
@@ -155,13 +171,15 @@ class XLNetModel(keras.Model):
             target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
             g = tf.tile(tf.cast(self.mask_emb, dtype), [batch, num_predict, 1])
             g = self._embedding_dropout(g, training=training)
-            query_mask = None
-            if query_blocked is not None:
-                query_blocked = tf.broadcast_to(query_blocked, [batch, qlen, klen])
-                query_mask = mask_bias(tf.gather(query_blocked, target_pos, batch_dims=1))
+            if inputs.get("query_perm_mask") is not None:
+                query_blocked = key_blocked(inputs["query_perm_mask"], mlen, padding_mask)
+            elif query_blocked is not None:
+                query_blocked = tf.gather(tf.broadcast_to(query_blocked, [batch, qlen, klen]), target_pos,
+                                          batch_dims=1)
             attention_args.update(
-                query_pos=mlen + target_pos,
-                query_mask=query_mask,
+                query_pos=(mlen + target_pos if content_pos is None
+                           else tf.gather(content_pos, target_pos, batch_dims=1)),
+                query_mask=mask_bias(query_blocked),
                 query_segment_diff=(None if segment_diff is None
                                     else tf.gather(segment_diff, target_pos, batch_dims=1)),
                 query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
@@ -219,7 +237,8 @@ class XLNetPretrainer(keras.Model):
     """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
 
     Outputs the network's dict plus ``lm_logits`` (float32): [B, P, V] from the query stream when
-    ``target_mapping`` is given, else [B, L, V] from the content stream.
+    ``target_mapping`` is given, else [B, L, V] from the content stream; with the input ``lm_positions`` int
+    [B, P], only those rows of the stream are predicted ([B, P, V]).
     """
 
     def __init__(self, config: XLNetConfig | dict, **kwargs):
@@ -237,6 +256,8 @@ class XLNetPretrainer(keras.Model):
     def call(self, inputs, training=None):
         outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
+        if inputs.get("lm_positions") is not None:
+            hidden = tf.gather(hidden, tf.cast(inputs["lm_positions"], tf.int32), batch_dims=1)
         table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
         shape = tf.shape(hidden)
         logits = matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
