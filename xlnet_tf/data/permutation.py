@@ -11,7 +11,8 @@ gives the same orders:
   <sep>/<cls> take part in the permutation (they are hidden from earlier-ranked positions) but are never
   targets. ``perm_mask[i, j] = 1`` (i may NOT attend to j) iff ``self_rank[i] <= rank[j]`` and j is a target or
   functional token, with ``self_rank = rank`` for targets (a target never sees itself in the query stream) and
-  ``rank + 1`` otherwise.
+  ``rank + 1`` otherwise: the rule of ``factorization.blocked_keys`` with targets as predictors, the rank as
+  the step.
 * The reused part never sees the new part (so the memory cached from it carries no information about later
   tokens); the new part sees all of the reused part.
 * ``target_mapping`` [num_predict, L]: one-hot rows at the target positions in position order, zero rows as
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from xlnet_tf.data.factorization import CONTENT, PREDICTOR, blocked_keys
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
 
 
@@ -46,16 +48,12 @@ def part_seeds(seed):
     return seeds[0], seeds[1]
 
 
-def _part_ranks(inputs, is_masked, rank):
-    """(rank, self_rank, targets) of one part as the original: context tokens get rank -1, ``self_rank`` is
-    ``rank`` for targets and ``rank + 1`` otherwise. Then i may not attend j iff ``self_rank[i] <= rank[j]``
-    and j is a target or functional token."""
+def _ordered_tokens(inputs, is_masked):
+    """(masked_or_func, targets), as the original: targets are the masked tokens that are not <sep>/<cls>;
+    targets and functional tokens keep their rank, the other (context) tokens get rank -1."""
     functional = tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID))
     targets = tf.logical_and(is_masked, tf.logical_not(functional))
-    masked_or_func = tf.logical_or(targets, functional)
-    rank = tf.where(masked_or_func, rank, -tf.ones_like(rank))
-    self_rank = tf.where(targets, rank, rank + 1)
-    return rank, self_rank, masked_or_func, targets
+    return tf.logical_or(targets, functional), targets
 
 
 def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
@@ -73,20 +71,19 @@ def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: i
     seed_0, seed_1 = part_seeds(seed)
     rank_0 = local_permutation(batch, reuse_len, perm_size, seed_0)
     rank_1 = local_permutation(batch, new_len, perm_size, seed_1)
-    r0, s0, mof_0, tgt_0 = _part_ranks(inputs[:, :reuse_len], is_masked[:, :reuse_len], rank_0)
-    r1, s1, mof_1, tgt_1 = _part_ranks(inputs[:, reuse_len:], is_masked[:, reuse_len:], rank_1)
-    # The whole [L, L] mask as ONE comparison, ``blocked[i, j] = query_key[i] <= key[j]`` (the mask is the largest
-    # tensor of the step; building it from per-part blocks and concats costs several passes over memory).
-    # With S = 2L > every rank, queries of the reused part lie in [0, S) and of the new part in [2S, 3S):
-    #   key of a reused context token   -1          -> nobody is blocked from it;
-    #   key of a reused target/func     rank        -> the original rule in the reused part, never blocks new;
-    #   key of a new context token      S           -> blocks every reused query, no new query;
-    #   key of a new target/func        2S + rank   -> blocks every reused query, the original rule in new.
-    big = 2 * seq_len
-    query_key = tf.concat([s0, 2 * big + s1], axis=1)
-    key = tf.concat([tf.where(mof_0, r0, -1), tf.where(mof_1, 2 * big + r1, big)], axis=1)
-    perm_mask = tf.cast(query_key[:, :, None] <= key[:, None, :], perm_mask_dtype)
+    mof_0, tgt_0 = _ordered_tokens(inputs[:, :reuse_len], is_masked[:, :reuse_len])
+    mof_1, tgt_1 = _ordered_tokens(inputs[:, reuse_len:], is_masked[:, reuse_len:])
     targets = tf.concat([tgt_0, tgt_1], axis=1)
+    # One step per position for the whole [L, L] mask (the mask is the largest tensor of the step; building it
+    # from per-part blocks and concats costs several passes over memory). With S = 2L > every rank:
+    #   reused context token   -1          -> seen by all, sees no reused target/functional token;
+    #   reused target/func     rank        -> the original rule in the reused part, never seen by the new part;
+    #   new context token      S           -> sees the whole reused part, no reused token sees it;
+    #   new target/func        2S + rank   -> the original rule in the new part.
+    big = 2 * seq_len
+    step = tf.concat([tf.where(mof_0, rank_0, -1), tf.where(mof_1, 2 * big + rank_1, big)], axis=1)
+    role = tf.where(targets, PREDICTOR, CONTENT)
+    perm_mask = tf.cast(blocked_keys(step, role, step), perm_mask_dtype)
 
     # k-th target (in position order) -> row k of target_mapping; targets beyond num_predict get no row.
     slot = tf.where(targets, tf.cumsum(tf.cast(targets, tf.int32), axis=1) - 1, -1)

@@ -1,0 +1,323 @@
+"""UniLMv2's pseudo-masked LM and MPNet on the XLNet backbone: the masks (one builder), the span sampling, the
+corruption, the generalised position term, and what the model can and cannot see."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf import XLNetConfig, XLNetPretrainer
+from xlnet_tf.data.factorization import blockwise_steps, corrupt, eligible_for_masking, max_masked
+from xlnet_tf.data.objectives import OBJECTIVES, make_mpnet_batch, make_objective_batch, make_pmlm_batch
+from xlnet_tf.data.permutation import make_pretraining_batch
+from xlnet_tf.layers.attention import gather_relative, rel_shift
+from xlnet_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+
+VOCAB = 200
+# Large initial weights: the invariance tests need the visible inputs to move the outputs clearly.
+TINY = XLNetConfig(n_token=VOCAB, n_layer=3, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0,
+                   initializer_range=0.3)
+
+
+def random_records(rng, batch, length):
+    """Text ids with XLNet's functional tokens: A <sep> B <sep> <cls>, segments 0 / 1 / 2."""
+    ids = rng.integers(10, VOCAB, size=(batch, length))
+    seg = np.zeros((batch, length), np.int64)
+    for b in range(batch):
+        sep = int(rng.integers(length // 3, length - 3))
+        ids[b, [sep, length - 2]] = SEP_ID
+        ids[b, length - 1] = CLS_ID
+        seg[b, sep + 1:] = 1
+        seg[b, length - 1] = 2
+    return ids, seg
+
+
+def closure(visible):
+    """Transitive closure of a boolean [T, T] attention graph (i reaches j through any chain of layers)."""
+    reach = visible.copy()
+    while True:
+        grown = reach | ((reach.astype(np.int32) @ reach.astype(np.int32)) > 0)
+        if (grown == reach).all():
+            return reach
+        reach = grown
+
+
+def content_reach(perm_mask):
+    """What each content row can depend on after any number of layers: the model adds the own position."""
+    return closure((perm_mask == 0) | np.eye(perm_mask.shape[0], dtype=bool))
+
+
+# ------------------------------------------------------------------------------------------- masks (no model)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps(seed):
+    length = 48
+    ids, seg = random_records(np.random.default_rng(seed), 8, length)
+    out = {k: v.numpy() for k, v in make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 1]),
+                                                    VOCAB).items()}
+    k = max_masked(length)
+    for b in range(8):
+        pm, valid = out["perm_mask"][b], out["target_mask"][b, :k] > 0
+        masked = out["lm_positions"][b, :k]
+        reach = content_reach(pm)
+        # The factorisation step of every appended slot (the span index): the order in which its rows see.
+        step = np.array([reach[length + i, length:length + k][valid].sum() for i in range(k)])
+        originals, pseudo = np.arange(length, length + k), np.arange(length + k, length + 2 * k)
+        for i in np.flatnonzero(valid):
+            own_or_later = originals[valid & (step >= step[i])]
+            assert not reach[pseudo[i], own_or_later].any(), "a pseudo mask reaches its own or a later original"
+            earlier = originals[valid & (step < step[i])]
+            assert reach[pseudo[i], earlier].all(), "a pseudo mask sees the originals of earlier steps"
+            same_span = pseudo[valid & (step == step[i])]
+            assert (pm[pseudo[i], same_span] == 0).all(), "the pseudo masks of one span see each other"
+        # The corrupted sequence sees only itself: it is a plain masked LM, reused by every step.
+        assert (pm[:length, :length] == 0).all() and (pm[:length, length:] == 1).all()
+        # its own token reaches a pseudo mask only through the corrupted sequence (the 10% kept unchanged)
+        assert (out["input_ids"][b, :length][~np.isin(np.arange(length), masked[valid])] ==
+                ids[b][~np.isin(np.arange(length), masked[valid])]).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mpnet_queries_never_reach_the_originals_of_their_own_or_later_tokens(seed):
+    length = 40
+    ids, seg = random_records(np.random.default_rng(seed), 6, length)
+    out = {k: v.numpy() for k, v in make_mpnet_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 2]),
+                                                     VOCAB).items()}
+    for b in range(6):
+        reach = content_reach(out["perm_mask"][b])
+        valid = out["target_mask"][b] > 0
+        position = out["target_mapping"][b].argmax(-1)
+        for i in np.flatnonzero(valid):
+            seen = (out["query_perm_mask"][b, i] == 0)
+            reached = seen | reach[seen].any(0)
+            assert not reached[position[i:][valid[i:]]].any(), "a query reaches its own or a later original"
+            assert reached[position[:i]].all(), "a query sees the originals before it"
+            # position compensation: the placeholders of the tokens not yet predicted, its own included
+            assert seen[length + i:length + valid.sum()].all() and not seen[length:length + i].any()
+
+
+def test_xlnet_perm_mask_comes_from_the_same_rule():
+    """The query stream of a target never reaches itself or a later target through the content stream."""
+    rng = np.random.default_rng(3)
+    ids, seg = random_records(rng, 4, 32)
+    is_masked = rng.random((4, 32)) < 0.3
+    out = {k: v.numpy() for k, v in make_pretraining_batch(tf.constant(ids), tf.constant(is_masked),
+                                                           tf.constant(seg), 32, 16, 8, 12,
+                                                           tf.constant([1, 2], tf.int64)).items()}
+    for b in range(4):
+        pm = out["perm_mask"][b]
+        reach = content_reach(pm)
+        targets = out["target_mapping"][b].argmax(-1)[out["target_mask"][b] > 0]
+        for t in targets:
+            reached = (pm[t] == 0) | reach[pm[t] == 0].any(0)
+            assert not reached[t], "a target's query stream reaches its own token"
+            later = targets[pm[t, targets] == 1]
+            assert not reached[later].any()
+
+
+def test_blockwise_spans_follow_algorithm_1():
+    rng = np.random.default_rng(0)
+    length, batch = 96, 64
+    ids, _ = random_records(rng, batch, length)
+    padding = np.ones((batch, length), bool)
+    padding[::3, -20:] = False  # right padding in every third example
+    eligible = eligible_for_masking(tf.constant(ids), tf.constant(padding)).numpy()
+    step = blockwise_steps(tf.constant(eligible), tf.constant([5, 6])).numpy()
+    lengths = []
+    for b in range(batch):
+        goal = int(np.ceil(0.15 * eligible[b].sum()))
+        covered = step[b] > 0
+        assert goal <= covered.sum() <= goal + 5, "about 15% of the real tokens"
+        assert not (covered & ~eligible[b]).any(), "never <sep>, <cls> or padding"
+        for s in range(1, step[b].max() + 1):
+            where = np.flatnonzero(step[b] == s)
+            assert len(where) and (np.diff(where) == 1).all(), "a step is one contiguous span"
+            lengths.append(len(where))
+        # the span that reaches the goal is the last one
+        assert (step[b] < step[b].max()).sum() - (~covered).sum() < goal
+    lengths = np.array(lengths)
+    assert set(lengths) <= {1, 2, 3, 4, 5, 6}
+    # Singles and blocks are drawn 60 / 40; blocks are rejected a little more often (they overlap more).
+    assert 0.25 < (lengths > 1).mean() < 0.45
+    assert set(lengths[lengths > 1]) == {2, 3, 4, 5, 6}
+
+
+def test_corruption_rates_80_10_10():
+    tokens = tf.constant(np.random.default_rng(1).integers(10, VOCAB, size=(200, 500)), tf.int32)
+    out = corrupt(tokens, tf.constant([3, 4]), VOCAB).numpy()
+    n = out.size
+    masked = (out == MASK_ID).mean()
+    kept = (out == tokens.numpy()).mean()
+    random = 1 - masked - kept
+    tol = 4 * np.sqrt(0.1 * 0.9 / n)
+    assert abs(masked - 0.8) < tol and abs(kept - (0.1 + 0.1 / (VOCAB - 9))) < tol and abs(random - 0.1) < tol
+    assert ((out >= 9) | (out == MASK_ID)).all()  # random replacements are never special symbols
+
+
+def test_pmlm_corrupts_only_the_masked_positions_and_the_layout_copies_positions_and_segments():
+    length = 64
+    ids, seg = random_records(np.random.default_rng(2), 32, length)
+    out = {k: v.numpy() for k, v in make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([9, 9]),
+                                                    VOCAB).items()}
+    k = max_masked(length)
+    masked = out["lm_positions"][:, :k]
+    valid = out["target_mask"][:, :k] > 0
+    part_a = out["input_ids"][:, :length]
+    is_masked = np.zeros_like(part_a, bool)
+    for b in range(32):
+        is_masked[b, masked[b][valid[b]]] = True
+    assert (part_a[~is_masked] == ids[~is_masked]).all()
+    a_at_masked = part_a[is_masked]
+    assert 0.65 < (a_at_masked == MASK_ID).mean() < 0.95
+    for b in range(32):
+        m = masked[b][valid[b]]
+        np.testing.assert_array_equal(out["input_ids"][b, length:length + k][valid[b]], ids[b, m])
+        np.testing.assert_array_equal(out["target"][b, :k][valid[b]], ids[b, m])
+        for part in (slice(length, length + k), slice(length + k, length + 2 * k)):
+            np.testing.assert_array_equal(out["position_ids"][b, part][valid[b]], m)
+            np.testing.assert_array_equal(out["segment_ids"][b, part][valid[b]], seg[b, m])
+        np.testing.assert_array_equal(out["lm_positions"][b, k:], length + k + np.arange(k))
+        assert (out["pseudo_mask"][b] == (np.arange(length + 2 * k) >= length + k)).all()
+        # padded slots are invisible keys
+        pad = np.flatnonzero(~valid[b])
+        assert (out["perm_mask"][b][:, length + pad] == 1).all() and (out["perm_mask"][b][:, length + k + pad] == 1).all()
+
+
+def test_objective_batches_are_deterministic_and_static():
+    ids, seg = random_records(np.random.default_rng(4), 4, 32)
+    for name in OBJECTIVES:
+        args = (name, tf.constant(ids), tf.constant(ids > 100), tf.constant(seg), 32, 16, 16, 6)
+        a = make_objective_batch(*args, tf.constant([1, 1], tf.int64), VOCAB)
+        b = make_objective_batch(*args, tf.constant([1, 1], tf.int64), VOCAB)
+        c = make_objective_batch(*args, tf.constant([1, 2], tf.int64), VOCAB)
+        assert set(a) == set(OBJECTIVES[name].model_inputs) | {"target", "target_mask"}
+        for key in a:
+            np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
+            assert a[key].shape[1:] == c[key].shape[1:]
+        assert any((a[key].numpy() != c[key].numpy()).any() for key in a)
+
+
+# ------------------------------------------------------------------------------------------- position term
+
+
+def test_gather_relative_is_rel_shift_on_consecutive_positions():
+    rng = np.random.default_rng(0)
+    mlen, qlen = 3, 5
+    klen = mlen + qlen
+    scores = tf.constant(rng.normal(size=(2, 3, qlen, klen + qlen)), tf.float32)
+    consecutive = np.tile(np.arange(klen, dtype=np.int32), (3, 1))
+    got = gather_relative(scores, tf.constant(consecutive[:, mlen:]), klen, tf.constant(consecutive))
+    np.testing.assert_array_equal(got.numpy(), rel_shift(scores, klen).numpy())
+
+
+def test_gather_relative_on_permuted_and_duplicated_positions_matches_numpy():
+    rng = np.random.default_rng(1)
+    n, b, rlen = 2, 3, 24
+    klen, q = 12, 7
+    scores = rng.normal(size=(n, b, q, rlen)).astype(np.float32)
+    key_pos = np.stack([rng.permutation(klen) for _ in range(b)]).astype(np.int32)
+    key_pos[:, -4:] = key_pos[:, :4]  # duplicated positions (appended copies)
+    query_pos = rng.integers(0, klen, size=(b, q), dtype=np.int32)
+    got = gather_relative(tf.constant(scores), tf.constant(query_pos), klen, tf.constant(key_pos)).numpy()
+    want = np.empty((n, b, q, klen), np.float32)
+    for h in range(n):
+        for bb in range(b):
+            for i in range(q):
+                for j in range(klen):
+                    want[h, bb, i, j] = scores[h, bb, i, klen - (query_pos[bb, i] - key_pos[bb, j])]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_explicit_consecutive_positions_leave_xlnet_unchanged():
+    rng = np.random.default_rng(5)
+    ids, seg = random_records(rng, 2, 16)
+    batch = make_pretraining_batch(tf.constant(ids), tf.constant(rng.random((2, 16)) < 0.3), tf.constant(seg), 16,
+                                   8, 8, 5, tf.constant([1, 1], tf.int64))
+    model = XLNetPretrainer(TINY)
+    inputs = {k: batch[k] for k in OBJECTIVES["plm"].model_inputs}
+    base = model(inputs)
+    moved = model(dict(inputs, position_ids=tf.tile(tf.range(16)[None], [2, 1])))
+    for key in ("sequence_output", "query_output", "lm_logits"):
+        np.testing.assert_allclose(moved[key].numpy(), base[key].numpy(), atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------- model
+
+
+def _pmlm_inputs(seed, length=40, batch=4):
+    ids, seg = random_records(np.random.default_rng(seed), batch, length)
+    out = make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 7]), VOCAB)
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def _logits(model, batch, objective="pmlm"):
+    return model({k: tf.constant(batch[k]) for k in OBJECTIVES[objective].model_inputs})["lm_logits"].numpy()
+
+
+def test_pmlm_autoencoding_predictions_ignore_the_appended_part():
+    model = XLNetPretrainer(TINY)
+    batch = _pmlm_inputs(0)
+    length, k = 40, max_masked(40)
+    base = _logits(model, batch)
+    changed = dict(batch)
+    changed["input_ids"] = batch["input_ids"].copy()
+    changed["input_ids"][:, length:] = np.random.default_rng(1).integers(10, VOCAB, size=(4, 2 * k))
+    changed["position_ids"] = batch["position_ids"].copy()
+    changed["position_ids"][:, length:] = np.random.default_rng(2).integers(0, length, size=(4, 2 * k))
+    got = _logits(model, changed)
+    np.testing.assert_allclose(got[:, :k], base[:, :k], atol=1e-5, rtol=0)
+    assert np.abs(got[:, k:] - base[:, k:]).max() > 1e-3  # the pseudo masks do read the appended part
+
+
+def test_pmlm_pseudo_predictions_ignore_the_originals_of_their_own_and_later_steps():
+    model = XLNetPretrainer(TINY)
+    batch = _pmlm_inputs(3)
+    length, k = 40, max_masked(40)
+    base = _logits(model, batch)
+    pm = batch["perm_mask"]
+    for b in range(4):
+        valid = np.flatnonzero(batch["target_mask"][b, :k] > 0)
+        # rank the spans: the original slots a pseudo mask sees are exactly the earlier steps
+        seen = (pm[b][length + k:, length:length + k] == 0).sum(1)
+        s = valid[len(valid) // 2]
+        own_or_later = [i for i in valid if seen[i] >= seen[s]]
+        changed = {key: value.copy() for key, value in batch.items()}
+        changed["input_ids"][b, length + np.array(own_or_later)] = (
+            changed["input_ids"][b, length + np.array(own_or_later)] + 1) % VOCAB
+        got = _logits(model, changed)
+        np.testing.assert_allclose(got[b, k + s], base[b, k + s], atol=1e-5, rtol=0)
+        earlier = [i for i in valid if seen[i] < seen[s]]
+        if earlier:
+            changed = {key: value.copy() for key, value in batch.items()}
+            changed["input_ids"][b, length + np.array(earlier)] = (
+                changed["input_ids"][b, length + np.array(earlier)] + 1) % VOCAB
+            assert np.abs(_logits(model, changed)[b, k + s] - base[b, k + s]).max() > 1e-4
+
+
+def test_mpnet_query_predictions_ignore_their_own_and_later_originals():
+    model = XLNetPretrainer(TINY)
+    ids, seg = random_records(np.random.default_rng(4), 3, 40)
+    batch = {k: v.numpy() for k, v in make_mpnet_batch(tf.constant(ids), tf.constant(seg), tf.constant([1, 5]),
+                                                       VOCAB).items()}
+    base = _logits(model, batch, "mpnet")
+    for b in range(3):
+        valid = np.flatnonzero(batch["target_mask"][b] > 0)
+        i = valid[len(valid) // 2]
+        position = batch["target_mapping"][b].argmax(-1)
+        changed = {key: value.copy() for key, value in batch.items()}
+        changed["input_ids"][b, position[i:len(valid)]] = (changed["input_ids"][b, position[i:len(valid)]] + 1) % VOCAB
+        np.testing.assert_allclose(_logits(model, changed, "mpnet")[b, i], base[b, i], atol=1e-5, rtol=0)
+
+
+def test_the_fast_attention_kernel_declines_explicit_key_positions():
+    """The C++ kernel reads consecutive keys only: with key positions the plain definition runs (same values)."""
+    from xlnet_tf.kernels import fast
+    from xlnet_tf.layers.attention import attention_probs
+
+    rng = np.random.default_rng(2)
+    ac = tf.constant(rng.normal(size=(2, 3, 6, 6)), tf.float32)
+    bd = tf.constant(rng.normal(size=(2, 3, 6, 12)), tf.float32)
+    positions = tf.tile(tf.range(6)[None], [3, 1])
+    assert fast.attention_probs(ac, bd, None, None, None, positions, key_pos=positions) is NotImplemented
+    np.testing.assert_allclose(attention_probs(ac, bd, None, None, None, positions, key_pos=positions).numpy(),
+                               attention_probs(ac, bd, None, None, None, None).numpy(), atol=1e-6)
