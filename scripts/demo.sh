@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The embedded default, end to end on the bundled data and the tiny config (outputs in runs/tiny/):
+# The demo, end to end on the bundled data and the tiny configs (outputs in runs/tiny/):
 #   1. pretraining data: bundled corpus -> span-masked TFRecords (SentencePiece model in data/)
 #   2. pretraining: permutation LM with memory (loss falls), checkpoints + TensorBoard in runs/tiny/pretrain
 #   3. fine-tuning: the pretrained model on the bundled sentiment sentences (GLUE SST-2 layout): train, dev
@@ -10,5 +10,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-.venv/bin/python run_pretrain.py
+.venv/bin/python run_pretrain.py --config_file=configs/pretrain_tiny.yaml
 .venv/bin/python run_classifier.py --config_file=configs/finetune_sentiment_tiny.yaml

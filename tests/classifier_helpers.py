@@ -1,8 +1,9 @@
-"""Shared by the classifier/RACE tests: a very small model config and run_classifier flag values."""
+"""Shared by the classifier/RACE tests: a very small model config and run_classifier settings."""
 
 import json
 import os
-import types
+
+from xlnet_tf.finetune.settings import ClassifierSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")
@@ -41,10 +42,10 @@ def micro_config(tmp_path):
     return path
 
 
-def make_flags(tmp_path, **overrides):
+def make_flags(tmp_path, **overrides) -> ClassifierSettings:
     values = dict(DEFAULTS, model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE,
                   model_dir=os.path.join(str(tmp_path), "model"), max_seq_length=32, train_batch_size=4,
                   eval_batch_size=4, predict_batch_size=4, train_steps=2, iterations=2, learning_rate=1e-3,
                   dropout=0.0, dropatt=0.0)
     values.update(overrides)
-    return types.SimpleNamespace(**values)
+    return ClassifierSettings.from_values(values)

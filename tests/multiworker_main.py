@@ -11,13 +11,15 @@ import tensorflow as tf  # noqa: E402
 
 from test_pretraining_loop import CONFIG, PREDICT, SEQ, make_dataset_fn, synthetic_examples  # noqa: E402
 from xlnet_tf.training.distribute import create_strategy  # noqa: E402
-from xlnet_tf.training.pretraining import PretrainSettings, run_pretraining  # noqa: E402
+from xlnet_tf.training.pretraining import run_pretraining  # noqa: E402
+from xlnet_tf.training.settings import PretrainSettings  # noqa: E402
 
 
 def main(model_dir, out_path):
     strategy = create_strategy("multi_worker")
     keras.utils.set_random_seed(0)
-    settings = PretrainSettings(model_dir=model_dir, train_steps=3, per_replica_batch_size=2, seq_len=SEQ,
+    settings = PretrainSettings(model_dir=model_dir, train_steps=3, train_batch_size=2 * strategy.num_replicas_in_sync,
+                                seq_len=SEQ,
                                 num_predict=PREDICT, iterations=3, learning_rate=3e-3, warmup_steps=1)
     metrics = run_pretraining(strategy, CONFIG, settings, make_dataset_fn(synthetic_examples(32), 2))
     with open(out_path, "w") as f:

@@ -10,7 +10,8 @@ import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
 from xlnet_tf.finetune import classifier_data
-from xlnet_tf.finetune.runner import FlagError, run
+from xlnet_tf.finetune.runner import run
+from xlnet_tf.training.settings import SettingsError
 
 EXPECTED_METRICS = {"cola": {"mcc", "accuracy"}, "mrpc": {"f1", "accuracy"}, "qqp": {"f1", "accuracy"},
                     "sts-b": {"pearson", "spearman", "corr", "mse"}}
@@ -67,14 +68,14 @@ def test_mirrored_eval_padding_and_mixed_precision(tmp_path, name, strategy, dty
 def test_flag_errors_are_reported_before_work(tmp_path):
     flags = make_flags(tmp_path, task_name="glue", data_dir=str(tmp_path / "missing"), do_train=True,
                        warmup_steps=5, eval_split="test", do_eval=True)
-    with pytest.raises(FlagError) as e:
+    with pytest.raises(SettingsError) as e:
         run(flags)
     message = str(e.value)
     for part in ("--task_name='glue'", "--data_dir=", "--warmup_steps=5", "--eval_split=test has none"):
         assert part in message
-    with pytest.raises(FlagError, match="nothing to do"):
+    with pytest.raises(SettingsError, match="nothing to do"):
         run(make_flags(tmp_path, task_name="sst-2"))
-    with pytest.raises(FlagError, match="is a classification task"):
+    with pytest.raises(SettingsError, match="is a classification task"):
         run(make_flags(tmp_path, task_name="rte", is_regression=True, do_predict=True,
                        data_dir=os.path.join(FIXTURES, "glue", "RTE")))
     with pytest.raises(FileNotFoundError, match="no fine-tuned checkpoint"):

@@ -11,7 +11,7 @@ _DUMP = """
 import json, sys
 from absl import flags
 import run_classifier
-from xlnet_tf.training.flag_config import apply_config_file
+from xlnet_tf.cli.flags import apply_config_file
 flags.FLAGS(["x"])
 defaults = {name: flags.FLAGS[name].default for name in flags.FLAGS}
 applied = apply_config_file(flags.FLAGS, "configs/finetune_sentiment_tiny.yaml")

@@ -11,7 +11,8 @@ import tensorflow as tf
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.training.distribute import create_strategy
-from xlnet_tf.training.pretraining import PretrainSettings, run_pretraining
+from xlnet_tf.training.pretraining import run_pretraining
+from xlnet_tf.training.settings import PretrainSettings
 
 SEQ, REUSE, PREDICT, VOCAB = 16, 8, 4, 50
 CONFIG = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=VOCAB, mem_len=8,
@@ -49,7 +50,8 @@ def make_dataset_fn(examples, per_replica_batch, accum=1):
 def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
     keras.utils.set_random_seed(0)  # same initial weights in every run
     config = kwargs.pop("config", CONFIG)
-    settings = PretrainSettings(model_dir=str(tmp_path / name), train_steps=steps, per_replica_batch_size=per_replica_batch,
+    settings = PretrainSettings(model_dir=str(tmp_path / name), train_steps=steps,
+                                train_batch_size=per_replica_batch * strategy.num_replicas_in_sync,
                                 seq_len=SEQ, num_predict=PREDICT, iterations=kwargs.pop("iterations", 2),
                                 learning_rate=kwargs.pop("learning_rate", 3e-3), warmup_steps=1,
                                 grad_accum_steps=accum, **kwargs)
@@ -106,9 +108,9 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
 
 def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
     """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns."""
-    import xlnet_tf.training.pretraining as pretraining
+    import xlnet_tf.training.setup as setup
 
-    run_host_loops = pretraining.run_host_loops
+    run_host_loops = setup.run_host_loops
 
     def sigterm_after_first_loop(host_loop, **kwargs):
         def wrapped(steps):
@@ -120,7 +122,7 @@ def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
         wrapped.sent = False
         return run_host_loops(wrapped, **kwargs)
 
-    monkeypatch.setattr(pretraining, "run_host_loops", sigterm_after_first_loop)
+    monkeypatch.setattr(setup, "run_host_loops", sigterm_after_first_loop)
     before = signal.getsignal(signal.SIGTERM)
     metrics, _ = train(tmp_path, "preempted", create_strategy("one_device"), per_replica_batch=2, steps=8,
                        iterations=2, save_steps=8)

@@ -67,6 +67,38 @@ def test_bad_flags_fail_before_any_work(tmp_path, corpus):
 
 
 @pytest.mark.multiprocess
+def test_without_config_file_the_demo_settings_are_not_used(tmp_path):
+    """No --config_file: the flags' own defaults, so a real run missing its shape is refused (naming the flags)
+    instead of silently training the tiny demo model, and nothing is written."""
+    code, out = finish(run([f"--data_dir={tmp_path / 'data'}", f"--model_dir={tmp_path / 'model'}"]))
+    assert code == 1
+    assert ("missing required flag(s): --model_config_path, --train_batch_size, --seq_len, --reuse_len, "
+            "--num_predict, --train_steps") in out
+    assert "--helpfull" in out and "XLNet pretraining on TPU" not in out  # one pointer, not the whole help
+    assert "brown_sample" not in out and "runs/tiny" not in out
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.multiprocess
+def test_missing_data_is_an_error_naming_the_flag(tmp_path, corpus):
+    flags = [f for f in base_flags(tmp_path, corpus) if not f.startswith(("--data_dir=", "--input_glob="))]
+    code, out = finish(run(flags))
+    assert code == 1 and "missing required flag(s): --data_dir" in out
+    assert not os.listdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    code, out = finish(run(flags + [f"--data_dir={tmp_path / 'empty'}"]))
+    assert code == 1 and f"--data_dir={tmp_path / 'empty'} holds no pretraining data" in out and "--input_glob" in out
+    assert "writing pretraining data" not in out and not os.listdir(tmp_path / "empty")
+
+
+@pytest.mark.multiprocess
+def test_config_file_key_that_is_no_flag_is_an_error(tmp_path, corpus):
+    config = tmp_path / "run.yaml"
+    config.write_text("seq_len: 32\nlearning_rte: 0.1\n")
+    code, out = finish(run(base_flags(tmp_path, corpus)[1:] + [f"--config_file={config}"]))
+    assert code == 1 and f"{config}: unknown flag 'learning_rte'" in out and "--helpfull" in out
+
+
 def committed_step(model_dir):
     """The step of the latest checkpoint named in the CheckpointManager's state file (0: none yet)."""
     try:
@@ -81,6 +113,7 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     # Uninterrupted reference run (also writes the data).
     code, log = finish(run(base_flags(tmp_path, corpus, name="straight", steps=60)))
     assert code == 0, log[-3000:]
+    assert "writing pretraining data from --input_glob" in log  # only because --input_glob was given
     seen = losses(log)
     assert len(seen) == 6
     assert seen[-1] < seen[0] - 1.0, seen  # from ~ln(8000) = 9 towards the unigram entropy and below
@@ -98,6 +131,7 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     code, log = finish(run(base_flags(tmp_path, corpus, name="killed", steps=60)))
     assert code == 0, log[-3000:]
     assert re.search(r"resumed from .*xlnet_model-(20|30|40|50) at step", log), log[-3000:]
+    assert "writing pretraining data" not in log  # the data is there
 
     # Data written for other shapes is refused, naming the field.
     code, log = finish(run(base_flags(tmp_path, corpus, name="other", seq_len=64, reuse_len=32, perm_size=32)))

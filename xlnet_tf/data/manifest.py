@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
+
+from xlnet_tf import io_utils
 
 FORMAT = "xlnet_tf.pretraining_data/1"
 
@@ -29,24 +30,9 @@ def part_path(save_dir: str, split: str, pass_id: int, task: int) -> str:
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
-    """Writes JSON under a temporary name in the same directory, then renames: readers never see half a file."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    # The temporary name starts with "." + the final name, so a writer task can find and delete its own leftovers.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=f".{os.path.basename(path)}.tmp-", suffix=".json")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a manifest is meant to be shared
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Writes a manifest or sidecar atomically (``xlnet_tf.io_utils``; leftovers of a killed writer are named
+    ``.<name>.tmp-*``, so a writer task can find and delete its own)."""
+    io_utils.write_json_atomic(path, obj, indent=1, sort_keys=True)
 
 
 def _read_json(path: str) -> dict:

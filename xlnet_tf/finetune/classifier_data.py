@@ -21,7 +21,6 @@ from typing import Optional
 
 from absl import logging
 
-from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.finetune import records
 
 SPLITS = ("train", "dev", "test")
@@ -251,36 +250,24 @@ def prepare_features(task: TaskSpec, data_dir: str, split: str, tokenizer, max_s
     path = cache_path(output_dir, task, tokenizer.model_file, max_seq_length, split)
     expected = {"task": task.name, "split": split, "max_seq_length": max_seq_length, "uncased": tokenizer.lower,
                 "spiece_sha256": tokenizer.fingerprint()}
-    if not overwrite:
-        meta = records.cached_meta(path, expected)
-        if meta is not None:
-            logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
-            return path, meta
-    data = read_examples(task, data_dir, split)
-    labels = task.label_list()
-    label_ids = {label: i for i, label in enumerate(labels or [])}
-    truncated = 0
 
-    def features():
-        nonlocal truncated
-        for i, ex in enumerate(data.examples):
-            ids, segs, mask, cut = encode_example(tokenizer, ex, max_seq_length)
-            truncated += cut
-            if ex.label is None:
-                label = np.float32(0) if task.regression else 0
-            else:
-                label = np.float32(ex.label) if task.regression else label_ids[ex.label]
-            yield {"input_ids": ids, "segment_ids": segs, "padding_mask": np.asarray(mask, np.float32),
-                   "label": label, "is_real_example": 1, "example_index": i}
+    def encode():
+        data = read_examples(task, data_dir, split)
+        labels = task.label_list()
+        label_ids = {label: i for i, label in enumerate(labels or [])}
 
-    logging.info("encoding %d %s examples of %s into %s", len(data.examples), split, task.name, path)
-    meta = dict(expected, source=data.source, num_examples=len(data.examples), num_skipped=len(data.skipped),
-                skipped=data.skipped[:100], labels=labels, guids=[ex.guid for ex in data.examples])
-    meta["num_truncated"] = 0
-    meta = records.write_records(path, features(), meta)
-    meta["num_truncated"] = truncated
-    write_json_atomic(path + ".json", meta)
-    if truncated:
-        logging.info("%s: %d of %d examples truncated to max_seq_length=%d", path, truncated,
-                     len(data.examples), max_seq_length)
-    return path, meta
+        def rows():
+            for i, ex in enumerate(data.examples):
+                ids, segs, mask, cut = encode_example(tokenizer, ex, max_seq_length)
+                if ex.label is None:
+                    label = np.float32(0) if task.regression else 0
+                else:
+                    label = np.float32(ex.label) if task.regression else label_ids[ex.label]
+                yield {"input_ids": ids, "segment_ids": segs, "padding_mask": np.asarray(mask, np.float32),
+                       "label": label, "is_real_example": 1, "example_index": i}, cut
+
+        logging.info("encoding %d %s examples of %s into %s", len(data.examples), split, task.name, path)
+        return dict(source=data.source, num_examples=len(data.examples), num_skipped=len(data.skipped),
+                    skipped=data.skipped[:100], labels=labels, guids=[ex.guid for ex in data.examples]), rows()
+
+    return records.cache_features(path, expected, overwrite, encode)

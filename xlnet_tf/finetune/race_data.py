@@ -20,7 +20,6 @@ import os
 import numpy as np
 from absl import logging
 
-from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.finetune import records
 
 NUM_CHOICES = 4
@@ -134,26 +133,17 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
                                     f"qa-{max_qa_length}.{level_tag}.{split}.tf_record")
     expected = {"task": "race", "split": split, "max_seq_length": max_seq_length, "max_qa_length": max_qa_length,
                 "levels": list(levels), "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint()}
-    if not overwrite:
-        meta = records.cached_meta(path, expected)
-        if meta is not None:
-            logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
-            return path, meta
-    examples, skipped = read_examples(data_dir, split, levels)
-    truncated = 0
 
-    def features():
-        nonlocal truncated
-        for i, ex in enumerate(examples):
-            ids, segs, masks, cut = encode_example(tokenizer, ex, max_seq_length, max_qa_length)
-            truncated += cut
-            yield {"input_ids": ids, "segment_ids": segs, "padding_mask": np.asarray(masks, np.float32),
-                   "label": ex.label, "level": ex.level, "is_real_example": 1, "example_index": i}
+    def encode():
+        examples, skipped = read_examples(data_dir, split, levels)
 
-    meta = dict(expected, source=os.path.join(data_dir, split), num_examples=len(examples),
-                num_skipped=len(skipped), skipped=skipped[:100], labels=list(ANSWERS),
-                guids=[ex.guid for ex in examples])
-    meta = records.write_records(path, features(), meta)
-    meta["num_truncated"] = truncated
-    write_json_atomic(path + ".json", meta)
-    return path, meta
+        def rows():
+            for i, ex in enumerate(examples):
+                ids, segs, masks, cut = encode_example(tokenizer, ex, max_seq_length, max_qa_length)
+                yield {"input_ids": ids, "segment_ids": segs, "padding_mask": np.asarray(masks, np.float32),
+                       "label": ex.label, "level": ex.level, "is_real_example": 1, "example_index": i}, cut
+
+        return dict(source=os.path.join(data_dir, split), num_examples=len(examples), num_skipped=len(skipped),
+                    skipped=skipped[:100], labels=list(ANSWERS), guids=[ex.guid for ex in examples]), rows()
+
+    return records.cache_features(path, expected, overwrite, encode)

@@ -1,14 +1,15 @@
 """Encoded-feature caches (TFRecords, as the original ``file_based_convert_examples_to_features``), the
-left-padded XLNet input layout shared by the classifier and RACE."""
+left-padded XLNet input layout shared by the classifier and RACE. TensorFlow is imported where records are read
+or written, so the task definitions (and flag checks) load without it."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
-import tensorflow as tf
+from absl import logging
 
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
@@ -38,7 +39,7 @@ def dummy_sequence(max_seq_length: int):
     return pack_sequence([], None, max_seq_length)
 
 
-def _feature(values: np.ndarray) -> tf.train.Feature:
+def _feature(tf, values: np.ndarray):
     values = np.asarray(values).reshape(-1)
     if values.dtype.kind == "f":
         return tf.train.Feature(float_list=tf.train.FloatList(value=values.tolist()))
@@ -48,12 +49,14 @@ def _feature(values: np.ndarray) -> tf.train.Feature:
 def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
     """Writes feature dicts (numpy-compatible values) as tf.train.Examples to ``path`` and ``meta`` (plus
     ``num_records``) to ``path + '.json'``, each atomically. Returns the meta written."""
+    import tensorflow as tf
+
     count = 0
     with atomic_path(path) as tmp:
         with tf.io.TFRecordWriter(tmp) as writer:
             for feature in features:
                 example = tf.train.Example(features=tf.train.Features(
-                    feature={k: _feature(v) for k, v in feature.items()}))
+                    feature={k: _feature(tf, v) for k, v in feature.items()}))
                 writer.write(example.SerializeToString())
                 count += 1
     meta = dict(meta, num_records=count)
@@ -76,8 +79,38 @@ def cached_meta(path: str, expected: dict) -> Optional[dict]:
     return meta
 
 
+def cache_features(path: str, expected: dict, overwrite: bool,
+                   encode: Callable[[], tuple[dict, Iterable[tuple[dict, bool]]]]) -> tuple[str, dict]:
+    """The encoded-feature cache at ``path``: reused if it was written with the ``expected`` settings (unless
+    ``overwrite``), else written from ``encode() -> (meta, rows)``, each row a (feature dict, was truncated)
+    pair. Returns (path, meta): ``expected``, ``meta``, ``num_records`` and ``num_truncated``."""
+    if not overwrite:
+        meta = cached_meta(path, expected)
+        if meta is not None:
+            logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
+            return path, meta
+    meta, rows = encode()
+    truncated = 0
+
+    def features():
+        nonlocal truncated
+        for feature, cut in rows:
+            truncated += cut
+            yield feature
+
+    meta = write_records(path, features(), dict(expected, **meta, num_truncated=0))
+    meta["num_truncated"] = truncated
+    write_json_atomic(path + ".json", meta)
+    if truncated:
+        logging.info("%s: %d of %d examples truncated to their maximum length", path, truncated,
+                     meta["num_examples"])
+    return path, meta
+
+
 def parse_fn(spec: dict):
     """A tf.data map function from ``{name: (shape, tf.dtype)}``; int64 columns come out int32."""
+    import tensorflow as tf
+
     description = {k: tf.io.FixedLenFeature(shape, tf.float32 if dtype.is_floating else tf.int64)
                    for k, (shape, dtype) in spec.items()}
 
@@ -90,6 +123,8 @@ def parse_fn(spec: dict):
 def eval_dataset(path: str, spec: dict, dummy: dict, num_records: int, global_batch_size: int) -> tf.data.Dataset:
     """The cached records in order, padded with ``dummy`` (is_real_example=0) to a multiple of the global
     batch, so every replica gets full batches; the dummies are dropped before metrics."""
+    import tensorflow as tf
+
     ds = tf.data.TFRecordDataset(path).map(parse_fn(spec))
     pad = -num_records % global_batch_size
     if pad or num_records == 0:
@@ -102,6 +137,8 @@ def eval_dataset(path: str, spec: dict, dummy: dict, num_records: int, global_ba
 def train_dataset(path: str, spec: dict, input_context: tf.distribute.InputContext, per_replica_batch: int,
                   shuffle_buffer: int, seed: int) -> tf.data.Dataset:
     """Shuffled, repeated per-replica batches, sharded across input pipelines."""
+    import tensorflow as tf
+
     ds = tf.data.TFRecordDataset(path)
     if input_context and input_context.num_input_pipelines > 1:
         ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)

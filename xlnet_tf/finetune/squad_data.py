@@ -35,13 +35,14 @@ from absl import logging
 
 from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
+from xlnet_tf.training.settings import SettingsError
 
 SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
 UNIQUE_ID_BASE = 1_000_000_000
 CACHE_VERSION = 1
 
 
-class SquadFileError(ValueError):
+class SquadFileError(SettingsError):
     """A SQuAD JSON file that cannot be used (the message names the file and the place)."""
 
 
@@ -305,21 +306,19 @@ def eval_feature_path(output_dir: str, s: FeatureSettings) -> str:
                                     ".eval.features.pkl")
 
 
-def _manifest_ok(path: str, fingerprint: dict) -> bool:
+def stale_fields(path: str, fingerprint: dict) -> list:
+    """The fields of ``fingerprint`` that the cache at ``path`` was written with differently (all of them if
+    there is no cache)."""
     manifest = path + ".json"
     if not (os.path.exists(path) and os.path.exists(manifest)):
-        return False
+        return list(fingerprint)
     with open(manifest, encoding="utf-8") as f:
         stored = json.load(f)
-    return all(stored.get(k) == v for k, v in fingerprint.items())
-
-
-def atomic_write_json(path: str, obj) -> None:
-    write_json_atomic(path, obj, indent=4)
+    return [k for k, v in fingerprint.items() if stored.get(k) != v]
 
 
 def _write_manifest(path: str, fingerprint: dict, **extra) -> None:
-    atomic_write_json(path + ".json", dict(fingerprint, **extra))
+    write_json_atomic(path + ".json", dict(fingerprint, **extra), indent=4)
 
 
 def _tf_example(f: SquadFeature) -> bytes:
@@ -342,7 +341,7 @@ def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, nu
     as the original's ``--do_prepro``) and returns its manifest (counts and skipped examples)."""
     path = train_record_path(output_dir, s, proc_id)
     fingerprint = dict(s.fingerprint(train_file), num_proc=num_proc, proc_id=proc_id)
-    if not overwrite and _manifest_ok(path, fingerprint):
+    if not overwrite and not stale_fields(path, fingerprint):
         with open(path + ".json", encoding="utf-8") as f:
             manifest = json.load(f)
         logging.info("using cached training features %s (%d features)", path, manifest["num_features"])
@@ -389,7 +388,7 @@ def prepare_eval_features(predict_file: str, output_dir: str, s: FeatureSettings
     squad = read_squad_file(predict_file, is_training=False)
     path = eval_feature_path(output_dir, s)
     fingerprint = s.fingerprint(predict_file)
-    if not overwrite and _manifest_ok(path, fingerprint):
+    if not overwrite and not stale_fields(path, fingerprint):
         with open(path, "rb") as f:
             features, skipped = pickle.load(f)
         logging.info("using cached eval features %s (%d features)", path, len(features))

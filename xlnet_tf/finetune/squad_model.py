@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.io_utils import atomic_path
+from xlnet_tf.finetune.export import sequence_inputs, write_serving_model
 from xlnet_tf.models.heads import XLNetSquad
 from xlnet_tf.training.finetuning import FinetuneTask
 
@@ -32,24 +32,6 @@ def squad_task(config, start_n_top: int = 5, end_n_top: int = 5, dtype: str = "f
                         loss_fn=squad_loss)
 
 
-class _Serving(tf.Module):
-    def __init__(self, model):
-        super().__init__(name="xlnet_squad_serving")
-        self.model = model
-
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-        tf.TensorSpec([None, None], tf.int32, name="segment_ids"),
-        tf.TensorSpec([None, None], tf.float32, name="padding_mask"),
-        tf.TensorSpec([None, None], tf.float32, name="p_mask"),
-        tf.TensorSpec([None], tf.int32, name="cls_index"),
-    ])
-    def serve(self, input_ids, segment_ids, padding_mask, p_mask, cls_index):
-        outputs = self.model(dict(input_ids=input_ids, segment_ids=segment_ids, padding_mask=padding_mask,
-                                  p_mask=p_mask, cls_index=cls_index), training=False)
-        return {k: outputs[k] for k in INFERENCE_OUTPUTS}
-
-
 def export_saved_model(model: XLNetSquad, export_dir: str) -> str:
     """Writes a TF Serving SavedModel of ``model``'s inference outputs to ``export_dir`` (built under a temporary
     name next to it, then renamed; an existing export is replaced only once the new one is complete).
@@ -59,7 +41,5 @@ def export_saved_model(model: XLNetSquad, export_dir: str) -> str:
     [batch]; returns ``start_top_log_probs``/``start_top_index`` [batch, start_n_top], ``end_top_log_probs``/
     ``end_top_index`` [batch, start_n_top * end_n_top] and ``cls_logits`` [batch].
     """
-    module = _Serving(model)
-    with atomic_path(export_dir) as tmp:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve.get_concrete_function()})
-    return export_dir
+    inputs = sequence_inputs(p_mask=tf.TensorSpec([None, None], tf.float32), cls_index=tf.TensorSpec([None], tf.int32))
+    return write_serving_model(model, export_dir, inputs, lambda outputs: {k: outputs[k] for k in INFERENCE_OUTPUTS})

@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from xlnet_tf.finetune.squad_data import atomic_write_json
+from xlnet_tf.io_utils import write_json_atomic
 
 PREDICTIONS, NBEST, NULL_ODDS, EVAL_RESULTS = ("predictions.json", "nbest_predictions.json", "null_odds.json",
                                                "eval_results.json")
@@ -111,7 +111,7 @@ def write_prediction_files(predict_dir: str, predictions: dict, nbest: dict, nul
     paths = {}
     for name, obj in zip(PREDICTION_FILES, (predictions, nbest, null_odds)):
         paths[name] = os.path.join(predict_dir, name)
-        atomic_write_json(paths[name], obj)
+        write_json_atomic(paths[name], obj, indent=4)
     return paths
 
 

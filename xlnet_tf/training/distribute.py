@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
+from xlnet_tf.training.settings import STRATEGIES
 
 
 def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:

@@ -10,42 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
-from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.flops import train_flops_per_sequence
-from xlnet_tf.training.optimization import apply_gradients_across_replicas, create_optimizer
-from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
-from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
-
-
-@dataclasses.dataclass
-class FinetuneSettings:
-    model_dir: str
-    train_steps: int = 1000
-    per_replica_batch_size: int = 8
-    seq_len: int = 128
-    iterations: int = 100
-    save_steps: Optional[int] = None
-    max_save: int = 2
-    learning_rate: float = 1e-5
-    warmup_steps: int = 0
-    decay_method: str = "poly"
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-8
-    clip: float = 1.0
-    lr_layer_decay_rate: float = 1.0
-    init_checkpoint: Optional[str] = None
-
-    def __post_init__(self):
-        if self.save_steps is None or self.save_steps <= 0:
-            self.save_steps = self.train_steps
-        self.iterations = max(1, min(self.iterations, self.save_steps))
+from xlnet_tf.training.optimization import apply_gradients_across_replicas
+from xlnet_tf.training.settings import FinetuneSettings
+from xlnet_tf.training.setup import setup_training
 
 
 @dataclasses.dataclass
@@ -60,46 +33,23 @@ class FinetuneTask:
     loss_fn: Callable
 
 
-def _checkpoint(model, optimizer, global_step):
-    # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
-    # network of any task model, and a fine-tuned checkpoint restores everything.
-    return tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step)
-
-
 def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: FinetuneSettings,
           dataset_fn: Callable[[tf.distribute.InputContext, int], tf.data.Dataset]):
     """Fine-tunes and returns ``(model, metrics)``; resumes from ``model_dir`` if it holds a checkpoint.
 
-    ``dataset_fn(input_context, start_step)`` returns per-replica training batches (shuffled, repeated).
+    ``dataset_fn(input_context, start_step)`` returns per-replica training batches (shuffled, repeated) of
+    ``settings.train_batch_size // replicas`` sequences of ``settings.max_seq_length``.
     """
     s = settings
-    with strategy.scope():
-        model = task.build_model()
-        optimizer = create_optimizer(model, s.learning_rate, s.train_steps, s.warmup_steps, s.decay_method,
-                                     s.min_lr_ratio, s.weight_decay, s.adam_epsilon, s.lr_layer_decay_rate,
-                                     loss_scale=model.dtype_policy.name == "mixed_float16")
-        optimizer.build(model.trainable_variables)
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        checkpoint = _checkpoint(model, optimizer, global_step)
-    checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save or None,
-                                         checkpoint_name="model")
-    latest = tf.train.latest_checkpoint(s.model_dir)
-    if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", latest, int(global_step.numpy()))
-    elif s.init_checkpoint:
-        load_pretrained(model, s.init_checkpoint)
-        logging.info("initialised the network from %s", s.init_checkpoint)
-    else:
-        logging.warning("no --init_checkpoint: fine-tuning from random weights")
-    start_step = int(global_step.numpy())
-    if start_step >= s.train_steps:
-        return model, {"step": start_step}
+    # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
+    # network of any task model, and a fine-tuned checkpoint restores everything.
+    training = setup_training(strategy, s, task.build_model, checkpoint_name="model",
+                              lr_layer_decay_rate=s.lr_layer_decay_rate, warn_from_scratch=True)
+    model, optimizer = training.model, training.optimizer
+    if training.finished():
+        return model, {"step": training.start_step}
 
-    iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, start_step)))
-
-    def replica_step(features):
+    def replica_step(features, state):
         context = tf.distribute.get_replica_context()
         with tf.GradientTape() as tape:
             outputs = model(features, training=True)
@@ -109,37 +59,12 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, model.trainable_variables)
         norm = apply_gradients_across_replicas(optimizer, grads, model.trainable_variables, s.clip)
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, loss), norm
-
-    @tf.function
-    def host_loop(steps):
-        loss_sum, norm = tf.constant(0.0), tf.constant(0.0)
-        for _ in tf.range(steps):
-            loss, norm = strategy.run(replica_step, args=(next(iterator),))
-            loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-            norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
-        global_step.assign_add(tf.cast(steps, tf.int64))
-        return loss_sum / tf.cast(steps, tf.float32), norm
+        return state, context.all_reduce(tf.distribute.ReduceOp.SUM, loss), norm
 
     c = model.config
-    replicas = strategy.num_replicas_in_sync
-    global_batch = s.per_replica_batch_size * replicas
-    flops = global_batch * train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, 0, 0, 0)
-    peak, _ = device_peak_flops(strategy, model.compute_dtype)
-    reporter = ProgressReporter(checkpoint_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
-                                start_step)
-    metrics = run_host_loops(host_loop, start_step=start_step, train_steps=s.train_steps, iterations=s.iterations,
-                             save_steps=s.save_steps, manager=manager, reporter=reporter, optimizer=optimizer)
-    return model, metrics
-
-
-def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
-    """Restores a fine-tuned model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``."""
-    path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
-    if not path:
-        raise FileNotFoundError(f"{model_dir}: no fine-tuned checkpoint to evaluate or predict with")
-    tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
-    return path
+    flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0)
+    return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
+                                 flops_per_sequence=flops)
 
 
 def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, keep: tuple[str, ...] = ()):

@@ -1,12 +1,14 @@
-"""The XLNet pretraining loop: permutation-LM loss, Transformer-XL memory carried between steps, any strategy.
+"""XLNet pretraining: ``pretrain(settings)`` (what run_pretrain.py runs) and its loop ``run_pretraining``:
+permutation-LM loss, Transformer-XL memory carried between steps, any strategy. The set-up (model, optimizer,
+checkpoints, restore) and the host loops are ``xlnet_tf.training.setup``'s, shared with fine-tuning.
 
 Structure (what keeps TPUs busy and makes resuming exact):
 * ``iterations`` steps run inside one ``tf.function`` (a "host loop"). The per-replica memory is loop state:
   zeros at the start of every host loop, then each step's ``new_mems`` feed the next step, like the original
   TPU trainer (whose TPUEstimator reset the cache every ``iterations`` steps).
 * Checkpoints are written only at host-loop boundaries (a host loop is cut short to end on every multiple of
-  ``save_steps``), where memory is zero anyway. A resumed run restores weights, optimizer state and the step, and its input pipeline
-  starts at that step's data position: it continues exactly as the uninterrupted run would have.
+  ``save_steps``), where memory is zero anyway. A resumed run restores weights, optimizer state and the step, and
+  its input pipeline starts at that step's data position: it continues exactly as the uninterrupted run would have.
 * SIGTERM (preemption) finishes the current host loop, writes a checkpoint and returns; ``iterations`` bounds
   how long that takes. A non-finite loss stops the run with an error before anything is saved, so the last
   checkpoint on disk is the last good one.
@@ -14,57 +16,47 @@ Structure (what keeps TPUs busy and makes resuming exact):
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 import tensorflow as tf
-from absl import logging
 
-from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
-from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.losses import permutation_lm_loss
-from xlnet_tf.training.optimization import apply_gradients_across_replicas, create_optimizer
-from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
+from xlnet_tf.training.optimization import apply_gradients_across_replicas
+from xlnet_tf.training.settings import PretrainSettings, SettingsError
+from xlnet_tf.training.setup import load_model_config, setup_training, start_run
 
 MODEL_INPUTS = ("input_ids", "segment_ids", "perm_mask", "target_mapping")
 
 
-@dataclasses.dataclass
-class PretrainSettings:
-    """Run settings of ``run_pretraining`` (the flags of run_pretrain.py)."""
+def pretrain(settings: PretrainSettings) -> dict:
+    """What run_pretrain.py does: checks the settings, the strategy and the data in ``data_dir`` (writing it from
+    ``input_glob`` first if it has none), then pretrains; returns the last host loop's metrics."""
+    from xlnet_tf.data.pretrain_dataset import pretrain_dataset
+    from xlnet_tf.training.distribute import num_hosts
+    from xlnet_tf.training.pretrain_data import ensure_pretraining_data
 
-    model_dir: str
-    train_steps: int
-    per_replica_batch_size: int
-    seq_len: int
-    num_predict: int
-    iterations: int = 1000
-    save_steps: Optional[int] = None
-    max_save: int = 5
-    learning_rate: float = 1e-4
-    warmup_steps: int = 0
-    decay_method: str = "poly"
-    min_lr_ratio: float = 0.001
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-8
-    clip: float = 1.0
-    grad_accum_steps: int = 1
-    dtype: str = "float32"
-    jit_compile: bool = False
-    init_checkpoint: Optional[str] = None
+    s = settings.validate()
+    strategy = start_run(s)
+    replicas = strategy.num_replicas_in_sync
+    per_replica = s.train_batch_size // replicas
+    if s.bi_data and per_replica % 2:
+        raise SettingsError(f"--bi_data needs an even batch per replica, got {per_replica}")
+    hosts = num_hosts(strategy)
+    manifest = ensure_pretraining_data(s, bsz_per_host=s.train_batch_size // hosts,
+                                       num_core_per_host=s.num_core_per_host or replicas // hosts)
+    model_config = load_model_config(s, manifest["params"]["vocab_size"], "the data's SentencePiece vocabulary",
+                                     mem_len=s.mem_len, reuse_len=s.reuse_len, bi_data=s.bi_data,
+                                     same_length=s.same_length)
 
-    def __post_init__(self):
-        if self.save_steps is None or self.save_steps <= 0:
-            self.save_steps = self.train_steps
-        # Checkpoints fall on host-loop boundaries; the loop shortens to reach each save step exactly.
-        self.iterations = max(1, min(self.iterations, self.save_steps))
-        if self.grad_accum_steps < 1:
-            raise ValueError(f"--grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
-        if self.dtype not in ("float32", "mixed_bfloat16", "mixed_float16"):
-            raise ValueError(f"--dtype must be float32, mixed_bfloat16 or mixed_float16, got {self.dtype!r}")
+    def dataset_fn(ctx, start_step):
+        batches_per_step = (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * s.grad_accum_steps
+        return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
+                                s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step)
+
+    return run_pretraining(strategy, model_config, s, dataset_fn)
 
 
 def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig, settings: PretrainSettings,
@@ -73,69 +65,27 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
 
     ``dataset_fn(input_context, start_step)`` returns the per-replica batches of one input pipeline, positioned
     at ``start_step`` (a resumed run's data position), with ``MODEL_INPUTS`` plus ``target`` and
-    ``target_mask``.
+    ``target_mask``. ``settings.train_batch_size`` is global (all replicas), per micro-batch.
     """
-    s = settings
-    if model_config.mem_len and model_config.reuse_len is None:
+    s, c = settings, model_config
+    if c.mem_len and c.reuse_len is None:
         raise ValueError("mem_len > 0 needs reuse_len (the part of each segment that becomes memory)")
-    with strategy.scope():
-        model = XLNetPretrainer(model_config, dtype=s.dtype)
-        optimizer = create_optimizer(model, s.learning_rate, s.train_steps, s.warmup_steps, s.decay_method,
-                                     s.min_lr_ratio, s.weight_decay, s.adam_epsilon,
-                                     loss_scale=s.dtype == "mixed_float16")
-        optimizer.build(model.trainable_variables)
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(xlnet=model.xlnet, lm_bias=model.lm_bias),
-                                         optimizer=optimizer, global_step=global_step)
-    checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save,
-                                         checkpoint_name="xlnet_model")
-    latest = tf.train.latest_checkpoint(s.model_dir)  # every worker resumes from the chief's checkpoint
-    if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", latest, int(global_step.numpy()))
-    elif s.init_checkpoint:
-        load_pretrained(model, s.init_checkpoint)
-        logging.info("initialised from %s", s.init_checkpoint)
-    start_step = int(global_step.numpy())
-    if start_step >= s.train_steps:
-        logging.info("already trained for %d steps (--train_steps=%d): nothing to do", start_step, s.train_steps)
-        return {"step": start_step}
-
-    dataset = strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, start_step))
-    iterator = iter(dataset)
-    replicas = strategy.num_replicas_in_sync
-    c = model_config
-    zero_mems = zero_mems_fn(c, s.per_replica_batch_size, model.compute_dtype)
-
-    replica_step = make_replica_step(model, optimizer, s.clip)
+    training = setup_training(
+        strategy, s, lambda: XLNetPretrainer(c, dtype=s.dtype), checkpoint_name="xlnet_model",
+        saved_model=lambda model: tf.train.Checkpoint(xlnet=model.xlnet, lm_bias=model.lm_bias))
+    if training.finished():
+        return {"step": training.start_step}
+    model = training.model
+    per_replica = s.train_batch_size // strategy.num_replicas_in_sync
+    replica_step = make_replica_step(model, training.optimizer, s.clip)
     if s.jit_compile:
         replica_step = tf.function(replica_step, jit_compile=True)
-
-    @tf.function
-    def host_loop(steps):
-        mems = strategy.run(zero_mems)  # memory restarts at every host loop (see the module docstring)
-        loss_sum = tf.constant(0.0)
-        norm = tf.constant(0.0)
-        for _ in tf.range(steps):
-            batches = [next(iterator) for _ in range(s.grad_accum_steps)]
-            mems, loss, norm = strategy.run(replica_step, args=(batches, mems))
-            loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-            norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
-        global_step.assign_add(tf.cast(steps, tf.int64))
-        return loss_sum / tf.cast(steps, tf.float32), norm
-
-    global_batch = s.per_replica_batch_size * replicas * s.grad_accum_steps
-    flops = global_batch * train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, c.mem_len,
-                                                    s.num_predict, c.n_token, s.per_replica_batch_size, c.bi_data)
-    peak, peak_source = device_peak_flops(strategy, model.compute_dtype)
-    logging.info("training %d -> %d steps: %d replicas x batch %d x accum %d, seq %d, %s; MFU peak %.3g FLOP/s "
-                 "per replica (%s)", start_step, s.train_steps, replicas, s.per_replica_batch_size,
-                 s.grad_accum_steps, s.seq_len, s.dtype, peak, peak_source)
-    reporter = ProgressReporter(checkpoint_dir, s.train_steps, global_batch * s.seq_len, flops, peak * replicas,
-                                start_step)
-    return run_host_loops(host_loop, start_step=start_step, train_steps=s.train_steps, iterations=s.iterations,
-                          save_steps=s.save_steps, manager=manager, reporter=reporter, optimizer=optimizer)
+    flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, c.mem_len, s.num_predict, c.n_token,
+                                     per_replica, c.bi_data)
+    # Memory restarts at every host loop (see the module docstring).
+    return training.train(replica_step, dataset_fn, global_batch=s.train_batch_size * s.grad_accum_steps,
+                          seq_len=s.seq_len, flops_per_sequence=flops, micro_batches=s.grad_accum_steps,
+                          initial_state=zero_mems_fn(c, per_replica, model.compute_dtype))
 
 
 def make_replica_step(model: XLNetPretrainer, optimizer, clip: float):

@@ -1,0 +1,162 @@
+"""What every run sets up the same way, pretraining and fine-tuning alike.
+
+* ``start_run``: the strategy (global batch sizes checked against its replicas) and the seed.
+* ``load_model_config``: the model shape with the run's dropout and clamping, checked against the vocabulary.
+* ``setup_training``: model, optimizer and checkpoint under the strategy, the checkpoint manager, and the restore
+  (resume from ``model_dir`` > warm start from ``init_checkpoint`` > random weights); ``Training.train`` then
+  runs the host loops with progress lines, TensorBoard scalars, checkpoints and preemption handling.
+* ``restore_for_inference`` and ``checkpoint_step`` for evaluation, prediction and export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from xlnet_tf.checkpoint import load_pretrained
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.training.distribute import create_strategy
+from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
+from xlnet_tf.training.optimization import create_optimizer
+from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
+from xlnet_tf.training.settings import RunSettings, SettingsError
+
+
+def start_run(settings: RunSettings) -> tf.distribute.Strategy:
+    """The run's strategy, after checking that its global batch sizes split over the replicas; seeds Keras."""
+    strategy = create_strategy(settings.strategy, settings.tpu)
+    replicas = strategy.num_replicas_in_sync
+    for name in settings.BATCH_SIZES:
+        if getattr(settings, name) % replicas:
+            raise SettingsError(f"--{name}={getattr(settings, name)} is not divisible by the {replicas} replicas of "
+                                f"--strategy={settings.strategy} (batch sizes are global)")
+    keras.utils.set_random_seed(settings.seed)
+    return strategy
+
+
+def load_model_config(settings: RunSettings, vocab_size: Optional[int] = None, vocab_source: str = "",
+                      **overrides) -> XLNetConfig:
+    """``--model_config_path`` with the run's dropout, attention dropout and clamping (and ``overrides``);
+    a SettingsError if its vocabulary is not ``vocab_size`` (from ``vocab_source``)."""
+    config = XLNetConfig.from_json(settings.model_config_path, dropout=settings.dropout, dropatt=settings.dropatt,
+                                   clamp_len=settings.clamp_len, **overrides)
+    if vocab_size is not None and config.n_token != vocab_size:
+        raise SettingsError(f"--model_config_path n_token={config.n_token} but {vocab_source} has {vocab_size} "
+                            "pieces")
+    return config
+
+
+@dataclasses.dataclass
+class Training:
+    """A model and its optimizer under a strategy, restored to ``start_step`` (see ``setup_training``)."""
+
+    strategy: tf.distribute.Strategy
+    settings: RunSettings
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    global_step: tf.Variable
+    manager: tf.train.CheckpointManager
+    checkpoint_dir: str
+    start_step: int
+
+    def finished(self) -> bool:
+        """Whether ``start_step`` already reached ``train_steps`` (logged)."""
+        if self.start_step >= self.settings.train_steps:
+            logging.info("already trained for %d steps (--train_steps=%d): nothing to do", self.start_step,
+                         self.settings.train_steps)
+            return True
+        return False
+
+    def train(self, replica_step: Callable, dataset_fn: Callable, *, global_batch: int, seq_len: int,
+              flops_per_sequence: float, micro_batches: Optional[int] = None,
+              initial_state: Callable = lambda: tf.zeros([])) -> dict:
+        """Trains from ``start_step`` to ``train_steps`` and returns the last host loop's metrics.
+
+        ``dataset_fn(input_context, start_step)`` gives the per-replica batches of one input pipeline, positioned
+        at ``start_step``. An optimizer step runs ``replica_step(inputs, state) -> (state, loss, grad_norm)`` on
+        every replica, with ``inputs`` one batch, or a list of ``micro_batches`` batches if that is given (gradient
+        accumulation; ``global_batch`` counts them all). ``state`` (the pretraining memory; a placeholder otherwise)
+        starts as ``initial_state()`` on each replica at every host loop.
+        """
+        s, strategy = self.settings, self.strategy
+        iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, self.start_step)))
+
+        def next_inputs():
+            return next(iterator) if micro_batches is None else [next(iterator) for _ in range(micro_batches)]
+
+        @tf.function
+        def host_loop(steps):
+            state = strategy.run(initial_state)
+            loss_sum, norm = tf.constant(0.0), tf.constant(0.0)
+            for _ in tf.range(steps):
+                state, loss, norm = strategy.run(replica_step, args=(next_inputs(), state))
+                loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+                norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
+            self.global_step.assign_add(tf.cast(steps, tf.int64))
+            return loss_sum / tf.cast(steps, tf.float32), norm
+
+        replicas = strategy.num_replicas_in_sync
+        peak, peak_source = device_peak_flops(strategy, self.model.compute_dtype)
+        logging.info("training %d -> %d steps: %d replicas, global batch %d (%d micro-batches), seq %d, %s; MFU "
+                     "peak %.3g FLOP/s per replica (%s)", self.start_step, s.train_steps, replicas, global_batch,
+                     micro_batches or 1, seq_len, s.dtype, peak, peak_source)
+        reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
+                                    global_batch * flops_per_sequence, peak * replicas, self.start_step)
+        return run_host_loops(host_loop, start_step=self.start_step, train_steps=s.train_steps,
+                              iterations=s.steps_per_loop, save_steps=s.checkpoint_every, manager=self.manager,
+                              reporter=reporter, optimizer=self.optimizer)
+
+
+def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, build_model: Callable[[], keras.Model],
+                   *, checkpoint_name: str, saved_model: Callable = lambda model: model,
+                   lr_layer_decay_rate: float = 1.0, warn_from_scratch: bool = False) -> Training:
+    """Builds the model (``build_model()``), its optimizer and a global step under ``strategy``, a checkpoint
+    manager writing ``<model_dir>/<checkpoint_name>-<step>`` (``saved_model(model)`` saved as ``model``), and
+    restores: the latest checkpoint in ``model_dir`` (weights, optimizer, step), else the network from
+    ``init_checkpoint`` (original TF1 or native), else nothing (a warning if ``warn_from_scratch``)."""
+    s = settings
+    with strategy.scope():
+        model = build_model()
+        optimizer = create_optimizer(model, s.learning_rate, s.train_steps, s.warmup_steps, s.decay_method,
+                                     s.min_lr_ratio, s.weight_decay, s.adam_epsilon, lr_layer_decay_rate,
+                                     loss_scale=model.dtype_policy.name == "mixed_float16")
+        optimizer.build(model.trainable_variables)
+        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        checkpoint = tf.train.Checkpoint(model=saved_model(model), optimizer=optimizer, global_step=global_step)
+    checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save or None,
+                                         checkpoint_name=checkpoint_name)
+    latest = tf.train.latest_checkpoint(s.model_dir)  # every worker resumes from the chief's checkpoint
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        logging.info("resumed from %s at step %d", latest, int(global_step.numpy()))
+    elif s.init_checkpoint:
+        load_pretrained(model, s.init_checkpoint)
+        logging.info("initialised the network from %s", s.init_checkpoint)
+    else:
+        logging.log(logging.WARNING if warn_from_scratch else logging.INFO,
+                    "no --init_checkpoint: training from random weights")
+    return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()))
+
+
+def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
+    """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``."""
+    path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+    if not path:
+        raise FileNotFoundError(f"{model_dir}: no fine-tuned checkpoint to evaluate or predict with")
+    tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
+    return path
+
+
+def checkpoint_step(path: Optional[str]) -> int:
+    """The global step saved in a checkpoint (0 for none, or a checkpoint without one, e.g. a TF1 release)."""
+    if not path:
+        return 0
+    try:
+        return int(tf.train.load_checkpoint(path).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.NotFoundError, ValueError):
+        return 0
