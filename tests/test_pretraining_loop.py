@@ -87,14 +87,18 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     assert_same_weights(model_big, model_acc, atol=2e-5)
 
 
-def test_resume_continues_exactly(tmp_path):
-    strategy = create_strategy("one_device")
-    straight, model_straight = train(tmp_path, "straight", strategy, per_replica_batch=2, steps=4, save_steps=2)
-    first, _ = train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=2, save_steps=2)
+@pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
+def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
+    """Stopped at a checkpoint and rerun, training ends with the weights of an uninterrupted run: the dropout
+    layers' seed states are checkpointed with the weights, the optimizer and the step."""
+    strategy = create_strategy(strategy_name)
+    config = CONFIG.replace(dropout=0.3, dropatt=0.3)
+    batch = 4 // strategy.num_replicas_in_sync
+    straight, model_straight = train(tmp_path, "straight", strategy, batch, steps=4, save_steps=2, config=config)
+    first, _ = train(tmp_path, "resumed", strategy, batch, steps=2, save_steps=2, config=config)
     assert first["step"] == 2
-    resumed, model_resumed = train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    resumed, model_resumed = train(tmp_path, "resumed", strategy, batch, steps=4, save_steps=2, config=config)
     assert resumed["step"] == 4
-    np.testing.assert_allclose(resumed["loss"], straight["loss"], rtol=1e-6)
     assert_same_weights(model_straight, model_resumed, atol=1e-6)
 
 
@@ -107,14 +111,15 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
 
 
 def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
-    """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns."""
+    """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns. (It arrives
+    after the first step: the first host loop reports after one step and goes on.)"""
     import xlnet_tf.training.setup as setup
 
     run_host_loops = setup.run_host_loops
 
     def sigterm_after_first_loop(host_loop, **kwargs):
-        def wrapped(steps):
-            result = host_loop(steps)
+        def wrapped(steps, state):
+            result = host_loop(steps, state)
             if not wrapped.sent:
                 wrapped.sent = True
                 os.kill(os.getpid(), signal.SIGTERM)  # delivered to the handler run_host_loops installed
@@ -129,3 +134,39 @@ def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
     assert metrics["preempted"] and metrics["step"] == 2
     assert tf.train.latest_checkpoint(str(tmp_path / "preempted")).endswith("xlnet_model-2")
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is restored
+
+
+def test_first_report_comes_after_one_step(tmp_path, caplog):
+    """The starting loss is seen at once: the first host loop reports after its first step, then at its end."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    train(tmp_path, "first", create_strategy("one_device"), per_replica_batch=2, steps=4, iterations=4,
+          save_steps=4)
+    steps = [line.split(" | ")[0] for line in caplog.messages if line.startswith("step ")]
+    assert steps == ["step 1/4", "step 4/4"]
+
+
+def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, caplog):
+    """A half-written newest checkpoint is skipped with a warning; training resumes from the one before and ends
+    where an uninterrupted run does. If every checkpoint is damaged, the error names them."""
+    import glob
+    import logging
+
+    strategy = create_strategy("one_device")
+    _, model_straight = train(tmp_path, "straight", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    for path in glob.glob(str(tmp_path / "damaged" / "xlnet_model-4.data-*")):
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    caplog.set_level(logging.WARNING)
+    resumed, model_resumed = train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    assert "cannot resume from" in caplog.text and "xlnet_model-4" in caplog.text
+    assert resumed["step"] == 4
+    assert_same_weights(model_straight, model_resumed, atol=1e-6)
+
+    for path in glob.glob(str(tmp_path / "damaged" / "xlnet_model-*.index")):
+        with open(path, "wb") as f:
+            f.write(b"garbage")
+    with pytest.raises(ValueError, match="no intact checkpoint to resume from"):
+        train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=6, save_steps=2)

@@ -31,4 +31,4 @@ def seed_states(model) -> list:
     must hold (beside weights, optimizer and step) for a resumed run to draw the masks an uninterrupted run
     would have drawn."""
     return [layer.seed_generator.state for layer in model._flatten_layers(include_self=False)
-            if isinstance(layer, keras.layers.Dropout)]
+            if isinstance(layer, keras.layers.Dropout) and hasattr(layer, "seed_generator")]  # none at rate 0

@@ -35,31 +35,43 @@ class _Preemption:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def run_host_loops(host_loop, *, start_step: int, train_steps: int, iterations: int, save_steps: int,
-                   manager: tf.train.CheckpointManager, reporter, optimizer) -> dict:
-    """Calls ``host_loop(steps) -> (mean loss, grad norm)`` until ``train_steps``, each call at most
-    ``iterations`` steps and ending on every multiple of ``save_steps``, where a checkpoint is written.
+def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
+                   save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer) -> dict:
+    """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm)`` until ``train_steps``, in host loops of
+    at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
+    ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
-    SIGTERM finishes the current host loop, checkpoints and returns (``preempted``: True). A non-finite loss
-    raises ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one.
-    Returns the last host loop's metrics.
+    The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
+    over), so the starting loss is seen at once. SIGTERM finishes the current host loop, checkpoints and returns
+    (``preempted``: True). A non-finite loss raises ``FloatingPointError`` before anything is saved, so the last
+    checkpoint is the last good one. Returns the last report's metrics.
     """
     metrics = {"step": start_step}
     step = start_step
+
+    def run(steps, state):
+        nonlocal metrics, step
+        state, loss, norm = host_loop(tf.constant(steps), state)
+        step += steps
+        loss = float(loss.numpy())
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
+                f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
+        metrics = dict(step=step, **reporter.report(step, {"loss": loss,
+                                                           "learning_rate": learning_rate_at(optimizer, step),
+                                                           "grad_norm": float(norm.numpy())}))
+        return state
+
     with _Preemption() as preemption:
         while step < train_steps:
             next_save = (step // save_steps + 1) * save_steps
             steps = min(iterations, next_save - step, train_steps - step)
-            loss, norm = host_loop(tf.constant(steps))
-            step += steps
-            loss = float(loss.numpy())
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
-                    f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
-            metrics = dict(step=step, **reporter.report(step, {"loss": loss,
-                                                               "learning_rate": learning_rate_at(optimizer, step),
-                                                               "grad_norm": float(norm.numpy())}))
+            state = initial_state()
+            if step == start_step and steps > 1:
+                state = run(1, state)
+                steps -= 1
+            run(steps, state)
             if step % save_steps == 0 or step == train_steps or preemption.requested:
                 logging.info("saved %s", manager.save(checkpoint_number=step))
             if preemption.requested:

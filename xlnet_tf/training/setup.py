@@ -19,6 +19,7 @@ from absl import logging
 
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers.dropout import seed_states
 from xlnet_tf.training.distribute import create_strategy
 from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.optimization import create_optimizer
@@ -80,7 +81,7 @@ class Training:
         at ``start_step``. An optimizer step runs ``replica_step(inputs, state) -> (state, loss, grad_norm)`` on
         every replica, with ``inputs`` one batch, or a list of ``micro_batches`` batches if that is given (gradient
         accumulation; ``global_batch`` counts them all). ``state`` (the pretraining memory; a placeholder otherwise)
-        starts as ``initial_state()`` on each replica at every host loop.
+        starts as ``initial_state()`` on each replica at every host loop (``run_host_loops``).
         """
         s, strategy = self.settings, self.strategy
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, self.start_step)))
@@ -89,16 +90,16 @@ class Training:
             return next(iterator) if micro_batches is None else [next(iterator) for _ in range(micro_batches)]
 
         @tf.function
-        def host_loop(steps):
-            state = strategy.run(initial_state)
+        def host_loop(steps, state):
             loss_sum, norm = tf.constant(0.0), tf.constant(0.0)
             for _ in tf.range(steps):
                 state, loss, norm = strategy.run(replica_step, args=(next_inputs(), state))
                 loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
                 norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
             self.global_step.assign_add(tf.cast(steps, tf.int64))
-            return loss_sum / tf.cast(steps, tf.float32), norm
+            return state, loss_sum / tf.cast(steps, tf.float32), norm
 
+        initial = tf.function(lambda: strategy.run(initial_state))
         replicas = strategy.num_replicas_in_sync
         peak, peak_source = device_peak_flops(strategy, self.model.compute_dtype)
         logging.info("training %d -> %d steps: %d replicas, global batch %d (%d micro-batches), seq %d, %s; MFU "
@@ -106,9 +107,9 @@ class Training:
                      micro_batches or 1, seq_len, s.dtype, peak, peak_source)
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
                                     global_batch * flops_per_sequence, peak * replicas, self.start_step)
-        return run_host_loops(host_loop, start_step=self.start_step, train_steps=s.train_steps,
-                              iterations=s.steps_per_loop, save_steps=s.checkpoint_every, manager=self.manager,
-                              reporter=reporter, optimizer=self.optimizer)
+        return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
+                              train_steps=s.train_steps, iterations=s.steps_per_loop, save_steps=s.checkpoint_every,
+                              manager=self.manager, reporter=reporter, optimizer=self.optimizer)
 
 
 def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, build_model: Callable[[], keras.Model],
@@ -126,14 +127,15 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
                                      loss_scale=model.dtype_policy.name == "mixed_float16")
         optimizer.build(model.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        checkpoint = tf.train.Checkpoint(model=saved_model(model), optimizer=optimizer, global_step=global_step)
+        # The dropout layers' seed states too: a resumed run draws the masks an uninterrupted one would.
+        checkpoint = tf.train.Checkpoint(model=saved_model(model), optimizer=optimizer, global_step=global_step,
+                                         dropout_seeds=seed_states(model))
     checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save or None,
                                          checkpoint_name=checkpoint_name)
-    latest = tf.train.latest_checkpoint(s.model_dir)  # every worker resumes from the chief's checkpoint
-    if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-        logging.info("resumed from %s at step %d", latest, int(global_step.numpy()))
+    resumed = _resume(checkpoint, s.model_dir)  # every worker resumes from the chief's checkpoints
+    if resumed:
+        logging.info("resumed from %s at step %d", resumed, int(global_step.numpy()))
     elif s.init_checkpoint:
         load_pretrained(model, s.init_checkpoint)
         logging.info("initialised the network from %s", s.init_checkpoint)
@@ -141,6 +143,28 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
         logging.log(logging.WARNING if warn_from_scratch else logging.INFO,
                     "no --init_checkpoint: training from random weights")
     return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()))
+
+
+def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
+    """Restores the newest intact checkpoint of ``model_dir`` into ``checkpoint``; returns its path (None: there
+    is none). A damaged newer one (a half-copied file, a crash while writing outside TensorFlow) is skipped with
+    a warning; if every one is damaged, a ValueError names them."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    failures = []
+    for path in reversed(paths):
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+        except (tf.errors.OpError, IndexError, ValueError, AssertionError) as error:
+            failures.append(f"{path}: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}")
+            logging.warning("cannot resume from %s; trying the previous checkpoint", failures[-1])
+            continue
+        return path
+    if failures:
+        raise ValueError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
+    return None
 
 
 def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
