@@ -104,6 +104,31 @@ def test_label_outside_the_label_set_names_file_and_line(tmp_path):
         cd.read_examples(cd.get_task("sts-b"), str(tmp_path), "train")
 
 
+@pytest.mark.parametrize("score", ["17.5", "-0.1", "nan", "inf"])
+def test_sts_b_score_outside_its_range_names_file_and_line(tmp_path, score):
+    _write(str(tmp_path / "train.tsv"), "\t".join(["c"] * 9 + ["score"]) + "\n"
+           + "\t".join(["x"] * 9 + ["3.2"]) + "\n" + "\t".join(["x"] * 9 + [score]) + "\n")
+    with pytest.raises(ValueError, match=rf"train\.tsv:3: score '{score}' is outside sts-b's range \[0, 5\]"):
+        cd.read_examples(cd.get_task("sts-b"), str(tmp_path), "train")
+
+
+def test_feature_cache_follows_its_input_and_a_failed_encoding_leaves_none(tmp_path, tokenizer):
+    """A replaced train.tsv is encoded again (not the stale cache); an input without usable examples is an
+    error that writes no cache, so fixing the file is enough."""
+    data, out = str(tmp_path / "data"), str(tmp_path / "out")
+    task = cd.get_task("sst-2")
+    _write(os.path.join(data, "train.tsv"), "sentence\tlabel\n" + "good film\t1\nbad film\t0\n" * 3)
+    assert cd.prepare_features(task, data, "train", tokenizer, 16, out)[1]["num_examples"] == 6
+    _write(os.path.join(data, "train.tsv"), "sentence\tlabel\n" + "good film\t1\n" * 2)
+    assert cd.prepare_features(task, data, "train", tokenizer, 16, out)[1]["num_examples"] == 2
+    _write(os.path.join(data, "train.tsv"), "sentence\tlabel\n")
+    with pytest.raises(ValueError, match=r"train\.tsv: no usable examples"):
+        cd.prepare_features(task, data, "train", tokenizer, 16, out)
+    assert not [f for f in os.listdir(out) if f.startswith("sst-2")]
+    _write(os.path.join(data, "train.tsv"), "sentence\tlabel\n" + "fine film\t1\n" * 3)
+    assert cd.prepare_features(task, data, "train", tokenizer, 16, out)[1]["num_examples"] == 3
+
+
 def test_unknown_task_and_missing_files(tmp_path):
     with pytest.raises(ValueError, match="unknown task; known: cola"):
         cd.get_task("glue")

@@ -80,3 +80,17 @@ def test_flag_errors_are_reported_before_work(tmp_path):
                        data_dir=os.path.join(FIXTURES, "glue", "RTE")))
     with pytest.raises(FileNotFoundError, match="no fine-tuned checkpoint"):
         run(make_flags(tmp_path, task_name="rte", do_eval=True, data_dir=os.path.join(FIXTURES, "glue", "RTE")))
+
+
+def test_bad_eval_data_is_an_error_before_training(tmp_path):
+    """A label outside the label set in dev.tsv stops the run before any training step or checkpoint."""
+    import shutil
+
+    data_dir = tmp_path / "RTE"
+    shutil.copytree(os.path.join(FIXTURES, "glue", "RTE"), data_dir)
+    with open(data_dir / "dev.tsv", "a", encoding="utf-8") as f:
+        f.write("99\ta premise\ta hypothesis\tmaybe\n")
+    flags = make_flags(tmp_path, task_name="rte", data_dir=str(data_dir), do_train=True, do_eval=True)
+    with pytest.raises(ValueError, match=r"dev\.tsv:\d+: label 'maybe'"):
+        run(flags)
+    assert not os.path.exists(os.path.join(flags.model_dir, "checkpoint"))

@@ -90,3 +90,15 @@ def test_settings_errors_are_reported_together():
                  "--input_glob needs --spiece_model_file"):
         assert part in str(e.value)
     assert isinstance(e.value, ValueError)
+
+
+def test_the_last_line_says_what_was_done():
+    from xlnet_tf.cli.flags import summary
+
+    assert summary({"step": 600, "loss": 6.5612}) == "trained to step 600 (loss 6.561)"
+    assert summary({"train": {"step": 300, "loss": 0.52, "data": {}}}) == "trained to step 300 (loss 0.52)"
+    line = summary({"train": {"step": 300}, "eval": {"split": "dev", "step": 300, "metrics": {"accuracy": 0.785}},
+                    "predict": ["p/SST-2.tsv"], "export": "runs/export/1"})
+    assert line == ("trained to step 300 (nothing left to train); evaluated dev at step 300: accuracy 0.785; "
+                    "predictions in p/SST-2.tsv; exported runs/export/1")
+    assert summary({}).startswith("nothing to do")

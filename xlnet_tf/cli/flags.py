@@ -199,15 +199,28 @@ def run(settings_cls, target: str, defaults_for: Optional[Callable[[flags.FlagVa
         except (SettingsError, FileNotFoundError, flags.Error) as e:
             usage_error(e)
         if result is not None:
-            logging.info("done: %s", _rounded(result))
+            logging.info("done: %s", summary(result))
 
     app.run(main)
 
 
-def _rounded(value):
-    """``value`` with its floats (in dicts and lists too) rounded to 4 places, for the last log line."""
-    if isinstance(value, float):
-        return round(value, 4)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return [_rounded(v) for v in value] if isinstance(value, list) else value
+def summary(result: dict) -> str:
+    """What a run did, for its last log line: ``result`` is pretraining's last metrics, or fine-tuning's stages
+    (``train``, ``eval``, ``predict``, ``export``)."""
+    if "step" in result:  # pretraining
+        result = {"train": result}
+    parts = []
+    if "train" in result:
+        train = result["train"]
+        loss = f" (loss {train['loss']:.4g})" if "loss" in train else " (nothing left to train)"
+        parts.append(f"{'stopped for preemption at' if train.get('preempted') else 'trained to'} step "
+                     f"{train.get('step')}{loss}")
+    if "eval" in result:
+        report = result["eval"]
+        metrics = ", ".join(f"{k} {v:.4g}" for k, v in report["metrics"].items())
+        parts.append(f"evaluated {report.get('split', '')} at step {report.get('step')}: {metrics}")
+    if result.get("predict"):
+        parts.append(f"predictions in {', '.join(result['predict'])}")
+    if result.get("export"):
+        parts.append(f"exported {result['export']}")
+    return "; ".join(parts) or "nothing to do (no --do_train, --do_eval, --do_predict or --export_dir)"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 import sys
 from typing import Optional
@@ -47,6 +48,7 @@ class TaskSpec:
     metrics: tuple = ("accuracy",)
     labels: Optional[tuple] = None  # only for tasks the library lacks
     reader: str = "tsv"  # tsv | imdb | csv
+    label_range: Optional[tuple] = None  # regression: the scores' documented range (inclusive)
 
     @property
     def regression(self) -> bool:
@@ -62,8 +64,9 @@ class TaskSpec:
         return list(getattr(lib, self.library_processor).get_labels(None))
 
 
-def _glue(name, processor, files, labeled, test, submission, metrics=("accuracy",), header=("train", "dev", "test")):
-    return TaskSpec(name, processor, files, labeled, test, header, submission, metrics)
+def _glue(name, processor, files, labeled, test, submission, metrics=("accuracy",), header=("train", "dev", "test"),
+          label_range=None):
+    return TaskSpec(name, processor, files, labeled, test, header, submission, metrics, label_range=label_range)
 
 
 _GLUE_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
@@ -77,7 +80,7 @@ TASKS = {t.name: t for t in [
           ("f1", "accuracy")),
     # STS-B: index genre filename year old_index source1 source2 sentence1 sentence2 score.
     _glue("sts-b", "StsBProcessor", _GLUE_FILES, Columns(7, 8, -1), Columns(7, 8, None, 0), "STS-B",
-          ("pearson", "spearman")),
+          ("pearson", "spearman"), label_range=(0.0, 5.0)),
     # QQP: id qid1 qid2 question1 question2 is_duplicate; test: id question1 question2.
     _glue("qqp", "QqpProcessor", _GLUE_FILES, Columns(3, 4, 5), Columns(1, 2, None, 0), "QQP", ("f1", "accuracy")),
     # MNLI: ... sentence1(8) sentence2(9) [label1 ... ] gold_label(last).
@@ -184,6 +187,10 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
                 except ValueError:
                     raise ValueError(f"{where}: label {raw!r} is not a number ({task.name} is a regression "
                                      "task)") from None
+                low, high = task.label_range or (-math.inf, math.inf)
+                if not (math.isfinite(label) and low <= label <= high):
+                    raise ValueError(f"{where}: score {raw!r} is outside {task.name}'s range [{low:g}, {high:g}] "
+                                     "(a corrupted file, or a wrong --task_name?)")
             else:
                 if raw not in labels:
                     raise ValueError(f"{where}: label {raw!r} is not in task {task.name}'s label set {labels} "
@@ -249,7 +256,8 @@ def prepare_features(task: TaskSpec, data_dir: str, split: str, tokenizer, max_s
 
     path = cache_path(output_dir, task, tokenizer.model_file, max_seq_length, split)
     expected = {"task": task.name, "split": split, "max_seq_length": max_seq_length, "uncased": tokenizer.lower,
-                "spiece_sha256": tokenizer.fingerprint()}
+                "spiece_sha256": tokenizer.fingerprint(),
+                "inputs": records.file_identity(os.path.join(data_dir, task.files[split]))}
 
     def encode():
         data = read_examples(task, data_dir, split)

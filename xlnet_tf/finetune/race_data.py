@@ -132,7 +132,8 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
     path = os.path.join(output_dir, f"race.{os.path.basename(tokenizer.model_file)}.len-{max_seq_length}."
                                     f"qa-{max_qa_length}.{level_tag}.{split}.tf_record")
     expected = {"task": "race", "split": split, "max_seq_length": max_seq_length, "max_qa_length": max_qa_length,
-                "levels": list(levels), "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint()}
+                "levels": list(levels), "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint(),
+                "inputs": records.file_identity(os.path.join(data_dir, split))}
 
     def encode():
         examples, skipped = read_examples(data_dir, split, levels)

@@ -64,13 +64,35 @@ def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
     return meta
 
 
+def file_identity(path: str) -> list:
+    """[relative path, size, mtime_ns] of ``path``, or of every file below it if it is a directory: what the
+    feature cache compares to notice input files that changed since it was written."""
+    if not os.path.isdir(path):
+        return [[os.path.basename(path), *_stat(path)]] if os.path.exists(path) else []
+    files = sorted(os.path.join(d, name) for d, _, names in os.walk(path) for name in names)
+    return [[os.path.relpath(f, path), *_stat(f)] for f in files]
+
+
+def _stat(path: str) -> list:
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
 def cached_meta(path: str, expected: dict) -> Optional[dict]:
     """The meta of a cache at ``path`` if it exists and was written with ``expected`` settings; None if there is
-    no cache; ValueError (asking for --overwrite_data) if it was written with different settings."""
+    no cache, or if its input files changed since (``expected['inputs']``: logged, it is written again);
+    ValueError (asking for --overwrite_data) if it was written with different settings."""
     if not (os.path.exists(path) and os.path.exists(path + ".json")):
         return None
     with open(path + ".json", encoding="utf-8") as f:
-        meta = json.load(f)
+        try:
+            meta = json.load(f)
+        except json.JSONDecodeError:
+            logging.warning("%s.json: unreadable cache metadata; encoding the features again", path)
+            return None
+    if "inputs" in expected and meta.get("inputs") != expected["inputs"]:
+        logging.warning("%s: the input files changed since these features were cached; encoding them again", path)
+        return None
     diff = {k: (meta.get(k), v) for k, v in expected.items() if meta.get(k) != v}
     if diff:
         raise ValueError(f"{path}: cached features were written with different settings "
@@ -89,7 +111,14 @@ def cache_features(path: str, expected: dict, overwrite: bool,
         if meta is not None:
             logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
             return path, meta
+    for stale in (path, path + ".json"):  # a failed encoding below must not leave an outdated cache behind
+        if os.path.exists(stale):
+            os.remove(stale)
     meta, rows = encode()
+    if not meta["num_examples"]:
+        skipped = meta.get("skipped", [])
+        raise ValueError(f"{meta.get('source', path)}: no usable examples ({meta.get('num_skipped', 0)} rows "
+                         f"skipped{', e.g. ' + '; '.join(skipped[:3]) if skipped else ''})")
     truncated = 0
 
     def features():

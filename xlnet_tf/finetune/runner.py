@@ -174,9 +174,9 @@ def run(settings: ClassifierSettings) -> dict:
 
     if s.do_train:
         path, meta = bundle.prepare("train")
-        if meta["num_examples"] == 0:
-            raise ValueError(f"{meta['source']}: no usable training examples ({meta['num_skipped']} skipped)")
         logging.info("train data: %s", _data_summary(meta))
+        if s.do_eval or s.do_predict:  # a bad label in the eval data is an error now, not after training
+            bundle.prepare(s.eval_split)
         per_replica = s.train_batch_size // strategy.num_replicas_in_sync
 
         def dataset_fn(ctx, start_step):
