@@ -124,6 +124,22 @@ def test_bad_input_is_reported_and_counted(tmp_path, tokenizer):
     assert [e.qas_id for e in squad_data.read_squad_file(path, is_training=False).examples] == ["ok", "offset", "long"]
 
 
+def test_invalid_utf8_and_huge_paragraphs(tmp_path, tokenizer):
+    """Invalid UTF-8 names the file and line; a paragraph too long to align (memory quadratic in its length) is
+    skipped and reported instead of exhausting memory."""
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"data": [\n{"title": "caf\xe9", "paragraphs": []}]}')
+    with pytest.raises(squad_data.SquadFileError, match=r"latin1\.json:2: not UTF-8 text"):
+        squad_data.read_squad_file(str(path), True)
+    context = "word " * (squad_data.MAX_PARAGRAPH_CHARS // 5 + 10)
+    path = _write(tmp_path, "huge.json", {"data": [{"paragraphs": [{"context": context, "qas": [
+        {"id": "huge", "question": "Which word?", "answers": [{"text": "word", "answer_start": 0}]}]}]}]})
+    squad = squad_data.read_squad_file(path, is_training=True)
+    features, skipped = squad_data.convert_examples_to_features(squad.examples, tokenizer, 32, 8, 8, True,
+                                                                source=path)
+    assert features == [] and skipped == {"paragraph too long": ["huge"]}
+
+
 def test_loss_matches_the_original_formula():
     rng = np.random.default_rng(0)
     start_lp = tf.nn.log_softmax(rng.normal(size=(3, 7)).astype(np.float32))
@@ -318,6 +334,8 @@ def test_run_squad_reports_bad_flags_and_files(tmp_path):
     proc = run_squad(f"--model_dir={tmp_path}", "--train_file=nope.json", "--max_query_length=70", expect_rc=1)
     assert "--train_file=nope.json: file not found" in proc.stderr
     assert "--max_seq_length=64 leaves no room" in proc.stderr
+    proc = run_squad(f"--model_dir={tmp_path}", "--do_prepro", "--doc_stride=200", expect_rc=1)
+    assert "--doc_stride=200 exceeds the paragraph window" in proc.stderr
     bad = _write(tmp_path, "train.json", '{"data": [')
     proc = run_squad(f"--model_dir={tmp_path / 'm'}", f"--train_file={bad}", "--train_steps=2", expect_rc=1)
     assert f"{bad}: not valid JSON" in proc.stderr

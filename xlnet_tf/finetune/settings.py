@@ -121,6 +121,11 @@ class SquadSettings(FinetuneSettings):
                           f"--max_query_length={self.max_query_length} and 3 special tokens")
         if self.doc_stride <= 0 or self.max_query_length <= 0 or self.max_answer_length <= 0:
             errors.append("--doc_stride, --max_query_length and --max_answer_length must be positive")
+        elif self.doc_stride > self.max_seq_length - self.max_query_length - 3 >= 1:
+            errors.append(f"--doc_stride={self.doc_stride} exceeds the paragraph window (--max_seq_length="
+                          f"{self.max_seq_length} - --max_query_length={self.max_query_length} - 3 = "
+                          f"{self.max_seq_length - self.max_query_length - 3} tokens): the tokens between windows "
+                          "would never be seen")
         if not 0 <= self.proc_id < self.num_proc:
             errors.append(f"--proc_id={self.proc_id} must be in [0, --num_proc={self.num_proc})")
         if min(self.start_n_top, self.end_n_top, self.n_best_size) <= 0:

@@ -102,8 +102,13 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
     """
     if not tf.io.gfile.exists(path):
         raise SquadFileError(f"{path}: file not found")
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise SquadFileError(f"{path}:{line}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
@@ -209,6 +214,11 @@ def _absl_verbosity(level):
         logging.set_verbosity(old)
 
 
+# squad_lib_sp aligns a paragraph's characters to its pieces with an n x m float32 table (n, m ~ the paragraph's
+# length): 16k characters are 1 GiB. SQuAD's longest paragraphs have about 4k.
+MAX_PARAGRAPH_CHARS = 16_384
+
+
 def convert_examples_to_features(examples: list, tokenizer: XLNetTokenizer, max_seq_length: int, doc_stride: int,
                                  max_query_length: int, is_training: bool, example_index_offset: int = 0,
                                  unique_id_base: int = UNIQUE_ID_BASE, source: str = "") -> tuple[list, dict]:
@@ -227,6 +237,12 @@ def convert_examples_to_features(examples: list, tokenizer: XLNetTokenizer, max_
     features, skipped = [], collections.defaultdict(list)
     unique_id = unique_id_base
     for index, example in enumerate(examples):
+        if len(example.paragraph_text) > MAX_PARAGRAPH_CHARS:
+            skipped["paragraph too long"].append(example.qas_id)
+            logging.warning("%s: skipping example %s: its paragraph has %d characters; aligning characters to "
+                            "pieces takes memory quadratic in that, so at most %d are accepted", source,
+                            example.qas_id, len(example.paragraph_text), MAX_PARAGRAPH_CHARS)
+            continue
         lib_example = squad_lib_sp.SquadExample(
             qas_id=example.qas_id, question_text=example.question_text, paragraph_text=example.paragraph_text,
             orig_answer_text=example.orig_answer_text, start_position=example.start_position,
