@@ -306,3 +306,31 @@ def test_skip_batches_resumes_exactly(data_dir):
     for k in want:
         np.testing.assert_array_equal(b[k].numpy(), want[k].numpy())
     assert len(list(_dataset(data_dir, skip_batches=n, repeat=False))) == 0
+
+
+def test_damaged_data_is_named_at_start_up(data_dir, tmp_path):
+    """A missing or truncated shard and a damaged manifest.json are errors naming the file when training starts;
+    a shard with flipped bits (same size) is found by find_damaged_shards, which a DataLossError triggers."""
+    import shutil
+
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir, copy)
+    shards = mf.load_manifest(str(copy))["shards"]
+    assert len(shards) >= 2 and all(s["bytes"] == os.path.getsize(s["path"]) for s in shards)
+    first, second = shards[0]["path"], shards[1]["path"]
+    data = open(first, "rb").read()
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x40
+    open(first, "wb").write(bytes(flipped))
+    damaged = mf.find_damaged_shards([s["path"] for s in shards])
+    assert len(damaged) == 1 and damaged[0].startswith(f"{first}: ") and "corrupted record" in damaged[0]
+    open(first, "wb").write(data[: len(data) // 2])
+    os.remove(second)
+    with pytest.raises(ValueError) as error:
+        mf.load_manifest(str(copy))
+    assert f"{first}: {len(data) // 2} bytes, written with {len(data)}" in str(error.value)
+    assert f"{second}: missing" in str(error.value)
+    with open(copy / "manifest.json", "w") as f:
+        f.write('{"format": "xlnet_tf.pretraining_data/1", "shards": [')
+    with pytest.raises(ValueError, match=r"manifest\.json: not a valid JSON file"):
+        mf.load_manifest(str(copy))

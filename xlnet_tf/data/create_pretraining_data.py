@@ -282,7 +282,8 @@ def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, sent_rows: np.nd
                 progress(len(batch))
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped)
+    sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
+                   bytes=os.path.getsize(tmp))
     # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
     mf.write_json_atomic(path + ".json", sidecar)
     os.replace(tmp, path)
@@ -440,7 +441,7 @@ def run(cfg: WriterConfig) -> dict:
     for job in jobs:
         side = mf._read_json(os.path.join(cfg.save_dir, job.file + ".json"))
         shards.append({"file": job.file, "num_records": side["num_records"], "num_batches": side["num_batches"],
-                       "task": cfg.task, "pass_id": cfg.pass_id})
+                       "bytes": side.get("bytes"), "task": cfg.task, "pass_id": cfg.pass_id})
     part = {"params": params, "writer": writer_info, "task": cfg.task, "pass_id": cfg.pass_id,
             "num_task": cfg.num_task, "shards": shards, "input_report": report}
     mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)

@@ -36,8 +36,12 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 
 def _read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a valid JSON file ({e}); it may have been damaged: rewrite the data "
+                             "(the writer skips the shards that are intact)") from None
 
 
 def merge_parts(save_dir: str, split: str = "train") -> dict:
@@ -95,7 +99,42 @@ def load_manifest(data_dir: str, split: str = "train") -> dict:
                              f"{', '.join(manifest['missing_tasks'])}")
     for shard in manifest["shards"]:
         shard["path"] = os.path.join(data_dir, shard["file"])
+    _check_shard_files(path, manifest["shards"])
     return manifest
+
+
+def _check_shard_files(manifest_path: str, shards: list) -> None:
+    """Every shard the manifest lists exists with the size it was written with (checked now, not when the reader
+    reaches it hours later); a ValueError names each one that does not."""
+    problems = []
+    for shard in shards:
+        if not shard["num_records"]:
+            continue
+        try:
+            size = os.path.getsize(shard["path"])
+        except FileNotFoundError:
+            problems.append(f"{shard['path']}: missing")
+            continue
+        if shard.get("bytes") is not None and size != shard["bytes"]:
+            problems.append(f"{shard['path']}: {size} bytes, written with {shard['bytes']} (truncated or replaced)")
+    if problems:
+        raise ValueError(f"{manifest_path} lists shards that are not intact:\n  " + "\n  ".join(problems[:20])
+                         + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""))
+
+
+def find_damaged_shards(paths: list) -> list:
+    """The shards among ``paths`` whose records fail to read (a CRC mismatch, a cut-off record), each as
+    'path: error'. Reads every record: for diagnosing a DataLossError, not for every start."""
+    import tensorflow as tf
+
+    damaged = []
+    for path in paths:
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                pass
+        except tf.errors.OpError as e:
+            damaged.append(f"{path}: {e.message.splitlines()[0]}")
+    return damaged
 
 
 def check_manifest(manifest: dict, **training_flags) -> None:

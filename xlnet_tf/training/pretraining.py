@@ -56,7 +56,15 @@ def pretrain(settings: PretrainSettings) -> dict:
         return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
                                 s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step)
 
-    return run_pretraining(strategy, model_config, s, dataset_fn)
+    try:
+        return run_pretraining(strategy, model_config, s, dataset_fn)
+    except tf.errors.DataLossError as error:  # TensorFlow's message names no file: find the damaged shards
+        from xlnet_tf.data.manifest import find_damaged_shards
+
+        damaged = find_damaged_shards([shard["path"] for shard in manifest["shards"]])
+        raise ValueError(f"{s.data_dir}: damaged pretraining data ({error.message.splitlines()[0]}):\n  "
+                         + "\n  ".join(damaged or ["(no shard fails on its own: check the storage)"])
+                         + "\nRewrite the damaged shards: delete them and rerun the data writer.") from None
 
 
 def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig, settings: PretrainSettings,
