@@ -1,6 +1,6 @@
 """XLNet pretraining-step benchmark: ours (TF 2 / Keras 3) side by side with HuggingFace PyTorch and TF Model Garden.
 
-    .venv/bin/python bench/bench_pretrain.py            # full run (6-10 min on 2 cores), writes bench/results.md
+    .venv/bin/python bench/bench_pretrain.py            # full run (6-10 min on 2 cores): bench/results.md + README tables
     .venv/bin/python bench/bench_pretrain.py --quick    # short run (fewer repetitions, no XLA, smaller memory run)
 
 Peers need the ``bench`` extra (torch==2.13.0 CPU, transformers 5.x); Model Garden is tf-models-official (a core
@@ -454,38 +454,41 @@ def main():
     peak32, peak16 = max(peak32, matmul_peak("float32")), max(peak16, matmul_peak("bfloat16"))
     log(f"matmul peak, best of start and end: fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
     load_after = os.getloadavg()
-    report = render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before,
-                    load_after, time.time() - start)
+    report, readme_block = render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory,
+                                  load_before, load_after, time.time() - start)
     print("\n" + report)
     with open(args.out, "w") as f:
         f.write(report)
     log(f"wrote {args.out}")
     if not args.quick:
-        update_readme(report, log)
+        update_readme(readme_block, log)
 
 
 README_BEGIN, README_END = "<!-- bench_pretrain.py:begin -->", "<!-- bench_pretrain.py:end -->"
 
 
-def update_readme(report: str, log=print) -> None:
-    """Replaces the README's performance block with this run's report (the table is never typed by hand)."""
+def update_readme(block: str, log=print) -> None:
+    """Replaces what lies between the README's two markers with ``block`` (the tables: never typed by hand). The
+    README holds the tables only; the run's details (machine, versions, memory, notes) are in bench/results.md."""
     path = os.path.join(os.path.dirname(HERE), "README.md")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if README_BEGIN not in text or README_END not in text:
         log(f"{path}: no {README_BEGIN} block; README not updated")
         return
-    body = report.split("\n", 1)[1].strip()  # drop the report's own title
     head, rest = text.split(README_BEGIN, 1)
     tail = rest.split(README_END, 1)[1]
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}")
+        f.write(f"{head}{README_BEGIN}\n{block.strip()}\n{README_END}{tail}")
     os.replace(path + ".tmp", path)
-    log(f"updated the performance section of {path}")
+    log(f"updated the performance tables of {path}")
 
 
 def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before, load_after,
-           seconds):
+           seconds, now=None):
+    """This run's report: ``(results, readme)``. ``results`` is the whole report (bench/results.md);
+    ``readme`` the README's block: one line naming the run, the training table, the ratios, the inference table."""
+    now = now or datetime.datetime.now()
     flops = cfg.train_flops_per_step()
     med = {name: statistics.median(t) for name, t in train_times.items()}
     hf = med.get("HF torch fp32")
@@ -495,11 +498,53 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
     best16 = min((n for n in ours if "bfloat16" in n), key=ours.get, default=None)
     cmd = "python bench/bench_pretrain.py" + (" " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 else "")
     v = versions()
+    machine = machine_info()
+    date = now.strftime('%Y-%m-%d %H:%M')
+
+    def train_table(with_loss: bool) -> list[str]:
+        loss_head, loss_rule = (" loss |", "---:|") if with_loss else ("", "")
+        rows = [f"| implementation | step (s, median) | tokens/s | MFU | ours-best vs this |{loss_head}",
+                f"|---|---:|---:|---:|---:|{loss_rule}"]
+        for name, t in sorted(med.items(), key=lambda kv: kv[1]):
+            peak = peak16 if "bfloat16" in name else peak32
+            mfu = flops / t / peak
+            tag = ""
+            if name in (best32, best16):
+                tag = " (recommended)" if name == best16 else " (best fp32)"
+            ratio = (f"{t / med[best32]:.2f}x (fp32) / {t / med[best16]:.2f}x (bf16)" if best16
+                     else f"{t / med[best32]:.2f}x")
+            loss = f" {losses.get(name, float('nan')):.3f} |" if with_loss else ""
+            rows.append(f"| {name}{tag} | {t:.3f} | {cfg.tokens_per_step / t:,.0f} | {100 * mfu:.0f}% | "
+                        f"{ratio if not name.startswith('ours') else '-'} |{loss}")
+        for name, why in notes.items():
+            rows.append(f"| {name} | could not run: {why} | | | |" + (" |" if with_loss else ""))
+        return rows
+
+    ratios = []
+    if hf:
+        ratios.append(f"**Ours vs HF PyTorch fp32 (tokens/s):** fp32 {hf / med[best32]:.2f}x (target >= 2.0x)"
+                      + (f"; mixed_bfloat16 {hf / med[best16]:.2f}x (target >= 3.5x)" if best16 else ""))
+    if mg:
+        ratios.append(f"**Ours vs Model Garden fp32:** fp32 {mg / med[best32]:.2f}x"
+                      + (f"; mixed_bfloat16 {mg / med[best16]:.2f}x" if best16 else ""))
+
+    infer_title, infer_table = None, []
+    if infer_times:
+        icfg = INFER_BASE
+        imed = {n: statistics.median(t) for n, t in infer_times.items()}
+        ihf = imed.get("HF torch fp32")
+        infer_title = (f"Inference (content stream only, XLNet-Base shape: 12 layers, d_model 768; batch {icfg.batch} "
+                       f"x seq {icfg.seq_len}, no memory, training=False / inference_mode):")
+        infer_table = ["| implementation | forward (s, median) | tokens/s | vs HF |", "|---|---:|---:|---:|"]
+        for name, t in sorted(imed.items(), key=lambda kv: kv[1]):
+            infer_table.append(f"| {name} | {t:.3f} | {icfg.tokens_per_step / t:,.0f} | "
+                               f"{(ihf / t if ihf else float('nan')):.2f}x |")
+
     out = [
         "# XLNet pretraining-step benchmark",
         "",
-        f"- Date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} ; command: `{cmd}` ; run time {seconds / 60:.1f} min",
-        f"- Machine: {machine_info()}; {args.threads} compute threads for TF and torch (TF: {args.threads} intra-op + "
+        f"- Date: {date} ; command: `{cmd}` ; run time {seconds / 60:.1f} min",
+        f"- Machine: {machine}; {args.threads} compute threads for TF and torch (TF: {args.threads} intra-op + "
         f"{args.threads} inter-op, its default on {args.threads} cores); load average "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after (the CPU is shared: figures are medians of "
         f"interleaved repetitions)",
@@ -512,39 +557,13 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
         f"forward (two streams, memory carried) + loss + backward + clip + AdamW (ours {custom_kernels_note()}); "
         f"{flops / 1e9:.1f} GFLOP/step (model FLOPs, `xlnet_tf/flops.py`)",
         "",
-        "| implementation | step (s, median) | tokens/s | MFU | ours-best vs this | loss |",
-        "|---|---:|---:|---:|---:|---:|",
+        *train_table(with_loss=True),
+        "",
+        *ratios,
+        "",
     ]
-    for name, t in sorted(med.items(), key=lambda kv: kv[1]):
-        peak = peak16 if "bfloat16" in name else peak32
-        mfu = flops / t / peak
-        tag = ""
-        if name in (best32, best16):
-            tag = " (recommended)" if name == best16 else " (best fp32)"
-        ratio = f"{t / med[best32]:.2f}x (fp32) / {t / med[best16]:.2f}x (bf16)" if best16 else f"{t / med[best32]:.2f}x"
-        out.append(f"| {name}{tag} | {t:.3f} | {cfg.tokens_per_step / t:,.0f} | {100 * mfu:.0f}% | "
-                   f"{ratio if not name.startswith('ours') else '-'} | {losses.get(name, float('nan')):.3f} |")
-    for name, why in notes.items():
-        out.append(f"| {name} | could not run: {why} | | | | |")
-    out.append("")
-    if hf:
-        out.append(f"**Ours vs HF PyTorch fp32 (tokens/s):** fp32 {hf / med[best32]:.2f}x (target >= 2.0x)"
-                   + (f"; mixed_bfloat16 {hf / med[best16]:.2f}x (target >= 3.5x)" if best16 else ""))
-    if mg:
-        out.append(f"**Ours vs Model Garden fp32:** fp32 {mg / med[best32]:.2f}x"
-                   + (f"; mixed_bfloat16 {mg / med[best16]:.2f}x" if best16 else ""))
-    out.append("")
-    if infer_times:
-        icfg = INFER_BASE
-        imed = {n: statistics.median(t) for n, t in infer_times.items()}
-        ihf = imed.get("HF torch fp32")
-        out += [f"Inference (content stream only, XLNet-Base shape: 12 layers, d_model 768; batch {icfg.batch} x seq "
-                f"{icfg.seq_len}, no memory, training=False / inference_mode):", "",
-                "| implementation | forward (s, median) | tokens/s | vs HF |", "|---|---:|---:|---:|"]
-        for name, t in sorted(imed.items(), key=lambda kv: kv[1]):
-            out.append(f"| {name} | {t:.3f} | {icfg.tokens_per_step / t:,.0f} | "
-                       f"{(ihf / t if ihf else float('nan')):.2f}x |")
-        out.append("")
+    if infer_table:
+        out += [infer_title, "", *infer_table, ""]
     if memory:
         m = BASE_512
         out += [f"Memory: XLNet-Base shape, seq_len {m.seq_len}, mem_len {m.mem_len}, reuse_len {m.reuse_len}, "
@@ -566,7 +585,21 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
     out.append(f"Recommended configuration: `{best16 or best32}` (`XLNetPretrainer(config, dtype=\"mixed_bfloat16\")`, "
                "graph mode on oneDNN, no XLA: XLA's CPU dots don't use AMX) on CPUs with AMX/bf16; for fp32, the row "
                f"marked 'best fp32' (`{best32}`).")
-    return "\n".join(out) + "\n"
+    results = "\n".join(out) + "\n"
+
+    readme = [
+        f"Training step on bench-small ({cfg.n_layer} layers, d_model {cfg.d_model}, seq_len {cfg.seq_len}, batch "
+        f"{cfg.batch}, two streams + memory, AdamW), measured {date} with {args.threads} threads on "
+        f"{machine.split(',')[0]}; ours-best vs this = how many times faster our best row is (fp32 / "
+        f"mixed_bfloat16); machine, versions, memory and losses: [bench/results.md](bench/results.md).",
+        "",
+        *train_table(with_loss=False),
+        "",
+        *ratios,
+    ]
+    if infer_table:
+        readme += ["", infer_title, "", *infer_table]
+    return results, "\n".join(readme) + "\n"
 
 
 if __name__ == "__main__":
