@@ -170,3 +170,12 @@ def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, caplo
             f.write(b"garbage")
     with pytest.raises(ValueError, match="no intact checkpoint to resume from"):
         train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=6, save_steps=2)
+
+
+def test_checkpoint_names_every_weight_by_its_layer(tmp_path):
+    """tf.train.list_variables shows the network's weights by their layer names, not optimizer/... indices."""
+    train(tmp_path, "names", create_strategy("one_device"), per_replica_batch=2, steps=2, save_steps=2)
+    names = [name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path / "names")))]
+    assert "weights/transformer-layer_0-rel_attn-q_kernel/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert "weights/transformer-layer_1-ff-layer_2-kernel/.ATTRIBUTES/VARIABLE_VALUE" in names
+    assert not [name for name in names if name.startswith("optimizer/_trainable_variables/")]

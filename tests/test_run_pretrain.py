@@ -20,7 +20,7 @@ def base_flags(tmp_path, corpus, name="model", steps=40, **overrides):
                  spiece_model_file=os.path.join(REPO, "data", "spiece.model"), input_glob=corpus,
                  data_dir=str(tmp_path / "data"), model_dir=str(tmp_path / name), train_batch_size=8, seq_len=32,
                  reuse_len=16, perm_size=16, mem_len=16, num_predict=6, train_steps=steps, iterations=10,
-                 save_steps=10, learning_rate=2e-3, warmup_steps=5, dropout=0.0, dropatt=0.0)
+                 save_steps=10, learning_rate=2e-3, warmup_steps=5, dropout=0.1, dropatt=0.1)
     flags.update(overrides)
     return ["--config_file="] + [f"--{k}={v}" for k, v in flags.items()]
 
@@ -43,7 +43,9 @@ def losses(log):
 def read_weights(model_dir):
     path = tf.train.latest_checkpoint(model_dir)
     reader = tf.train.load_checkpoint(path)
-    return {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if k.startswith("model/")}
+    weights = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if k.startswith("weights/")}
+    assert len(weights) > 20, sorted(reader.get_variable_to_shape_map())  # every layer's weights, by name
+    return weights
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +117,11 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     assert code == 0, log[-3000:]
     assert "writing pretraining data from --input_glob" in log  # only because --input_glob was given
     seen = losses(log)
-    assert len(seen) == 6
+    assert len(seen) == 7 and "step 1/60 | loss" in log  # the first line after one step, then every 10
     assert seen[-1] < seen[0] - 1.0, seen  # from ~ln(8000) = 9 towards the unigram entropy and below
 
-    # Same run, killed with SIGKILL once a checkpoint at step >= 20 is committed (named by the manager's state
+    # Same run (dropout on: the checkpoints carry its seed states), killed with SIGKILL once a checkpoint at
+    # step >= 20 is committed (named by the manager's state
     # file; its data files appear before that), then restarted.
     proc = run(base_flags(tmp_path, corpus, name="killed", steps=60))
     deadline = time.time() + 240

@@ -128,7 +128,8 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
         optimizer.build(model.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # The dropout layers' seed states too: a resumed run draws the masks an uninterrupted one would.
-        checkpoint = tf.train.Checkpoint(model=saved_model(model), optimizer=optimizer, global_step=global_step,
+        checkpoint = tf.train.Checkpoint(weights=named_weights(model), model=saved_model(model),
+                                         optimizer=optimizer, global_step=global_step,
                                          dropout_seeds=seed_states(model))
     checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save or None,
@@ -145,6 +146,17 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
     return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()))
 
 
+def named_weights(model) -> dict:
+    """``model``'s weights by their Keras paths ('/' written as '-'), for the top of a training checkpoint: the
+    shortest path to a variable names it there, and Keras 3's optimizer lists every weight two levels down
+    (``optimizer/_trainable_variables/N``), so without this ``tf.train.list_variables`` shows the layers' weights
+    only by index."""
+    named = {weight.path.replace("/", "-"): weight for weight in model.weights}
+    if len(named) != len(model.weights):
+        raise ValueError(f"{type(model).__name__} has weights with the same path")
+    return named
+
+
 def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
     """Restores the newest intact checkpoint of ``model_dir`` into ``checkpoint``; returns its path (None: there
     is none). A damaged newer one (a half-copied file, a crash while writing outside TensorFlow) is skipped with
@@ -158,7 +170,10 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
         except (tf.errors.OpError, IndexError, ValueError, AssertionError) as error:
-            failures.append(f"{path}: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}")
+            hint = (" (a checkpoint of another model, or of an older xlnet_tf: start a new --model_dir, warm-"
+                    "started from it with --init_checkpoint)" if isinstance(error, AssertionError) else "")
+            failures.append(f"{path}: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
+                            f"{hint}")
             logging.warning("cannot resume from %s; trying the previous checkpoint", failures[-1])
             continue
         return path
