@@ -186,6 +186,10 @@ def run(settings_cls, target: str, defaults_for: Optional[Callable[[flags.FlagVa
     to the flags neither given nor in the file (e.g. run_race.py's defaults with --task_name=race), builds and
     validates ``settings_cls`` (before TensorFlow is imported), and calls ``target`` ("module:function") with it."""
 
+    # TensorFlow's C++ INFO lines (CUDA probing, oneDNN notices, "Local rendezvous is aborting with status:
+    # OUT_OF_RANGE" at the end of every evaluation) say nothing a user can act on; warnings and errors stay.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
     def main(argv):
         del argv
         try:

@@ -23,7 +23,7 @@ from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
 from xlnet_tf.tokenization import XLNetTokenizer
 from xlnet_tf.training.finetuning import FinetuneTask, predict, train, write_eval_summaries
 from xlnet_tf.training.settings import SettingsError
-from xlnet_tf.training.setup import checkpoint_step, load_model_config, restore_for_inference, start_run
+from xlnet_tf.training.setup import checkpoint_step, load_model_config, read_model, restore_for_inference, start_run
 
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
 
@@ -157,9 +157,9 @@ def restore_model(model, s: ClassifierSettings, checkpoint_path: Optional[str] =
         load_original_checkpoint(model, prefix)  # names every missing head variable if it is not fine-tuned
     else:
         try:
-            tf.train.Checkpoint(model=model).read(prefix).expect_partial().assert_existing_objects_matched()
-        except AssertionError as e:
-            raise SettingsError(f"--init_checkpoint={prefix}: not a fine-tuned checkpoint of this task ({e})") from None
+            read_model(model, prefix)
+        except ValueError as e:
+            raise SettingsError(f"--init_checkpoint: not a fine-tuned checkpoint of this task: {e}") from None
     return prefix
 
 
