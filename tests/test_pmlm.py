@@ -7,9 +7,10 @@ import tensorflow as tf
 
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.data.factorization import blockwise_steps, corrupt, eligible_for_masking, max_masked
-from xlnet_tf.data.objectives import OBJECTIVES, make_mpnet_batch, make_objective_batch, make_pmlm_batch
+from xlnet_tf.data.objectives import make_mpnet_batch, make_objective_batch, make_pmlm_batch
 from xlnet_tf.data.permutation import make_pretraining_batch
 from xlnet_tf.layers.attention import gather_relative, rel_shift
+from xlnet_tf.objectives import OBJECTIVES
 from xlnet_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 VOCAB = 200
@@ -49,6 +50,14 @@ def content_reach(perm_mask):
 # ------------------------------------------------------------------------------------------- masks (no model)
 
 
+def pmlm_attention(out, b, length):
+    """The whole [L + 2K, L + 2K] mask of example b (1 = blocked): the corrupted sequence sees itself only (the
+    content stream), the appended rows see what ``query_perm_mask`` allows."""
+    rows = out["query_perm_mask"][b]
+    top = np.concatenate([np.zeros((length, length)), np.ones((length, rows.shape[0]))], axis=1)
+    return np.concatenate([top, rows], axis=0)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps(seed):
     length = 48
@@ -57,7 +66,7 @@ def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps
                                                     VOCAB).items()}
     k = max_masked(length)
     for b in range(8):
-        pm, valid = out["perm_mask"][b], out["target_mask"][b, :k] > 0
+        pm, valid = pmlm_attention(out, b, length), out["target_mask"][b, :k] > 0
         masked = out["lm_positions"][b, :k]
         reach = content_reach(pm)
         # The factorisation step of every appended slot (the span index): the order in which its rows see.
@@ -70,11 +79,11 @@ def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps
             assert reach[pseudo[i], earlier].all(), "a pseudo mask sees the originals of earlier steps"
             same_span = pseudo[valid & (step == step[i])]
             assert (pm[pseudo[i], same_span] == 0).all(), "the pseudo masks of one span see each other"
-        # The corrupted sequence sees only itself: it is a plain masked LM, reused by every step.
-        assert (pm[:length, :length] == 0).all() and (pm[:length, length:] == 1).all()
-        # its own token reaches a pseudo mask only through the corrupted sequence (the 10% kept unchanged)
-        assert (out["input_ids"][b, :length][~np.isin(np.arange(length), masked[valid])] ==
-                ids[b][~np.isin(np.arange(length), masked[valid])]).all()
+            assert (pm[pseudo[i], :length] == 0).all() and (pm[originals[i], :length] == 0).all()
+        # its own token reaches a pseudo mask only through the corrupted sequence, where the masked positions are
+        # corrupted (10% kept unchanged, by design); every other position is the text itself
+        unmasked = ~np.isin(np.arange(length), masked[valid])
+        assert (out["input_ids"][b][unmasked] == ids[b][unmasked]).all()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -154,7 +163,7 @@ def test_corruption_rates_80_10_10():
     assert ((out >= 9) | (out == MASK_ID)).all()  # random replacements are never special symbols
 
 
-def test_pmlm_corrupts_only_the_masked_positions_and_the_layout_copies_positions_and_segments():
+def test_pmlm_corrupts_only_the_masked_positions_and_the_appended_rows_copy_them():
     length = 64
     ids, seg = random_records(np.random.default_rng(2), 32, length)
     out = {k: v.numpy() for k, v in make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([9, 9]),
@@ -162,25 +171,27 @@ def test_pmlm_corrupts_only_the_masked_positions_and_the_layout_copies_positions
     k = max_masked(length)
     masked = out["lm_positions"][:, :k]
     valid = out["target_mask"][:, :k] > 0
-    part_a = out["input_ids"][:, :length]
+    part_a = out["input_ids"]
     is_masked = np.zeros_like(part_a, bool)
     for b in range(32):
         is_masked[b, masked[b][valid[b]]] = True
     assert (part_a[~is_masked] == ids[~is_masked]).all()
-    a_at_masked = part_a[is_masked]
-    assert 0.65 < (a_at_masked == MASK_ID).mean() < 0.95
+    assert 0.7 < (part_a[is_masked] == MASK_ID).mean() < 0.9
+    np.testing.assert_array_equal(out["segment_ids"], seg)
     for b in range(32):
         m = masked[b][valid[b]]
-        np.testing.assert_array_equal(out["input_ids"][b, length:length + k][valid[b]], ids[b, m])
+        np.testing.assert_array_equal(out["query_ids"][b, :k][valid[b]], ids[b, m])
         np.testing.assert_array_equal(out["target"][b, :k][valid[b]], ids[b, m])
-        for part in (slice(length, length + k), slice(length + k, length + 2 * k)):
-            np.testing.assert_array_equal(out["position_ids"][b, part][valid[b]], m)
-            np.testing.assert_array_equal(out["segment_ids"][b, part][valid[b]], seg[b, m])
+        np.testing.assert_array_equal(out["target"][b, k:], out["target"][b, :k])
+        for part in (slice(0, k), slice(k, 2 * k)):  # both appended parts sit at the masked positions
+            np.testing.assert_array_equal(out["target_mapping"][b, part][valid[b]], np.eye(length)[m])
+            assert (out["target_mapping"][b, part][~valid[b]] == 0).all()
         np.testing.assert_array_equal(out["lm_positions"][b, k:], length + k + np.arange(k))
-        assert (out["pseudo_mask"][b] == (np.arange(length + 2 * k) >= length + k)).all()
+        np.testing.assert_array_equal(out["pseudo_mask"][b], np.arange(2 * k) >= k)
         # padded slots are invisible keys
         pad = np.flatnonzero(~valid[b])
-        assert (out["perm_mask"][b][:, length + pad] == 1).all() and (out["perm_mask"][b][:, length + k + pad] == 1).all()
+        assert (out["query_perm_mask"][b][:, length + pad] == 1).all()
+        assert (out["query_perm_mask"][b][:, length + k + pad] == 1).all()
 
 
 def test_objective_batches_are_deterministic_and_static():
@@ -259,11 +270,9 @@ def test_pmlm_autoencoding_predictions_ignore_the_appended_part():
     batch = _pmlm_inputs(0)
     length, k = 40, max_masked(40)
     base = _logits(model, batch)
-    changed = dict(batch)
-    changed["input_ids"] = batch["input_ids"].copy()
-    changed["input_ids"][:, length:] = np.random.default_rng(1).integers(10, VOCAB, size=(4, 2 * k))
-    changed["position_ids"] = batch["position_ids"].copy()
-    changed["position_ids"][:, length:] = np.random.default_rng(2).integers(0, length, size=(4, 2 * k))
+    rng = np.random.default_rng(1)
+    changed = dict(batch, query_ids=rng.integers(10, VOCAB, size=(4, 2 * k)).astype(np.int32),
+                   target_mapping=np.eye(length, dtype=np.float32)[rng.integers(0, length, size=(4, 2 * k))])
     got = _logits(model, changed)
     np.testing.assert_allclose(got[:, :k], base[:, :k], atol=1e-5, rtol=0)
     assert np.abs(got[:, k:] - base[:, k:]).max() > 1e-3  # the pseudo masks do read the appended part
@@ -274,24 +283,22 @@ def test_pmlm_pseudo_predictions_ignore_the_originals_of_their_own_and_later_ste
     batch = _pmlm_inputs(3)
     length, k = 40, max_masked(40)
     base = _logits(model, batch)
-    pm = batch["perm_mask"]
     for b in range(4):
         valid = np.flatnonzero(batch["target_mask"][b, :k] > 0)
-        # rank the spans: the original slots a pseudo mask sees are exactly the earlier steps
-        seen = (pm[b][length + k:, length:length + k] == 0).sum(1)
+        # the original slots a pseudo mask sees are exactly those of the earlier steps: rank the spans by them
+        seen = (batch["query_perm_mask"][b][k:, length:length + k] == 0).sum(1)
         s = valid[len(valid) // 2]
-        own_or_later = [i for i in valid if seen[i] >= seen[s]]
-        changed = {key: value.copy() for key, value in batch.items()}
-        changed["input_ids"][b, length + np.array(own_or_later)] = (
-            changed["input_ids"][b, length + np.array(own_or_later)] + 1) % VOCAB
-        got = _logits(model, changed)
-        np.testing.assert_allclose(got[b, k + s], base[b, k + s], atol=1e-5, rtol=0)
+
+        def logits_with_changed(slots):
+            changed = {key: value.copy() for key, value in batch.items()}
+            changed["query_ids"][b, slots] = (changed["query_ids"][b, slots] + 1) % VOCAB
+            return _logits(model, changed)[b, k + s]
+
+        np.testing.assert_allclose(logits_with_changed([i for i in valid if seen[i] >= seen[s]]),
+                                   base[b, k + s], atol=1e-5, rtol=0)
         earlier = [i for i in valid if seen[i] < seen[s]]
         if earlier:
-            changed = {key: value.copy() for key, value in batch.items()}
-            changed["input_ids"][b, length + np.array(earlier)] = (
-                changed["input_ids"][b, length + np.array(earlier)] + 1) % VOCAB
-            assert np.abs(_logits(model, changed)[b, k + s] - base[b, k + s]).max() > 1e-4
+            assert np.abs(logits_with_changed(earlier) - base[b, k + s]).max() > 1e-4
 
 
 def test_mpnet_query_predictions_ignore_their_own_and_later_originals():
@@ -321,3 +328,25 @@ def test_the_fast_attention_kernel_declines_explicit_key_positions():
     assert fast.attention_probs(ac, bd, None, None, None, positions, key_pos=positions) is NotImplemented
     np.testing.assert_allclose(attention_probs(ac, bd, None, None, None, positions, key_pos=positions).numpy(),
                                attention_probs(ac, bd, None, None, None, None).numpy(), atol=1e-6)
+
+
+def test_pmlm_split_attention_equals_one_dense_stream_with_position_ids():
+    """The split form (content stream + appended query rows that are keys too) computes exactly the single stream
+    [corrupted | originals | pseudo] with explicit position ids and the whole mask (the s2s-ft layout)."""
+    model = XLNetPretrainer(TINY)
+    model.xlnet.word_embedding[MASK_ID].assign(model.xlnet.mask_emb[0, 0])  # a dense [P] token: mask_emb
+    length, k = 40, max_masked(40)
+    batch = _pmlm_inputs(5)
+    split = _logits(model, batch)
+    positions = batch["target_mapping"].argmax(-1)
+    dense = {
+        "input_ids": np.concatenate([batch["input_ids"], batch["query_ids"]], axis=1),
+        "segment_ids": np.concatenate([batch["segment_ids"],
+                                       np.take_along_axis(batch["segment_ids"], positions, axis=1)], axis=1),
+        "position_ids": np.concatenate([np.tile(np.arange(length), (4, 1)), positions], axis=1),
+        "perm_mask": np.stack([pmlm_attention(batch, b, length) for b in range(4)]).astype(np.float32),
+        "lm_positions": batch["lm_positions"],
+    }
+    got = model({key: tf.constant(value) for key, value in dense.items()})["lm_logits"].numpy()
+    real = batch["target_mask"] > 0
+    np.testing.assert_allclose(got[real], split[real], atol=2e-5, rtol=0)

@@ -13,9 +13,12 @@ Layouts (L = seq_len, K = ``max_masked(L)``; one stream unless stated):
 
 * ``pmlm``: ``[corrupted sequence (L) | originals of the masked tokens (K) | pseudo masks [P] (K)]``. The
   corrupted sequence replaces the masked tokens 80/10/10 by ``<mask>`` / a random token / themselves; appended
-  tokens carry the position and segment of the token they copy; ``[P]`` is embedded as XLNet's ``mask_emb``
-  (``pseudo_mask``). Predictions (``lm_positions``): the corrupted sequence at the masked positions (the
-  autoencoding term ``ae``) and the ``[P]`` tokens (the partially autoregressive term ``par``), same targets.
+  tokens carry the position and segment of the token they copy (``target_mapping``); ``[P]`` starts from XLNet's
+  ``mask_emb`` (``pseudo_mask``). The corrupted sequence sees only itself, so it is the content stream (XLNet's
+  path, consecutive positions) and the appended tokens are the query stream, whose rows are keys for each other
+  too (``query_perm_mask`` over L + 2K keys): s2s-ft's split attention, without the masked-out block. Predictions
+  (``lm_positions`` into ``[content ; query]``): the corrupted sequence at the masked positions (the
+  autoencoding term ``ae``) and the ``[P]`` rows (the partially autoregressive term ``par``), same targets.
 * ``mpnet``: two streams as XLNet's. Content ``[the sequence (L) | [M] placeholders (K)]`` (placeholders at the
   positions of the predicted tokens, corrupted 80/10/10 as MPNet's); the query stream predicts the K tokens in
   order (one step per token: spans are consecutive in the order), with its own mask (``query_perm_mask``).
@@ -25,45 +28,13 @@ The masks all come from ``factorization.blocked_keys``.
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
 from xlnet_tf.data.factorization import (CONTENT, PLACEHOLDER, PREDICTOR, blocked_keys, blockwise_steps, corrupt,
                                          eligible_for_masking, masked_in_order, max_masked)
 from xlnet_tf.data.permutation import make_pretraining_batch
+from xlnet_tf.objectives import get_objective
 from xlnet_tf.tokenization import MASK_ID
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    """What the training step needs to know about an objective."""
-
-    name: str
-    model_inputs: tuple[str, ...]  # batch keys the model reads (the rest: target, target_mask)
-    # The prediction rows [B, P] split into equal parts, one loss term each; the loss is the sum of their means.
-    loss_terms: tuple[str, ...]
-    has_memory: bool  # whether Transformer-XL memory is defined for it
-
-
-OBJECTIVES = {
-    "plm": Objective("plm", ("input_ids", "segment_ids", "perm_mask", "target_mapping"), ("plm",), True),
-    "pmlm": Objective("pmlm", ("input_ids", "segment_ids", "position_ids", "perm_mask", "pseudo_mask",
-                               "lm_positions"), ("ae", "par"), False),
-    "mpnet": Objective("mpnet", ("input_ids", "segment_ids", "position_ids", "perm_mask", "target_mapping",
-                                 "query_perm_mask"), ("mpnet",), False),
-}
-
-
-def get_objective(name: str) -> Objective:
-    if name not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
-    return OBJECTIVES[name]
-
-
-def num_predictions(objective: str, seq_len: int, num_predict: int) -> int:
-    """Predicted slots per sequence: ``num_predict`` for plm, the padded maximum of masked tokens otherwise."""
-    return num_predict if objective == "plm" else max_masked(seq_len)
 
 
 def _gather(values, positions):
@@ -84,38 +55,45 @@ def _with_blocked_padding(blocked, valid_keys, dtype):
 def make_pmlm_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype=tf.float32) -> dict[str, tf.Tensor]:
     """UniLMv2's pseudo-masked LM inputs for records ``inputs``, ``seg_id`` int [B, L] (L static); ``seed``: [2].
 
-    Returns (T = L + 2K): ``input_ids``, ``segment_ids``, ``position_ids`` int32 [B, T]; ``perm_mask`` [B, T, T]
-    (1 = may not attend); ``pseudo_mask`` int32 [B, T] (1 = ``[P]``); ``lm_positions`` int32 [B, 2K] (the
-    ``ae`` rows then the ``par`` rows); ``target`` int32 [B, 2K]; ``target_mask`` float32 [B, 2K].
+    Returns: ``input_ids``, ``segment_ids`` int32 [B, L] (the corrupted sequence); the 2K appended rows
+    (originals, then pseudo masks): ``target_mapping`` float32 [B, 2K, L] (one-hot at the position copied, zero
+    rows for padding), ``query_ids`` int32 [B, 2K], ``pseudo_mask`` int32 [B, 2K] (1 = [P]),
+    ``query_perm_mask`` [B, 2K, L + 2K] (1 = may not attend; keys ``[sequence ; appended rows]``);
+    ``lm_positions`` int32 [B, 2K] (the ``ae`` rows then the ``par`` rows); ``target`` int32 [B, 2K];
+    ``target_mask`` float32 [B, 2K].
     """
     inputs = tf.cast(inputs, tf.int32)
-    seg_id = tf.cast(seg_id, tf.int32)
     batch, length = tf.shape(inputs)[0], inputs.shape[1]
     span_seed, corrupt_seed = tf.unstack(tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
     step, masked, valid, _ = _masked_tokens(inputs, span_seed)
     k = masked.shape[1]
     originals = _gather(inputs, masked)
-    corrupted = tf.where(step > 0, corrupt(inputs, corrupt_seed, vocab_size), inputs)
     slot_step = _gather(step, masked)
+    ones_k = tf.ones([batch, k], tf.int32)
 
-    def parts(*pieces):  # [A | B | C] along the tokens
-        return tf.concat(pieces, axis=1)
+    def appended(originals_part, pseudo_part):  # [originals (K) | pseudo masks (K)]
+        return tf.concat([originals_part, pseudo_part], axis=1)
 
-    zeros_l, ones_k = tf.zeros([batch, length], tf.int32), tf.ones([batch, k], tf.int32)
-    steps = parts(zeros_l, slot_step, slot_step)
-    roles = parts(tf.fill([batch, length + k], CONTENT), PREDICTOR * ones_k)
-    valid_keys = parts(tf.ones([batch, length], tf.bool), valid, valid)
+    row_steps = appended(slot_step, slot_step)
+    row_roles = appended(CONTENT * ones_k, PREDICTOR * ones_k)
+    # Keys: the sequence (content, step 0: everyone sees it), then the appended rows.
+    key_steps = tf.concat([tf.zeros([batch, length], tf.int32), row_steps], axis=1)
+    key_roles = tf.concat([tf.fill([batch, length], CONTENT), row_roles], axis=1)
+    valid_keys = tf.concat([tf.ones([batch, length], tf.bool), valid, valid], axis=1)
     valid_f = tf.cast(valid, tf.float32)
+    mapping = tf.one_hot(masked, length) * valid_f[:, :, None]
     target = tf.where(valid, originals, 0)
     return {
-        "input_ids": parts(corrupted, originals, MASK_ID * ones_k),
-        "segment_ids": parts(seg_id, _gather(seg_id, masked), _gather(seg_id, masked)),
-        "position_ids": parts(zeros_l + tf.range(length)[None, :], masked, masked),
-        "perm_mask": _with_blocked_padding(blocked_keys(steps, roles, steps, roles), valid_keys, perm_mask_dtype),
-        "pseudo_mask": parts(tf.zeros([batch, length + k], tf.int32), ones_k),
-        "lm_positions": parts(masked, length + k + tf.range(k)[None, :] * ones_k),
-        "target": parts(target, target),
-        "target_mask": parts(valid_f, valid_f),
+        "input_ids": tf.where(step > 0, corrupt(inputs, corrupt_seed, vocab_size), inputs),
+        "segment_ids": tf.cast(seg_id, tf.int32),
+        "target_mapping": appended(mapping, mapping),
+        "query_ids": appended(originals, MASK_ID * ones_k),
+        "pseudo_mask": appended(0 * ones_k, ones_k),
+        "query_perm_mask": _with_blocked_padding(blocked_keys(row_steps, row_roles, key_steps, key_roles),
+                                                 valid_keys, perm_mask_dtype),
+        "lm_positions": appended(masked, length + k + tf.range(k)[None, :] * ones_k),
+        "target": appended(target, target),
+        "target_mask": appended(valid_f, valid_f),
     }
 
 

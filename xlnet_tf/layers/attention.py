@@ -104,6 +104,8 @@ class RelativeAttention(keras.layers.Layer):
       query_weight: [B, P] multiplies the query stream's attention vectors (0 for padded target rows).
       content_pos: [B, L] key coordinates of h's rows and key_pos [B, M+L] of the keys, or both None (XLNet:
         consecutive positions); explicit positions use the gathered position term in both streams.
+      query_keys: the query stream also attends to its own rows (UniLMv2's appended tokens): its keys are
+        ``[memory ; h ; g]``, its masks and segment_diff [B, P, M+L+P].
     Returns (h_out [B, L, D], g_out [B, P, D] or None).
     """
 
@@ -136,7 +138,7 @@ class RelativeAttention(keras.layers.Layer):
 
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
              query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
-             key_pos=None, training=None):
+             key_pos=None, query_keys=False, training=None):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
@@ -148,8 +150,18 @@ class RelativeAttention(keras.layers.Layer):
                              training)
         if query is None:
             return h_out, None
-        g_out = self._attend(tf.cast(query, dtype), k, v, k_r, biases, query_pos, key_pos, query_mask,
-                             query_segment_diff, query_weight, training)
+        query = tf.cast(query, dtype)
+        if query_keys:  # the content keys, then the query rows at their positions
+            if key_pos is None:
+                key_pos = tf.broadcast_to(tf.range(tf.shape(keys)[1])[None, :], tf.shape(keys)[:2])
+            key_pos = tf.concat([key_pos, query_pos], axis=1)
+            k = tf.concat([k, self._project(query, "k")], axis=2)
+            v = tf.concat([v, self._project(query, "v")], axis=2)
+            # The position term reads row (number of keys) - (query_pos - key_pos), but the encoding's rows are
+            # laid out for the content's klen keys: with P more keys, the query coordinates move by P to compensate.
+            query_pos = query_pos + tf.shape(query)[1]
+        g_out = self._attend(query, k, v, k_r, biases, query_pos, key_pos, query_mask, query_segment_diff,
+                             query_weight, training)
         return h_out, g_out
 
     def _attend(self, x, k, v, k_r, biases, query_pos, key_pos, mask, segment_diff, weight, training):

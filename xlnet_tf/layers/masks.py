@@ -37,12 +37,14 @@ def causal_mask(qlen, mlen, same_length: bool = False):
 
 
 def key_blocked(perm_mask, mlen, padding_mask=None):
-    """bool [B, Q, mlen + L]: ``perm_mask`` [B, Q, L] (1 = may not attend) over ``[memory ; segment]`` keys, the
-    memory visible and the padding keys (``padding_mask`` [B, L], 0 = padding) blocked."""
+    """bool [B, Q, mlen + K]: ``perm_mask`` [B, Q, K] (1 = may not attend) over ``[memory ; keys]``, the memory
+    visible and the padding keys (``padding_mask`` [B, L], 0 = padding, for the first L <= K keys) blocked."""
     blocked = tf.cast(perm_mask, tf.float32) > 0
-    if padding_mask is not None:
-        blocked |= tf.logical_not(tf.cast(padding_mask, tf.bool))[:, None, :]
     shape = tf.shape(blocked)
+    if padding_mask is not None:
+        padding = tf.logical_not(tf.cast(padding_mask, tf.bool))
+        padding = tf.pad(padding, [[0, 0], [0, shape[2] - tf.shape(padding)[1]]])  # later keys: not padding
+        blocked |= padding[:, None, :]
     return tf.concat([tf.zeros([shape[0], shape[1], mlen], tf.bool), blocked], axis=2)
 
 

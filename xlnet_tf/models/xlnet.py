@@ -47,9 +47,19 @@ class XLNetBlock(keras.layers.Layer):
         self.ff.build()
         self.built = True
 
-    def call(self, content, position, biases, query=None, training=None, **attention_args):
-        h, g = self.rel_attn(content, position, biases, query=query, training=training, **attention_args)
+    def call(self, content, position, biases, query=None, query_keys=False, training=None, **attention_args):
+        h, g = self.rel_attn(content, position, biases, query=query, query_keys=query_keys, training=training,
+                             **attention_args)
         return self.ff(h, training=training), (None if g is None else self.ff(g, training=training))
+
+
+def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
+    """Whether ``query_perm_mask`` [B, P, L or L + P] covers the query rows as keys (its static shape tells)."""
+    columns, length, rows = query_perm_mask.shape[-1], input_ids.shape[1], query_perm_mask.shape[1]
+    if None in (columns, length, rows) or columns not in (length, length + rows):
+        raise ValueError(f"query_perm_mask {query_perm_mask.shape} must have L = {length} or L + P columns "
+                         "(static shapes)")
+    return columns != length
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -65,12 +75,15 @@ class XLNetModel(keras.Model):
         targets (optional; turns on the query stream).
       mems: list of n_layer float tensors [B, M, D] (optional).
       position_ids: int [B, L], each token's position (optional; default 0..L-1). Tokens may share a position
-        (UniLMv2's and MPNet's appended copies sit at the position of the token they copy): relative distances
-        are differences of position ids.
-      pseudo_mask: [B, L], 1 = a pseudo token (UniLMv2's [P]): embedded as ``mask_emb``, the query stream's start
-        (optional).
-      query_perm_mask: float [B, P, L], 1 = query row p may not attend to position j (optional): the query
-        stream's own mask (MPNet's), instead of the perm_mask rows of its targets and the 'uni' causal rule.
+        (MPNet's placeholders sit at the position of the token they stand for): relative distances are
+        differences of position ids.
+      query_ids: int [B, P], the tokens the query rows start from (optional; default: every row starts from
+        ``mask_emb``, as XLNet's query stream). pseudo_mask: [B, P], 1 = the row starts from ``mask_emb`` anyway
+        (UniLMv2's pseudo masks [P]).
+      query_perm_mask: float [B, P, L] or [B, P, L + P], 1 = query row p may not attend to key j (optional): the
+        query stream's own mask, instead of the perm_mask rows of its targets and the 'uni' causal rule. With
+        L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
+        tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
     Outputs (dict):
       sequence_output: [B, L, D] content stream.
       query_output: [B, P, D] query stream (when target_mapping is given).
@@ -128,6 +141,29 @@ class XLNetModel(keras.Model):
             current = tf.concat([tf.cast(memory, current.dtype), current], axis=1)
         return tf.stop_gradient(current[:, -c.mem_len:])
 
+    def _embed(self, inputs, dtype):
+        """Word embeddings of ``input_ids`` [B, L, D] and of ``query_ids`` [B, P, D] (None without them), looked
+        up together: one sparse gradient for the table instead of two (each is materialised at its full size)."""
+        ids = tf.cast(inputs["input_ids"], tf.int32)
+        query_ids = inputs.get("query_ids")
+        if query_ids is not None:
+            ids = tf.concat([ids, tf.cast(query_ids, tf.int32)], axis=1)
+        embedded = tf.cast(tf.gather(self.word_embedding, ids), dtype)
+        if query_ids is None:
+            return embedded, None
+        length = tf.shape(inputs["input_ids"])[1]
+        return embedded[:, :length], embedded[:, length:]
+
+    def _query_start(self, inputs, query_tokens, batch, num_predict, dtype):
+        """The query stream's input [B, P, D]: ``mask_emb`` (XLNet), or the embedded ``query_ids`` with
+        ``mask_emb`` where ``pseudo_mask`` is set."""
+        mask_emb = tf.cast(self.mask_emb, dtype)
+        if query_tokens is None:
+            return tf.tile(mask_emb, [batch, num_predict, 1])
+        if inputs.get("pseudo_mask") is None:
+            return query_tokens
+        return tf.where(tf.cast(inputs["pseudo_mask"], tf.bool)[:, :, None], mask_emb, query_tokens)
+
     def call(self, inputs, training=None):
         c = self.config
         dtype = self.compute_dtype
@@ -144,6 +180,7 @@ class XLNetModel(keras.Model):
             tf.debugging.assert_equal(batch % 2, 0, message="bi_data needs an even batch size per replica")
 
         padding_mask = inputs.get("padding_mask")
+        query_keys = False  # whether the query stream's rows are keys too (see query_perm_mask)
         query_blocked, content_blocked = stream_masks(qlen, mlen, padding_mask, inputs.get("perm_mask"),
                                                       c.attn_type, c.same_length)
         segment_diff = None
@@ -152,10 +189,7 @@ class XLNetModel(keras.Model):
             key_segments = tf.concat([tf.zeros([batch, mlen], tf.int32), segment_ids], axis=1)  # memory = 0
             segment_diff = tf.not_equal(segment_ids[:, :, None], key_segments[:, None, :])
 
-        h = tf.cast(tf.gather(self.word_embedding, input_ids), dtype)
-        if inputs.get("pseudo_mask") is not None:
-            pseudo = tf.cast(inputs["pseudo_mask"], tf.bool)[:, :, None]
-            h = tf.where(pseudo, tf.cast(self.mask_emb, dtype), h)
+        h, query_tokens = self._embed(inputs, dtype)
         h = self._embedding_dropout(h, training=training)
         position = self.position_encoding(qlen, klen, training=training)
         attention_args = dict(content_mask=mask_bias(content_blocked), segment_diff=segment_diff)
@@ -169,20 +203,25 @@ class XLNetModel(keras.Model):
         if target_mapping is not None:
             num_predict = tf.shape(target_mapping)[1]
             target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
-            g = tf.tile(tf.cast(self.mask_emb, dtype), [batch, num_predict, 1])
+            g = self._query_start(inputs, query_tokens, batch, num_predict, dtype)
             g = self._embedding_dropout(g, training=training)
-            if inputs.get("query_perm_mask") is not None:
-                query_blocked = key_blocked(inputs["query_perm_mask"], mlen, padding_mask)
+            query_pos = (mlen + target_pos if content_pos is None
+                         else tf.gather(content_pos, target_pos, batch_dims=1))
+            query_segment_diff = None if segment_diff is None else tf.gather(segment_diff, target_pos, batch_dims=1)
+            query_perm_mask = inputs.get("query_perm_mask")
+            if query_perm_mask is not None:
+                query_keys = _query_rows_are_keys(query_perm_mask, input_ids)
+                query_blocked = key_blocked(query_perm_mask, mlen, padding_mask)
+                if query_keys and query_segment_diff is not None:
+                    query_segments = tf.gather(segment_ids, target_pos, batch_dims=1)
+                    query_segment_diff = tf.concat([query_segment_diff, tf.not_equal(
+                        query_segments[:, :, None], query_segments[:, None, :])], axis=2)
             elif query_blocked is not None:
                 query_blocked = tf.gather(tf.broadcast_to(query_blocked, [batch, qlen, klen]), target_pos,
                                           batch_dims=1)
-            attention_args.update(
-                query_pos=(mlen + target_pos if content_pos is None
-                           else tf.gather(content_pos, target_pos, batch_dims=1)),
-                query_mask=mask_bias(query_blocked),
-                query_segment_diff=(None if segment_diff is None
-                                    else tf.gather(segment_diff, target_pos, batch_dims=1)),
-                query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
+            attention_args.update(query_pos=query_pos, query_mask=mask_bias(query_blocked),
+                                  query_segment_diff=query_segment_diff,
+                                  query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
 
         new_mems = []
         for i, block in enumerate(self.blocks):
@@ -190,7 +229,7 @@ class XLNetModel(keras.Model):
             if c.mem_len > 0:
                 new_mems.append(self._cache(h, memory))
             h, g = block(h, position, self._layer_biases(i, segment_ids is not None), query=g, memory=memory,
-                         training=training, **attention_args)
+                         query_keys=query_keys, training=training, **attention_args)
 
         outputs = {"sequence_output": self._output_dropout(h, training=training)}
         if g is not None:
@@ -238,7 +277,7 @@ class XLNetPretrainer(keras.Model):
 
     Outputs the network's dict plus ``lm_logits`` (float32): [B, P, V] from the query stream when
     ``target_mapping`` is given, else [B, L, V] from the content stream; with the input ``lm_positions`` int
-    [B, P], only those rows of the stream are predicted ([B, P, V]).
+    [B, Y], the rows ``lm_positions`` of ``[content stream ; query stream]`` ([B, Y, V]).
     """
 
     def __init__(self, config: XLNetConfig | dict, **kwargs):
@@ -257,7 +296,10 @@ class XLNetPretrainer(keras.Model):
         outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
         if inputs.get("lm_positions") is not None:
-            hidden = tf.gather(hidden, tf.cast(inputs["lm_positions"], tf.int32), batch_dims=1)
+            rows = tf.concat([outputs["sequence_output"]] + ([hidden] if "query_output" in outputs else []), axis=1)
+            # The rows picked by a one-hot product: a matmul each way, where a gather's gradient is a scatter.
+            pick = tf.one_hot(tf.cast(inputs["lm_positions"], tf.int32), tf.shape(rows)[1], dtype=rows.dtype)
+            hidden = tf.matmul(pick, rows)
         table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
         shape = tf.shape(hidden)
         logits = matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
