@@ -1,6 +1,8 @@
 """XLNet pretraining on TPU, GPUs or CPUs.
 
     python run_pretrain.py --config_file=configs/pretrain_tiny.yaml   # demo: the tiny model on the bundled corpus
+    python run_pretrain.py --config_file=configs/pretrain_tiny.yaml --objective=pmlm --mem_len=0 \\
+        --model_dir=runs/tiny/pretrain_pmlm                               # UniLMv2's objective on the same data
     python run_pretrain.py --config_file=configs/pretrain_base.yaml --data_dir=gs://.../data \\
         --model_dir=gs://.../xlnet_base --strategy=tpu --tpu=my-tpu
 
@@ -12,9 +14,12 @@ and data position). See README.md for the memory and checkpoint rules.
 """
 
 from xlnet_tf.cli import flags as cli
+from xlnet_tf.objectives import OBJECTIVES
 from xlnet_tf.training.settings import PretrainSettings
 
 define = cli.define_common_flags(PretrainSettings)
+define.enum("objective", list(OBJECTIVES), "Pretraining objective: plm (XLNet's permutation LM), pmlm (UniLMv2's "
+            "pseudo-masked LM) or mpnet (MPNet); every one trains the same network (see docs/objectives.md).")
 # Data.
 define.string("data_dir", "Directory written by xlnet_tf.data.create_pretraining_data (alias of the original's "
               "--record_info_dir).")

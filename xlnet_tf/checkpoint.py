@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 # Optimizer state and bookkeeping that the original wrote next to the weights (model_utils.clean_ckpt).
 _IGNORED = re.compile(r"(^global_step$)|(/adam_[mv]$)|(/Adam(_\d+)?$)|(/Momentum$)|(^beta[12]_power)")
@@ -152,3 +153,17 @@ def load_pretrained(model, path: str) -> None:
     sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if hasattr(model, "lm_bias") else [])
     for source, target in zip(sources, targets):
         target.assign(source)
+    objective = pretraining_objective(prefix)
+    if objective:
+        logging.info("%s: pretrained with --objective=%s", prefix, objective)
+
+
+def pretraining_objective(path: str):
+    """The objective a pretraining checkpoint records ('plm', 'pmlm', 'mpnet'), or None (another checkpoint).
+    Fine-tuning does not need it: every objective trains the same network."""
+    try:
+        value = tf.train.load_checkpoint(resolve_checkpoint(path)).get_tensor(
+            "model/objective/.ATTRIBUTES/VARIABLE_VALUE")
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)

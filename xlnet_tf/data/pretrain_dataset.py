@@ -19,7 +19,10 @@ model's ``bi_data`` relative position encoding assumes. The data must therefore 
 given.
 
 Factorisation orders are sampled online (a new order every time a record is read, as the original), with
-stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches.
+stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches. ``objective``
+selects what is built from the records (``xlnet_tf.data.objectives``): XLNet's permutation LM (``plm``, the
+default), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their masked spans online
+too, so the same records serve every objective.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.data.permutation import make_pretraining_batch
+from xlnet_tf.data.objectives import get_objective, make_objective_batch
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
 
@@ -54,10 +57,12 @@ def validate_reader_settings(seq_len: int, reuse_len: int, perm_size: int, num_p
 def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, reuse_len: int, perm_size: int,
                      num_predict: int, bi_data: bool, input_context: Optional[tf.distribute.InputContext] = None,
                      seed: Optional[int] = None, repeat: bool = True, split: str = "train",
-                     skip_batches: int = 0, perm_mask_dtype=tf.float32) -> tf.data.Dataset:
+                     skip_batches: int = 0, perm_mask_dtype=tf.float32, objective: str = "plm") -> tf.data.Dataset:
     """Per-replica batches of dicts: ``input_ids`` int32 [B,L], ``segment_ids`` int32 [B,L], ``perm_mask``
     float32 [B,L,L] (1 = may not attend), ``target_mapping`` float32 [B,P,L], ``target`` int32 [B,P],
-    ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``.
+    ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``. Other objectives: the
+    inputs of ``objectives.make_pmlm_batch`` / ``make_mpnet_batch`` (``reuse_len``, ``perm_size`` and
+    ``num_predict`` are then not used; the data must still match them, as it was written with them).
 
     ``perm_mask_dtype``: float32 by default; ``tf.bool`` or ``tf.uint8`` makes the largest tensor 4x smaller to
     build and to copy to the accelerator (the model only tests ``perm_mask > 0``).
@@ -70,9 +75,12 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     Raises ValueError when the data was written with other settings (see ``check_manifest``) or when the batch
     size / replica count does not split host batches into whole cores.
     """
-    validate_reader_settings(seq_len, reuse_len, perm_size, num_predict)
+    xlnet = get_objective(objective).name == "plm"
+    if xlnet:
+        validate_reader_settings(seq_len, reuse_len, perm_size, num_predict)
     manifest = load_manifest(data_dir, split)
-    check_manifest(manifest, seq_len=seq_len, reuse_len=reuse_len, num_predict=num_predict, bi_data=bi_data)
+    check_manifest(manifest, seq_len=seq_len, reuse_len=reuse_len if xlnet else None,
+                   num_predict=num_predict if xlnet else None, bi_data=bi_data)
     params = manifest["params"]
     bsz_per_core = params["bsz_per_host"] // params["num_core_per_host"]
     if per_replica_batch_size != bsz_per_core:
@@ -116,8 +124,8 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
         # One stateless seed per (seed, pipeline, batch index): reproducible, and new orders every time a record
         # is read again once the dataset repeats (the index keeps growing).
         batch_seed = tf.stack([tf.constant(seed, tf.int64), index * num_pipelines + pipeline_id])
-        out = make_pretraining_batch(ex["input"], ex["is_masked"], ex["seg_id"], seq_len, reuse_len, perm_size,
-                                     num_predict, batch_seed, perm_mask_dtype)
+        out = make_objective_batch(objective, ex["input"], ex["is_masked"], ex["seg_id"], seq_len, reuse_len,
+                                   perm_size, num_predict, batch_seed, params["vocab_size"], perm_mask_dtype)
         return {k: tf.ensure_shape(v, [per_replica_batch_size] + v.shape[1:]) for k, v in out.items()}
 
     def records(paths):

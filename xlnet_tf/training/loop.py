@@ -37,7 +37,8 @@ class _Preemption:
 
 def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
                    save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer) -> dict:
-    """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm)`` until ``train_steps``, in host loops of
+    """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm, {name: metric})`` until ``train_steps``
+    (the metrics are reported with the loss), in host loops of
     at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
     ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
@@ -51,7 +52,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
 
     def run(steps, state):
         nonlocal metrics, step
-        state, loss, norm = host_loop(tf.constant(steps), state)
+        state, loss, norm, more = host_loop(tf.constant(steps), state)
         step += steps
         loss = float(loss.numpy())
         if not math.isfinite(loss):
@@ -59,6 +60,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                 f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
                 f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
         metrics = dict(step=step, **reporter.report(step, {"loss": loss,
+                                                           **{k: float(v.numpy()) for k, v in more.items()},
                                                            "learning_rate": learning_rate_at(optimizer, step),
                                                            "grad_norm": float(norm.numpy())}))
         return state

@@ -14,12 +14,18 @@ def sparse_softmax_cross_entropy(logits, labels):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
 
-def permutation_lm_loss(lm_logits, target, target_mask):
-    """XLNet's pretraining loss: cross-entropy of the query stream over the predicted positions, weighted by
-    ``target_mask`` (0 for padded targets). Returns ``(sum of weighted losses, sum of weights)``.
+def prediction_terms(lm_logits, target, target_mask, names) -> dict:
+    """Cross-entropy and accuracy of a pretraining objective's predictions, per loss term: the P prediction rows
+    split into ``len(names)`` equal parts (XLNet: one term; UniLMv2: the [M] rows, then the [P] rows).
 
-    lm_logits: float [B, P, V]; target: int [B, P]; target_mask: float [B, P].
+    lm_logits: float [B, P, V]; target: int [B, P]; target_mask: float [B, P] (0 for padded targets). Returns
+    ``{name: (sum of losses, number correct, number of targets)}``, float32 scalars weighted by ``target_mask``.
     """
-    losses = sparse_softmax_cross_entropy(tf.cast(lm_logits, tf.float32), target)
+    logits = tf.cast(lm_logits, tf.float32)
+    losses = sparse_softmax_cross_entropy(logits, target)
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), tf.cast(target, tf.int32)),
+                      tf.float32)
     weights = tf.cast(target_mask, tf.float32)
-    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights)
+    parts = [tf.split(x, len(names), axis=1) for x in (losses, correct, weights)]
+    return {name: (tf.reduce_sum(loss * weight), tf.reduce_sum(right * weight), tf.reduce_sum(weight))
+            for name, loss, right, weight in zip(names, *parts)}

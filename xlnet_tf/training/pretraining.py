@@ -1,5 +1,6 @@
 """XLNet pretraining: ``pretrain(settings)`` (what run_pretrain.py runs) and its loop ``run_pretraining``:
-permutation-LM loss, Transformer-XL memory carried between steps, any strategy. The set-up (model, optimizer,
+the objective's loss (XLNet's permutation LM, UniLMv2's pseudo-masked LM or MPNet: ``xlnet_tf.objectives``),
+Transformer-XL memory carried between steps (plm), any strategy. The set-up (model, optimizer,
 checkpoints, restore) and the host loops are ``xlnet_tf.training.setup``'s, shared with fine-tuning.
 
 Structure (what keeps TPUs busy and makes resuming exact):
@@ -9,6 +10,8 @@ Structure (what keeps TPUs busy and makes resuming exact):
 * Checkpoints are written only at host-loop boundaries (a host loop is cut short to end on every multiple of
   ``save_steps``), where memory is zero anyway. A resumed run restores weights, optimizer state and the step, and
   its input pipeline starts at that step's data position: it continues exactly as the uninterrupted run would have.
+* The checkpoint records the objective (``model/objective``): resuming with another is an error; fine-tuning from
+  it needs nothing (every objective trains the same network).
 * SIGTERM (preemption) finishes the current host loop, writes a checkpoint and returns; ``iterations`` bounds
   how long that takes. A non-finite loss stops the run with an error before anything is saved, so the last
   checkpoint on disk is the last good one.
@@ -23,12 +26,11 @@ import tensorflow as tf
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
-from xlnet_tf.training.losses import permutation_lm_loss
+from xlnet_tf.objectives import get_objective
+from xlnet_tf.training.losses import prediction_terms
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
-
-MODEL_INPUTS = ("input_ids", "segment_ids", "perm_mask", "target_mapping")
 
 
 def pretrain(settings: PretrainSettings) -> dict:
@@ -54,7 +56,8 @@ def pretrain(settings: PretrainSettings) -> dict:
     def dataset_fn(ctx, start_step):
         batches_per_step = (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * s.grad_accum_steps
         return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
-                                s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step)
+                                s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step,
+                                objective=s.objective)
 
     try:
         return run_pretraining(strategy, model_config, s, dataset_fn)
@@ -72,61 +75,94 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     """Trains an ``XLNetPretrainer`` and returns the last host loop's metrics (``step``, ``loss``, ...).
 
     ``dataset_fn(input_context, start_step)`` returns the per-replica batches of one input pipeline, positioned
-    at ``start_step`` (a resumed run's data position), with ``MODEL_INPUTS`` plus ``target`` and
+    at ``start_step`` (a resumed run's data position), with the objective's model inputs plus ``target`` and
     ``target_mask``. ``settings.train_batch_size`` is global (all replicas), per micro-batch.
     """
     s, c = settings, model_config
+    objective = get_objective(s.objective)
     if c.mem_len and c.reuse_len is None:
         raise ValueError("mem_len > 0 needs reuse_len (the part of each segment that becomes memory)")
+    if c.mem_len and not objective.has_memory:
+        raise SettingsError(f"--objective={objective.name} has no Transformer-XL memory: set --mem_len=0")
+    recorded = tf.Variable(objective.name, trainable=False, name="objective")  # the resumed run's, once restored
     training = setup_training(
         strategy, s, lambda: XLNetPretrainer(c, dtype=s.dtype), checkpoint_name="xlnet_model",
-        saved_model=lambda model: tf.train.Checkpoint(xlnet=model.xlnet, lm_bias=model.lm_bias))
+        saved_model=lambda model: tf.train.Checkpoint(xlnet=model.xlnet, lm_bias=model.lm_bias, objective=recorded))
+    if recorded.numpy().decode() != objective.name:
+        raise SettingsError(f"--model_dir={s.model_dir} holds a run of --objective={recorded.numpy().decode()}; "
+                            f"resuming it with --objective={objective.name} would mix two objectives (start a new "
+                            "--model_dir, warm-started from it with --init_checkpoint)")
     if training.finished():
         return {"step": training.start_step}
     model = training.model
     per_replica = s.train_batch_size // strategy.num_replicas_in_sync
-    replica_step = make_replica_step(model, training.optimizer, s.clip)
+    replica_step = make_replica_step(model, training.optimizer, s.clip, objective.name)
     if s.jit_compile:
         replica_step = tf.function(replica_step, jit_compile=True)
     flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, c.mem_len, s.num_predict, c.n_token,
-                                     per_replica, c.bi_data)
+                                     per_replica, c.bi_data, objective=objective.name)
     # Memory restarts at every host loop (see the module docstring).
     return training.train(replica_step, dataset_fn, global_batch=s.train_batch_size * s.grad_accum_steps,
                           seq_len=s.seq_len, flops_per_sequence=flops, micro_batches=s.grad_accum_steps,
-                          initial_state=zero_mems_fn(c, per_replica, model.compute_dtype))
+                          initial_state=zero_mems_fn(c, per_replica, model.compute_dtype),
+                          ratio_metrics=term_metric_names(objective.name))
 
 
-def make_replica_step(model: XLNetPretrainer, optimizer, clip: float):
-    """One optimizer step of one replica: ``step(batches, mems) -> (new_mems, loss, grad_norm)``.
+def term_metrics(sums: dict) -> dict:
+    """``{name: (numerator, denominator)}`` from ``{term: (loss sum, correct, count)}``: ``loss_<term>`` and
+    ``accuracy_<term>`` for objectives of several terms (pmlm: ae, par), ``accuracy`` for one (its loss is the
+    loss)."""
+    if len(sums) == 1:
+        (_, correct, count), = sums.values()
+        return {"accuracy": (correct, count)}
+    return {f"{metric}_{term}": (value, count) for term, (loss_sum, correct, count) in sums.items()
+            for metric, value in (("loss", loss_sum), ("accuracy", correct))}
+
+
+def term_metric_names(objective: str) -> tuple[str, ...]:
+    """The names of the metrics ``make_replica_step`` returns for ``objective``."""
+    return tuple(term_metrics({term: (0.0, 0.0, 0.0) for term in get_objective(objective).loss_terms}))
+
+
+def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective: str = "plm"):
+    """One optimizer step of one replica: ``step(batches, mems) -> (new_mems, loss, grad_norm, metrics)``.
 
     ``batches`` is a list of micro-batches (gradient accumulation; memory flows through them in order). The
-    loss is the global-batch mean (normalised by the target count summed over replicas), so any replica split
-    gives the same update. Call inside ``strategy.run``; also usable on its own for benchmarks.
+    loss is the sum over the objective's terms of each term's global-batch mean (normalised by the term's target
+    count summed over replicas), so any replica split gives the same update. ``metrics``: this replica's
+    ``{name: (numerator, denominator)}`` of ``term_metrics`` (summed over replicas and steps by the host loop). Call inside ``strategy.run``; also usable on its own for benchmarks.
     """
+    spec = get_objective(objective)
     use_memory = bool(model.config.mem_len)
 
     def replica_step(batches, mems):
         grads_total = None
         loss_total = tf.constant(0.0)
+        sums = {}  # term -> (loss sum, correct, count) over the micro-batches
         context = tf.distribute.get_replica_context()
         for batch in batches:
             with tf.GradientTape() as tape:
-                inputs = {k: batch[k] for k in MODEL_INPUTS}
+                inputs = {k: batch[k] for k in spec.model_inputs}
                 if use_memory:
                     inputs["mems"] = mems
                 outputs = model(inputs, training=True)
-                loss_sum, count = permutation_lm_loss(outputs["lm_logits"], batch["target"], batch["target_mask"])
-                global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-                # Each replica's share of the global-batch mean: the all-reduced gradients are those of the mean.
-                loss = loss_sum / tf.maximum(global_count, 1.0) / len(batches)
+                terms = prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"],
+                                         spec.loss_terms)
+                loss = tf.constant(0.0)
+                for loss_sum, _, count in terms.values():
+                    global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+                    # Each replica's share of the global-batch mean: the all-reduced gradients are those of the mean.
+                    loss += loss_sum / tf.maximum(global_count, 1.0) / len(batches)
                 scaled = optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, model.trainable_variables)
             grads_total = grads if grads_total is None else [a + b for a, b in zip(grads_total, grads)]
             loss_total += context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+            sums = {term: tuple(a + b for a, b in zip(sums.get(term, (0.0, 0.0, 0.0)), values))
+                    for term, values in terms.items()}
             if use_memory:
                 mems = outputs["new_mems"]
         norm = apply_gradients_across_replicas(optimizer, grads_total, model.trainable_variables, clip)
-        return mems, loss_total, norm
+        return mems, loss_total, norm, term_metrics(sums)
 
     return replica_step
 

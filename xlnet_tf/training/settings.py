@@ -13,6 +13,8 @@ import dataclasses
 import os
 from typing import ClassVar, Mapping, Optional
 
+from xlnet_tf.objectives import OBJECTIVES
+
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAY_METHODS = ("poly", "cos")
@@ -124,8 +126,10 @@ class RunSettings:
 
 @dataclasses.dataclass
 class PretrainSettings(RunSettings):
-    """run_pretrain.py: the permutation LM on the TFRecords in ``data_dir``."""
+    """run_pretrain.py: a pretraining objective (XLNet's permutation LM by default) on the TFRecords in
+    ``data_dir``."""
 
+    objective: str = "plm"
     data_dir: Optional[str] = None
     input_glob: Optional[str] = None
     num_core_per_host: Optional[int] = None
@@ -158,6 +162,11 @@ class PretrainSettings(RunSettings):
             errors.append(f"--grad_accum_steps={self.grad_accum_steps} must be >= 1")
         if self.input_glob and not self.spiece_model_file:
             errors.append("--input_glob needs --spiece_model_file to write the data")
+        if self.objective not in OBJECTIVES:
+            errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
+        elif self.mem_len and not OBJECTIVES[self.objective].has_memory:
+            errors.append(f"--objective={self.objective} has no Transformer-XL memory (its masks are defined within "
+                          f"one sequence): set --mem_len=0 (got {self.mem_len})")
         return errors
 
     @property

@@ -74,14 +74,17 @@ class Training:
 
     def train(self, replica_step: Callable, dataset_fn: Callable, *, global_batch: int, seq_len: int,
               flops_per_sequence: float, micro_batches: Optional[int] = None,
-              initial_state: Callable = lambda: tf.zeros([])) -> dict:
+              initial_state: Callable = lambda: tf.zeros([]), ratio_metrics: tuple = ()) -> dict:
         """Trains from ``start_step`` to ``train_steps`` and returns the last host loop's metrics.
 
         ``dataset_fn(input_context, start_step)`` gives the per-replica batches of one input pipeline, positioned
         at ``start_step``. An optimizer step runs ``replica_step(inputs, state) -> (state, loss, grad_norm)`` on
         every replica, with ``inputs`` one batch, or a list of ``micro_batches`` batches if that is given (gradient
         accumulation; ``global_batch`` counts them all). ``state`` (the pretraining memory; a placeholder otherwise)
-        starts as ``initial_state()`` on each replica at every host loop (``run_host_loops``).
+        starts as ``initial_state()`` on each replica at every host loop (``run_host_loops``). With
+        ``ratio_metrics`` (names), ``replica_step`` returns a fourth value, ``{name: (numerator, denominator)}``;
+        each is reported as its numerators over its denominators, summed over replicas and the host loop's steps
+        (e.g. the accuracy over all targets).
         """
         s, strategy = self.settings, self.strategy
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, self.start_step)))
@@ -89,15 +92,23 @@ class Training:
         def next_inputs():
             return next(iterator) if micro_batches is None else [next(iterator) for _ in range(micro_batches)]
 
+        def total(value):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+
         @tf.function
         def host_loop(steps, state):
             loss_sum, norm = tf.constant(0.0), tf.constant(0.0)
+            ratios = {name: (tf.constant(0.0), tf.constant(0.0)) for name in ratio_metrics}
             for _ in tf.range(steps):
-                state, loss, norm = strategy.run(replica_step, args=(next_inputs(), state))
+                state, loss, norm, *metrics = strategy.run(replica_step, args=(next_inputs(), state))
                 loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
                 norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
+                if ratio_metrics:
+                    ratios = {name: (num + total(metrics[0][name][0]), den + total(metrics[0][name][1]))
+                              for name, (num, den) in ratios.items()}
             self.global_step.assign_add(tf.cast(steps, tf.int64))
-            return state, loss_sum / tf.cast(steps, tf.float32), norm
+            return (state, loss_sum / tf.cast(steps, tf.float32), norm,
+                    {name: num / tf.maximum(den, 1.0) for name, (num, den) in ratios.items()})
 
         initial = tf.function(lambda: strategy.run(initial_state))
         replicas = strategy.num_replicas_in_sync
