@@ -259,12 +259,11 @@ def test_too_little_text_is_an_error_that_says_why(tmp_path):
     assert not os.path.exists(tmp_path / "out" / "manifest.json")
 
 
-def test_surprising_num_predict_is_warned_about(caplog):
-    import logging
-
-    caplog.set_level(logging.WARNING)
+def test_surprising_num_predict_is_warned_about(monkeypatch):
+    warnings = []
+    monkeypatch.setattr(ex.logging, "warning", lambda message, *args: warnings.append(message % args))
     dataclasses.replace(SETTINGS, seq_len=128, reuse_len=64, num_predict=100).validate()
-    assert "--num_predict=100 makes 78% of the 128 tokens prediction targets" in caplog.text
+    assert len(warnings) == 1 and "--num_predict=100 makes 78% of the 128 tokens prediction targets" in warnings[0]
 
 
 def test_cli_refuses_with_flag_name(tmp_path):
