@@ -204,8 +204,20 @@ def run(settings_cls, target: str, defaults_for: Optional[Callable[[flags.FlagVa
             usage_error(e)
         if result is not None:
             logging.info("done: %s", summary(result))
+        _exit_now()
 
     app.run(main)
+
+
+def _exit_now() -> None:
+    """Ends a finished run's process at once. Everything is written by now (checkpoints synchronously, TensorBoard
+    flushed after every report); what is skipped is the interpreter's teardown, where each tf.data iterator still
+    alive can block for up to a minute (TensorFlow 2.20: its autotuning thread may miss the cancellation and
+    sleep out its period; measured 11-197 s for one MirroredStrategy iterator)."""
+    logging.flush()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 def summary(result: dict) -> str:
