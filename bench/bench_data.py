@@ -57,7 +57,7 @@ def main():
         write_s = time.perf_counter() - t0
         records = manifest["num_records"]
 
-        from xlnet_tf.data.pretrain_dataset import pretrain_dataset
+        from xlnet_tf.data.reader import pretrain_dataset
 
         def read_rate(perm_mask_dtype):
             it = iter(pretrain_dataset(out, 32, 512, 256, PERM_SIZE, 85, True, seed=0,

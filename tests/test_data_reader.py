@@ -11,7 +11,7 @@ from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.data.permutation import (local_permutation, make_pretraining_batch, make_pretraining_features,
                                        part_seeds)
-from xlnet_tf.data.pretrain_dataset import pretrain_dataset
+from xlnet_tf.data.reader import pretrain_dataset
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -334,3 +334,10 @@ def test_damaged_data_is_named_at_start_up(data_dir, tmp_path):
         f.write('{"format": "xlnet_tf.pretraining_data/1", "shards": [')
     with pytest.raises(ValueError, match=r"manifest\.json: not a valid JSON file"):
         mf.load_manifest(str(copy))
+
+
+def test_package_exports_the_reader_function():
+    """``from xlnet_tf.data import pretrain_dataset`` is the function (no module of that name shadows it)."""
+    from xlnet_tf.data import pretrain_dataset as exported
+
+    assert exported is pretrain_dataset and callable(exported)

@@ -1,4 +1,4 @@
-"""Pretraining data: text -> TFRecords (``create_pretraining_data``) -> batches (``pretrain_dataset``).
+"""Pretraining data: text -> TFRecords (``create_pretraining_data``) -> batches (``reader.pretrain_dataset``).
 
 Imports are lazy so the writer's worker processes do not load TensorFlow until they write.
 """
@@ -6,7 +6,7 @@ Imports are lazy so the writer's worker processes do not load TensorFlow until t
 import importlib
 
 _EXPORTS = {
-    "pretrain_dataset": "xlnet_tf.data.pretrain_dataset",
+    "pretrain_dataset": "xlnet_tf.data.reader",
     "load_manifest": "xlnet_tf.data.manifest",
     "check_manifest": "xlnet_tf.data.manifest",
     "local_permutation": "xlnet_tf.data.permutation",

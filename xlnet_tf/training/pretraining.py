@@ -36,7 +36,7 @@ from xlnet_tf.training.setup import load_model_config, setup_training, start_run
 def pretrain(settings: PretrainSettings) -> dict:
     """What run_pretrain.py does: checks the settings, the strategy and the data in ``data_dir`` (writing it from
     ``input_glob`` first if it has none), then pretrains; returns the last host loop's metrics."""
-    from xlnet_tf.data.pretrain_dataset import pretrain_dataset
+    from xlnet_tf.data.reader import pretrain_dataset
     from xlnet_tf.training.distribute import num_hosts
     from xlnet_tf.training.pretrain_data import ensure_pretraining_data
 
