@@ -58,34 +58,45 @@ def setup_tf(threads: int):
     return tf
 
 
-def tf_batch(cfg, seed):
+def tf_batch(cfg, seed, objective="plm"):
+    """The synthetic batch of ``seed``; other objectives than XLNet's build their inputs from its tokens and
+    segments with the reader's own functions (``xlnet_tf.data.objectives``)."""
     tf = _tf()
-    return {k: tf.constant(v) for k, v in make_batch(cfg, seed).items()}
+    batch = {k: tf.constant(v) for k, v in make_batch(cfg, seed).items()}
+    if objective == "plm":
+        return batch
+    from xlnet_tf.data.objectives import make_objective_batch
+    return make_objective_batch(objective, batch["input_ids"], batch["perm_mask"][:, 0] > 0, batch["segment_ids"],
+                                cfg.seq_len, cfg.reuse_len, cfg.reuse_len, cfg.num_predict,
+                                tf.constant([seed, 0], tf.int64), cfg.n_token)
 
 
 class OursTrain:
-    """Our real training step (``make_replica_step`` + ``create_optimizer``) in ``tf.function``."""
+    """Our real training step (``make_replica_step`` + ``create_optimizer``) in ``tf.function``, for a pretraining
+    objective (XLNet's by default; the others without memory: they have none)."""
 
-    def __init__(self, cfg, dtype="float32", jit=False):
+    def __init__(self, cfg, dtype="float32", jit=False, objective="plm"):
         tf = _tf()
         from xlnet_tf.models.xlnet import XLNetPretrainer
         from xlnet_tf.training.optimization import create_optimizer
         from xlnet_tf.training.pretraining import make_replica_step, zero_mems_fn
 
-        self.cfg, self.dtype = cfg, dtype
-        self.name = f"ours {dtype}" + (" XLA" if jit else "")
-        model = XLNetPretrainer(cfg.xlnet_config(), dtype=dtype)
+        self.cfg, self.dtype, self.objective = cfg, dtype, objective
+        self.name = f"ours {dtype}" + ("" if objective == "plm" else f" {objective}") + (" XLA" if jit else "")
+        self.flops = cfg.train_flops_per_step(objective)
+        config = cfg.xlnet_config(objective)
+        model = XLNetPretrainer(config, dtype=dtype)
         optimizer = create_optimizer(model, 1e-4, 100_000, 0, weight_decay=0.01)
         optimizer.build(model.trainable_variables)
-        replica_step = make_replica_step(model, optimizer, clip=1.0)
+        replica_step = make_replica_step(model, optimizer, clip=1.0, objective=objective)
         self._step = tf.function(lambda batch, mems: replica_step([batch], mems), jit_compile=jit)
-        self.mems = zero_mems_fn(cfg.xlnet_config(), cfg.batch, model.compute_dtype)()
-        self.batches = [tf_batch(cfg, seed) for seed in range(2)]
+        self.mems = zero_mems_fn(config, cfg.batch, model.compute_dtype)()
+        self.batches = [tf_batch(cfg, seed, objective) for seed in range(2)]
         self.i = 0
         self.loss = None
 
     def step(self):
-        self.mems, loss, _ = self._step(self.batches[self.i % 2], self.mems)
+        self.mems, loss, *_ = self._step(self.batches[self.i % 2], self.mems)
         self.loss = float(loss.numpy())  # waits for the step
         self.i += 1
 
@@ -253,10 +264,13 @@ def matmul_peak(dtype, windows=6, seconds=0.5, size=2048):
     return best
 
 
-def interleaved(systems, reps, steps_per_rep, warmup, log):
+def interleaved(systems, reps, steps_per_rep, warmup, log, cpu_times=None):
     """Warms every system up, then runs ``reps`` rounds; in each round every system (in turn) times
-    ``steps_per_rep`` consecutive steps. Returns {name: [step seconds]}."""
+    ``steps_per_rep`` consecutive steps. Returns {name: [step seconds]}; ``cpu_times`` (a dict), if given,
+    receives {name: [this process's CPU seconds per step]}, which other processes' load disturbs less."""
     times = {s.name: [] for s in systems}
+    cpu = cpu_times if cpu_times is not None else {}
+    cpu.update({s.name: [] for s in systems})
     for s in systems:
         t0 = time.perf_counter()
         for _ in range(warmup):
@@ -265,9 +279,10 @@ def interleaved(systems, reps, steps_per_rep, warmup, log):
     for r in range(reps):
         for s in systems:
             for _ in range(steps_per_rep):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 s.step()
                 times[s.name].append(time.perf_counter() - t0)
+                cpu[s.name].append(time.process_time() - c0)
         log(f"  round {r + 1}/{reps}: " + ", ".join(f"{n} {statistics.median(t):.3f}s" for n, t in times.items()))
     return times
 
@@ -374,6 +389,10 @@ def main():
     parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
                         help="XLA rows: auto = fp32 XLA row in the full run only (bf16 XLA matmuls don't use AMX)")
     parser.add_argument("--skip", default="", help="comma list of: hf, mg, infer, memory")
+    parser.add_argument("--objectives", default="pmlm,mpnet",
+                        help="other pretraining objectives timed next to XLNet's on the same backbone and batch "
+                             "(comma list of pmlm, mpnet; empty: none)")
+    parser.add_argument("--dtypes", default="float32,mixed_bfloat16", help="precisions of our training rows")
     parser.add_argument("--out", default=os.path.join(HERE, "results.md"))
     parser.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--_steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -412,7 +431,9 @@ def main():
     # --- training step, bench-small -----------------------------------------------------------------------------
     cfg = BENCH_SMALL
     log(f"\n[train] {cfg.name}: {cfg}")
-    systems = [OursTrain(cfg, "float32"), OursTrain(cfg, "mixed_bfloat16")]
+    dtypes = args.dtypes.split(",")
+    objectives = ["plm", *filter(None, args.objectives.split(","))]
+    systems = [OursTrain(cfg, dtype, objective=objective) for objective in objectives for dtype in dtypes]
     if xla:
         systems.append(OursTrain(cfg, "float32", jit=True))
     notes = {}
@@ -428,7 +449,8 @@ def main():
             notes["Model Garden fp32"] = mg
         else:
             systems.append(mg)
-    train_times = interleaved(systems, reps, args.steps_per_rep, warmup=4, log=log)
+    train_cpu = {}
+    train_times = interleaved(systems, reps, args.steps_per_rep, warmup=4, log=log, cpu_times=train_cpu)
     losses = {s.name: s.loss for s in systems}
 
     # --- inference, content stream, Base shape, batch 32 x 128 ----------------------------------------------------
@@ -455,7 +477,7 @@ def main():
     log(f"matmul peak, best of start and end: fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
     load_after = os.getloadavg()
     report, readme_block = render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory,
-                                  load_before, load_after, time.time() - start)
+                                  load_before, load_after, time.time() - start, train_cpu=train_cpu)
     print("\n" + report)
     with open(args.out, "w") as f:
         f.write(report)
@@ -484,13 +506,20 @@ def update_readme(block: str, log=print) -> None:
     log(f"updated the performance tables of {path}")
 
 
+def _objective_of(name: str):
+    """The objective of one of our rows other than XLNet's ('pmlm', 'mpnet'), or None."""
+    return next((o for o in ("pmlm", "mpnet") if name.split()[-1] == o), None)
+
+
 def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, memory, load_before, load_after,
-           seconds, now=None):
+           seconds, now=None, train_cpu=None):
     """This run's report: ``(results, readme)``. ``results`` is the whole report (bench/results.md);
-    ``readme`` the README's block: one line naming the run, the training table, the ratios, the inference table."""
+    ``readme`` the README's block: one line naming the run, the training table, the ratios, the inference table.
+    ``train_cpu``: CPU seconds per step of the training rows (the objectives' table compares them too)."""
     now = now or datetime.datetime.now()
     flops = cfg.train_flops_per_step()
-    med = {name: statistics.median(t) for name, t in train_times.items()}
+    objective_med = {name: statistics.median(t) for name, t in train_times.items() if _objective_of(name)}
+    med = {name: statistics.median(t) for name, t in train_times.items() if not _objective_of(name)}
     hf = med.get("HF torch fp32")
     mg = med.get("Model Garden fp32")
     ours = {n: t for n, t in med.items() if n.startswith("ours")}
@@ -518,6 +547,32 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
                         f"{ratio if not name.startswith('ours') else '-'} |{loss}")
         for name, why in notes.items():
             rows.append(f"| {name} | could not run: {why} | | | |" + (" |" if with_loss else ""))
+        return rows
+
+    def objective_table() -> list[str]:
+        """XLNet's row against the other objectives' on the same backbone and batch (their own model FLOPs)."""
+        cpu = {name: statistics.median(t) for name, t in (train_cpu or {}).items()}
+        rows = ["| objective | precision | memory | step (s, median) | text tokens/s | GFLOP/step | MFU | MFU vs plm "
+                "| same, by CPU time |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for dtype in ("float32", "mixed_bfloat16"):
+            plm = f"ours {dtype}"
+            if plm not in med:
+                continue
+            peak = peak16 if "bfloat16" in dtype else peak32
+            for objective in ("plm", "pmlm", "mpnet"):
+                name = plm + ("" if objective == "plm" else f" {objective}")
+                t = med.get(name, objective_med.get(name))
+                if t is None:
+                    continue
+                step_flops = cfg.train_flops_per_step(objective)
+
+                def relative(times):  # this row's FLOP/s over XLNet's
+                    return step_flops / times[name] / (flops / times[plm]) if name in times else float("nan")
+
+                rows.append(f"| {objective} | {dtype} | {cfg.memory(objective)} | {t:.3f} | "
+                            f"{cfg.tokens_per_step / t:,.0f} | {step_flops / 1e9:.1f} | "
+                            f"{100 * step_flops / t / peak:.0f}% | {relative({**med, **objective_med}):.2f} | "
+                            f"{relative(cpu):.2f} |")
         return rows
 
     ratios = []
@@ -562,6 +617,14 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
         *ratios,
         "",
     ]
+    if objective_med:
+        out += ["Pretraining objectives on the same backbone and batch (`--objective`, docs/objectives.md): XLNet's "
+                f"permutation LM with memory (mem_len {cfg.mem_len}), UniLMv2's pseudo-masked LM and MPNet without "
+                "(they have none). Each row's MFU uses its own model FLOPs (`xlnet_tf/flops.py`: PMLM's 2K "
+                "appended rows, MPNet's K placeholders and K query rows, K = the padded maximum of masked tokens); "
+                "text tokens/s counts the seq_len tokens of text per sequence. The last column compares FLOP/s by "
+                "this process's CPU time per step, which the other processes on a shared machine disturb less "
+                "than wall time.", "", *objective_table(), ""]
     if infer_table:
         out += [infer_title, "", *infer_table, ""]
     if memory:

@@ -31,17 +31,24 @@ class BenchConfig:
     batch: int
     dropout: float = 0.1
 
-    def xlnet_config(self):
+    def memory(self, objective: str = "plm") -> int:
+        """The memory length of ``objective``'s step: this config's for XLNet's, none for the others."""
+        from xlnet_tf.objectives import get_objective
+        return self.mem_len if get_objective(objective).has_memory else 0
+
+    def xlnet_config(self, objective: str = "plm"):
         from xlnet_tf.config import XLNetConfig
+        mem_len = self.memory(objective)
         return XLNetConfig(n_token=self.n_token, n_layer=self.n_layer, d_model=self.d_model, n_head=self.n_head,
                            d_head=self.d_head, d_inner=self.d_inner, ff_activation="gelu", untie_r=True,
-                           mem_len=self.mem_len, reuse_len=self.reuse_len, bi_data=False, attn_type="bi",
-                           dropout=self.dropout, dropatt=self.dropout)
+                           mem_len=mem_len, reuse_len=self.reuse_len if mem_len else None, bi_data=False,
+                           attn_type="bi", dropout=self.dropout, dropatt=self.dropout)
 
-    def train_flops_per_step(self) -> float:
+    def train_flops_per_step(self, objective: str = "plm") -> float:
         from xlnet_tf.flops import train_flops_per_sequence
         return self.batch * train_flops_per_sequence(self.n_layer, self.d_model, self.d_inner, self.seq_len,
-                                                     self.mem_len, self.num_predict, self.n_token, self.batch)
+                                                     self.memory(objective), self.num_predict, self.n_token,
+                                                     self.batch, objective=objective)
 
     @property
     def tokens_per_step(self) -> int:
