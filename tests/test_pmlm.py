@@ -32,6 +32,13 @@ def random_records(rng, batch, length):
     return ids, seg
 
 
+def built(builder, batch, length, seed, draw=0):
+    """``builder``'s (make_pmlm_batch / make_mpnet_batch) inputs for random records, as NumPy: (records, inputs)."""
+    ids, seg = random_records(np.random.default_rng(seed), batch, length)
+    out = builder(tf.constant(ids), tf.constant(seg), tf.constant([seed, draw]), VOCAB)
+    return (ids, seg), {k: v.numpy() for k, v in out.items()}
+
+
 def closure(visible):
     """Transitive closure of a boolean [T, T] attention graph (i reaches j through any chain of layers)."""
     reach = visible.copy()
@@ -61,9 +68,7 @@ def pmlm_attention(out, b, length):
 @pytest.mark.parametrize("seed", range(6))
 def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps(seed):
     length = 48
-    ids, seg = random_records(np.random.default_rng(seed), 8, length)
-    out = {k: v.numpy() for k, v in make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 1]),
-                                                    VOCAB).items()}
+    (ids, _), out = built(make_pmlm_batch, 8, length, seed, draw=1)
     k = max_masked(length)
     for b in range(8):
         pm, valid = pmlm_attention(out, b, length), out["target_mask"][b, :k] > 0
@@ -89,9 +94,7 @@ def test_pmlm_pseudo_masks_never_reach_the_originals_of_their_own_or_later_steps
 @pytest.mark.parametrize("seed", range(4))
 def test_mpnet_queries_never_reach_the_originals_of_their_own_or_later_tokens(seed):
     length = 40
-    ids, seg = random_records(np.random.default_rng(seed), 6, length)
-    out = {k: v.numpy() for k, v in make_mpnet_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 2]),
-                                                     VOCAB).items()}
+    _, out = built(make_mpnet_batch, 6, length, seed, draw=2)
     for b in range(6):
         reach = content_reach(out["perm_mask"][b])
         valid = out["target_mask"][b] > 0
@@ -165,9 +168,7 @@ def test_corruption_rates_80_10_10():
 
 def test_pmlm_corrupts_only_the_masked_positions_and_the_appended_rows_copy_them():
     length = 64
-    ids, seg = random_records(np.random.default_rng(2), 32, length)
-    out = {k: v.numpy() for k, v in make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([9, 9]),
-                                                    VOCAB).items()}
+    (ids, seg), out = built(make_pmlm_batch, 32, length, seed=2, draw=9)
     k = max_masked(length)
     masked = out["lm_positions"][:, :k]
     valid = out["target_mask"][:, :k] > 0
@@ -256,9 +257,7 @@ def test_explicit_consecutive_positions_leave_xlnet_unchanged():
 
 
 def _pmlm_inputs(seed, length=40, batch=4):
-    ids, seg = random_records(np.random.default_rng(seed), batch, length)
-    out = make_pmlm_batch(tf.constant(ids), tf.constant(seg), tf.constant([seed, 7]), VOCAB)
-    return {k: v.numpy() for k, v in out.items()}
+    return built(make_pmlm_batch, batch, length, seed, draw=7)[1]
 
 
 def _logits(model, batch, objective="pmlm"):
@@ -303,9 +302,7 @@ def test_pmlm_pseudo_predictions_ignore_the_originals_of_their_own_and_later_ste
 
 def test_mpnet_query_predictions_ignore_their_own_and_later_originals():
     model = XLNetPretrainer(TINY)
-    ids, seg = random_records(np.random.default_rng(4), 3, 40)
-    batch = {k: v.numpy() for k, v in make_mpnet_batch(tf.constant(ids), tf.constant(seg), tf.constant([1, 5]),
-                                                       VOCAB).items()}
+    _, batch = built(make_mpnet_batch, 3, 40, seed=4, draw=5)
     base = _logits(model, batch, "mpnet")
     for b in range(3):
         valid = np.flatnonzero(batch["target_mask"][b] > 0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from test_pretraining_loop import assert_same_weights
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
 from xlnet_tf.data.objectives import make_objective_batch
@@ -47,11 +48,6 @@ def train(tmp_path, name, strategy, per_replica_batch, objective="pmlm", steps=4
     model = XLNetPretrainer(config)
     load_pretrained(model, str(tmp_path / name))
     return metrics, model
-
-
-def assert_same_weights(a, b, atol):
-    for va, vb in zip(a.weights, b.weights):
-        np.testing.assert_allclose(va.numpy(), vb.numpy(), atol=atol, err_msg=va.path)
 
 
 def test_pmlm_on_two_replicas_matches_one_device(tmp_path):

@@ -28,6 +28,8 @@ The masks all come from ``factorization.blocked_keys``.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from xlnet_tf.data.factorization import (CONTENT, PLACEHOLDER, PREDICTOR, blocked_keys, blockwise_steps, corrupt,
@@ -41,10 +43,24 @@ def _gather(values, positions):
     return tf.gather(values, positions, batch_dims=1)
 
 
-def _masked_tokens(inputs, seed, padding_mask=None):
-    """The blockwise prediction set of a batch: (step [B, L], positions [B, K], valid [B, K], order [B, L])."""
-    step = blockwise_steps(eligible_for_masking(inputs, padding_mask), seed)
-    return (step,) + masked_in_order(step, max_masked(inputs.shape[1]))
+class _Masked(NamedTuple):
+    """The blockwise prediction set of a batch of records [B, L] (K = ``max_masked(L)`` slots)."""
+
+    inputs: tf.Tensor        # int32 [B, L]
+    step: tf.Tensor          # int32 [B, L]: the span step of each masked position, 0 elsewhere
+    positions: tf.Tensor     # int32 [B, K]: the masked positions in factorisation order (padded)
+    valid: tf.Tensor         # bool [B, K]
+    order: tf.Tensor         # int32 [B, L]: each masked position's 1-based place in that order, 0 elsewhere
+    originals: tf.Tensor     # int32 [B, K]: the tokens at ``positions``
+    corrupt_seed: tf.Tensor  # the seed of the 80/10/10 corruption
+
+
+def _mask_blockwise(inputs, seed) -> _Masked:
+    inputs = tf.cast(inputs, tf.int32)
+    span_seed, corrupt_seed = tf.unstack(tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
+    step = blockwise_steps(eligible_for_masking(inputs), span_seed)
+    positions, valid, order = masked_in_order(step, max_masked(inputs.shape[1]))
+    return _Masked(inputs, step, positions, valid, order, _gather(inputs, positions), corrupt_seed)
 
 
 def _with_blocked_padding(blocked, valid_keys, dtype):
@@ -62,13 +78,10 @@ def make_pmlm_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype=tf.fl
     ``lm_positions`` int32 [B, 2K] (the ``ae`` rows then the ``par`` rows); ``target`` int32 [B, 2K];
     ``target_mask`` float32 [B, 2K].
     """
-    inputs = tf.cast(inputs, tf.int32)
-    batch, length = tf.shape(inputs)[0], inputs.shape[1]
-    span_seed, corrupt_seed = tf.unstack(tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
-    step, masked, valid, _ = _masked_tokens(inputs, span_seed)
-    k = masked.shape[1]
-    originals = _gather(inputs, masked)
-    slot_step = _gather(step, masked)
+    m = _mask_blockwise(inputs, seed)
+    masked, valid, originals = m.positions, m.valid, m.originals
+    batch, length, k = tf.shape(m.inputs)[0], m.inputs.shape[1], masked.shape[1]
+    slot_step = _gather(m.step, masked)
     ones_k = tf.ones([batch, k], tf.int32)
 
     def appended(originals_part, pseudo_part):  # [originals (K) | pseudo masks (K)]
@@ -84,7 +97,7 @@ def make_pmlm_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype=tf.fl
     mapping = tf.one_hot(masked, length) * valid_f[:, :, None]
     target = tf.where(valid, originals, 0)
     return {
-        "input_ids": tf.where(step > 0, corrupt(inputs, corrupt_seed, vocab_size), inputs),
+        "input_ids": tf.where(m.step > 0, corrupt(m.inputs, m.corrupt_seed, vocab_size), m.inputs),
         "segment_ids": tf.cast(seg_id, tf.int32),
         "target_mapping": appended(mapping, mapping),
         "query_ids": appended(originals, MASK_ID * ones_k),
@@ -104,13 +117,10 @@ def make_mpnet_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype=tf.f
     ``target_mapping`` float32 [B, K, T] (one-hot at the predicted token's slot, zero rows for padding);
     ``query_perm_mask`` [B, K, T]; ``target`` int32 [B, K]; ``target_mask`` float32 [B, K].
     """
-    inputs = tf.cast(inputs, tf.int32)
+    m = _mask_blockwise(inputs, seed)
+    masked, valid, order, originals = m.positions, m.valid, m.order, m.originals
     seg_id = tf.cast(seg_id, tf.int32)
-    batch, length = tf.shape(inputs)[0], inputs.shape[1]
-    span_seed, corrupt_seed = tf.unstack(tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
-    _, masked, valid, order = _masked_tokens(inputs, span_seed)
-    k = masked.shape[1]
-    originals = _gather(inputs, masked)
+    batch, length, k = tf.shape(m.inputs)[0], m.inputs.shape[1], masked.shape[1]
     zeros_l, ones_k = tf.zeros([batch, length], tf.int32), tf.ones([batch, k], tf.int32)
     slot_step = (tf.range(k)[None, :] + 1) * ones_k  # one step per predicted token, in order
     key_steps = tf.concat([order, slot_step], axis=1)
@@ -122,7 +132,7 @@ def make_mpnet_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype=tf.f
     query_blocked = blocked_keys(slot_step, PREDICTOR * ones_k, key_steps, key_roles)
     valid_f = tf.cast(valid, tf.float32)
     return {
-        "input_ids": tf.concat([inputs, corrupt(originals, corrupt_seed, vocab_size)], axis=1),
+        "input_ids": tf.concat([m.inputs, corrupt(originals, m.corrupt_seed, vocab_size)], axis=1),
         "segment_ids": tf.concat([seg_id, _gather(seg_id, masked)], axis=1),
         "position_ids": tf.concat([zeros_l + tf.range(length)[None, :], masked], axis=1),
         "perm_mask": _with_blocked_padding(content_blocked, valid_keys, perm_mask_dtype),

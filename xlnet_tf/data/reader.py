@@ -33,7 +33,8 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.data.objectives import get_objective, make_objective_batch
+from xlnet_tf.data.objectives import make_objective_batch
+from xlnet_tf.objectives import get_objective
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
 
