@@ -164,6 +164,32 @@ class XLNetModel(keras.Model):
             return query_tokens
         return tf.where(tf.cast(inputs["pseudo_mask"], tf.bool)[:, :, None], mask_emb, query_tokens)
 
+    def _query_stream(self, inputs, query_tokens, blocked, segment_ids, segment_diff, content_pos, mlen, training):
+        """The query stream's input g [B, P, D], whether its rows are keys too, and its attention arguments: rows
+        at the positions ``target_mapping`` points to, masked by ``query_perm_mask`` or else by the rows of the
+        content mask ``blocked`` [B|1, L, K] at those positions."""
+        target_mapping = inputs["target_mapping"]
+        batch, num_predict = tf.shape(target_mapping)[0], tf.shape(target_mapping)[1]
+        target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
+        g = self._embedding_dropout(self._query_start(inputs, query_tokens, batch, num_predict, self.compute_dtype),
+                                    training=training)
+        query_pos = mlen + target_pos if content_pos is None else tf.gather(content_pos, target_pos, batch_dims=1)
+        segment_diff = None if segment_diff is None else tf.gather(segment_diff, target_pos, batch_dims=1)
+        query_keys = False
+        if inputs.get("query_perm_mask") is not None:
+            query_keys = _query_rows_are_keys(inputs["query_perm_mask"], inputs["input_ids"])
+            blocked = key_blocked(inputs["query_perm_mask"], mlen, inputs.get("padding_mask"))
+            if query_keys and segment_diff is not None:  # the rows' segments are those of their positions
+                segments = tf.gather(segment_ids, target_pos, batch_dims=1)
+                segment_diff = tf.concat([segment_diff, tf.not_equal(segments[:, :, None], segments[:, None, :])],
+                                         axis=2)
+        elif blocked is not None:
+            length = tf.shape(target_mapping)[2]
+            blocked = tf.gather(tf.broadcast_to(blocked, [batch, length, mlen + length]), target_pos, batch_dims=1)
+        args = dict(query_pos=query_pos, query_mask=mask_bias(blocked), query_segment_diff=segment_diff,
+                    query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
+        return g, query_keys, args
+
     def call(self, inputs, training=None):
         c = self.config
         dtype = self.compute_dtype
@@ -179,10 +205,8 @@ class XLNetModel(keras.Model):
         if c.bi_data:
             tf.debugging.assert_equal(batch % 2, 0, message="bi_data needs an even batch size per replica")
 
-        padding_mask = inputs.get("padding_mask")
-        query_keys = False  # whether the query stream's rows are keys too (see query_perm_mask)
-        query_blocked, content_blocked = stream_masks(qlen, mlen, padding_mask, inputs.get("perm_mask"),
-                                                      c.attn_type, c.same_length)
+        query_blocked, content_blocked = stream_masks(qlen, mlen, inputs.get("padding_mask"),
+                                                      inputs.get("perm_mask"), c.attn_type, c.same_length)
         segment_diff = None
         if segment_ids is not None:
             segment_ids = tf.cast(segment_ids, tf.int32)
@@ -199,29 +223,11 @@ class XLNetModel(keras.Model):
             memory_pos = tf.broadcast_to(tf.range(mlen)[None, :], [batch, mlen])
             attention_args.update(content_pos=content_pos, key_pos=tf.concat([memory_pos, content_pos], axis=1))
 
-        g = None
+        g, query_keys = None, False
         if target_mapping is not None:
-            num_predict = tf.shape(target_mapping)[1]
-            target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
-            g = self._query_start(inputs, query_tokens, batch, num_predict, dtype)
-            g = self._embedding_dropout(g, training=training)
-            query_pos = (mlen + target_pos if content_pos is None
-                         else tf.gather(content_pos, target_pos, batch_dims=1))
-            query_segment_diff = None if segment_diff is None else tf.gather(segment_diff, target_pos, batch_dims=1)
-            query_perm_mask = inputs.get("query_perm_mask")
-            if query_perm_mask is not None:
-                query_keys = _query_rows_are_keys(query_perm_mask, input_ids)
-                query_blocked = key_blocked(query_perm_mask, mlen, padding_mask)
-                if query_keys and query_segment_diff is not None:
-                    query_segments = tf.gather(segment_ids, target_pos, batch_dims=1)
-                    query_segment_diff = tf.concat([query_segment_diff, tf.not_equal(
-                        query_segments[:, :, None], query_segments[:, None, :])], axis=2)
-            elif query_blocked is not None:
-                query_blocked = tf.gather(tf.broadcast_to(query_blocked, [batch, qlen, klen]), target_pos,
-                                          batch_dims=1)
-            attention_args.update(query_pos=query_pos, query_mask=mask_bias(query_blocked),
-                                  query_segment_diff=query_segment_diff,
-                                  query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
+            g, query_keys, query_args = self._query_stream(inputs, query_tokens, query_blocked, segment_ids,
+                                                           segment_diff, content_pos, mlen, training)
+            attention_args.update(query_args)
 
         new_mems = []
         for i, block in enumerate(self.blocks):
