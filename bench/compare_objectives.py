@@ -1,8 +1,8 @@
 """Which pretraining objective? XLNet's permutation LM, UniLMv2's pseudo-masked LM and MPNet on the same backbone,
 corpus, token budget and seeds, then fine-tuned on the bundled sentiment sentences, against random initialisation.
 
-    .venv/bin/python bench/compare_objectives.py --quick   # about 15 min on 2 idle cores: the table in docs/objectives.md
-    .venv/bin/python bench/compare_objectives.py           # the longer run (about 45 min on 2 idle cores)
+    .venv/bin/python bench/compare_objectives.py --quick   # the short run (its time: docs/objectives.md)
+    .venv/bin/python bench/compare_objectives.py           # the longer run: a longer corpus, sequences, training
 
 Steps (everything through the library's own entry points, ``pretrain`` and the classifier's ``run``):
 
@@ -37,8 +37,8 @@ OBJECTIVES = ("plm", "pmlm", "mpnet")
 
 # (quick, full): the budget of each part.
 PLANS = {
-    True: dict(corpus_lines=6000, seq_len=64, batch=16, pretrain_steps=400, finetune_steps=300, report_every=50),
-    False: dict(corpus_lines=None, seq_len=128, batch=16, pretrain_steps=1500, finetune_steps=500, report_every=100),
+    True: dict(corpus_lines=6000, seq_len=64, batch=16, pretrain_steps=600, finetune_steps=300, report_every=50),
+    False: dict(corpus_lines=None, seq_len=128, batch=16, pretrain_steps=2000, finetune_steps=500, report_every=100),
 }
 
 
