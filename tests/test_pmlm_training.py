@@ -59,29 +59,23 @@ def test_pmlm_on_two_replicas_matches_one_device(tmp_path):
     assert_same_weights(model_one, model_two, atol=2e-5)
 
 
-@pytest.mark.parametrize("objective", ["pmlm", "mpnet"])
-def test_resume_continues_exactly(tmp_path, objective):
+def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_one(tmp_path):
+    from xlnet_tf.models.heads import XLNetClassifier
+
     strategy = create_strategy("one_device")
-    _, model_straight = train(tmp_path, "straight", strategy, 2, objective, steps=4, save_steps=2)
-    train(tmp_path, "resumed", strategy, 2, objective, steps=2, save_steps=2)
-    resumed, model_resumed = train(tmp_path, "resumed", strategy, 2, objective, steps=4, save_steps=2)
+    _, model_straight = train(tmp_path, "straight", strategy, 2, steps=4, save_steps=2)
+    train(tmp_path, "resumed", strategy, 2, steps=2, save_steps=2)
+    resumed, model_resumed = train(tmp_path, "resumed", strategy, 2, steps=4, save_steps=2)
     assert resumed["step"] == 4  # (its report covers step 4 only: a run's first host loop reports after a step)
     assert_same_weights(model_straight, model_resumed, atol=1e-6)
     # The checkpoint records its objective; resuming it with another one is refused.
-    assert pretraining_objective(str(tmp_path / "resumed")) == objective
-    with pytest.raises(SettingsError, match=f"holds a run of --objective={objective}"):
+    assert pretraining_objective(str(tmp_path / "resumed")) == "pmlm"
+    with pytest.raises(SettingsError, match="holds a run of --objective=pmlm"):
         train(tmp_path, "resumed", strategy, 2, "plm", steps=6)
-
-
-def test_a_pmlm_checkpoint_fine_tunes_like_an_xlnet_one(tmp_path):
-    from xlnet_tf.models.heads import XLNetClassifier
-
-    train(tmp_path, "pmlm", create_strategy("one_device"), 2, steps=2)
+    # Fine-tuning reads the network as from an XLNet checkpoint: nothing to set.
     classifier = XLNetClassifier(CONFIG, num_labels=2)
-    load_pretrained(classifier, str(tmp_path / "pmlm"))
-    reference = XLNetPretrainer(CONFIG)
-    load_pretrained(reference, str(tmp_path / "pmlm"))
-    assert_same_weights(classifier.xlnet, reference.xlnet, atol=0)
+    load_pretrained(classifier, str(tmp_path / "resumed"))
+    assert_same_weights(classifier.xlnet, model_resumed.xlnet, atol=0)
 
 
 def test_memory_is_refused_for_objectives_without_it():
@@ -117,7 +111,8 @@ def test_both_pmlm_terms_fall_on_real_text(tmp_path):
     logged = scalars(str(tmp_path / "model"))
     for term in ("ae", "par"):
         first, last = logged[f"loss_{term}"][0][1], logged[f"loss_{term}"][-1][1]
-        assert last < first - 1.0, (term, first, last)
+        # (by more than noise; less than from ln(V) when the LM bias starts at the unigram frequencies)
+        assert last < first - 0.2, (term, first, last)
         assert 0 <= metrics[f"accuracy_{term}"] <= 1 and f"accuracy_{term}" in logged
     # the loss is L_AE + L_PAR (per step; the terms are token-weighted over the host loop, hence the tolerance)
     np.testing.assert_allclose(metrics["loss"], metrics["loss_ae"] + metrics["loss_par"], rtol=0.02)
