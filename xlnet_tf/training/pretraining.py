@@ -95,6 +95,11 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     if training.finished():
         return {"step": training.start_step}
     model = training.model
+    if training.start_step == 0 and not s.init_checkpoint and s.data_dir:
+        # From scratch: the LM bias starts at the data's log unigram frequencies (why: xlnet_tf/data/unigram.py).
+        from xlnet_tf.data.unigram import initialise_lm_bias
+
+        initialise_lm_bias(model, s.data_dir)
     per_replica = s.train_batch_size // strategy.num_replicas_in_sync
     replica_step = make_replica_step(model, training.optimizer, s.clip, objective.name)
     if s.jit_compile:
