@@ -22,6 +22,11 @@ define.string("task_name", "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mi
 define.string("data_dir", "Task data in its official layout.")
 define.string("eval_split", "dev or test.")
 define.integer("eval_batch_size", "Global eval batch size.")
+define.string("predict_input_glob", "--do_predict over these files instead of --eval_split's: comma-separated "
+              "globs (local or gs://) of *.tsv (header row) or *.jsonl, streamed; one <name>.predictions.jsonl per "
+              "file in --predict_dir, resumable (docs/batch.md).")
+define.string("predict_text_fields", "With --predict_input_glob: text column(s)/key(s), 'a' or 'a,b' for pairs.")
+define.string("predict_id_field", "With --predict_input_glob: column/key copied to each output row as 'id'.")
 define.boolean("eval_all_ckpt", "Evaluate every checkpoint in model_dir and report the best.")
 # Head.
 define.enum("summary_type", SUMMARY_TYPES, "How a sequence is summarised.")

@@ -163,6 +163,23 @@ def restore_model(model, s: ClassifierSettings, checkpoint_path: Optional[str] =
     return prefix
 
 
+def predict_input_files(s: ClassifierSettings, model, bundle: TaskBundle, tokenizer, checkpoint: str) -> list:
+    """``--do_predict`` over ``--predict_input_glob``: one predictions file per input file in ``--predict_dir``
+    (``xlnet_tf.predict.predict_shards``: streamed, resumable). Returns the files written."""
+    from xlnet_tf import predict as batch_predict
+
+    predictor = batch_predict.KerasPredictor(
+        model, tokenizer, s.max_seq_length, bundle.labels, bundle.kind == "regression",
+        identity=dict(checkpoint=checkpoint, task=bundle.name, max_seq_length=s.max_seq_length,
+                      spiece_sha256=tokenizer.fingerprint(), uncased=s.uncased),
+        pair=getattr(classifier_data.get_task(s.task_name).labeled, "text_b", None) is not None)
+    fields = batch_predict.Fields.parse(s.predict_text_fields, s.predict_id_field, "--predict_text_fields")
+    summary = batch_predict.predict_shards(predictor, s.predict_input_glob, s.predict_dir or
+                                           os.path.join(s.model_dir, "predict"), fields, s.predict_batch_size,
+                                           glob_flag="--predict_input_glob")
+    return [shard["output"] for shard in summary["shards"]]
+
+
 def run(settings: ClassifierSettings) -> dict:
     """Runs the stages the settings ask for; returns {'train': ..., 'eval': ..., 'predict': [...], 'export': ...}."""
     s = settings.validate()
@@ -199,7 +216,9 @@ def run(settings: ClassifierSettings) -> dict:
             checkpoint = tf.train.latest_checkpoint(s.model_dir)
         step = checkpoint_step(checkpoint)
 
-    if s.do_eval or s.do_predict:
+    if s.do_predict and s.predict_input_glob:  # large sharded inputs, streamed (xlnet_tf.predict)
+        result["predict"] = predict_input_files(s, model, bundle, tokenizer, checkpoint)
+    if s.do_eval or (s.do_predict and not s.predict_input_glob):
         path, meta = bundle.prepare(s.eval_split)
         batch = s.eval_batch_size if s.do_eval else s.predict_batch_size
         outputs = run_inference(strategy, model, bundle, path, meta, batch)
@@ -225,7 +244,7 @@ def run(settings: ClassifierSettings) -> dict:
             logging.info("eval %s %s at step %d: %s | data %s", bundle.name, s.eval_split, step,
                          {k: round(v, 4) for k, v in eval_metrics.items()}, _data_summary(meta))
             result["eval"] = report
-        if s.do_predict:
+        if s.do_predict and not s.predict_input_glob:
             predict_dir = s.predict_dir or os.path.join(s.model_dir, "predict")
             written = write_predictions(bundle, outputs, meta, predict_dir, s.eval_split)
             write_json_atomic(os.path.join(predict_dir, f"{bundle.name}.{s.eval_split}.summary.json"),

@@ -29,6 +29,10 @@ class ClassifierSettings(FinetuneSettings):
     eval_all_ckpt: bool = False
     eval_batch_size: int = 128
     max_save: int = 0
+    # Batch prediction over large sharded inputs (xlnet_tf.predict) instead of --eval_split's file.
+    predict_input_glob: Optional[str] = None
+    predict_text_fields: str = "sentence"
+    predict_id_field: Optional[str] = None
 
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "eval_batch_size", "predict_batch_size")
 
@@ -37,7 +41,7 @@ class ClassifierSettings(FinetuneSettings):
         return (self.task_name or "").lower() == "race"
 
     def required(self) -> tuple:
-        reads_data = self.do_train or self.do_eval or self.do_predict
+        reads_data = self.do_train or self.do_eval or (self.do_predict and not self.predict_input_glob)
         return ("task_name",) + super().required() + (("data_dir",) if reads_data else ())
 
     def errors(self) -> list:
@@ -61,6 +65,16 @@ class ClassifierSettings(FinetuneSettings):
                               f"{self.max_seq_length - 4}]")
             if self.high_only and self.middle_only:
                 errors.append("--high_only and --middle_only exclude each other")
+        if self.predict_input_glob:
+            if not self.do_predict:
+                errors.append("--predict_input_glob is read by --do_predict: set it too")
+            if self.is_race:
+                errors.append("--predict_input_glob: batch prediction handles classification and regression "
+                              "tasks, not race")
+            fields = [n.strip() for n in (self.predict_text_fields or "").split(",")]
+            if not 1 <= len(fields) <= 2 or not all(fields):
+                errors.append(f"--predict_text_fields={self.predict_text_fields!r}: give one field name, or two "
+                              "for sentence pairs (a,b)")
         if self.do_eval and self.eval_split == "test":
             errors.append("--do_eval needs labels; --eval_split=test has none (use --do_predict for test predictions)")
         if self.eval_split not in classifier_data.SPLITS:

@@ -1,0 +1,220 @@
+"""Batch prediction (xlnet_tf.predict): sharded TSV/JSONL inputs streamed, bad rows named with file:line, the
+checkpoint path (run_classifier.py --predict_input_glob) and the SavedModel path agree, SavedModel versions, and a
+SIGKILLed job that reruns to output identical to an uninterrupted one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from classifier_helpers import REPO, SPIECE, make_flags
+from xlnet_tf import kernels
+from xlnet_tf import predict as bp
+from xlnet_tf.finetune import runner
+
+SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
+                                                  encoding="utf-8").read().splitlines()[1:]]
+
+
+def write_shards(directory, shards: int, rows: int, ext: str = "tsv") -> str:
+    """``shards`` files of ``rows`` sentences each (the bundled sentences repeated); returns their glob."""
+    os.makedirs(directory, exist_ok=True)
+    for k in range(shards):
+        texts = [SENTENCES[(k * rows + i) % len(SENTENCES)] for i in range(rows)]
+        with open(os.path.join(directory, f"part-{k:02d}.{ext}"), "w", encoding="utf-8") as f:
+            if ext == "tsv":
+                f.write("id\tsentence\n" + "".join(f"r{k}-{i}\t{t}\n" for i, t in enumerate(texts)))
+            else:
+                f.write("".join(json.dumps({"id": f"r{k}-{i}", "sentence": t}) + "\n" for i, t in enumerate(texts)))
+    return os.path.join(directory, f"part-*.{ext}")
+
+
+def save_ids_export(model, export_dir, labels):
+    """A SavedModel in the layout of the exports before versioning: ``serving_default`` takes the ids
+    (input_ids, segment_ids int32, padding_mask float32 [batch, seq]); labels.json and spiece.model in
+    assets.extra/."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    class Serving(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, None], tf.float32)])
+        def serve(self, input_ids, segment_ids, padding_mask):
+            logits = self.model({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
+                                training=False)["logits"]
+            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    module = Serving()
+    with kernels.use("plain"):
+        tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+    os.makedirs(os.path.join(export_dir, "assets.extra"))
+    with open(os.path.join(export_dir, "assets.extra", "labels.json"), "w") as f:
+        json.dump({"kind": "classification", "labels": labels}, f)
+    with open(SPIECE, "rb") as src, open(os.path.join(export_dir, "assets.extra", "spiece.model"), "wb") as dst:
+        dst.write(src.read())
+
+
+def build_model(settings):
+    """The SST-2 classifier of ``settings`` (random weights), built; and its task bundle."""
+    tokenizer = runner.XLNetTokenizer(SPIECE)
+    bundle = runner._make_task(settings, tokenizer, runner.load_model_config(settings, tokenizer.vocab_size))
+    model = bundle.build_model()
+    model({k: v[None] for k, v in bundle.dummy.items()}, training=False)
+    return model, bundle
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(tmp_path_factory):
+    """A micro SST-2 classifier with random weights: its checkpoint in model_dir and an ids SavedModel (version 3
+    of a base path), for the checkpoint and SavedModel paths."""
+    tmp = tmp_path_factory.mktemp("batch_predict")
+    settings = make_flags(tmp, task_name="sst-2", do_predict=True)
+    model, bundle = build_model(settings)
+    tf.train.Checkpoint(model=model).save(os.path.join(settings.model_dir, "model"))
+    save_ids_export(model, str(tmp / "export" / "3"), bundle.labels)
+    return settings, str(tmp / "export"), model, bundle
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_rows_are_streamed_and_bad_ones_named(tmp_path):
+    tsv = tmp_path / "a.tsv"
+    tsv.write_text("id\tsentence\tlabel\nx1\tGood.\t1\nx2\tonly two\n\n" "x3\t \t0\nx4\tFine.\t0\n", encoding="utf-8")
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_bytes(b'{"id": 7, "sentence": "Good."}\n{"sentence": \n[1]\n{"id": 8}\n\xff\xfe\n'
+                      b'{"id": "9", "sentence": "Ok."}\n')
+    fields = bp.Fields.parse("sentence", "id")
+    rows = list(bp.read_rows(str(tsv), "tsv", fields))
+    assert [(r.line, r.text_a, r.id, r.problem) for r in rows] == [
+        (2, "Good.", "x1", ""), (3, "", "", "2 columns, header has 3"), (5, "", "", "empty text"),
+        (6, "Fine.", "x4", "")]
+    rows = list(bp.read_rows(str(jsonl), "jsonl", fields))
+    assert [(r.line, r.text_a, r.id) for r in rows if not r.problem] == [(1, "Good.", "7"), (6, "Ok.", "9")]
+    assert [(r.line, r.problem.split(" (")[0]) for r in rows if r.problem] == [
+        (2, "not valid JSON"), (3, "not a JSON object"), (4, "no 'sentence'"), (5, "not UTF-8")]
+    assert rows[-1].end == len(jsonl.read_bytes())  # progress counts bytes
+    with pytest.raises(ValueError, match=r"a.tsv:1: header has no column 'text'.*columns: id, sentence, label"):
+        list(bp.read_rows(str(tsv), "tsv", bp.Fields.parse("text")))
+    with pytest.raises(FileNotFoundError, match=r"--input_glob: '.*nothing\*' matches no file"):
+        bp.list_shards(str(tmp_path / "nothing*"))
+    with pytest.raises(ValueError, match="unknown input format"):
+        bp.shard_format(str(tmp_path / "c.txt"))
+
+
+def test_saved_model_version_is_the_highest(tmp_path):
+    for version in ("3", "12", "7"):
+        os.makedirs(tmp_path / version)
+    for version in ("3", "12"):
+        (tmp_path / version / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "100.tmp").mkdir()  # not a version, nor is 7 (no saved_model.pb)
+    assert bp.resolve_saved_model(str(tmp_path)) == (str(tmp_path / "12"), 12)
+    assert bp.resolve_saved_model(str(tmp_path / "3")) == (str(tmp_path / "3"), None)
+    with pytest.raises(FileNotFoundError, match="no saved_model.pb there nor in a numbered version"):
+        bp.resolve_saved_model(str(tmp_path / "7"))
+
+
+def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
+    settings, export, *_ = fine_tuned
+    pattern = write_shards(tmp_path / "in", shards=2, rows=40, ext="jsonl")
+    with open(tmp_path / "in" / "part-01.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"id": "bad"}\nnot json\n')
+    s = make_flags(tmp_path, task_name="sst-2", do_predict=True, model_dir=settings.model_dir,
+                   predict_input_glob=pattern, predict_id_field="id", predict_dir=str(tmp_path / "ckpt"))
+    written = runner.run(s)["predict"]
+    assert [os.path.basename(p) for p in written] == ["part-00.jsonl.predictions.jsonl",
+                                                      "part-01.jsonl.predictions.jsonl"]
+    predictor = bp.SavedModelPredictor(export, max_seq_length=s.max_seq_length)
+    assert (predictor.version, predictor.signature, predictor.takes_text) == (3, "serving_default", False)
+    summary = bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"),
+                                batch_size=16)
+    assert summary["complete"] and summary["rows"] == 80 and summary["skipped"] == 2
+    assert summary["shards"][1]["skipped_rows"] == [f"{tmp_path}/in/part-01.jsonl:41: no 'sentence'",
+                                                    f"{tmp_path}/in/part-01.jsonl:42: not valid JSON (Expecting "
+                                                    "value)"]
+    for path in written:
+        ckpt, sm = read_jsonl(path), read_jsonl(tmp_path / "sm" / os.path.basename(path))
+        shard = int(os.path.basename(path)[5:7])
+        assert [r["id"] for r in ckpt] == [r["id"] for r in sm] == [f"r{shard}-{i}" for i in range(40)]
+        assert [r["line"] for r in ckpt] == list(range(1, 41))
+        assert [r["prediction"] for r in ckpt] == [r["prediction"] for r in sm]
+        np.testing.assert_allclose([r["probabilities"] for r in ckpt], [r["probabilities"] for r in sm],
+                                   atol=2e-6)
+    # Another model into the same output directory is refused, not mixed in.
+    with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
+        bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))
+    with pytest.raises(ValueError, match="--predict_text_fields: the model reads single sentences"):
+        runner.run(make_flags(tmp_path, task_name="sst-2", do_predict=True, model_dir=settings.model_dir,
+                              predict_input_glob=pattern, predict_text_fields="sentence,id"))
+
+
+def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
+    """``python -m xlnet_tf.export``'s layout: ``serving_default`` takes the sentences (tokenized in the graph)."""
+    from xlnet_tf.finetune import export as exporter
+    if not hasattr(exporter, "export_serving"):
+        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetune.export.export_serving)")
+    settings, _, model, bundle = fine_tuned
+    exporter.export_serving(model, str(tmp_path / "export"), runner.serving_info(settings, bundle, 5), SPIECE)
+    pattern = write_shards(tmp_path / "in", shards=1, rows=24)
+    text = bp.SavedModelPredictor(str(tmp_path / "export"))
+    ids = bp.SavedModelPredictor(str(tmp_path / "export"), signature="serve_ids", max_seq_length=32)
+    assert (text.version, text.signature, text.takes_text, ids.takes_text) == (5, "serving_default", True, False)
+    fields = bp.Fields.parse("sentence", "id")
+    bp.predict_shards(text, pattern, str(tmp_path / "text"), fields, batch_size=5)
+    bp.predict_shards(ids, pattern, str(tmp_path / "ids"), fields, batch_size=7)
+    a, b = read_jsonl(tmp_path / "text" / "part-00.tsv.predictions.jsonl"), read_jsonl(
+        tmp_path / "ids" / "part-00.tsv.predictions.jsonl")
+    assert len(a) == 24 and [r["id"] for r in a] == [r["id"] for r in b]
+    np.testing.assert_allclose([r["probabilities"] for r in a], [r["probabilities"] for r in b], atol=2e-6)
+
+
+def _cli(args, **kw):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-m", "xlnet_tf.predict", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.mark.multiprocess
+def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
+    """3 shards x 2k rows: an uninterrupted run, and one SIGKILLed once its first shard is written and then rerun,
+    give byte-identical files; the rerun skips the finished shard and leaves no temporary file."""
+    export = fine_tuned[1]
+    pattern = write_shards(tmp_path / "in", shards=3, rows=2000)
+    args = [f"--saved_model={export}", f"--input_glob={pattern}", "--max_seq_length=32", "--batch_size=64",
+            "--id_field=id", "--progress_every_s=0.5"]
+    whole = _cli(args + [f"--output_dir={tmp_path / 'whole'}"])
+    out_whole = whole.communicate(timeout=300)[0]
+    assert whole.returncode == 0, out_whole
+    assert "examples/s" in out_whole and "ETA" in out_whole
+
+    out = tmp_path / "killed"
+    first = out / "part-00.tsv.predictions.jsonl"
+    killed = _cli(args + [f"--output_dir={out}"], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not first.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate()
+    assert first.exists() and not (out / "part-02.tsv.predictions.jsonl").exists(), "killed too late"
+    inode = first.stat().st_ino
+    rerun = _cli(args + [f"--output_dir={out}"])
+    out_rerun = rerun.communicate(timeout=300)[0]
+    assert rerun.returncode == 0, out_rerun
+    assert "1 of 3 shards already done" in out_rerun and first.stat().st_ino == inode
+    for k in range(3):
+        name = f"part-{k:02d}.tsv.predictions.jsonl"
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert len((out / "part-01.tsv.predictions.jsonl").read_text().splitlines()) == 2000
+    assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "whole"))  # no temporary file left
+    summary = json.loads((out / bp.SUMMARY_FILE).read_text())
+    assert summary["complete"] and summary["rows"] == 6000 and summary["skipped"] == 0

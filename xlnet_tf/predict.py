@@ -1,0 +1,591 @@
+"""Batch prediction over large, sharded inputs: from a SavedModel (``python -m xlnet_tf.predict``) or from a
+fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...``), one engine for both.
+
+    python -m xlnet_tf.predict --saved_model=serving/sst2 --input_glob='big/part-*.tsv' --output_dir=out/sst2
+
+* **Inputs**: every file matching ``--input_glob`` (comma-separated globs; local paths or ``gs://`` through
+  ``tf.io.gfile``), TSV with a header row (no quoting, GLUE's layout) or JSON Lines (one object a line), the text
+  in named fields (``--text_fields=sentence`` or ``sentence,sentence2`` for pairs) and optionally an id field.
+  Files are read line by line into ``tf.data`` (``from_generator``, batched, prefetched): memory does not grow
+  with the input's size.
+* **Outputs**: one ``<output_dir>/<input file name>.predictions.jsonl`` per input shard, a line per usable row in
+  input order (``{"line": 7, "id": ..., "prediction": "1", "probabilities": [0.1, 0.9]}``; regression:
+  ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
+  ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
+* **Resuming**: a rerun skips the shards whose output exists; the one being written when a job was killed is
+  predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
+  other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).
+* **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8) are skipped, counted and listed with
+  file:line in the summary and the log; a missing field in a TSV header is an error naming the file.
+
+SavedModels: ``--saved_model`` is a SavedModel directory or a base path of numbered versions
+(``<base>/<version>/saved_model.pb``, TF Serving's layout; the highest version is used). ``--signature=auto``
+sends the raw strings (``sentence``, ``sentence2``) to ``serving_default`` if it takes strings, else tokenizes
+here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_model_file``) for ``serve_ids``, or
+for a ``serving_default`` that takes ids (``input_ids``, ``segment_ids``, ``padding_mask``).
+"""
+
+from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":  # before TensorFlow loads: its C++ INFO lines say nothing a user can act on
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import dataclasses
+import json
+import tempfile
+import time
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from xlnet_tf.io_utils import atomic_write, write_json_atomic
+
+SUMMARY_FILE = "predict_summary.json"
+OUTPUT_SUFFIX = ".predictions.jsonl"
+MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
+FORMATS = ("auto", "tsv", "jsonl")
+SIGNATURES = ("auto", "serving_default", "serve_ids")
+
+
+# --- inputs ------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """Where a row's text is: ``text_a`` (and ``text_b`` for pairs) and an optional ``id``, by column name (TSV
+    header) or key (JSON Lines)."""
+    text_a: str = "sentence"
+    text_b: Optional[str] = None
+    id: Optional[str] = None
+
+    @classmethod
+    def parse(cls, text_fields: str, id_field: Optional[str] = None, flag: str = "--text_fields") -> "Fields":
+        names = [n.strip() for n in (text_fields or "").split(",")]
+        if not 1 <= len(names) <= 2 or not all(names):
+            raise ValueError(f"{flag}={text_fields!r}: give one field name, or two for sentence pairs (a,b)")
+        return cls(names[0], names[1] if len(names) > 1 else None, id_field or None)
+
+
+def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
+    """The files matching the comma-separated globs of ``input_glob``, sorted, each once; an error naming the
+    pattern if one matches nothing."""
+    files = []
+    for pattern in (p.strip() for p in (input_glob or "").split(",")):
+        if not pattern:
+            continue
+        matched = sorted(f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f))
+        if not matched:
+            raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
+        files += [f for f in matched if f not in files]
+    if not files:
+        raise ValueError(f"{flag} is empty")
+    return files
+
+
+def shard_format(path: str, input_format: str = "auto") -> str:
+    if input_format != "auto":
+        return input_format
+    if path.endswith(".tsv"):
+        return "tsv"
+    if path.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    raise ValueError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, or set "
+                     "--input_format)")
+
+
+@dataclasses.dataclass
+class Row:
+    """One input line: a usable row (``text_a`` set) or a skipped one (``problem`` set). ``end`` is the byte offset
+    after the line (progress)."""
+    line: int
+    end: int
+    text_a: str = ""
+    text_b: str = ""
+    id: str = ""
+    problem: str = ""
+
+
+def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
+    """Streams the rows of one shard, line by line (1-based line numbers; TSV line 1 is the header). Blank lines
+    are ignored. A TSV header without a named field is an error naming the file."""
+    wanted = [n for n in (fields.text_a, fields.text_b, fields.id) if n]
+    columns = None
+    offset = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            offset += len(raw)
+            try:
+                text = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                yield Row(line_no, offset, problem=f"not UTF-8 ({e.reason})")
+                continue
+            if not text.strip():
+                continue
+            if fmt == "tsv":
+                cells = text.split("\t")
+                if columns is None:
+                    columns = {name.strip(): i for i, name in enumerate(cells)}
+                    missing = [n for n in wanted if n not in columns]
+                    if missing:
+                        raise ValueError(f"{path}:{line_no}: header has no column {', '.join(map(repr, missing))} "
+                                         f"(columns: {', '.join(columns)}); set the text/id field flags")
+                    width = len(cells)
+                    continue
+                if len(cells) != width:
+                    yield Row(line_no, offset, problem=f"{len(cells)} columns, header has {width}")
+                    continue
+                values = {n: cells[columns[n]] for n in wanted}
+            else:
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as e:
+                    yield Row(line_no, offset, problem=f"not valid JSON ({e.msg})")
+                    continue
+                if not isinstance(obj, dict):
+                    yield Row(line_no, offset, problem="not a JSON object")
+                    continue
+                absent = [n for n in wanted if n not in obj]
+                if absent:
+                    yield Row(line_no, offset, problem=f"no {', '.join(map(repr, absent))}")
+                    continue
+                values = {n: obj[n] if isinstance(obj[n], str) else json.dumps(obj[n]) for n in wanted}
+            text_a = values[fields.text_a].strip()
+            text_b = values[fields.text_b].strip() if fields.text_b else ""
+            if not text_a or (fields.text_b and not text_b):
+                yield Row(line_no, offset, problem="empty text")
+                continue
+            yield Row(line_no, offset, text_a, text_b, values[fields.id].strip() if fields.id else "")
+
+
+# --- models --------------------------------------------------------------------------------------------------------
+
+class Predictor:
+    """What the engine needs of a model. ``takes_text``: batches carry the raw strings (``text_a``, ``text_b``
+    [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32 [B, L]);
+    ``__call__(batch)`` returns ``probabilities`` [B, C] (classification) or ``score`` [B] (regression) as numpy.
+    ``identity`` names the model and settings (a resumed job must use the same)."""
+    takes_text: bool = False
+    pair: Optional[bool] = None  # the model reads sentence pairs (None: unknown)
+    tokenizer = None
+    max_seq_length: int = 128
+    labels: Optional[list] = None
+    regression: bool = False
+    identity: dict = {}
+
+    def __call__(self, batch: dict) -> dict:
+        raise NotImplementedError
+
+
+class KerasPredictor(Predictor):
+    """A restored ``XLNetClassifier`` (the checkpoint path; the fast kernels apply). Runs on the default device."""
+
+    def __init__(self, model, tokenizer, max_seq_length: int, labels: Optional[list], regression: bool,
+                 identity: dict, pair: Optional[bool] = None):
+        self.tokenizer, self.max_seq_length, self.labels, self.regression = tokenizer, max_seq_length, labels, regression
+        self.identity, self.pair = identity, pair
+        spec = tf.TensorSpec([None, max_seq_length], tf.int32)
+
+        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, max_seq_length], tf.float32)])
+        def forward(input_ids, segment_ids, padding_mask):
+            logits = model({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
+                           training=False)["logits"]
+            logits = tf.cast(logits, tf.float32)
+            return {"score": logits[:, 0]} if regression else {"probabilities": tf.nn.softmax(logits, axis=-1)}
+
+        self._forward = forward
+
+    def __call__(self, batch):
+        out = self._forward(batch["input_ids"], batch["segment_ids"], batch["padding_mask"])
+        return {k: v.numpy() for k, v in out.items()}
+
+
+def resolve_saved_model(path: str) -> tuple:
+    """(SavedModel directory, version or None): ``path`` itself if it holds ``saved_model.pb``, else its highest
+    numbered version directory that does (TF Serving's ``<base>/<version>/``)."""
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path, None
+    if not tf.io.gfile.isdir(path):
+        raise FileNotFoundError(f"--saved_model={path}: no such directory")
+    versions = sorted(int(name.rstrip("/")) for name in tf.io.gfile.listdir(path) if name.rstrip("/").isdigit()
+                      and tf.io.gfile.exists(os.path.join(path, name.rstrip("/"), "saved_model.pb")))
+    if not versions:
+        raise FileNotFoundError(f"--saved_model={path}: no saved_model.pb there nor in a numbered version "
+                                "directory (<base>/<version>/saved_model.pb)")
+    return os.path.join(path, str(versions[-1])), versions[-1]
+
+
+class SavedModelPredictor(Predictor):
+    """A SavedModel's signature (see the module docstring for which one ``auto`` picks)."""
+
+    def __init__(self, path: str, signature: str = "auto", spiece_model_file: Optional[str] = None,
+                 max_seq_length: int = 128, uncased: Optional[bool] = None):
+        self.path, self.version = resolve_saved_model(path)
+        loaded = tf.saved_model.load(self.path)
+        self._loaded = loaded  # the signatures' variables live as long as the loaded object
+        signatures = dict(loaded.signatures)
+
+        def inputs_of(name):
+            return signatures[name].structured_input_signature[1]
+
+        def is_text(name):
+            return any(spec.dtype == tf.string for spec in inputs_of(name).values())
+
+        if signature == "auto":
+            if "serving_default" in signatures and is_text("serving_default"):
+                signature = "serving_default"
+            elif "serve_ids" in signatures:
+                signature = "serve_ids"
+            elif "serving_default" in signatures:
+                signature = "serving_default"
+        if signature not in signatures:
+            raise ValueError(f"{self.path}: no signature {signature!r} (it has: {', '.join(signatures) or 'none'})")
+        self.signature = signature
+        self._fn = signatures[signature]
+        self._inputs = inputs_of(signature)
+        self.takes_text = is_text(signature)
+        expected = {"sentence"} if self.takes_text else {"input_ids", "segment_ids", "padding_mask"}
+        if not expected <= set(self._inputs) or not set(self._inputs) <= expected | {"sentence2"}:
+            raise ValueError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch prediction "
+                             "needs sentence[, sentence2] (text) or input_ids, segment_ids, padding_mask [batch, seq] "
+                             "(a classifier or regression export)")
+        if not self.takes_text and self._inputs["input_ids"].shape.rank != 2:
+            raise ValueError(f"{self.path}: signature {signature!r} takes [batch, choices, seq] inputs (multiple "
+                             "choice); batch prediction handles classification and regression exports")
+        meta = self._read_metadata()
+        self.labels = meta.get("labels")
+        self.regression = meta.get("kind") == "regression" or "score" in self._fn.structured_outputs
+        # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
+        self.pair = "sentence2" in self._inputs if self.takes_text else meta.get("pair")
+        self.max_seq_length = max_seq_length
+        if not self.takes_text:
+            from xlnet_tf.tokenization import XLNetTokenizer
+            model_file = spiece_model_file or self._asset_spiece()
+            self.tokenizer = XLNetTokenizer(model_file, lower=meta.get("lower_case", False) if uncased is None
+                                            else uncased)
+        self.identity = dict(saved_model=self.path, version=self.version, signature=signature,
+                             max_seq_length=None if self.takes_text else max_seq_length,
+                             spiece_sha256=self.tokenizer.fingerprint() if self.tokenizer else None)
+
+    def _read_metadata(self) -> dict:
+        """What the export's ``assets.extra/`` says for clients: ``metadata.json`` (kind, labels, lower_case,
+        pair; ``python -m xlnet_tf.export``) or the older ``labels.json`` (kind, labels); {} if neither."""
+        for name in ("metadata.json", "labels.json"):
+            path = os.path.join(self.path, "assets.extra", name)
+            if tf.io.gfile.exists(path):
+                with tf.io.gfile.GFile(path) as f:
+                    try:
+                        return json.load(f)
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        return {}
+
+    def _asset_spiece(self) -> str:
+        extra = os.path.join(self.path, "assets.extra")
+        models = tf.io.gfile.glob(os.path.join(extra, "*.model"))
+        if len(models) != 1:
+            raise FileNotFoundError(f"{self.path}: signature {self.signature!r} takes token ids and "
+                                    f"{'no' if not models else 'more than one'} SentencePiece model is in "
+                                    "assets.extra/: give --spiece_model_file")
+        if "://" not in models[0]:
+            return models[0]
+        local = os.path.join(tempfile.mkdtemp(prefix="xlnet_spiece-"), os.path.basename(models[0]))
+        tf.io.gfile.copy(models[0], local)  # SentencePiece reads local files only
+        return local
+
+    def __call__(self, batch):
+        if self.takes_text:
+            args = {"sentence": batch["text_a"]}
+            if "sentence2" in self._inputs:
+                args["sentence2"] = batch["text_b"]  # "" for single sentences
+        else:
+            args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
+        out = self._fn(**args)
+        if self.regression:
+            score = out["score"] if "score" in out else out["logits"][:, 0]
+            return {"score": score.numpy()}
+        probs = out["probabilities"] if "probabilities" in out else tf.nn.softmax(out["logits"], axis=-1)
+        return {"probabilities": probs.numpy()}
+
+
+# --- the engine -------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ShardStats:
+    """What one shard's pass saw; the generator fills it while tf.data reads ahead."""
+    rows: int = 0
+    skipped: int = 0
+    truncated: int = 0
+    skipped_rows: list = dataclasses.field(default_factory=list)
+
+
+def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int,
+                  stats: ShardStats) -> tf.data.Dataset:
+    """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
+    (``text_a``, ``text_b`` string [B], or ``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32
+    [B, L]). Skipped rows are counted in ``stats``, never batched."""
+    from xlnet_tf.finetune.classifier_data import encode_example
+
+    L = predictor.max_seq_length
+    meta = {"line": tf.TensorSpec([], tf.int64), "end": tf.TensorSpec([], tf.int64), "id": tf.TensorSpec([], tf.string)}
+    if predictor.takes_text:
+        signature = dict(meta, text_a=tf.TensorSpec([], tf.string), text_b=tf.TensorSpec([], tf.string))
+    else:
+        signature = dict(meta, input_ids=tf.TensorSpec([L], tf.int32), segment_ids=tf.TensorSpec([L], tf.int32),
+                         padding_mask=tf.TensorSpec([L], tf.float32))
+
+    def generate():
+        for row in read_rows(path, fmt, fields):
+            if row.problem:
+                stats.skipped += 1
+                if len(stats.skipped_rows) < MAX_LISTED_SKIPS:
+                    stats.skipped_rows.append(f"{path}:{row.line}: {row.problem}")
+                continue
+            item = {"line": row.line, "end": row.end, "id": row.id}
+            if predictor.takes_text:
+                item.update(text_a=row.text_a, text_b=row.text_b)
+            else:
+                example = _Example(row.text_a, row.text_b if fields.text_b else None)
+                ids, segs, mask, cut = encode_example(predictor.tokenizer, example, L)
+                stats.truncated += cut
+                item.update(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
+                            padding_mask=np.asarray(mask, np.float32))
+            yield item
+
+    return tf.data.Dataset.from_generator(generate, output_signature=signature).batch(batch_size).prefetch(2)
+
+
+@dataclasses.dataclass
+class _Example:
+    text_a: str
+    text_b: Optional[str]
+
+
+def output_name(path: str) -> str:
+    return os.path.basename(path) + OUTPUT_SUFFIX
+
+
+def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool) -> list:
+    """JSON lines of one batch; floats rounded to 6 decimals (stable text across runs and machines' last bits)."""
+    lines = []
+    ids = batch["id"].numpy()
+    for i, line in enumerate(batch["line"].numpy()):
+        row = {"line": int(line)}
+        if with_id:
+            row["id"] = ids[i].decode("utf-8")
+        if predictor.regression:
+            row["prediction"] = round(float(outputs["score"][i]), 6)
+        else:
+            probs = outputs["probabilities"][i]
+            k = int(np.argmax(probs))
+            row["prediction"] = predictor.labels[k] if predictor.labels else k
+            row["probabilities"] = [round(float(p), 6) for p in probs]
+        lines.append(json.dumps(row, ensure_ascii=False))
+    return lines
+
+
+def _write_output(path: str, write_fn: Callable) -> None:
+    """Atomic: local files through ``io_utils.atomic_write``; remote ones (gs://) written under a temporary name
+    in the same directory and renamed."""
+    if "://" not in path:
+        atomic_write(path, write_fn)
+        return
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            write_fn(f)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
+        raise
+
+
+def _remove_stale_temporaries(output_dir: str, names: list) -> None:
+    """Deletes temporary outputs a killed job left (``.<output>.tmp-*``), only of this job's shard names."""
+    for name in names:
+        for stale in tf.io.gfile.glob(os.path.join(output_dir, f".{name}.tmp-*")):
+            tf.io.gfile.remove(stale)
+
+
+class Progress:
+    """Progress lines every ``every_s`` seconds: rows and examples/s of this run, the share of the input bytes
+    done (shards finished before included) and the ETA from this run's bytes per second."""
+
+    def __init__(self, total_bytes: int, done_bytes: int, every_s: float):
+        self.total, self.done, self.run_start_bytes, self.every = max(total_bytes, 1), done_bytes, done_bytes, every_s
+        self.start = self.last = time.monotonic()
+        self.rows = 0
+
+    def rate(self) -> float:
+        return self.rows / max(time.monotonic() - self.start, 1e-9)
+
+    def update(self, rows: int, shard_bytes: int, label: str, force: bool = False) -> None:
+        """``rows`` more predicted; ``shard_bytes`` of the current shard read."""
+        from xlnet_tf.training.progress import _duration
+        self.rows += rows
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        done = self.done + shard_bytes
+        read = done - self.run_start_bytes
+        eta = _duration((self.total - done) * (now - self.start) / read) if read > 0 else "?"
+        logging.info("predict %s | %d rows this run, %.1f examples/s | %.1f%% of input | ETA %s", label, self.rows,
+                     self.rate(), 100.0 * done / self.total, eta)
+
+    def shard_done(self, shard_bytes: int) -> None:
+        self.done += shard_bytes
+
+
+def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, fields: Fields, batch_size: int = 128,
+                   input_format: str = "auto", overwrite: bool = False, progress_every_s: float = 30.0,
+                   glob_flag: str = "--input_glob") -> dict:
+    """Predicts every shard matching ``input_glob`` into ``output_dir`` (see the module docstring); returns the
+    summary written to ``predict_summary.json``."""
+    if input_format not in FORMATS:
+        raise ValueError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
+    if predictor.pair is not None and predictor.pair != bool(fields.text_b):
+        flag = "--predict_text_fields" if glob_flag == "--predict_input_glob" else "--text_fields"
+        raise ValueError(f"{flag}: the model reads {'sentence pairs: name two fields (a,b)' if predictor.pair else 'single sentences: name one field'}")
+    shards = list_shards(input_glob, glob_flag)
+    formats = {path: shard_format(path, input_format) for path in shards}
+    names = [output_name(p) for p in shards]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise ValueError(f"{glob_flag}: input files with the same name in different directories would write the "
+                         f"same output ({', '.join(clashes)}); predict them into separate --output_dir")
+    tf.io.gfile.makedirs(output_dir)
+    settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
+                    id_field=fields.id, labels=predictor.labels, regression=predictor.regression)
+    summary_path = os.path.join(output_dir, SUMMARY_FILE)
+    previous = {}
+    if tf.io.gfile.exists(summary_path) and not overwrite:
+        with tf.io.gfile.GFile(summary_path) as f:
+            previous = json.load(f)
+        if previous.get("settings") != settings:
+            diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
+                    if previous.get("settings", {}).get(k) != v}
+            raise ValueError(f"--output_dir={output_dir} holds predictions made with other settings ("
+                             + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
+                             + "): use another --output_dir, or --overwrite to predict every shard again")
+    _remove_stale_temporaries(output_dir, names)
+    done_before = {s["input"]: s for s in previous.get("shards", [])}
+    sizes = {p: tf.io.gfile.stat(p).length for p in shards}
+    records, todo = [], []
+    for path, name in zip(shards, names):
+        out = os.path.join(output_dir, name)
+        if not overwrite and tf.io.gfile.exists(out) and path in done_before:
+            records.append(done_before[path])
+        else:
+            todo.append(path)
+    if len(todo) < len(shards):
+        logging.info("predict: %d of %d shards already done in %s; skipping them", len(shards) - len(todo),
+                     len(shards), output_dir)
+    progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
+    summary = dict(settings=settings, input_glob=input_glob, shards=records)
+
+    def write_summary():
+        totals = {k: sum(s[k] for s in summary["shards"]) for k in ("rows", "skipped", "truncated")}
+        summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards), **totals,
+                       examples_per_s_this_run=round(progress.rate(), 2))
+        summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
+        if "://" in summary_path:
+            _write_output(summary_path, lambda f: f.write(json.dumps(summary, indent=2) + "\n"))
+        else:
+            write_json_atomic(summary_path, summary)
+
+    write_summary()
+    for path in todo:
+        k = shards.index(path) + 1
+        label = f"shard {k}/{len(shards)} {os.path.basename(path)}"
+        stats = ShardStats()
+        dataset = shard_dataset(predictor, path, formats[path], fields, batch_size, stats)
+        started = time.monotonic()
+
+        def write(f):
+            for batch in dataset:
+                lines = _format_rows(batch, predictor(batch), predictor, fields.id is not None)
+                f.write("\n".join(lines) + "\n")
+                stats.rows += len(lines)
+                progress.update(len(lines), int(batch["end"].numpy()[-1]), label)
+
+        _write_output(os.path.join(output_dir, output_name(path)), write)
+        progress.shard_done(sizes[path])
+        progress.update(0, 0, f"{label} done", force=True)
+        if stats.skipped:
+            logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped, "; ".join(stats.skipped_rows[:3]))
+        summary["shards"].append(dict(input=path, output=os.path.join(output_dir, output_name(path)),
+                                      format=formats[path], rows=stats.rows, skipped=stats.skipped,
+                                      truncated=stats.truncated if not predictor.takes_text else 0,
+                                      skipped_rows=stats.skipped_rows,
+                                      seconds=round(time.monotonic() - started, 2)))
+        write_summary()
+    skipped = sum(s["skipped"] for s in summary["shards"])
+    logging.info("predict: %d shards, %d rows predicted, %d bad rows skipped%s; summary in %s", len(shards),
+                 summary["rows"], skipped, " (listed with file:line there)" if skipped else "", summary_path)
+    return summary
+
+
+# --- command line (SavedModel) --------------------------------------------------------------------------------------
+
+def _define_flags():
+    from absl import flags
+    flags.DEFINE_string("saved_model", None, "SavedModel directory, or a base path of numbered versions "
+                        "(<base>/<version>/saved_model.pb; the highest is used).")
+    flags.DEFINE_enum("signature", "auto", SIGNATURES, "auto: serving_default if it takes raw strings, else "
+                      "serve_ids, else serving_default (ids).")
+    flags.DEFINE_string("input_glob", None, "Input files: comma-separated globs (local or gs://), *.tsv with a header "
+                        "or *.jsonl.")
+    flags.DEFINE_enum("input_format", "auto", FORMATS, "Input format (auto: by file name).")
+    flags.DEFINE_string("output_dir", None, "One <input name>.predictions.jsonl per input file, and "
+                        f"{SUMMARY_FILE}.")
+    flags.DEFINE_string("text_fields", "sentence", "Text column(s)/key(s): 'a' or 'a,b' for sentence pairs.")
+    flags.DEFINE_string("id_field", None, "Column/key copied to each output row as 'id' (default: none; every row "
+                        "has its input 'line').")
+    flags.DEFINE_integer("batch_size", 64, "Examples per model call.")
+    flags.DEFINE_integer("max_seq_length", 128, "Token ids signatures: sequence length (tokens incl. <sep>/<cls>).")
+    flags.DEFINE_string("spiece_model_file", None, "Token ids signatures: SentencePiece model (default: the one in "
+                        "the export's assets.extra/).")
+    flags.DEFINE_boolean("uncased", None, "Token ids signatures: lower-case the text (default: as the export's "
+                         "labels.json says, else cased).")
+    flags.DEFINE_boolean("overwrite", False, "Predict every shard again, even those done.")
+    flags.DEFINE_float("progress_every_s", 30.0, "Seconds between progress lines.")
+    return flags.FLAGS
+
+
+def main() -> None:
+    """``python -m xlnet_tf.predict``: the flags above, checked, then ``predict_shards`` with a SavedModel."""
+    from absl import app
+    from xlnet_tf.cli.flags import _exit_now, usage_error
+    FLAGS = _define_flags()
+
+    def run(argv):
+        del argv
+        missing = [f"--{n}" for n in ("saved_model", "input_glob", "output_dir") if not FLAGS[n].value]
+        if missing:
+            usage_error(f"missing required flag(s): {', '.join(missing)}")
+        if FLAGS.batch_size <= 0:
+            usage_error(f"--batch_size={FLAGS.batch_size} must be positive")
+        if FLAGS.max_seq_length < 4:
+            usage_error(f"--max_seq_length={FLAGS.max_seq_length} leaves no room for text (needs >= 4)")
+        try:
+            fields = Fields.parse(FLAGS.text_fields, FLAGS.id_field)
+            predictor = SavedModelPredictor(FLAGS.saved_model, FLAGS.signature, FLAGS.spiece_model_file,
+                                            FLAGS.max_seq_length, FLAGS.uncased)
+            logging.info("predicting with %s (signature %s, %s)", predictor.path, predictor.signature,
+                         "raw text" if predictor.takes_text else
+                         f"token ids, max_seq_length {predictor.max_seq_length}")
+            predict_shards(predictor, FLAGS.input_glob, FLAGS.output_dir, fields, FLAGS.batch_size,
+                           FLAGS.input_format, FLAGS.overwrite, FLAGS.progress_every_s)
+        except (ValueError, FileNotFoundError) as e:
+            usage_error(e)
+        _exit_now()
+
+    app.run(run)
+
+
+if __name__ == "__main__":
+    main()
