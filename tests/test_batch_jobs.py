@@ -1,0 +1,118 @@
+"""Batch fine-tuning (python -m xlnet_tf.jobs finetune): the job file, the results table, and a job of three runs
+(one failing on purpose) that is killed in its first run and resumes it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE
+from xlnet_tf import jobs
+
+
+def write_job(tmp_path, runs, **defaults) -> str:
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps(MICRO_CONFIG))
+    spec = dict(output_dir=str(tmp_path / "out"), runs=runs, defaults=dict(
+        task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"), model_config_path=str(config),
+        spiece_model_file=SPIECE, do_train=True, do_eval=True, max_seq_length=32, train_batch_size=4,
+        eval_batch_size=6, learning_rate=1e-3, dropout=0.0, dropatt=0.0, **defaults))
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_job_file_defaults_overrides_and_seeds(tmp_path):
+    path = write_job(tmp_path, [{"name": "a", "seeds": [1, 2], "learning_rate": 5e-4},
+                                {"name": "b", "task_name": "rte", "metric": "loss"}], train_steps=3)
+    job = jobs.load_job(path)
+    assert [(r.name, r.group, r.seed, r.metric) for r in job.runs] == [
+        ("a.seed1", "a", 1, None), ("a.seed2", "a", 2, None), ("b", "b", None, "loss")]
+    assert job.runs[0].flags["learning_rate"] == 5e-4 and job.runs[2].flags["learning_rate"] == 1e-3
+    assert job.runs[1].flags["seed"] == 2 and "seed" not in job.runs[2].flags
+    assert job.runs[2].flags["task_name"] == "rte" and job.runs[2].flags["train_steps"] == 3
+    assert job.runs[1].model_dir == str(tmp_path / "out" / "a.seed2")
+    for runs, message in [([{"name": "a"}, {"name": "a"}], "run name 'a' is used twice"),
+                          ([{"name": "a b"}], r"runs\[0\] needs a name of letters"),
+                          ([{"name": "a", "model_dir": "x"}], r"runs\[0\] sets 'model_dir'; the job sets it"),
+                          ([{"name": "a", "seeds": [1, "2"]}], "seeds must be a non-empty list of integers")]:
+        with pytest.raises(jobs.JobError, match=message):
+            jobs.load_job(write_job(tmp_path, runs))
+    (tmp_path / "typo.yaml").write_text("output_dir: x\nrun: []\n")
+    with pytest.raises(jobs.JobError, match=r"typo.yaml: unknown key\(s\) 'run'"):
+        jobs.load_job(str(tmp_path / "typo.yaml"))
+
+
+def test_results_table_and_failure_reasons(tmp_path):
+    rows = [dict(run=f"rte.seed{i}", group="rte", task="rte", metric="accuracy", value=v, best_step=100, seed=i,
+                 status="done") for i, v in enumerate([0.70, 0.72, 0.74])]
+    rows.append(dict(run="mrpc", group="mrpc", task="mrpc", seed=None, status="failed", reason="--data_dir=x: not "
+                     "a directory", log="out/mrpc/job.log"))
+    (task,) = jobs.aggregate(rows)
+    assert task["n"] == 3 and task["mean"] == pytest.approx(0.72) and task["sd"] == pytest.approx(0.02)
+    job = jobs.Job("job.yaml", str(tmp_path), "run_classifier.py", [])
+    jobs.write_results(job, rows)
+    md = (tmp_path / "results.md").read_text()
+    assert "| rte.seed1 | rte | accuracy | 0.7200 | 100 | 1 | done |" in md
+    assert "| rte | rte | accuracy | 3 | 0.7200 ± 0.0200 |" in md
+    assert "- mrpc: --data_dir=x: not a directory (log: out/mrpc/job.log)" in md
+    assert json.loads((tmp_path / "results.json").read_text())["tasks"][0]["values"] == [0.70, 0.72, 0.74]
+    assert sorted(os.listdir(tmp_path)) == ["results.json", "results.md"]  # written via temporary files
+
+    usage = "I1124 ...\nrun_classifier.py: error: --data_dir=/no: not a directory\nSee `python run_classifier.py"
+    assert jobs.failure_reason(usage, 1) == "--data_dir=/no: not a directory"
+    crash = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: x.tsv:3: label '7' is bad\n"
+    assert jobs.failure_reason(crash, 1) == "ValueError: x.tsv:3: label '7' is bad"
+    assert jobs.failure_reason("step 10\n", -9) == "killed by signal SIGKILL (out of memory?)"
+
+
+def _job(path):
+    return subprocess.Popen([sys.executable, "-m", "xlnet_tf.jobs", "finetune", path], cwd=REPO,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.multiprocess
+def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
+    """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) once the first run has a
+    checkpoint; the rerun resumes that run from it, records the failure with its reason and finishes the third;
+    a third invocation skips the two finished runs."""
+    path = write_job(tmp_path, [
+        {"name": "first", "train_steps": 30, "save_steps": 1, "iterations": 1},
+        {"name": "broken", "data_dir": str(tmp_path / "no_such_dir"), "train_steps": 2},
+        {"name": "third", "seed": 7, "train_steps": 2}])
+    out = tmp_path / "out"
+    proc = _job(path)
+    deadline = time.monotonic() + 240
+    while not (out / "first" / "checkpoint").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the job and its run: as a scheduler ending the job would
+    proc.communicate()
+    assert not (out / "first" / jobs.DONE_FILE).exists(), "the first run finished before the kill"
+    assert json.loads((out / "results.json").read_text())["runs"][0]["status"] == "running"
+
+    proc = _job(path)
+    log = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 1, log  # a run failed
+    assert "[jobs] first: resuming" in log
+    first_log = (out / "first" / jobs.LOG_FILE).read_text()
+    assert first_log.count("job attempt") == 2 and "resumed from" in first_log.split("job attempt")[-1]
+    results = json.loads((out / "results.json").read_text())
+    by_run = {r["run"]: r for r in results["runs"]}
+    assert [r["status"] for r in results["runs"]] == ["done", "failed", "done"]
+    assert by_run["broken"]["reason"] == f"--data_dir={tmp_path / 'no_such_dir'}: not a directory"
+    assert by_run["first"]["best_step"] == 30 and by_run["third"]["best_step"] == 2
+    assert by_run["third"]["seed"] == 7 and by_run["first"]["metric"] == "accuracy"
+    assert 0 <= by_run["first"]["value"] <= 1
+    assert "| broken | sst-2 | - | - | - | - | failed |" in (out / "results.md").read_text()
+    assert sorted(os.listdir(out)) == ["broken", "first", "results.json", "results.md", "third"]
+
+    proc = _job(path)
+    log = proc.communicate(timeout=120)[0]
+    assert "[jobs] first: done before, skipped" in log and "[jobs] third: done before, skipped" in log
+    assert "[jobs] broken: FAILED: --data_dir=" in log

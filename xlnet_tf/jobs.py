@@ -1,0 +1,388 @@
+"""Batch fine-tuning: several ``run_classifier.py`` runs from one YAML job file, in sequence, resumable, with one
+results table.
+
+    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml            # run (or resume) every run
+    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml --dry_run  # the runs and their flags, nothing run
+    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml --only=rte,mrpc
+
+The job file::
+
+    output_dir: runs/glue            # each run's --model_dir is <output_dir>/<run name>
+    defaults: {...}                  # flag values of every run (run_classifier.py's flag names)
+    runs:
+      - name: rte                    # required, unique; letters, digits, '.', '_', '-'
+        task_name: rte               # any run_classifier.py flag: overrides the defaults
+        seeds: [1, 2, 3]             # optional: one run per seed, named rte.seed1 ... (else the --seed flag)
+        metric: accuracy             # optional: the metric of the table (default: the task's main one)
+
+Each run is a subprocess (``python run_classifier.py --config_file=<model_dir>/job_flags.yaml``, output in
+``<model_dir>/job.log``): a crash or an out-of-memory kill ends that run only, and no TensorFlow state carries
+over. A run is *done* once its process exits 0 (``<model_dir>/job_done.json``); a rerun of the job skips done
+runs, starts the others again (an interrupted one resumes from its last checkpoint: same ``--model_dir``) and
+tries failed ones again. A run whose flags changed since it started is refused (recorded as failed, naming the
+flags) rather than resumed with other settings. A failure is recorded with its reason and the next run starts.
+``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed, status; mean +- sd
+over the seeds of each entry) are rewritten atomically before and after every run.
+
+No TensorFlow in this process: it only starts and watches the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional
+
+import yaml
+
+from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
+
+JOB_KEYS = ("output_dir", "defaults", "runs", "script")
+RUN_KEYS = ("name", "seeds", "metric")  # the job's own keys in a run entry; every other key is a flag
+FLAGS_FILE, LOG_FILE, DONE_FILE = "job_flags.yaml", "job.log", "job_done.json"
+MAIN_METRICS = ("mcc", "pearson", "accuracy")  # the task's main metric: the first one its results have
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class JobError(ValueError):
+    """A job file that cannot work; the message names the file and the key."""
+
+
+@dataclasses.dataclass
+class Run:
+    """One fine-tuning run of a job: ``flags`` are its run_classifier.py flag values (``model_dir`` and ``seed``
+    included); ``group`` is the job file entry it comes from (its seeds are aggregated)."""
+    name: str
+    group: str
+    flags: dict
+    seed: Optional[int]
+    metric: Optional[str] = None
+
+    @property
+    def model_dir(self) -> str:
+        return self.flags["model_dir"]
+
+
+@dataclasses.dataclass
+class Job:
+    path: str
+    output_dir: str
+    script: str
+    runs: list
+
+
+def load_job(path: str) -> Job:
+    """Reads and checks a job file (see the module docstring); expands seeds into runs."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise JobError(f"{path}: job file not found") from None
+    except yaml.YAMLError as e:
+        raise JobError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(spec, dict):
+        raise JobError(f"{path}: expected a mapping with output_dir, defaults and runs")
+    unknown = sorted(set(spec) - set(JOB_KEYS))
+    if unknown:
+        raise JobError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))} (a job file has "
+                       f"{', '.join(JOB_KEYS)}; flags go under defaults or a run)")
+    if not spec.get("output_dir"):
+        raise JobError(f"{path}: output_dir is missing (each run's --model_dir is <output_dir>/<run name>)")
+    defaults = spec.get("defaults") or {}
+    entries = spec.get("runs")
+    if not isinstance(defaults, dict):
+        raise JobError(f"{path}: defaults must be a mapping of flag names to values")
+    if not isinstance(entries, list) or not entries:
+        raise JobError(f"{path}: runs must be a non-empty list")
+    for where, values in [("defaults", defaults)] + [(f"runs[{i}]", e) for i, e in enumerate(entries)]:
+        if not isinstance(values, dict):
+            raise JobError(f"{path}: {where} must be a mapping")
+        for owned in ("model_dir", "config_file"):
+            if owned in values:
+                raise JobError(f"{path}: {where} sets {owned!r}; the job sets it (model_dir: <output_dir>/<run "
+                               f"name>; flags: defaults and the run entry)")
+    output_dir = str(spec["output_dir"])
+    runs, seen = [], set()
+    for i, entry in enumerate(entries):
+        name = entry.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            raise JobError(f"{path}: runs[{i}] needs a name of letters, digits, '.', '_', '-' (got {name!r})")
+        seeds = entry.get("seeds")
+        if seeds is not None and (not isinstance(seeds, list) or not seeds
+                                  or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
+            raise JobError(f"{path}: runs[{i}] ({name}): seeds must be a non-empty list of integers")
+        if seeds is not None and "seed" in entry:
+            raise JobError(f"{path}: runs[{i}] ({name}): give seed or seeds, not both")
+        flags = dict(defaults)
+        flags.update({k: v for k, v in entry.items() if k not in RUN_KEYS})
+        for seed in seeds if seeds is not None else [None]:
+            run_name = name if seed is None else f"{name}.seed{seed}"
+            if run_name in seen:
+                raise JobError(f"{path}: run name {run_name!r} is used twice")
+            seen.add(run_name)
+            run_flags = dict(flags, model_dir=os.path.join(output_dir, run_name))
+            if seed is not None:
+                run_flags["seed"] = seed
+            runs.append(Run(run_name, name, run_flags, run_flags.get("seed"), entry.get("metric")))
+    script = str(spec.get("script", "run_classifier.py"))
+    if os.path.basename(script) != "run_classifier.py":
+        raise JobError(f"{path}: script {script!r}: batch fine-tuning runs run_classifier.py (GLUE, IMDB, Yelp, "
+                       "RACE)")
+    return Job(path, output_dir, script, runs)
+
+
+def script_path(script: str) -> str:
+    """``script`` as given if it exists (relative to the working directory), else in the repository root."""
+    return script if os.path.exists(script) else os.path.join(REPO, script)
+
+
+# --- one run ----------------------------------------------------------------------------------------------------
+
+def failure_reason(log_text: str, returncode: int) -> str:
+    """Why a run failed, for the table: the entry point's usage error ("run_classifier.py: error: ..."), else the
+    exception at the end of a traceback, else how the process ended."""
+    lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = re.search(r"\.py: error: (.*)", line)
+        if match:
+            return match.group(1)
+    if any(line.startswith("Traceback") for line in lines):
+        for line in reversed(lines):
+            if not line.startswith((" ", "\t")) and re.match(r"[\w.]+(Error|Exception|Exit)\b", line):
+                return line
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else -returncode
+        return f"killed by signal {name}" + (" (out of memory?)" if returncode == -signal.SIGKILL else "")
+    return f"exit status {returncode}" + (f": {lines[-1]}" if lines else "")
+
+
+def _dump_flags(flags: dict) -> str:
+    return yaml.safe_dump(flags, sort_keys=True, default_flow_style=False)
+
+
+def flags_changed(run: Run) -> list:
+    """The flags whose values differ from those the run's model_dir was started with ([] if none, or new)."""
+    path = os.path.join(run.model_dir, FLAGS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        before = yaml.safe_load(f) or {}
+    return sorted(k for k in set(before) | set(run.flags) if before.get(k) != run.flags.get(k))
+
+
+def prepare_run(run: Run) -> Optional[str]:
+    """Writes the run's flags file; returns the reason it must not start if its flags changed since it started
+    (its model_dir holds a run with other settings, which would be resumed or reported as this one)."""
+    changed = flags_changed(run)
+    if changed:
+        return (f"its flags changed since it started ({', '.join(changed)}); {run.model_dir} holds the earlier "
+                "run: rename the run, or delete that directory to start it afresh")
+    if not os.path.exists(os.path.join(run.model_dir, FLAGS_FILE)):
+        write_text_atomic(os.path.join(run.model_dir, FLAGS_FILE), _dump_flags(run.flags))
+    return None
+
+
+class _Forward:
+    """Forwards SIGTERM/SIGINT to the running child (so a preempted job stops its run, which checkpoints), then
+    lets the job end."""
+
+    def __init__(self):
+        self.child: Optional[subprocess.Popen] = None
+        self.received: Optional[int] = None
+
+    def __call__(self, signum, frame):
+        self.received = signum
+        if self.child and self.child.poll() is None:
+            self.child.send_signal(signum)
+
+
+def start_run(run: Run, script: str, log) -> subprocess.Popen:
+    command = [sys.executable, script_path(script), f"--config_file={os.path.join(run.model_dir, FLAGS_FILE)}"]
+    log.write(f"\n===== {_now()} job attempt: {' '.join(command)}\n")
+    log.flush()
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+# --- results ----------------------------------------------------------------------------------------------------
+
+def read_result(run: Run) -> dict:
+    """The run's evaluation (``eval_results.<split>.json``): task, metric, value, best step (the evaluated step;
+    with --eval_all_ckpt the best checkpoint's). {} if it has none."""
+    split = run.flags.get("eval_split", "dev")
+    path = os.path.join(run.model_dir, f"eval_results.{split}.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    metrics, step = report["metrics"], report.get("step")
+    if report.get("best_metrics"):
+        metrics = report["best_metrics"]
+        found = re.search(r"-(\d+)$", report.get("best_checkpoint", ""))
+        step = int(found.group(1)) if found else step
+    metric = run.metric or next((m for m in MAIN_METRICS if m in metrics), None)
+    if metric not in metrics:
+        return dict(task=report.get("task"), metric=metric, value=None, best_step=step,
+                    note=f"no metric {metric!r} in {path} (it has: {', '.join(metrics)})")
+    return dict(task=report.get("task"), metric=metric, value=metrics[metric], best_step=step)
+
+
+def aggregate(rows: list) -> list:
+    """Mean and sample standard deviation of each (entry, task, metric) over its done runs (the seeds)."""
+    groups: dict = {}
+    for row in rows:
+        if row["status"] == "done" and row.get("value") is not None:
+            groups.setdefault((row["group"], row["task"], row["metric"]), []).append(row["value"])
+    out = []
+    for (group, task, metric), values in groups.items():
+        mean = sum(values) / len(values)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
+        out.append(dict(runs=group, task=task, metric=metric, n=len(values), mean=mean, sd=sd, values=values))
+    return out
+
+
+def _fmt(value, digits=4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def render_markdown(results: dict) -> str:
+    runs = results["runs"]
+    counts = {s: sum(r["status"] == s for r in runs) for s in ("done", "failed")}
+    lines = [f"# Fine-tuning job {results['job_file']}", "",
+             f"Updated {results['updated']}: {counts['done']} of {len(runs)} runs done, {counts['failed']} failed.",
+             "", "| run | task | metric | value | best step | seed | status |", "|---|---|---|---:|---:|---:|---|"]
+    for r in runs:
+        lines.append(f"| {r['run']} | {r.get('task') or '-'} | {r.get('metric') or '-'} | {_fmt(r.get('value'))} | "
+                     f"{_fmt(r.get('best_step'))} | {_fmt(r.get('seed'))} | {r['status']} |")
+    if results["tasks"]:
+        lines += ["", "Mean ± sd over seeds (sample sd; '-' for one run):", "",
+                  "| runs | task | metric | n | mean ± sd |", "|---|---|---|---:|---|"]
+        for t in results["tasks"]:
+            spread = f" ± {t['sd']:.4f}" if t["sd"] is not None else ""
+            lines.append(f"| {t['runs']} | {t['task']} | {t['metric']} | {t['n']} | {t['mean']:.4f}{spread} |")
+    failed = [r for r in runs if r["status"] == "failed"]
+    if failed:
+        lines += ["", "Failures:", ""] + [f"- {r['run']}: {r['reason']} (log: {r['log']})" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(job: Job, rows: list) -> dict:
+    """``results.json`` and ``results.md`` in the output directory, each written atomically."""
+    results = dict(job_file=job.path, output_dir=job.output_dir, updated=_now(), runs=rows, tasks=aggregate(rows))
+    write_json_atomic(os.path.join(job.output_dir, "results.json"), results)
+    write_text_atomic(os.path.join(job.output_dir, "results.md"), render_markdown(results))
+    return results
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# --- the job ----------------------------------------------------------------------------------------------------
+
+def run_job(job: Job, only: Optional[list] = None) -> dict:
+    """Runs (or resumes) the job's runs in order; returns the results written."""
+    selected = [r for r in job.runs if not only or r.name in only or r.group in only]
+    if only and not selected:
+        raise JobError(f"--only={','.join(only)}: no run of {job.path} has that name "
+                       f"(runs: {', '.join(r.name for r in job.runs)})")
+    os.makedirs(job.output_dir, exist_ok=True)
+    previous = {}
+    results_path = os.path.join(job.output_dir, "results.json")
+    if os.path.exists(results_path):
+        with open(results_path, encoding="utf-8") as f:
+            previous = {r["run"]: r for r in json.load(f).get("runs", [])}
+    rows = []
+    for run in job.runs:
+        row = dict(run=run.name, group=run.group, task=run.flags.get("task_name"), seed=run.seed,
+                   model_dir=run.model_dir, log=os.path.join(run.model_dir, LOG_FILE), status="pending")
+        if os.path.exists(os.path.join(run.model_dir, DONE_FILE)) and not flags_changed(run):
+            row.update(status="done", **read_result(run))
+        elif run.name in previous and previous[run.name]["status"] in ("failed", "interrupted"):
+            row.update(status=previous[run.name]["status"], reason=previous[run.name].get("reason"))
+        rows.append(row)
+    write_results(job, rows)
+
+    forward = _Forward()
+    handlers = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for run, row in zip(job.runs, rows):
+            if run not in selected:
+                continue
+            if row["status"] == "done":
+                print(f"[jobs] {run.name}: done before, skipped", flush=True)
+                continue
+            problem = prepare_run(run)
+            if problem:
+                row.update(status="failed", reason=problem)
+                print(f"[jobs] {run.name}: FAILED: {problem}", flush=True)
+                write_results(job, rows)
+                continue
+            resuming = os.path.exists(os.path.join(run.model_dir, "checkpoint"))
+            print(f"[jobs] {run.name}: {'resuming' if resuming else 'starting'} ({run.model_dir})", flush=True)
+            row.update(status="running", reason=None, started=_now())
+            write_results(job, rows)
+            started = time.monotonic()
+            with open(row["log"], "a", encoding="utf-8") as log:
+                offset = log.tell()
+                forward.child = start_run(run, job.script, log)
+                returncode = forward.child.wait()
+            row["seconds"] = round(time.monotonic() - started, 1)
+            if returncode == 0:
+                write_json_atomic(os.path.join(run.model_dir, DONE_FILE), dict(finished=_now(), seconds=row["seconds"]))
+                row.update(status="done", **read_result(run))
+                print(f"[jobs] {run.name}: done in {row['seconds']:.0f}s: {row.get('metric')} "
+                      f"{_fmt(row.get('value'))}", flush=True)
+            else:
+                with open(row["log"], encoding="utf-8", errors="replace") as f:
+                    f.seek(offset)
+                    reason = failure_reason(f.read(), returncode)
+                status = "interrupted" if forward.received else "failed"
+                row.update(status=status, reason=reason)
+                print(f"[jobs] {run.name}: {status.upper()}: {reason} (log: {row['log']})", flush=True)
+            write_results(job, rows)
+            if forward.received:
+                break
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    results = write_results(job, rows)
+    print(f"[jobs] results: {os.path.join(job.output_dir, 'results.md')}", flush=True)
+    if forward.received:
+        raise KeyboardInterrupt(f"signal {forward.received}")
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.jobs", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    finetune = sub.add_parser("finetune", help="run (or resume) the fine-tuning runs of a YAML job file")
+    finetune.add_argument("job_file")
+    finetune.add_argument("--only", default="", help="comma-separated run or entry names (default: all)")
+    finetune.add_argument("--dry_run", action="store_true", help="list the runs and their flags; run nothing")
+    args = parser.parse_args(argv)
+    try:
+        job = load_job(args.job_file)
+        if args.dry_run:
+            for run in job.runs:
+                print(f"# {run.name}\n{_dump_flags(run.flags)}")
+            return 0
+        results = run_job(job, [n for n in args.only.split(",") if n])
+    except JobError as e:
+        print(f"python -m xlnet_tf.jobs: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 1 if any(r["status"] == "failed" for r in results["runs"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
