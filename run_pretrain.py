@@ -10,7 +10,7 @@ Flags keep the original ``train.py`` names. ``--config_file`` (YAML of flag valu
 given on the command line override it; without one, the model shape, batch, steps and directories must be given
 as flags. Data is written first (from ``--input_glob``) only when ``--input_glob`` is given and ``--data_dir``
 holds none yet. A rerun with the same ``--model_dir`` resumes from its last checkpoint (weights, optimizer, step
-and data position). See README.md for the memory and checkpoint rules.
+and data position). See docs/pretraining.md for the memory and checkpoint rules.
 """
 
 from xlnet_tf.cli import flags as cli
