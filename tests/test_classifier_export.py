@@ -1,4 +1,6 @@
-"""SavedModel export: explicit serving signature, reloaded with tf.saved_model.load, same logits as Keras."""
+"""The serving writer for each classifier kind (classification, regression, multiple choice), in process: both
+signatures reload with tf.saved_model.load and give the Keras model's outputs; versions only go up and are never
+replaced. (The fresh-process round trip through run_classifier.py is tests/test_export.py.)"""
 
 import json
 import os
@@ -8,54 +10,67 @@ import pytest
 import tensorflow as tf
 
 from classifier_helpers import MICRO_CONFIG, SPIECE
-from xlnet_tf.finetune.export import export_saved_model
-from xlnet_tf.finetune.records import pack_sequence
+from xlnet_tf.finetune.export import ServingInfo, existing_versions, export_serving, next_version
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
+from xlnet_tf.preprocessing import XLNetPreprocessor
 
-
-def _batch(shape_prefix=(3,), length=12):
-    rng = np.random.default_rng(0)
-    ids, segs, masks = [], [], []
-    for i in range(int(np.prod(shape_prefix))):
-        a, b = rng.integers(10, 8000, 2 + i % 3).tolist(), rng.integers(10, 8000, 3).tolist()
-        x, s, m = pack_sequence(a, b, length)
-        ids.append(x), segs.append(s), masks.append(m)
-    shape = tuple(shape_prefix) + (length,)
-    return {"input_ids": tf.constant(np.reshape(ids, shape), tf.int32),
-            "segment_ids": tf.constant(np.reshape(segs, shape), tf.int32),
-            "padding_mask": tf.constant(np.reshape(masks, shape), tf.float32)}
+SEQ = 24
+TEXT = {"classification": dict(sentence=["A gripping film.", "", "Dull, dull, dull " * 30],
+                               sentence2=["It was fine.", "   ", "\u00e9t\u00e9"]),
+        "regression": dict(sentence=["Two dogs play.", "A man sings."]),
+        "multiple_choice": dict(article=["Tom went to the market and bought apples.", "Short."],
+                                question=["What did Tom buy?", "_ is it?"],
+                                options=[["apples", "pears", "milk"], ["This", "That", ""]])}
 
 
 @pytest.mark.parametrize("kind", ["classification", "regression", "multiple_choice"])
-def test_saved_model_matches_keras(tmp_path, kind):
+def test_both_signatures_match_keras(tmp_path, kind):
     if kind == "multiple_choice":
-        model, features = XLNetMultipleChoice(MICRO_CONFIG), _batch((2, 4))
+        model = XLNetMultipleChoice(MICRO_CONFIG)
+        info = ServingInfo(kind=kind, task="race", max_seq_length=SEQ, labels=list("ABCD"), global_step=5,
+                           max_qa_length=10)
     else:
         model = XLNetClassifier(MICRO_CONFIG, num_labels=3, task_scope="t", regression=kind == "regression")
-        features = _batch()
+        info = ServingInfo(kind=kind, task="t", max_seq_length=SEQ, labels=None if kind == "regression" else
+                           ["a", "b", "c"], pair=kind == "classification", global_step=5)
+    path = export_serving(model, str(tmp_path / "serving"), info, SPIECE)
+    assert path == str(tmp_path / "serving" / "5")
+    loaded = tf.saved_model.load(path)
+
+    pre = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ, max_qa_length=10)
+    texts = TEXT[kind]
+    features = pre.multiple_choice(**texts) if kind == "multiple_choice" else pre(*texts.values())
     expected = model(features, training=False)["logits"].numpy()
-    export_dir = str(tmp_path / "export")
-    os.makedirs(export_dir)  # an earlier export is replaced atomically
-    export_saved_model(model, export_dir, kind, labels=None if kind == "regression" else ["a", "b", "c"],
-                       spiece_model_file=SPIECE)
-    assert not [f for f in os.listdir(str(tmp_path)) if f.startswith(".export")]
-    loaded = tf.saved_model.load(export_dir)
-    serving = loaded.signatures["serving_default"]
-    _, inputs = serving.structured_input_signature
-    assert {k: (v.dtype, v.shape.rank) for k, v in inputs.items()} == {
-        "input_ids": (tf.int32, features["input_ids"].shape.rank),
-        "segment_ids": (tf.int32, features["input_ids"].shape.rank),
-        "padding_mask": (tf.float32, features["input_ids"].shape.rank)}
-    outputs = serving(**features)
-    np.testing.assert_allclose(outputs["logits"].numpy(), expected, rtol=1e-5, atol=1e-5)
-    if kind == "regression":
-        np.testing.assert_allclose(outputs["score"].numpy(), expected[:, 0], rtol=1e-5, atol=1e-5)
-    else:
-        np.testing.assert_allclose(outputs["probabilities"].numpy(), tf.nn.softmax(expected).numpy(), atol=1e-5)
-    # a different sequence length works through the same signature
-    other = _batch((2, 4) if kind == "multiple_choice" else (3,), length=20)
-    np.testing.assert_allclose(serving(**other)["logits"].numpy(), model(other, training=False)["logits"].numpy(),
-                               rtol=1e-5, atol=1e-5)
-    with open(os.path.join(export_dir, "assets.extra", "labels.json")) as f:
+    by_text = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in texts.items()})
+    by_ids = loaded.signatures["serve_ids"](**features)
+    for outputs in (by_text, by_ids):
+        np.testing.assert_allclose(outputs["logits"].numpy(), expected, rtol=1e-5, atol=1e-6)
+        if kind == "regression":
+            np.testing.assert_allclose(outputs["score"].numpy(), expected[:, 0], rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_allclose(outputs["probabilities"].numpy(), tf.nn.softmax(expected).numpy(), atol=1e-6)
+        if kind == "classification":
+            assert [x.decode() for x in outputs["label"].numpy()] == ["abc"[i] for i in expected.argmax(-1)]
+        if kind == "multiple_choice":
+            assert outputs["choice"].numpy().tolist() == expected.argmax(-1).tolist()
+    # ids of another length work through serve_ids
+    if kind != "multiple_choice":
+        short = {k: v[:, -12:] for k, v in features.items()}
+        np.testing.assert_allclose(loaded.signatures["serve_ids"](**short)["logits"].numpy(),
+                                   model(short, training=False)["logits"].numpy(), rtol=1e-5, atol=1e-6)
+    meta = {k: v.numpy() for k, v in loaded.signatures["metadata"]().items()}
+    assert meta["kind"].decode() == kind and meta["max_seq_length"] == SEQ and meta["global_step"] == 5
+    with open(os.path.join(path, "assets.extra", "labels.json")) as f:
         assert json.load(f)["kind"] == kind
-    assert os.path.exists(os.path.join(export_dir, "assets.extra", "spiece.model"))
+    assert os.path.exists(os.path.join(path, "assets.extra", "spiece.model"))
+
+
+def test_versions_only_go_up_and_are_never_replaced(tmp_path, monkeypatch):
+    base = str(tmp_path)
+    assert next_version(base, 300) == 300
+    os.makedirs(os.path.join(base, "300"))
+    os.makedirs(os.path.join(base, "not-a-version"))
+    assert next_version(base, 300) == 301 and next_version(base, 200) == 301 and next_version(base, 400) == 400
+    monkeypatch.setattr("time.time", lambda: 1_800_000_000.5)
+    assert next_version(base, 0) == 1_800_000_000  # no global step: a timestamp
+    assert existing_versions(base) == [300]

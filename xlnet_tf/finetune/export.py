@@ -1,88 +1,289 @@
-"""SavedModel export for TF Serving and batch prediction: one serving module (``ServingModule``, written by
-``write_serving_model``) for the classifier and RACE exports here and SQuAD's (``squad_model.export_saved_model``).
+"""TF Serving exports of fine-tuned models: one writer for the classifier, regression, multiple-choice (RACE) and
+SQuAD models, used by ``run_classifier.py --export_dir``, ``run_squad.py --export_dir`` and ``python -m
+xlnet_tf.export``.
 
-The classifier's SavedModel has one explicit ``serving_default`` signature:
-  inputs:  input_ids int32 [batch, seq], segment_ids int32 [batch, seq], padding_mask float32 [batch, seq]
-           (1 = real token, 0 = padding; XLNet's layout: ``A <sep> B <sep> <cls>`` left-padded, segments
-           A=0, B=1, CLS=2, PAD=4) -- for multiple choice (RACE) each is [batch, choices, seq];
-  outputs: classification: ``logits`` and ``probabilities`` [batch, num_labels];
-           regression: ``score`` [batch] (and ``logits`` [batch, 1]);
-           multiple choice: ``logits`` and ``probabilities`` [batch, choices].
-It is written to a temporary directory next to ``export_dir`` and renamed into place. ``assets.extra/`` holds
-the SentencePiece model and ``labels.json`` for clients.
+Layout (what TF Serving expects under a model's base path)::
+
+    <export_dir>/<version>/saved_model.pb, variables/, assets/     the SavedModel
+    <export_dir>/<version>/assets.extra/metadata.json              what a client must know (below)
+    <export_dir>/<version>/assets.extra/labels.json, spiece.model  label names and kind; the SentencePiece model
+
+``version`` is the checkpoint's global step (a timestamp for a checkpoint without one); it never goes down: an
+export older than the newest version already there gets the next number instead (TF Serving serves the highest
+version). A version directory is built under a temporary name (``.<version>.tmp-*``, ignored by TF Serving) and
+renamed into place; an existing version is never replaced.
+
+Signatures (all traced with the plain kernels: stock TensorFlow ops only, no custom C++ kernels, no XLA):
+
+* ``serving_default``: raw text in (the in-graph ``XLNetPreprocessor``: the fine-tuning run's SentencePiece model,
+  lower-casing and ``max_seq_length``, truncation as in training); see ``TEXT_SIGNATURES``.
+* ``serve_ids``: the encoded layout (``input_ids``/``segment_ids`` int32, ``padding_mask`` float32, [batch, seq]
+  or [batch, choices, seq]; SQuAD adds ``p_mask`` and ``cls_index``), any batch size and length.
+* ``metadata``: no inputs; ``kind``, ``task``, ``labels``, ``max_seq_length``, ``lower_case``, ``global_step``,
+  ``version`` (and SQuAD's window and beam settings) as tensors, the same values as ``assets.extra/metadata.json``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
-from typing import Callable, Optional
+import time
+from typing import Optional
 
+import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from xlnet_tf import kernels
-from xlnet_tf.io_utils import atomic_path
+from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS
+from xlnet_tf.io_utils import atomic_path, write_json_atomic
+
+KINDS = ("classification", "regression", "multiple_choice", "squad")
+# The file a fine-tuning run leaves in its --model_dir so that an export needs nothing but that directory.
+RUN_RECORD = "finetune_settings.json"
+METADATA_FILE = "metadata.json"
+# The inputs of serving_default per kind: name -> (dtype, shape).
+TEXT_SIGNATURES = {
+    "classification": {"sentence": [None], "sentence2": [None]},
+    "regression": {"sentence": [None], "sentence2": [None]},
+    "multiple_choice": {"article": [None], "question": [None], "options": [None, None]},
+    "squad": {"question": [None], "context": [None]},
+}
+
+
+@dataclasses.dataclass
+class ServingInfo:
+    """What a client of an export must know, written into it (``metadata`` signature, ``metadata.json``).
+
+    ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
+    ``squad``: SQuAD's ``max_query_length``, ``doc_stride``, ``max_answer_length``, ``start_n_top``,
+    ``end_n_top``; ``max_qa_length``: RACE's question+option budget.
+    """
+
+    kind: str
+    task: str
+    max_seq_length: int
+    lower_case: bool = False
+    labels: Optional[list] = None
+    pair: bool = False
+    global_step: int = 0
+    max_qa_length: int = 128
+    squad: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    def to_json(self, version: int) -> dict:
+        return dict(dataclasses.asdict(self), version=version, format="xlnet_tf.serving/1")
+
+
+# -- the run record ---------------------------------------------------------------------------------------------
+def write_run_record(model_dir: str, runner: str, settings) -> str:
+    """Records ``settings`` (a ``ClassifierSettings``/``SquadSettings``) in ``model_dir/finetune_settings.json``,
+    with the model config and SentencePiece paths made absolute, so that ``python -m xlnet_tf.export
+    --model_dir=...`` rebuilds the same model and preprocessing without flags. ``runner``: classifier | squad."""
+    values = dataclasses.asdict(settings)
+    for name in ("model_config_path", "spiece_model_file"):
+        if values.get(name):
+            values[name] = os.path.abspath(values[name])
+    return write_json_atomic(os.path.join(model_dir, RUN_RECORD), {"runner": runner, "settings": values})
+
+
+def read_run_record(model_dir: str) -> Optional[dict]:
+    """``{"runner": ..., "settings": {...}}`` from ``write_run_record``, or None if ``model_dir`` has none."""
+    path = os.path.join(model_dir, RUN_RECORD)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        if record.get("runner") not in ("classifier", "squad") or not isinstance(record.get("settings"), dict):
+            raise ValueError("expected {'runner': 'classifier' | 'squad', 'settings': {...}}")
+    except ValueError as e:
+        raise ValueError(f"{path}: damaged run record ({e}); delete it and pass the task's flags") from None
+    return record
+
+
+# -- versions ---------------------------------------------------------------------------------------------------
+def existing_versions(export_dir: str) -> list:
+    """The numeric version directories under ``export_dir``, ascending."""
+    if not os.path.isdir(export_dir):
+        return []
+    return sorted(int(n) for n in os.listdir(export_dir)
+                  if n.isdigit() and os.path.isdir(os.path.join(export_dir, n)))
+
+
+def next_version(export_dir: str, global_step: int) -> int:
+    """The version for a new export: the global step (a Unix timestamp when there is none), or one more than
+    the newest existing version if that is not higher (versions only go up; none is overwritten)."""
+    wanted = int(global_step) if global_step and global_step > 0 else int(time.time())
+    versions = existing_versions(export_dir)
+    if versions and wanted <= versions[-1]:
+        chosen = versions[-1] + 1
+        logging.warning("%s: version %d %s; writing version %d instead (versions only go up, TF Serving serves "
+                        "the highest; the step is in the export's metadata)", export_dir, wanted,
+                        "exists" if wanted in versions else f"is below the newest ({versions[-1]})", chosen)
+        return chosen
+    return wanted
+
+
+# -- signatures -------------------------------------------------------------------------------------------------
+def ids_spec(kind: str) -> dict:
+    """The ``serve_ids`` inputs: name -> TensorSpec ([batch, seq]; [batch, choices, seq] for multiple choice)."""
+    shape = [None] * (3 if kind == "multiple_choice" else 2)
+    spec = dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
+                segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
+                padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
+    if kind == "squad":
+        spec.update(p_mask=tf.TensorSpec([None, None], tf.float32, "p_mask"),
+                    cls_index=tf.TensorSpec([None], tf.int32, "cls_index"))
+    return spec
 
 
 class ServingModule(tf.Module):
-    """The one serving module of the package: ``serve`` calls ``model`` (inference mode) on the tensors named by
-    ``inputs`` (name -> ``tf.TensorSpec``; the signature's input names) and returns ``outputs(model_outputs)``."""
+    """The exported object: ``model`` (inference mode), the ``preprocessor`` (an ``XLNetPreprocessor``, or None
+    for an export without raw-text signature) and the metadata, with the three signature functions."""
 
-    def __init__(self, model, inputs: dict, outputs: Callable[[dict], dict], name: str = "xlnet_serving"):
-        super().__init__(name=name)
-        self.model = model
-        names = list(inputs)
+    def __init__(self, model, info: ServingInfo, version: int, preprocessor=None):
+        super().__init__(name="xlnet_serving")
+        self.model, self.preprocessor, self.info = model, preprocessor, info
+        kind = info.kind
+        names = list(ids_spec(kind))
+        self.serve_ids = tf.function(lambda *t: self._outputs_from_ids(dict(zip(names, t))),
+                                     input_signature=list(ids_spec(kind).values()))
+        if preprocessor is not None:
+            text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in TEXT_SIGNATURES[kind].items()
+                    if n != "sentence2" or info.pair}
+            self.serve_text = tf.function(self._text_function(list(text)), input_signature=list(text.values()))
+        constants = dict(kind=kind, task=info.task, labels=list(info.labels or []),
+                         max_seq_length=info.max_seq_length, lower_case=info.lower_case,
+                         global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair)
+        constants.update(info.squad)
 
-        def serve(*tensors):
-            return outputs(model(dict(zip(names, tensors)), training=False))
+        def metadata():
+            return {k: tf.constant(v, tf.string) if k == "labels" else tf.constant(v) for k, v in constants.items()}
+        self.metadata = tf.function(metadata, input_signature=[])
 
-        self.serve = tf.function(serve, input_signature=[tf.TensorSpec(spec.shape, spec.dtype, name=name)
-                                                         for name, spec in inputs.items()])
-
-
-def write_serving_model(model, export_dir: str, inputs: dict, outputs: Callable[[dict], dict],
-                        assets: Optional[Callable[[str], None]] = None) -> str:
-    """Writes a SavedModel with the ``serving_default`` signature of ``ServingModule(model, inputs, outputs)`` at
-    ``export_dir``, built under a temporary name next to it and renamed into place (an earlier export is replaced
-    only once the new one is complete). ``assets(dir)`` may add files for clients to ``assets.extra/``. The
-    signature is traced with the plain kernels: TF Serving runs stock TensorFlow ops only."""
-    module = ServingModule(model, inputs, outputs)
-    with atomic_path(export_dir) as tmp, kernels.use("plain"):
-        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
-        if assets:
-            extra = os.path.join(tmp, "assets.extra")
-            os.makedirs(extra, exist_ok=True)
-            assets(extra)
-    return export_dir
-
-
-def sequence_inputs(rank: int = 2, **more) -> dict:
-    """The XLNet input tensors of the serving signature (``[batch, seq]``, or ``[batch, choices, seq]`` for
-    rank 3), then ``more``."""
-    shape = [None] * rank
-    return dict(input_ids=tf.TensorSpec(shape, tf.int32), segment_ids=tf.TensorSpec(shape, tf.int32),
-                padding_mask=tf.TensorSpec(shape, tf.float32), **more)
-
-
-def export_saved_model(model, export_dir: str, kind: str = "classification", labels: Optional[list] = None,
-                       spiece_model_file: Optional[str] = None) -> str:
-    """Writes ``model`` (an ``XLNetClassifier`` or ``XLNetMultipleChoice``) as a SavedModel at ``export_dir``
-    (replacing an earlier export atomically). ``kind``: classification | regression | multiple_choice."""
-    if kind not in ("classification", "regression", "multiple_choice"):
-        raise ValueError(f"kind must be classification, regression or multiple_choice, got {kind!r}")
-
-    def outputs(model_outputs):
-        logits = model_outputs["logits"]
+    # -- from encoded inputs -------------------------------------------------------------------------------
+    def _outputs_from_ids(self, features: dict) -> dict:
+        outputs = self.model(features, training=False)
+        kind = self.info.kind
+        if kind == "squad":
+            return {k: outputs[k] for k in INFERENCE_OUTPUTS}
+        logits = outputs["logits"]
         if kind == "regression":
             return {"score": logits[:, 0], "logits": logits}
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        result = {"logits": logits, "probabilities": probabilities}
+        best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        if kind == "classification":
+            result["label"] = tf.gather(tf.constant(list(self.info.labels), tf.string), best)
+        else:
+            result["choice"] = best
+        return result
 
-    def assets(extra):
-        with open(os.path.join(extra, "labels.json"), "w", encoding="utf-8") as f:
-            json.dump({"kind": kind, "labels": labels}, f)
+    # -- from raw text -------------------------------------------------------------------------------------
+    def _text_function(self, names: list):
+        kind, pre = self.info.kind, self.preprocessor
+
+        def same_batch(tensors):
+            first = tf.shape(tensors[0])[0]
+            return [tf.debugging.assert_equal(
+                tf.shape(t)[0], first,
+                message=f"{', '.join(names)} must have the same batch size (got {names[0]} and {name})")
+                for name, t in zip(names[1:], tensors[1:])]
+
+        def serve(*texts):
+            # (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD)
+            with tf.control_dependencies(same_batch(texts)):
+                texts = [tf.identity(t) for t in texts]
+            if kind == "multiple_choice":
+                article, question, options = texts
+                with tf.control_dependencies([tf.debugging.assert_positive(
+                        tf.shape(options)[1], message="options must hold at least one choice per question")]):
+                    options = tf.identity(options)
+                return self._outputs_from_ids(pre.multiple_choice(article, question, options))
+            if kind == "squad":
+                return self._squad_answers(*texts)
+            return self._outputs_from_ids(pre(*texts))
+        return serve
+
+    def _squad_answers(self, question, context):
+        from xlnet_tf.finetune.squad_model import best_answers
+
+        return best_answers(self.model, self.preprocessor, question, context, self.info.squad)
+
+
+def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str] = None,
+                        preprocessor=None) -> str:
+    """Writes ``model`` as ``<export_dir>/<version>/`` (see the module docstring) and returns that directory.
+
+    ``preprocessor`` (an ``XLNetPreprocessor`` of ``spiece_model_file``) adds the raw-text ``serving_default``;
+    without it ``serve_ids`` is the default signature too. ``spiece_model_file`` is copied to ``assets.extra/``."""
+    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+        logging.warning("%s holds a SavedModel in the old flat layout; TF Serving ignores it next to the numbered "
+                        "versions written now", export_dir)
+    version = next_version(export_dir, info.global_step)
+    target = os.path.join(export_dir, str(version))
+    module = ServingModule(model, info, version, preprocessor)
+    with atomic_path(target) as tmp, kernels.use("plain"):
+        signatures = {"serve_ids": module.serve_ids, "metadata": module.metadata}
+        signatures["serving_default"] = module.serve_text if preprocessor is not None else module.serve_ids
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        extra = os.path.join(tmp, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        write_json_atomic(os.path.join(extra, METADATA_FILE), info.to_json(version))
+        write_json_atomic(os.path.join(extra, "labels.json"), {"kind": info.kind, "labels": info.labels})
         if spiece_model_file:
-            shutil.copy(spiece_model_file, os.path.join(extra, os.path.basename(spiece_model_file)))
+            shutil.copy(spiece_model_file, os.path.join(extra, "spiece.model"))
+        if os.path.exists(target):  # another export took this version meanwhile: never replace it
+            raise FileExistsError(f"{target}: version {version} appeared while exporting; export again")
+    logging.info("exported version %d (step %d) to %s", version, info.global_step, target)
+    return target
 
-    rank = 3 if kind == "multiple_choice" else 2
-    return write_serving_model(model, export_dir, sequence_inputs(rank), outputs, assets)
+
+def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
+    """The in-graph ``XLNetPreprocessor`` for ``info`` (None without a SentencePiece model: ids only)."""
+    if not spiece_model_file:
+        return None
+    from xlnet_tf.preprocessing import XLNetPreprocessor
+
+    kwargs = {}
+    if info.kind == "multiple_choice":
+        kwargs["max_qa_length"] = info.max_qa_length
+    if info.kind == "squad" and not hasattr(XLNetPreprocessor, "squad"):
+        logging.warning("this XLNetPreprocessor has no SQuAD windows: the export's serving_default takes ids")
+        return None
+    return XLNetPreprocessor.from_file(spiece_model_file, seq_length=info.max_seq_length,
+                                       lower_case=info.lower_case, **kwargs)
+
+
+def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str]) -> str:
+    """``write_serving_model`` with the raw-text signature built from ``spiece_model_file``."""
+    return write_serving_model(model, export_dir, info, spiece_model_file, preprocessor_for(info, spiece_model_file))
+
+
+# -- the original release layout --------------------------------------------------------------------------------
+def write_release(model, export_dir: str, config, spiece_model_file: Optional[str]) -> str:
+    """Writes the original release layout at ``export_dir``: ``xlnet_model.ckpt`` (the TF1 variable names of
+    ``model.tf1_variables()``: the network, plus ``model/lm_loss/bias`` for a pretrainer or the original
+    run_classifier/run_squad/run_race head scopes for a fine-tuned model), ``xlnet_config.json`` (the release's
+    keys) and ``spiece.model``. Built under a temporary name and renamed; an existing release is not replaced."""
+    from xlnet_tf.checkpoint import write_tf1_checkpoint
+
+    if os.path.exists(os.path.join(export_dir, "xlnet_model.ckpt.index")):
+        raise FileExistsError(f"--export_dir={export_dir} already holds a release (xlnet_model.ckpt); choose "
+                              "another directory or remove it")
+    if os.path.isdir(export_dir) and os.listdir(export_dir):
+        raise FileExistsError(f"--export_dir={export_dir} is not empty; a release export writes a directory of "
+                              "its own")
+    with atomic_path(export_dir) as tmp:
+        write_tf1_checkpoint({n: v.numpy() for n, v in model.tf1_variables().items()},
+                             os.path.join(tmp, "xlnet_model.ckpt"))
+        config.to_json(os.path.join(tmp, "xlnet_config.json"), checkpoint_keys_only=True)
+        if spiece_model_file:
+            shutil.copy(spiece_model_file, os.path.join(tmp, "spiece.model"))
+    return export_dir

@@ -16,7 +16,7 @@ from absl import logging
 
 from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
 from xlnet_tf.finetune import classifier_data, metrics as task_metrics, race_data, records
-from xlnet_tf.finetune.export import export_saved_model
+from xlnet_tf.finetune.export import ServingInfo, export_serving, write_run_record
 from xlnet_tf.finetune.settings import ClassifierSettings
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
@@ -143,6 +143,16 @@ def _data_summary(meta: dict) -> dict:
         "skipped_examples": meta.get("skipped", [])[:20]}
 
 
+def serving_info(s: ClassifierSettings, bundle: TaskBundle, step: int) -> ServingInfo:
+    """What an export of this task records for its clients (kind, labels, text layout, preprocessing)."""
+    pair = False
+    if not s.is_race:
+        labeled = classifier_data.get_task(s.task_name).labeled
+        pair = labeled is not None and labeled.text_b is not None
+    return ServingInfo(kind=bundle.kind, task=bundle.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
+                       labels=bundle.labels, pair=pair, global_step=step, max_qa_length=s.max_qa_length)
+
+
 def restore_model(model, s: ClassifierSettings, checkpoint_path: Optional[str] = None) -> str:
     """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
     ``--init_checkpoint`` if it is a fine-tuned checkpoint (the original's TF1 layout with this task's head, or a
@@ -161,6 +171,16 @@ def restore_model(model, s: ClassifierSettings, checkpoint_path: Optional[str] =
         except ValueError as e:
             raise SettingsError(f"--init_checkpoint: not a fine-tuned checkpoint of this task: {e}") from None
     return prefix
+
+
+def restored_model(s: ClassifierSettings):
+    """The task model of ``s`` restored for inference (``--predict_ckpt``, else the latest checkpoint in
+    ``--model_dir``, else a fine-tuned ``--init_checkpoint``): returns ``(model, bundle, checkpoint, config)``."""
+    tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
+    model_config = load_model_config(s, tokenizer.vocab_size, f"--spiece_model_file={s.spiece_model_file}")
+    bundle = _make_task(s, tokenizer, model_config)
+    model = bundle.build_model()
+    return model, bundle, restore_model(model, s, s.predict_ckpt), model_config
 
 
 def predict_input_files(s: ClassifierSettings, model, bundle: TaskBundle, tokenizer, checkpoint: str) -> list:
@@ -190,6 +210,7 @@ def run(settings: ClassifierSettings) -> dict:
     result, model = {}, None
 
     if s.do_train:
+        write_run_record(s.model_dir, "classifier", s)  # what `python -m xlnet_tf.export` rebuilds the model from
         path, meta = bundle.prepare("train")
         logging.info("train data: %s", _data_summary(meta))
         if s.do_eval or s.do_predict:  # a bad label in the eval data is an error now, not after training
@@ -257,7 +278,5 @@ def run(settings: ClassifierSettings) -> dict:
             result["predict"] = written
 
     if s.export_dir:
-        kind = bundle.kind
-        result["export"] = export_saved_model(model, s.export_dir, kind, bundle.labels, s.spiece_model_file)
-        logging.info("exported SavedModel to %s (step %d)", s.export_dir, step)
+        result["export"] = export_serving(model, s.export_dir, serving_info(s, bundle, step), s.spiece_model_file)
     return result

@@ -1,13 +1,14 @@
-"""The SQuAD task around ``XLNetSquad``: the original loss, the fine-tuning task, SavedModel export for serving."""
+"""The SQuAD task around ``XLNetSquad``: the original loss, the fine-tuning task, and the in-graph answer selection
+of its TF Serving export (``best_answers``)."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.finetune.export import sequence_inputs, write_serving_model
 from xlnet_tf.models.heads import XLNetSquad
 from xlnet_tf.training.finetuning import FinetuneTask
 
+# The head's inference outputs (the serve_ids signature of a SQuAD export).
 INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
 
 
@@ -30,16 +31,3 @@ def squad_task(config, start_n_top: int = 5, end_n_top: int = 5, dtype: str = "f
     return FinetuneTask(build_model=lambda: XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top,
                                                        dtype=dtype),
                         loss_fn=squad_loss)
-
-
-def export_saved_model(model: XLNetSquad, export_dir: str) -> str:
-    """Writes a TF Serving SavedModel of ``model``'s inference outputs to ``export_dir`` (built under a temporary
-    name next to it, then renamed; an existing export is replaced only once the new one is complete).
-
-    Signature ``serving_default``: int32 ``input_ids``/``segment_ids`` [batch, length], float32 ``padding_mask``
-    (1 = token, 0 = padding) and ``p_mask`` (1 = not an answer position) [batch, length], int32 ``cls_index``
-    [batch]; returns ``start_top_log_probs``/``start_top_index`` [batch, start_n_top], ``end_top_log_probs``/
-    ``end_top_index`` [batch, start_n_top * end_n_top] and ``cls_logits`` [batch].
-    """
-    inputs = sequence_inputs(p_mask=tf.TensorSpec([None, None], tf.float32), cls_index=tf.TensorSpec([None], tf.int32))
-    return write_serving_model(model, export_dir, inputs, lambda outputs: {k: outputs[k] for k in INFERENCE_OUTPUTS})

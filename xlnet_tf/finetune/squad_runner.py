@@ -13,7 +13,8 @@ from absl import logging
 
 from xlnet_tf.finetune import squad_data, squad_postprocess
 from xlnet_tf.finetune.settings import SquadSettings
-from xlnet_tf.finetune.squad_model import export_saved_model, squad_task
+from xlnet_tf.finetune.export import ServingInfo, export_serving, write_run_record
+from xlnet_tf.finetune.squad_model import squad_task
 from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer
 from xlnet_tf.training.finetuning import predict, train, write_eval_summaries
@@ -40,6 +41,7 @@ def run(settings: SquadSettings) -> None:
     model = None
 
     if s.do_train:
+        write_run_record(s.model_dir, "squad", s)  # what `python -m xlnet_tf.export` rebuilds the model from
         shards = _training_shards(s, output_dir, feature_settings)
         per_replica = s.train_batch_size // strategy.num_replicas_in_sync
 
@@ -89,7 +91,24 @@ def run(settings: SquadSettings) -> None:
             print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}))
 
     if s.export_dir:
-        logging.info("exported the SavedModel to %s", export_saved_model(model, s.export_dir))
+        export_serving(model, s.export_dir, serving_info(s, checkpoint_step(checkpoint_path)), s.spiece_model_file)
+
+
+def serving_info(s: SquadSettings, step: int) -> ServingInfo:
+    """What a SQuAD export records: the windowing and the post-processing settings of ``--do_predict``."""
+    return ServingInfo(kind="squad", task="squad", max_seq_length=s.max_seq_length, lower_case=s.uncased,
+                       global_step=step, squad=dict(max_query_length=s.max_query_length, doc_stride=s.doc_stride,
+                                                    max_answer_length=s.max_answer_length,
+                                                    start_n_top=s.start_n_top, end_n_top=s.end_n_top,
+                                                    n_best_size=s.n_best_size))
+
+
+def restored_model(s: SquadSettings):
+    """The SQuAD model of ``s`` restored for inference: ``(model, checkpoint, config)``."""
+    vocab = XLNetTokenizer(s.spiece_model_file).vocab_size if s.spiece_model_file else None
+    config = load_model_config(s, vocab, "--spiece_model_file", initializer_range=s.init_std)
+    model = squad_task(config, s.start_n_top, s.end_n_top, dtype=s.dtype).build_model()
+    return model, restore_for_inference(model, s.model_dir, s.predict_ckpt), config
 
 
 def _training_shards(s: SquadSettings, output_dir: str, feature_settings) -> list:

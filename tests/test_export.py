@@ -1,0 +1,172 @@
+"""TF Serving exports of a fine-tuned classifier, end to end: ``run_classifier`` trains the tiny model on the MRPC
+fixture, predicts and exports; ``python -m xlnet_tf.export`` exports the same run from its ``--model_dir`` alone;
+every check of the SavedModel runs in a fresh process with TensorFlow and tensorflow-text's kernels only
+(``tests/serving_client.py``), as TF Serving loads it."""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from classifier_helpers import FIXTURES, REPO, make_flags
+from xlnet_tf.finetune import classifier_data
+from xlnet_tf.finetune.export import METADATA_FILE, RUN_RECORD, existing_versions
+
+PYTHON = sys.executable
+TINY = os.path.join(REPO, "configs", "tiny.json")
+SEQ = 48
+
+
+def serve(request: dict, timeout: int = 300) -> dict:
+    """``tests/serving_client.py`` in a fresh process: the reply (see its docstring)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([PYTHON, os.path.join(REPO, "tests", "serving_client.py")], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd="/")
+    assert done.returncode == 0, f"the serving client crashed ({done.returncode}):\n{done.stderr[-3000:]}"
+    reply = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reply["modules"] == [] or request.get("python_text"), reply["modules"]
+    assert not [m for m in reply["modules"] if m.startswith("xlnet_tf")]
+    return reply
+
+
+def strings(values) -> dict:
+    encode = (lambda v: [encode(x) for x in v] if isinstance(v, list)
+              else base64.b64encode(v if isinstance(v, bytes) else v.encode()).decode())
+    return {"dtype": "string", "value": encode(list(values))}
+
+
+def decoded(output) -> list:
+    return [base64.b64decode(v).decode() for v in output["value"]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The tiny model fine-tuned for 2 steps on the MRPC fixture (a sentence-pair task), with --do_predict and
+    --export_dir in the same run, as a user runs it."""
+    from xlnet_tf.finetune import runner
+
+    tmp = tmp_path_factory.mktemp("export")
+    settings = make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"),
+                          model_config_path=TINY, max_seq_length=SEQ, do_train=True, do_predict=True,
+                          export_dir=str(tmp / "serving"), predict_dir=str(tmp / "predict"))
+    result = runner.run(settings)
+    examples = classifier_data.read_examples(classifier_data.get_task("mrpc"), settings.data_dir, "dev").examples
+    with open(os.path.join(str(tmp), "predict", "mrpc.dev.logits.json")) as f:
+        predicted = json.load(f)
+    return dict(tmp=tmp, settings=settings, export=result["export"], examples=examples, predicted=predicted)
+
+
+def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
+    s = run["settings"]
+    assert run["export"] == os.path.join(s.export_dir, "2")  # version = the checkpoint's global step
+    assert existing_versions(s.export_dir) == [2]
+    assert not [n for n in os.listdir(s.export_dir) if n != "2"]  # no temporary directories left
+    extra = os.path.join(run["export"], "assets.extra")
+    with open(os.path.join(extra, METADATA_FILE)) as f:
+        meta = json.load(f)
+    assert {k: meta[k] for k in ("kind", "task", "labels", "max_seq_length", "lower_case", "pair", "global_step",
+                                 "version")} == dict(kind="classification", task="mrpc", labels=["0", "1"],
+                                                     max_seq_length=SEQ, lower_case=False, pair=True,
+                                                     global_step=2, version=2)
+    assert os.path.exists(os.path.join(extra, "spiece.model"))
+    with open(os.path.join(s.model_dir, RUN_RECORD)) as f:
+        record = json.load(f)
+    assert record["runner"] == "classifier" and record["settings"]["task_name"] == "mrpc"
+    assert os.path.isabs(record["settings"]["spiece_model_file"])
+
+
+def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run):
+    """serving_default on the dev sentences gives run_classifier --do_predict's logits; serve_ids on the ids of
+    the Python tokenizer too; the metadata signature says what the client needs."""
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    examples, predicted = run["examples"], run["predicted"]
+    tokenizer = XLNetTokenizer(run["settings"].spiece_model_file)
+    ids = [classifier_data.encode_example(tokenizer, e, SEQ)[:3] for e in examples]
+    reply = serve({"export": run["export"], "calls": [
+        {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in examples),
+                                                    "sentence2": strings(e.text_b for e in examples)}},
+        {"signature": "serve_ids", "inputs": {
+            "input_ids": {"dtype": "int32", "value": [x[0] for x in ids]},
+            "segment_ids": {"dtype": "int32", "value": [x[1] for x in ids]},
+            "padding_mask": {"dtype": "float32", "value": [x[2] for x in ids]}}},
+        {"signature": "metadata", "inputs": {}}]})
+    text, by_ids, meta = (c["outputs"] for c in reply["calls"])
+    expected = np.array([p["logits"] for p in predicted])
+    for outputs in (text, by_ids):
+        np.testing.assert_allclose(outputs["logits"]["value"], expected, rtol=1e-5, atol=1e-6)
+        probabilities = np.array(outputs["probabilities"]["value"])
+        np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-6)
+        assert decoded(outputs["label"]) == [p["prediction"] for p in predicted]
+        assert outputs["logits"]["dtype"] == "float32" and outputs["label"]["dtype"] == "string"
+    assert base64.b64decode(meta["kind"]["value"]) == b"classification"
+    assert decoded(meta["labels"]) == ["0", "1"] and meta["max_seq_length"]["value"] == SEQ
+    assert meta["lower_case"]["value"] is False and meta["pair"]["value"] is True
+
+
+def test_saved_model_cli_lists_both_signatures(run):
+    cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
+    done = subprocess.run([cli, "show", "--dir", run["export"], "--all"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    blocks = {b.split("\n", 1)[0].strip("'").split("'")[0]: b for b in out.split("signature_def['")[1:]}
+    assert set(blocks) >= {"serving_default", "serve_ids", "metadata"}
+    default, ids = blocks["serving_default"], blocks["serve_ids"]
+    for name in ("sentence", "sentence2"):
+        assert f"inputs['{name}'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in default
+    for name, dtype in (("input_ids", "DT_INT32"), ("segment_ids", "DT_INT32"), ("padding_mask", "DT_FLOAT")):
+        assert f"inputs['{name}'] tensor_info:\n        dtype: {dtype}\n        shape: (-1, -1)" in ids
+    for block in (default, ids):
+        assert "outputs['probabilities'] tensor_info:\n        dtype: DT_FLOAT\n        shape: (-1, 2)" in block
+        assert "outputs['label'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in block
+
+
+def test_bad_requests_give_defined_outputs_or_a_clear_error(run):
+    """Random mixes of empty, whitespace-only, invalid UTF-8, 100x too long and ordinary texts, batches of 0 to 8,
+    and now and then two inputs of different batch sizes: no crash, finite outputs of the request's batch, an
+    InvalidArgumentError naming the inputs exactly when the batch sizes differ."""
+    reply = serve({"export": run["export"], "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
+    counts = reply["fuzz"]
+    assert counts["unexpected_errors"] == [] and counts["missing_errors"] == 0
+    assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 400
+    assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0 and counts["expected_errors"] > 0
+
+
+def test_export_command_from_the_model_dir_alone(run, tmp_path):
+    """python -m xlnet_tf.export needs only --model_dir and --export_dir; a second export of the same step gets
+    the next version (never overwriting one); --format=release writes the original layout."""
+    s = run["settings"]
+    base = str(tmp_path / "serving")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+    def export(*flags):
+        return subprocess.run([PYTHON, "-m", "xlnet_tf.export", f"--model_dir={s.model_dir}", *flags],
+                              capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+
+    first = export(f"--export_dir={base}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    os.makedirs(os.path.join(base, "2", "keep"))  # the export must not touch an existing version
+    second = export(f"--export_dir={base}")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert existing_versions(base) == [2, 3] and os.path.isdir(os.path.join(base, "2", "keep"))
+    assert "version 2 exists; writing version 3 instead" in second.stderr
+    reply = serve({"export": os.path.join(base, "3"), "calls": [
+        {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in run["examples"]),
+                                                    "sentence2": strings(e.text_b for e in run["examples"])}}]})
+    np.testing.assert_allclose(reply["calls"][0]["outputs"]["logits"]["value"],
+                               [p["logits"] for p in run["predicted"]], rtol=1e-5, atol=1e-6)
+
+    release = str(tmp_path / "release")
+    done = export(f"--export_dir={release}", "--format=release")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(os.listdir(release)) == ["spiece.model", "xlnet_config.json", "xlnet_model.ckpt.data-00000-of-00001",
+                                           "xlnet_model.ckpt.index"]
+    again = export(f"--export_dir={release}", "--format=release")
+    assert again.returncode == 1 and "already holds a release" in again.stderr
+    wrong = export(f"--export_dir={base}", "--task_name=sst-2")
+    assert wrong.returncode == 1 and "was fine-tuned on mrpc" in wrong.stderr

@@ -1,0 +1,188 @@
+"""Export a trained model: a TF Serving SavedModel (raw text in, answers out) or the original release layout.
+
+    # TF Serving: <export_dir>/<version>/ (version = the checkpoint's global step), from a fine-tuning run's
+    # --model_dir alone (task, labels, SentencePiece model, lower-casing and max_seq_length are what the run
+    # recorded in finetune_settings.json)
+    python -m xlnet_tf.export --model_dir=runs/tiny/finetune_sentiment --export_dir=serving/sst2
+
+    # the original release layout (xlnet_model.ckpt with the TF1 names, xlnet_config.json, spiece.model), of a
+    # fine-tuned model (with its head, under the original run_classifier/run_squad/run_race scopes) ...
+    python -m xlnet_tf.export --format=release --model_dir=runs/tiny/finetune_sentiment --export_dir=release/sst2
+    # ... or of a pretraining run (the network and the LM bias)
+    python -m xlnet_tf.export --format=release --model_dir=runs/tiny/pretrain --model_config_path=configs/tiny.json \\
+        --spiece_model_file=data/spiece.model --export_dir=release/tiny
+
+Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve in bfloat16, ``--predict_ckpt``
+for another checkpoint); without a record (a model directory of an older xlnet_tf, or a fine-tuned TF1 checkpoint
+given as ``--predict_ckpt``) ``--task_name``, ``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and
+``--max_seq_length`` say what the model is. ``--config_file`` (YAML of flag values) works as in the other
+entry points. The layouts: docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+FORMATS = ("saved_model", "release")
+# Flags that override the fine-tuning run's record when given.
+RECORDED = ("task_name", "model_config_path", "spiece_model_file", "uncased", "max_seq_length", "dtype")
+# Settings of the run that an export does not use (and whose paths may no longer exist).
+_UNUSED = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file")
+
+
+@dataclasses.dataclass
+class ExportSettings:
+    """The export command's flags (no TensorFlow here: they are checked before it loads)."""
+
+    model_dir: Optional[str] = None
+    export_dir: Optional[str] = None
+    format: str = "saved_model"
+    predict_ckpt: Optional[str] = None
+    task_name: Optional[str] = None
+    model_config_path: Optional[str] = None
+    spiece_model_file: Optional[str] = None
+    uncased: bool = False
+    max_seq_length: Optional[int] = None
+    dtype: Optional[str] = None
+
+    @classmethod
+    def from_values(cls, values):
+        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+
+    def validate(self):
+        from xlnet_tf.training.settings import DTYPES, SettingsError
+
+        errors = [f"missing required flag --{n}" for n in ("model_dir", "export_dir") if not getattr(self, n)]
+        if self.model_dir and not os.path.isdir(self.model_dir):
+            errors.append(f"--model_dir={self.model_dir}: not a directory")
+        if self.format not in FORMATS:
+            errors.append(f"--format={self.format!r} must be one of {', '.join(FORMATS)}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            errors.append(f"--dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
+        for name in ("model_config_path", "spiece_model_file"):
+            if getattr(self, name) and not os.path.exists(getattr(self, name)):
+                errors.append(f"--{name}={getattr(self, name)}: file not found")
+        if self.max_seq_length is not None and self.max_seq_length < 4:
+            errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
+        if errors:
+            raise SettingsError("; ".join(errors))
+        return self
+
+
+def task_settings(s: ExportSettings, given: set):
+    """The fine-tuning settings (``ClassifierSettings``/``SquadSettings``) to rebuild the model from: the run's
+    record in ``--model_dir`` with the flags in ``given`` on top, or the flags alone. None for a pretraining run
+    (no record, no ``--task_name``)."""
+    from xlnet_tf.finetune.export import read_run_record
+    from xlnet_tf.finetune.settings import ClassifierSettings, SquadSettings
+    from xlnet_tf.training.settings import SettingsError
+
+    record = read_run_record(s.model_dir)
+    values = dict(record["settings"]) if record else {}
+    recorded_task = "squad" if record and record["runner"] == "squad" else values.get("task_name")
+    if "task_name" in given and record and (s.task_name or "").lower() != (recorded_task or "").lower():
+        raise SettingsError(f"--task_name={s.task_name}, but --model_dir={s.model_dir} was fine-tuned on "
+                            f"{recorded_task} (its finetune_settings.json)")
+    task = recorded_task or s.task_name
+    if not task:
+        return None
+    for name in _UNUSED:
+        values.pop(name, None)
+    values.update({n: getattr(s, n) for n in RECORDED if n in given and getattr(s, n) is not None})
+    values.update(model_dir=s.model_dir, export_dir=s.export_dir, predict_ckpt=s.predict_ckpt, do_train=False,
+                  do_eval=False, do_predict=False)
+    values.setdefault("dtype", "float32")
+    if task.lower() == "squad":
+        values.pop("task_name", None)
+        return SquadSettings.from_values(values).validate()
+    values["task_name"] = task
+    return ClassifierSettings.from_values(values).validate()
+
+
+def export(s: ExportSettings, given: set = frozenset()) -> str:
+    """Writes the export ``s`` asks for and returns its directory (``given``: the flags set explicitly)."""
+    from xlnet_tf.finetune import runner, squad_runner
+    from xlnet_tf.finetune.export import export_serving, write_release
+    from xlnet_tf.finetune.settings import SquadSettings
+    from xlnet_tf.training.settings import SettingsError
+    from xlnet_tf.training.setup import checkpoint_step
+
+    settings = task_settings(s, given)
+    if settings is None:
+        if s.format != "release":
+            raise SettingsError(f"--model_dir={s.model_dir} has no finetune_settings.json and there is no "
+                                "--task_name: a pretrained model has no task head to serve (fine-tune it, or "
+                                "--format=release for the pretrained weights)")
+        return _export_pretrained(s)
+    if isinstance(settings, SquadSettings):
+        model, checkpoint, config = squad_runner.restored_model(settings)
+        info = squad_runner.serving_info(settings, checkpoint_step(checkpoint))
+    else:
+        model, bundle, checkpoint, config = runner.restored_model(settings)
+        info = runner.serving_info(settings, bundle, checkpoint_step(checkpoint))
+    if s.format == "release":
+        return write_release(model, s.export_dir, config, settings.spiece_model_file)
+    return export_serving(model, s.export_dir, info, settings.spiece_model_file)
+
+
+def _export_pretrained(s: ExportSettings) -> str:
+    """The release layout of a pretraining run (or any native/TF1 checkpoint of the network): XLNetPretrainer."""
+    from xlnet_tf.checkpoint import load_pretrained, resolve_checkpoint
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.finetune.export import write_release
+    from xlnet_tf.models.xlnet import XLNetPretrainer
+    from xlnet_tf.training.settings import SettingsError
+
+    if not s.model_config_path:
+        raise SettingsError(f"--model_dir={s.model_dir} holds no fine-tuning record: give --model_config_path "
+                            "(and --spiece_model_file) of the pretrained model")
+    config = XLNetConfig.from_json(s.model_config_path)
+    model = XLNetPretrainer(config)
+    load_pretrained(model, resolve_checkpoint(s.predict_ckpt or s.model_dir))
+    return write_release(model, s.export_dir, config, s.spiece_model_file)
+
+
+def main() -> None:
+    from absl import app, flags
+
+    from xlnet_tf.cli import flags as cli
+
+    define = cli.FlagDefiner(ExportSettings)
+    define.string("config_file", "YAML file of flag values (names without --); flags on the command line override "
+                  "it. Default: none.", default=None)
+    define.string("model_dir", "The fine-tuning (or, with --format=release, pretraining) run's directory.")
+    define.string("export_dir", "saved_model: the TF Serving base path (versions are written below it); release: "
+                  "the release directory (new or empty).")
+    define.enum("format", FORMATS, "saved_model (TF Serving, raw text in) or release (the original TF1 layout).")
+    define.string("predict_ckpt", "Checkpoint to export (default: the latest in --model_dir).")
+    define.string("task_name", "The fine-tuned task (a run_classifier.py task, race or squad); default: the run's "
+                  "record. Without one and no record: the pretrained network (--format=release only).")
+    define.string("model_config_path", "xlnet_config.json (default: the run's record).")
+    define.string("spiece_model_file", "SentencePiece model (default: the run's record).")
+    define.boolean("uncased", "Lower-case text (default: the run's record).")
+    define.integer("max_seq_length", "Sequence length of the raw-text signature (default: the run's record).")
+    define.enum("dtype", ["float32", "mixed_bfloat16", "mixed_float16"], "Precision of the exported model "
+                "(default: the run's record).")
+    FLAGS = flags.FLAGS
+
+    def run(argv):
+        del argv
+        try:
+            applied = cli.apply_config_file(FLAGS, FLAGS.config_file)
+            given = {f.name for f in dataclasses.fields(ExportSettings) if FLAGS[f.name].present} | set(applied)
+            settings = ExportSettings.from_values(FLAGS.flag_values_dict()).validate()
+            written = export(settings, given)
+        # ValueError: a checkpoint of another model, a damaged record; FileExistsError: a release already there.
+        except (ValueError, FileNotFoundError, FileExistsError, flags.Error) as e:
+            cli.usage_error(e)
+        print(written)
+        cli._exit_now()  # noqa: SLF001 (the entry points' prompt exit)
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    app.run(run)
+
+
+if __name__ == "__main__":
+    main()
