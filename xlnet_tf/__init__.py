@@ -16,6 +16,9 @@ _EXPORTS = {
     "XLNetPretrainer": "xlnet_tf.models.xlnet",
     "load_original_checkpoint": "xlnet_tf.checkpoint",
     "load_pretrained": "xlnet_tf.checkpoint",
+    "XLNetPreprocessor": "xlnet_tf.preprocessing",
+    "XLNetTextClassifier": "xlnet_tf.tasks",
+    "XLNetTextMultipleChoice": "xlnet_tf.tasks",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

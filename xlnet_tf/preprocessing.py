@@ -181,9 +181,11 @@ class XLNetPreprocessor(keras.layers.Layer):
                 raise ValueError(f"spiece_model: not an XLNet SentencePiece model, special ids differ: "
                                  f"{', '.join(wrong)}")
             self._digit_comma_tables(pieces, piece_ids)
+        self.vocabulary_size = len(pieces)
         # Keras 3: take strings and keyword tensors as they are (no float conversion, no symbolic build).
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
+        self.supports_jit = False  # string ops have no XLA kernels: a model holding the layer is not jit-compiled
         self.built = True
 
     @classmethod

@@ -1,0 +1,156 @@
+"""Keras task models on raw strings (``xlnet_tf.tasks``): loaded from a release directory, fine-tuned with ``fit``
+on text from data/sentiment/, predictions on strings equal to the task model on ``encode_example`` features,
+checkpoints written the ways the entry points write them loaded back, multiple choice, MirroredStrategy."""
+
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import xlnet_tf
+from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
+from xlnet_tf.checkpoint import write_tf1_checkpoint
+from xlnet_tf.finetune import classifier_data, race_data
+from xlnet_tf.tokenization import XLNetTokenizer
+from xlnet_tf.training.optimization import create_optimizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SENTIMENT = os.path.join(REPO, "data", "sentiment")
+SEQ = 32
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """A release directory as the original ships it: xlnet_config.json, xlnet_model.ckpt (TF1 names), spiece.model."""
+    folder = tmp_path_factory.mktemp("release")
+    with open(folder / "xlnet_config.json", "w") as f:
+        json.dump(MICRO_CONFIG, f)
+    shutil.copy(SPIECE, folder / "spiece.model")
+    network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG))
+    network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})
+    tensors = {name: v.numpy() for name, v in network.tf1_variables().items()}
+    write_tf1_checkpoint(tensors, str(folder / "xlnet_model.ckpt"))
+    return str(folder), tensors
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return XLNetTokenizer(SPIECE)
+
+
+def _sentiment(split, count):
+    examples = classifier_data.read_examples(classifier_data.get_task("sst-2"), SENTIMENT, split).examples[:count]
+    return examples, [e.text_a for e in examples], np.array([int(e.label) for e in examples])
+
+
+def _encoded(tokenizer, examples, seq_length=SEQ):
+    rows = [classifier_data.encode_example(tokenizer, e, seq_length)[:3] for e in examples]
+    return {"input_ids": np.array([r[0] for r in rows], np.int32), "segment_ids": np.array([r[1] for r in rows],
+                                                                                          np.int32),
+            "padding_mask": np.array([r[2] for r in rows], np.float32)}
+
+
+def _softmax(logits):
+    return tf.nn.softmax(logits).numpy()
+
+
+def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
+    folder, tensors = release
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                         dropatt=0.0)
+    np.testing.assert_array_equal(model.network.xlnet.word_embedding.numpy(), tensors["model/transformer/word_embedding"
+                                                                                      "/lookup_table"])
+    model.compile(create_optimizer(model.network, 1e-3, train_steps=4, warmup_steps=1),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    # The TSV as it is, read by tf.data: (sentence, label) rows.
+    train = tf.data.experimental.CsvDataset(os.path.join(SENTIMENT, "train.tsv"), [tf.string, tf.int64], header=True,
+                                            field_delim="\t", use_quote_delim=False).take(64).batch(16)
+    before = model.network.logit.kernel.numpy().copy()
+    history = model.fit(train, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and not np.allclose(model.network.logit.kernel.numpy(), before)
+
+    examples, texts, labels = _sentiment("dev", 12)
+    probabilities = _softmax(model.predict(texts, batch_size=5, verbose=0))  # a Python list of strings
+    expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
+    np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+    loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
+    assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss)
+
+    # Pairs: a tuple of two batches, laid out as encode_example lays out text_a/text_b.
+    pairs = [classifier_data.read_examples(classifier_data.get_task("mrpc"), os.path.join(FIXTURES, "glue", "MRPC"),
+                                           "dev").examples[i] for i in range(4)]
+    got = model((tf.constant([e.text_a for e in pairs]), tf.constant([e.text_b for e in pairs])))
+    np.testing.assert_allclose(_softmax(got), _softmax(model.network(_encoded(tokenizer, pairs))["logits"]),
+                               atol=1e-5)
+
+    # The fine-tuned model written as run_classifier.py writes it (native) and in the original's TF1 layout loads
+    # back with its head; the .keras file too.
+    eager = model(tf.constant(texts)).numpy()
+    native = tf.train.Checkpoint(model=model.network).write(str(tmp_path / "native" / "ckpt-4"))
+    again = xlnet_tf.XLNetTextClassifier.from_checkpoint(native, num_labels=2, seq_length=SEQ, spiece_model=SPIECE,
+                                                         config=os.path.join(folder, "xlnet_config.json"))
+    np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    tf1 = tmp_path / "tf1"
+    shutil.copytree(folder, tf1, ignore=shutil.ignore_patterns("xlnet_model.ckpt*"))
+    write_tf1_checkpoint({n: v.numpy() for n, v in model.network.tf1_variables().items()}, str(tf1 / "xlnet_model.ckpt"))
+    again = xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tf1), num_labels=2, seq_length=SEQ)
+    np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "model.keras"), compile=False)  # XLNetAdamW is not serialisable
+    np.testing.assert_allclose(loaded(tf.constant(texts)).numpy(), eager, atol=1e-6)
+
+
+def test_fit_and_predict_under_mirrored_strategy(release, tokenizer):
+    folder, _ = release
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                             dropatt=0.0)
+        model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    examples, texts, labels = _sentiment("train", 16)
+    history = model.fit(texts, labels, batch_size=8, epochs=1, verbose=0)  # 2 steps, 4 strings per replica
+    assert np.isfinite(history.history["loss"][0])
+    examples, texts, _ = _sentiment("dev", 6)
+    np.testing.assert_allclose(_softmax(model.predict(texts, batch_size=4, verbose=0)),
+                               _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
+
+
+def test_multiple_choice_on_raw_strings(release, tokenizer):
+    folder, _ = release
+    model = xlnet_tf.XLNetTextMultipleChoice.from_checkpoint(folder, seq_length=48, max_qa_length=12, dropout=0.0,
+                                                             dropatt=0.0)
+    articles, questions, options, labels, examples = [], [], [], [], []
+    for path in sorted(os.listdir(os.path.join(FIXTURES, "race", "dev", "middle"))):
+        with open(os.path.join(FIXTURES, "race", "dev", "middle", path), encoding="utf-8") as f:
+            data = json.load(f)
+        for question, opts, answer in zip(data["questions"], data["options"], data["answers"]):
+            articles.append(data["article"]), questions.append(question), options.append(opts)
+            labels.append("ABCD".index(answer))
+            examples.append(race_data.RaceExample("", data["article"], [race_data.qa_text(question, o) for o in opts],
+                                                  labels[-1], 0))
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    data = tf.data.Dataset.from_tensor_slices(((articles, questions, options), labels)).batch(2)
+    assert np.isfinite(model.fit(data, epochs=1, verbose=0).history["loss"][0])
+    logits = model.predict((articles, questions, options), verbose=0)
+    encoded = [race_data.encode_example(tokenizer, e, 48, 12)[:3] for e in examples]
+    features = {k: np.array([e[i] for e in encoded], dtype) for i, (k, dtype) in
+                enumerate([("input_ids", np.int32), ("segment_ids", np.int32), ("padding_mask", np.float32)])}
+    assert logits.shape == (len(examples), race_data.NUM_CHOICES)
+    np.testing.assert_allclose(logits, model.network(features)["logits"].numpy(), atol=1e-5)
+
+
+def test_errors_name_the_argument(release, tmp_path):
+    folder, _ = release
+    shutil.copytree(folder, tmp_path / "bare", ignore=shutil.ignore_patterns("*.json", "spiece.model"))
+    with pytest.raises(ValueError, match="config"):
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tmp_path / "bare"), spiece_model=SPIECE)
+    with pytest.raises(ValueError, match="spiece_model"):
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tmp_path / "bare"),
+                                                     config=os.path.join(folder, "xlnet_config.json"))
+    wrong = xlnet_tf.XLNetConfig.from_dict(dict(MICRO_CONFIG, n_token=32000))
+    with pytest.raises(ValueError, match="spiece_model: 8000 pieces, but config has n_token=32000"):
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, config=wrong)

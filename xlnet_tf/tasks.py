@@ -1,0 +1,233 @@
+"""Fine-tuning models on raw strings, the Keras way: ``compile``/``fit``/``evaluate``/``predict`` on text.
+
+``XLNetTextClassifier`` and ``XLNetTextMultipleChoice`` are an ``XLNetPreprocessor`` (strings -> the fine-tuning
+layout, in the graph) in front of the very task models ``run_classifier.py`` trains
+(``xlnet_tf.models.heads.XLNetClassifier`` / ``XLNetMultipleChoice``, kept as ``.network``), so the heads, the
+input layout and the checkpoints are shared with the entry points. ``from_checkpoint`` reads a release directory
+(``xlnet_config.json`` + ``xlnet_model.ckpt`` + ``spiece.model``), a directory or prefix of a native checkpoint
+(``xlnet-convert-checkpoint``, ``run_pretrain.py``, ``run_classifier.py``), pretrained (the head starts fresh) or
+fine-tuned (the head is loaded too).
+
+Example::
+
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint("xlnet_cased_L-12_H-768_A-12", num_labels=2,
+                                                         seq_length=128)
+    model.compile(keras.optimizers.Adam(2e-5), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(tf.data.Dataset.from_tensor_slices((texts, labels)).batch(32), epochs=2)
+    probabilities = tf.nn.softmax(model.predict(["A gripping film.", "Dull."]))
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, load_pretrained, resolve_checkpoint
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
+from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.training.setup import read_model
+
+
+def load_task_weights(network: keras.Model, path: str) -> str:
+    """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``): the whole model if the
+    checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or ``run_classifier.py``'s),
+    else only the network (a pretrained release, conversion or pretraining checkpoint; the head keeps its fresh
+    initialisation). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if neither fits."""
+    prefix = resolve_checkpoint(path)
+    try:
+        if is_tf1_checkpoint(prefix):
+            load_original_checkpoint(network, prefix)
+        else:
+            read_model(network, prefix)
+        return "fine-tuned"
+    except ValueError as whole:
+        reason = str(whole).strip().splitlines()[-1].strip()
+    load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
+    logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
+                 type(network).__name__, reason)
+    return "pretrained"
+
+
+def _locate(path: str, config, spiece_model) -> tuple:
+    """(XLNetConfig or its path, SentencePiece model bytes or path) from the arguments, else from the checkpoint's
+    directory (a release or ``xlnet-convert-checkpoint`` directory holds ``xlnet_config.json`` and
+    ``spiece.model``); a ValueError names the argument that is missing."""
+    path = os.fspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if config is None:
+        config = os.path.join(folder, "xlnet_config.json")
+        if not os.path.exists(config):
+            raise ValueError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
+                             "xlnet_config.json or an XLNetConfig)")
+    if spiece_model is None:
+        spiece_model = os.path.join(folder, "spiece.model")
+        if not os.path.exists(spiece_model):
+            raise ValueError(f"spiece_model: {path} has no spiece.model next to it; pass spiece_model= (a path or "
+                             "the model's bytes)")
+    return config, spiece_model
+
+
+def _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt, **preprocessing):
+    """(preprocessor, XLNetConfig) for ``from_checkpoint``: the vocabulary of the two checked against each other."""
+    config, spiece_model = _locate(path, config, spiece_model)
+    if isinstance(config, XLNetConfig):
+        config = config.replace(dropout=dropout, dropatt=dropatt)
+    else:
+        config = XLNetConfig.from_json(config, dropout=dropout, dropatt=dropatt)
+    if isinstance(spiece_model, (bytes, bytearray)):
+        preprocessor = XLNetPreprocessor(spiece_model, seq_length=seq_length, lower_case=lower_case,
+                                         **preprocessing)
+    else:
+        preprocessor = XLNetPreprocessor.from_file(spiece_model, seq_length=seq_length, lower_case=lower_case,
+                                                   **preprocessing)
+    if preprocessor.vocabulary_size != config.n_token:
+        raise ValueError(f"spiece_model: {preprocessor.vocabulary_size} pieces, but config has n_token="
+                         f"{config.n_token} (a SentencePiece model of another checkpoint?)")
+    return preprocessor, config
+
+
+def _string_tensors(x):
+    """Python lists and numpy arrays of strings (also inside a tuple, list or dict of inputs) as tf.string tensors:
+    Keras 3's data adapters take string tensors but not those."""
+    if isinstance(x, dict):
+        return {k: _string_tensors(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and x and all(isinstance(v, (str, bytes)) for v in x):
+        return tf.constant(list(x), tf.string)  # a batch of strings
+    if isinstance(x, (list, tuple)) and x and isinstance(x[0], (list, tuple)) and x[0] and \
+            all(isinstance(v, (str, bytes)) for v in x[0]) and isinstance(x, list):
+        return tf.constant(x, tf.string)  # multiple-choice options: a list of lists of strings
+    if isinstance(x, tuple):
+        return tuple(_string_tensors(v) for v in x)
+    if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
+        return tf.constant(x.astype(object) if x.dtype.kind == "U" else x, tf.string)
+    return x
+
+
+class _TextTaskModel(keras.Model):
+    """A preprocessor in front of a task model: ``call(raw strings) -> logits``. ``fit``/``evaluate``/
+    ``predict`` also take Python lists of strings (and tuples of them)."""
+
+    def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(preprocessor, XLNetPreprocessor):
+            raise ValueError(f"preprocessor: expected an XLNetPreprocessor, got {type(preprocessor).__name__}")
+        self.preprocessor, self.network = preprocessor, network
+        # Fine-tuning has no query stream: mask_emb gets no gradient (Keras would warn about it at every fit).
+        network.xlnet.mask_emb.trainable = False
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Under a tf.distribute strategy Keras 3 (3.15) builds the model from the first batch averaged over the
+        # replicas (strategy.reduce("MEAN")), which fails on strings (AddN has no string kernel). The shapes are all
+        # it needs: build from the first replica's part of that batch instead, taken the same way.
+        if self._distribute_strategy is not None and iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: (self._distribute_strategy.experimental_local_results(v)[0]
+                               if isinstance(v, tf.distribute.DistributedValues) else v), next(batches))
+                break
+        return super()._maybe_symbolic_build(data_batch=data_batch)
+
+    def build_from_config(self, config):
+        self.built = True  # the network creates its variables when constructed: nothing to build on loading
+
+    def fit(self, x=None, y=None, *args, validation_data=None, **kwargs):
+        if isinstance(validation_data, tuple):
+            validation_data = (_string_tensors(validation_data[0]),) + tuple(validation_data[1:])
+        return super().fit(_string_tensors(x), y, *args, validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        return super().evaluate(_string_tensors(x), y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        return super().predict(_string_tensors(x), *args, **kwargs)
+
+    def get_config(self):
+        return dict(super().get_config(), preprocessor=keras.saving.serialize_keras_object(self.preprocessor),
+                    network=keras.saving.serialize_keras_object(self.network))
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("preprocessor", "network"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetTextClassifier(_TextTaskModel):
+    """Sequence classification / regression on raw strings: ``XLNetPreprocessor`` + ``XLNetClassifier``.
+
+    Inputs: sentences, a tf.string [B] tensor (or a Python list / numpy array of strings), or sentence pairs as
+    a tuple ``(sentences, second_sentences)`` of two such [B] batches (``fit`` on a ``tf.data`` of
+    ``((a, b), label)``). Output: ``logits`` float32 [B, num_labels] (``tf.nn.softmax`` for probabilities), or
+    the score [B] for regression. Train with ``SparseCategoricalCrossentropy(from_logits=True)`` (classes) or
+    ``MeanSquaredError`` (regression), as ``run_classifier.py`` does.
+    """
+
+    @classmethod
+    def from_checkpoint(cls, path: str, num_labels: int = 2, seq_length: int = 128, *, config=None,
+                        spiece_model=None, lower_case: bool = False, regression: bool = False,
+                        task_scope: str = "task", summary_type: str = "last", use_summ_proj: bool = True,
+                        dropout: float = 0.1, dropatt: float = 0.1, dtype: Optional[str] = None,
+                        name: Optional[str] = None) -> "XLNetTextClassifier":
+        """A classifier from a checkpoint (see ``load_task_weights``): a release directory, a native checkpoint's
+        directory or prefix. ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
+        (a path or the proto's bytes) default to the files next to the checkpoint. ``task_scope`` names the head
+        of a fine-tuned TF1 checkpoint (``model/classification_{task_scope}/...``, the original's task name);
+        ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults)."""
+        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt)
+        network = XLNetClassifier(config, num_labels=num_labels, task_scope=task_scope, regression=regression,
+                                  summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
+        load_task_weights(network, path)
+        return cls(preprocessor, network, name=name)
+
+    def features(self, inputs) -> dict:
+        if isinstance(inputs, dict):
+            return self.preprocessor(inputs["sentence"], inputs.get("sentence2"))
+        if isinstance(inputs, (tuple, list)) and len(inputs) == 2 and not isinstance(inputs[0], str):
+            return self.preprocessor(*inputs)
+        return self.preprocessor(inputs)
+
+    def call(self, inputs, training=None):
+        logits = self.network(self.features(inputs), training=training)["logits"]
+        return logits[:, 0] if self.network.regression else logits
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetTextMultipleChoice(_TextTaskModel):
+    """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
+
+    Inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as a tuple, or a dict with those
+    keys. Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on
+    the index of the right option.
+    """
+
+    @classmethod
+    def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_qa_length: Optional[int] = None,
+                        config=None, spiece_model=None, lower_case: bool = False, summary_type: str = "last",
+                        use_summ_proj: bool = True, dropout: float = 0.1, dropatt: float = 0.1,
+                        dtype: Optional[str] = None, name: Optional[str] = None) -> "XLNetTextMultipleChoice":
+        """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
+        question+option tokens kept)."""
+        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+                                            max_qa_length=max_qa_length)
+        network = XLNetMultipleChoice(config, summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
+        load_task_weights(network, path)
+        return cls(preprocessor, network, name=name)
+
+    def features(self, inputs) -> dict:
+        if isinstance(inputs, dict):
+            return self.preprocessor.multiple_choice(inputs["article"], inputs["question"], inputs["options"])
+        if not (isinstance(inputs, (tuple, list)) and len(inputs) == 3):
+            raise ValueError(f"inputs: expected (article, question, options), got {type(inputs).__name__}")
+        return self.preprocessor.multiple_choice(*inputs)
+
+    def call(self, inputs, training=None):
+        return self.network(self.features(inputs), training=training)["logits"]
