@@ -336,7 +336,8 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
                 forward.child = start_run(run, job.script, log)
                 returncode = forward.child.wait()
             row["seconds"] = round(time.monotonic() - started, 1)
-            if returncode == 0:
+            # A run stopped by a forwarded SIGTERM checkpoints and may still exit 0 (preemption): not done.
+            if returncode == 0 and not forward.received:
                 write_json_atomic(os.path.join(run.model_dir, DONE_FILE), dict(finished=_now(), seconds=row["seconds"]))
                 row.update(status="done", **read_result(run))
                 print(f"[jobs] {run.name}: done in {row['seconds']:.0f}s: {row.get('metric')} "
@@ -345,6 +346,8 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
                 with open(row["log"], encoding="utf-8", errors="replace") as f:
                     f.seek(offset)
                     reason = failure_reason(f.read(), returncode)
+                if forward.received:
+                    reason = f"interrupted by signal {signal.Signals(forward.received).name} ({reason})"
                 status = "interrupted" if forward.received else "failed"
                 row.update(status=status, reason=reason)
                 print(f"[jobs] {run.name}: {status.upper()}: {reason} (log: {row['log']})", flush=True)

@@ -222,6 +222,8 @@ class SavedModelPredictor(Predictor):
 
     def __init__(self, path: str, signature: str = "auto", spiece_model_file: Optional[str] = None,
                  max_seq_length: int = 128, uncased: Optional[bool] = None):
+        import tensorflow_text  # noqa: F401  (registers the text ops that raw-text signatures hold)
+
         self.path, self.version = resolve_saved_model(path)
         loaded = tf.saved_model.load(self.path)
         self._loaded = loaded  # the signatures' variables live as long as the loaded object
