@@ -37,6 +37,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 from workload import BASE_512, BENCH_SMALL, INFER_BASE, THREADS, make_batch, set_thread_env  # noqa: E402
+from reporting import replace_block  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -486,23 +487,15 @@ def main():
         update_readme(readme_block, log)
 
 
-README_BEGIN, README_END = "<!-- bench_pretrain.py:begin -->", "<!-- bench_pretrain.py:end -->"
-
-
 def update_readme(block: str, log=print) -> None:
-    """Replaces what lies between the README's two markers with ``block`` (the tables: never typed by hand). The
-    README holds the tables only; the run's details (machine, versions, memory, notes) are in bench/results.md."""
+    """Writes ``block`` (the tables: never typed by hand) between the README's markers. The README holds the
+    tables only; the run's details (machine, versions, memory, notes) are in bench/results.md."""
     path = os.path.join(os.path.dirname(HERE), "README.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if README_BEGIN not in text or README_END not in text:
-        log(f"{path}: no {README_BEGIN} block; README not updated")
+    try:
+        replace_block(path, "bench_pretrain.py", block)
+    except ValueError as error:
+        log(f"{error}; README not updated")
         return
-    head, rest = text.split(README_BEGIN, 1)
-    tail = rest.split(README_END, 1)[1]
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f"{head}{README_BEGIN}\n{block.strip()}\n{README_END}{tail}")
-    os.replace(path + ".tmp", path)
     log(f"updated the performance tables of {path}")
 
 

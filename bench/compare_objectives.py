@@ -30,9 +30,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+from reporting import replace_block, scalars  # noqa: E402  (bench/ is the script's directory)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 DOC = os.path.join(ROOT, "docs", "objectives.md")
-BEGIN, END = "<!-- compare_objectives.py:begin -->", "<!-- compare_objectives.py:end -->"
 OBJECTIVES = ("plm", "pmlm", "mpnet")
 
 # (quick, full): the budget of each part.
@@ -40,18 +40,6 @@ PLANS = {
     True: dict(corpus_lines=6000, seq_len=64, batch=16, pretrain_steps=600, finetune_steps=300, report_every=50),
     False: dict(corpus_lines=None, seq_len=128, batch=16, pretrain_steps=2000, finetune_steps=500, report_every=100),
 }
-
-
-def scalars(model_dir: str) -> dict:
-    """The TensorBoard scalars of a run: {tag: [(step, value)]}."""
-    import tensorflow as tf
-
-    out = {}
-    for path in sorted(glob.glob(os.path.join(model_dir, "train", "events.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                out.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
-    return {tag: sorted(values) for tag, values in out.items()}
 
 
 def corpus_file(work: str, sources: list[str], lines) -> str:
@@ -160,18 +148,6 @@ def render(args, plan, pretrained, accuracies, seconds) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(block: str) -> None:
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{DOC}: no {BEGIN} ... {END} block to replace")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(DOC + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f"{head}{BEGIN}\n{block}{END}{tail}")
-    os.replace(DOC + ".tmp", DOC)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smaller corpus slice, shorter runs")
@@ -211,7 +187,7 @@ def main():
         json.dump(dict(args=vars(args), plan=plan, pretrained=pretrained, accuracies=accuracies, seconds=seconds), f,
                   indent=1)
     if not args.no_doc:
-        write_doc(block)
+        replace_block(DOC, "compare_objectives.py", block)
         log(f"wrote {DOC}")
 
 

@@ -38,25 +38,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+from reporting import replace_block, scalars  # noqa: E402  (bench/ is the script's directory)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 DOC = os.path.join(ROOT, "docs", "pretraining_pays.md")
-BEGIN, END = "<!-- pretraining_pays.py:begin -->", "<!-- pretraining_pays.py:end -->"
 
 # Pretraining shape (the tiny demo's, on the small model): 16 x 128 tokens a step, half of each reused as memory.
 BATCH, SEQ_LEN, REUSE_LEN, NUM_PREDICT = 16, 128, 64, 21
 QUICK = dict(pretrain_tokens=1_000_000, labels="200,all", seeds="0,1", finetune_steps="150,200", checkpoints=1)
-
-
-def scalars(model_dir: str) -> dict:
-    """The TensorBoard scalars of a run: {tag: [(step, value)]}."""
-    import tensorflow as tf
-
-    out = {}
-    for path in sorted(glob.glob(os.path.join(model_dir, "train", "events.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                out.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
-    return {tag: sorted(set(values)) for tag, values in out.items()}
 
 
 def sentencepiece(args, work, log) -> str:
@@ -228,18 +216,6 @@ def render(args, pre, runs, seconds, started) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_doc(block: str) -> None:
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{DOC}: no {BEGIN} ... {END} block to replace")
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(DOC + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f"{head}{BEGIN}\n{block}{END}{tail}")
-    os.replace(DOC + ".tmp", DOC)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -302,7 +278,7 @@ def main():
                        runs=[dict(labels=c, seed=s, init=i, accuracy=a) for (c, s, i), a in runs.items()]), f, indent=1)
     print(block)
     if not args.no_doc and (args.doc or not args.quick):
-        write_doc(block)
+        replace_block(DOC, "pretraining_pays.py", block)
         log(f"wrote {DOC}")
 
 
