@@ -170,3 +170,23 @@ def test_export_command_from_the_model_dir_alone(run, tmp_path):
     assert again.returncode == 1 and "already holds a release" in again.stderr
     wrong = export(f"--export_dir={base}", "--task_name=sst-2")
     assert wrong.returncode == 1 and "was fine-tuned on mrpc" in wrong.stderr
+
+
+def test_bad_requests_multiple_choice(tmp_path):
+    """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices)."""
+    from classifier_helpers import MICRO_CONFIG, SPIECE
+    from xlnet_tf.finetune.export import ServingInfo, export_serving
+    from xlnet_tf.models.heads import XLNetMultipleChoice
+
+    info = ServingInfo(kind="multiple_choice", task="race", max_seq_length=SEQ, labels=list("ABCD"),
+                       max_qa_length=16, global_step=1)
+    path = export_serving(XLNetMultipleChoice(MICRO_CONFIG), str(tmp_path), info, SPIECE)
+    reply = serve({"export": path, "fuzz": {"signature": "serving_default", "count": 300, "seed": 2},
+                   "calls": [{"signature": "serving_default", "inputs": {
+                       "article": strings(["a"]), "question": strings(["q"]),
+                       "options": dict(strings([]), shape=[1, 0])}}]})
+    counts = reply["fuzz"]
+    assert counts["unexpected_errors"] == [] and counts["missing_errors"] == 0
+    assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 300
+    assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0
+    assert "at least one choice" in reply["calls"][0]["message"]  # no options: a clear InvalidArgumentError

@@ -64,6 +64,11 @@ class ExportSettings:
         for name in ("model_config_path", "spiece_model_file"):
             if getattr(self, name) and not os.path.exists(getattr(self, name)):
                 errors.append(f"--{name}={getattr(self, name)}: file not found")
+        out = self.export_dir
+        if self.format == "release" and out and os.path.isdir(out) and os.listdir(out):
+            held = ("already holds a release" if os.path.exists(os.path.join(out, "xlnet_model.ckpt.index"))
+                    else "is not empty")
+            errors.append(f"--export_dir={self.export_dir} {held}; --format=release writes a new or empty directory")
         if self.max_seq_length is not None and self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
         if errors:

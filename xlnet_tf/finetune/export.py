@@ -151,13 +151,18 @@ class ServingModule(tf.Module):
         super().__init__(name="xlnet_serving")
         self.model, self.preprocessor, self.info = model, preprocessor, info
         kind = info.kind
+        # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
+        # (keyed by code object) can hand one module's traced branch to another's.
         names = list(ids_spec(kind))
         self.serve_ids = tf.function(lambda *t: self._outputs_from_ids(dict(zip(names, t))),
-                                     input_signature=list(ids_spec(kind).values()))
+                                     input_signature=list(ids_spec(kind).values()), autograph=False)
         if preprocessor is not None:
             text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in TEXT_SIGNATURES[kind].items()
                     if n != "sentence2" or info.pair}
-            self.serve_text = tf.function(self._text_function(list(text)), input_signature=list(text.values()))
+            serve = {"multiple_choice": self._choices_from_text, "squad": self._answers_from_text}.get(
+                kind, self._labels_from_text)
+            self.serve_text = tf.function(self._checked(serve, list(text)), input_signature=list(text.values()),
+                                          autograph=False)
         constants = dict(kind=kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
                          global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair)
@@ -165,7 +170,7 @@ class ServingModule(tf.Module):
 
         def metadata():
             return {k: tf.constant(v, tf.string) if k == "labels" else tf.constant(v) for k, v in constants.items()}
-        self.metadata = tf.function(metadata, input_signature=[])
+        self.metadata = tf.function(metadata, input_signature=[], autograph=False)
 
     # -- from encoded inputs -------------------------------------------------------------------------------
     def _outputs_from_ids(self, features: dict) -> dict:
@@ -185,33 +190,29 @@ class ServingModule(tf.Module):
             result["choice"] = best
         return result
 
-    # -- from raw text -------------------------------------------------------------------------------------
-    def _text_function(self, names: list):
-        kind, pre = self.info.kind, self.preprocessor
+    # -- from raw text (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD) ------
+    @staticmethod
+    def _checked(serve, names: list):
+        """``serve`` after checking that the inputs ``names`` have one batch size (a clear InvalidArgumentError)."""
+        def checked(*texts):
+            first = tf.shape(texts[0])[0]
+            checks = [tf.debugging.assert_equal(
+                tf.shape(t)[0], first, message=f"{', '.join(names)} must have the same batch size (got "
+                                               f"{names[0]} and {name})") for name, t in zip(names[1:], texts[1:])]
+            with tf.control_dependencies(checks):
+                return serve(*[tf.identity(t) for t in texts])
+        return checked
 
-        def same_batch(tensors):
-            first = tf.shape(tensors[0])[0]
-            return [tf.debugging.assert_equal(
-                tf.shape(t)[0], first,
-                message=f"{', '.join(names)} must have the same batch size (got {names[0]} and {name})")
-                for name, t in zip(names[1:], tensors[1:])]
+    def _labels_from_text(self, sentence, sentence2=None):
+        return self._outputs_from_ids(self.preprocessor(sentence, sentence2))
 
-        def serve(*texts):
-            # (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD)
-            with tf.control_dependencies(same_batch(texts)):
-                texts = [tf.identity(t) for t in texts]
-            if kind == "multiple_choice":
-                article, question, options = texts
-                with tf.control_dependencies([tf.debugging.assert_positive(
-                        tf.shape(options)[1], message="options must hold at least one choice per question")]):
-                    options = tf.identity(options)
-                return self._outputs_from_ids(pre.multiple_choice(article, question, options))
-            if kind == "squad":
-                return self._squad_answers(*texts)
-            return self._outputs_from_ids(pre(*texts))
-        return serve
+    def _choices_from_text(self, article, question, options):
+        with tf.control_dependencies([tf.debugging.assert_positive(
+                tf.shape(options)[1], message="options must hold at least one choice per question")]):
+            options = tf.identity(options)
+        return self._outputs_from_ids(self.preprocessor.multiple_choice(article, question, options))
 
-    def _squad_answers(self, question, context):
+    def _answers_from_text(self, question, context):
         from xlnet_tf.finetune.squad_model import best_answers
 
         return best_answers(self.model, self.preprocessor, question, context, self.info.squad)

@@ -1,0 +1,292 @@
+"""Serving latency of the exported classifier, raw text in, next to HuggingFace's PyTorch XLNet on the same strings.
+
+    .venv/bin/python bench/bench_serving.py            # ~6-9 min on 2 cores: bench/results_serving.md, docs/serving.md
+    .venv/bin/python bench/bench_serving.py --quick    # fewer repetitions, batch 32 only in float32; prints only
+
+What runs: an XLNet-Base-shape sequence classifier (``configs/xlnet_cased_L-12_H-768_A-12.json``, random weights,
+2 labels, ``max_seq_length`` 128) exported with ``xlnet_tf.finetune.export.write_serving_model`` (the SavedModel
+TF Serving loads, traced with the plain kernels), then loaded the way TF Serving loads it: a fresh process with
+TensorFlow and tensorflow-text's kernels only (no xlnet_tf, no Keras), ``tf.saved_model.load``. Both signatures
+are timed: ``serving_default`` (raw strings: in-graph SentencePiece + packing + the model) and ``serve_ids``
+(the same requests already encoded). The peer, in its own fresh process: ``XLNetForSequenceClassification`` of
+the same shape with ``XLNetTokenizerFast`` built from the same ``data/spiece.model`` (no download), raw text =
+tokenizer + model, ids = model only, under ``torch.inference_mode()``. Same strings (the sentiment dev sentences,
+padded to 128), same thread count (``--threads``: TensorFlow intra- and inter-op pools, torch
+``set_num_threads``), in float32 and, where the CPU has bfloat16 instructions, mixed bfloat16 (our export built
+with ``dtype="mixed_bfloat16"``; torch under ``autocast(bfloat16)``).
+
+Reported per (implementation, inputs, batch, precision): latency p50 and p99 over the timed calls (n given; at
+batch 32 there are few calls, so p99 is close to the maximum), throughput = batch / mean latency (sequences/s),
+and HF p50 / ours p50 (above 1: ours is faster). The preprocessing's share of the raw-text latency at batch 32 is
+measured two ways: the in-graph preprocessor alone (``XLNetPreprocessor`` under ``tf.function``, same ops as in
+the export) over the raw-text p50, and (raw text p50 - ids p50) / raw text p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from workload import THREADS, set_thread_env  # noqa: E402
+
+CONFIG = os.path.join(ROOT, "configs", "xlnet_cased_L-12_H-768_A-12.json")
+SPIECE = os.path.join(ROOT, "data", "spiece.model")
+SEQ = 128
+BATCHES = (1, 32)
+BEGIN, END = "<!-- bench_serving.py:begin -->", "<!-- bench_serving.py:end -->"
+
+
+def sentences(n: int) -> list:
+    """The first ``n`` sentences of the bundled sentiment dev set (real text of typical review length)."""
+    with open(os.path.join(ROOT, "data", "sentiment", "dev.tsv"), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t")[0] for line in f][1:]
+    return rows[:n]
+
+
+def timed(fn, batch: int, budget_s: float, min_calls: int, max_calls: int, warmup: int = 2) -> dict:
+    """Latency of ``fn()`` (after ``warmup`` calls): p50/p99/mean in ms over at least ``min_calls`` calls and
+    ``budget_s`` seconds (at most ``max_calls``); throughput in sequences/s; the load average after."""
+    for _ in range(warmup):
+        fn()
+    times, start = [], time.perf_counter()
+    while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() - start < budget_s):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    ms = np.array(times) * 1e3
+    return dict(p50=float(np.percentile(ms, 50)), p99=float(np.percentile(ms, 99)), mean=float(ms.mean()),
+                n=len(times), throughput=batch / (ms.mean() / 1e3), load=os.getloadavg()[0])
+
+
+def budget(batch: int, quick: bool) -> dict:
+    """Timing budget per row: a batch of 32 takes seconds on 2 cores, so few calls (p99 ~ the maximum there)."""
+    if batch == 1:
+        return dict(budget_s=2 if quick else 4, min_calls=10 if quick else 20, max_calls=200)
+    return dict(budget_s=2 if quick else 6, min_calls=3, max_calls=50, warmup=1)
+
+
+# -- children: each in a fresh process --------------------------------------------------------------------------
+def child_tf(args) -> dict:
+    """TF Serving's view: TensorFlow + tensorflow-text kernels, the SavedModel, nothing of xlnet_tf."""
+    import glob
+    import importlib.util
+
+    text_dir = importlib.util.find_spec("tensorflow_text").submodule_search_locations[0]
+    import tensorflow as tf
+
+    for library in sorted(glob.glob(os.path.join(text_dir, "python", "ops", "_*.so"))):
+        tf.load_op_library(library)
+    assert not [m for m in sys.modules if m.startswith("xlnet_tf")]
+    data = np.load(args._data, allow_pickle=True)
+    loaded = tf.saved_model.load(args._export)
+    text_fn, ids_fn = loaded.signatures["serving_default"], loaded.signatures["serve_ids"]
+    results = {}
+    for batch in args._batches:
+        strings = tf.constant(list(data["sentences"][:batch]))
+        ids = {k: tf.constant(data[k][:batch]) for k in ("input_ids", "segment_ids", "padding_mask")}
+        results[f"text/{batch}"] = timed(lambda: text_fn(sentence=strings)["probabilities"].numpy(), batch,
+                                         **budget(batch, args.quick))
+        results[f"ids/{batch}"] = timed(lambda: ids_fn(**ids)["probabilities"].numpy(), batch,
+                                        **budget(batch, args.quick))
+    return results
+
+
+def child_hf(args) -> dict:
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    with open(CONFIG) as f:
+        c = json.load(f)
+    config = transformers.XLNetConfig(vocab_size=c["n_token"], d_model=c["d_model"], n_layer=c["n_layer"],
+                                      n_head=c["n_head"], d_inner=c["d_inner"], ff_activation=c["ff_activation"],
+                                      untie_r=c["untie_r"], num_labels=2, summary_type="last",
+                                      summary_use_proj=True, dropout=0.1)
+    torch.manual_seed(0)
+    model = transformers.XLNetForSequenceClassification(config).eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(SPIECE, os.path.join(tmp, "spiece.model"))
+        tokenizer = transformers.XLNetTokenizerFast.from_pretrained(tmp)
+    data = np.load(args._data, allow_pickle=True)
+    autocast = args._dtype == "mixed_bfloat16"
+    results = {}
+
+    def forward(inputs):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return torch.softmax(model(**inputs).logits.float(), -1).numpy()
+
+    for batch in args._batches:
+        strings = [s.decode("utf-8") for s in data["sentences"][:batch]]
+
+        def encode():
+            return tokenizer(strings, padding="max_length", truncation=True, max_length=SEQ, return_tensors="pt",
+                             return_token_type_ids=True)
+        ids = encode()
+        results[f"text/{batch}"] = timed(lambda: forward(encode()), batch, **budget(batch, args.quick))
+        results[f"ids/{batch}"] = timed(lambda: forward(ids), batch, **budget(batch, args.quick))
+    return results
+
+
+# -- the parent ---------------------------------------------------------------------------------------------------
+def export(dtype: str, directory: str, log) -> tuple:
+    """The exported classifier in ``dtype`` (a SavedModel under ``directory``), the encoded strings and the
+    in-graph preprocessor's own latency at batch 32 (ms, p50)."""
+    import keras
+    import tensorflow as tf
+
+    sys.path.insert(0, ROOT)
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.finetune.export import ServingInfo, write_serving_model
+    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.preprocessing import XLNetPreprocessor
+
+    keras.utils.set_random_seed(0)
+    model = XLNetClassifier(XLNetConfig.from_json(CONFIG), num_labels=2, task_scope="bench", dtype=dtype)
+    pre = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ)
+    info = ServingInfo(kind="classification", task="bench", max_seq_length=SEQ, labels=["0", "1"], global_step=1)
+    start = time.perf_counter()
+    path = write_serving_model(model, directory, info, SPIECE, pre)
+    log(f"exported {dtype} in {time.perf_counter() - start:.0f} s: {path}")
+    strings = sentences(max(BATCHES))
+    features = {k: v.numpy() for k, v in pre(strings).items()}
+    encode = tf.function(lambda s: pre(s))
+    batch = tf.constant(strings[:32])
+    pre_only = timed(lambda: encode(batch)["input_ids"].numpy(), 32, budget_s=3, min_calls=10, max_calls=100)
+    return path, strings, features, pre_only
+
+
+def run_child(kind: str, dtype: str, export_dir: str, data: str, args, log) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), f"--_child={kind}", f"--_dtype={dtype}", f"--_data={data}",
+           f"--_export={export_dir}", f"--threads={args.threads}", "--_batches", *map(str, args._batches)]
+    if args.quick:
+        cmd.append("--quick")
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} {dtype} child failed:\n{done.stderr[-3000:]}")
+    log(f"{kind} {dtype}: {time.perf_counter() - start:.0f} s")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def render(rows: dict, pre_share: dict, meta: dict) -> str:
+    lines = [f"Serving an XLNet-Base-shape classifier (12 layers, d_model 768, seq 128, 2 labels, random weights), "
+             f"measured {meta['when']} with {meta['threads']} threads on {meta['cpu']}; load average "
+             f"{meta['load_before']:.2f} before, {meta['load_after']:.2f} after (a shared machine: other processes "
+             f"were running). Ours: the SavedModel loaded as TF Serving loads it (fresh process, TensorFlow + "
+             f"tensorflow-text kernels only); HF: transformers {meta['transformers']} / torch {meta['torch']} "
+             f"`XLNetForSequenceClassification` + `XLNetTokenizerFast` of the same `data/spiece.model`. "
+             "Raw text = tokenization + model; ids = model only. vs HF = HF p50 / ours p50; load = the 1-minute "
+             "load average after our row / after HF's (2 = both cores busy with this benchmark alone).", "",
+             "| precision | inputs | batch | ours p50 (ms) | ours p99 (ms) | ours seq/s | HF p50 (ms) | HF p99 (ms) "
+             "| HF seq/s | vs HF | load |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (dtype, key), (ours, hf) in rows.items():
+        inputs, batch = key.split("/")
+        name = "raw text" if inputs == "text" else "ids"
+        lines.append(f"| {dtype} | {name} | {batch} | {ours['p50']:.1f} | {ours['p99']:.1f} | "
+                     f"{ours['throughput']:.1f} | {hf['p50']:.1f} | {hf['p99']:.1f} | {hf['throughput']:.1f} | "
+                     f"{hf['p50'] / ours['p50']:.2f}x | {ours['load']:.1f} / {hf['load']:.1f} |")
+    lines.append("")
+    for dtype, share in pre_share.items():
+        lines.append(f"**In-graph preprocessing at batch 32 ({dtype}):** {share['alone']:.1f} ms alone = "
+                     f"{100 * share['share']:.1f}% of the raw-text p50 (target <= 10%); raw text - ids = "
+                     f"{100 * share['difference']:.1f}% of it.")
+    lines.append("")
+    lines.append(f"Calls per row: {meta['calls']}. Command: `{meta['command']}`.")
+    return "\n".join(lines)
+
+
+def write_between_markers(path: str, block: str, log) -> None:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        log(f"{path}: no {BEGIN} block; not updated")
+        return
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}")
+    os.replace(path + ".tmp", path)
+    log(f"updated {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=THREADS)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dtypes", default=None, help="comma-separated (default: float32, plus mixed_bfloat16 "
+                        "where the CPU has bfloat16 instructions)")
+    parser.add_argument("--out", default=os.path.join(HERE, "results_serving.md"))
+    parser.add_argument("--_child", choices=["tf", "hf"])
+    parser.add_argument("--_dtype")
+    parser.add_argument("--_data")
+    parser.add_argument("--_export")
+    parser.add_argument("--_batches", type=int, nargs="+", default=list(BATCHES))
+    args = parser.parse_args()
+    set_thread_env(args.threads)
+    if args._child:
+        result = (child_tf if args._child == "tf" else child_hf)(args)
+        sys.stdout.write("\n" + json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)
+
+    from bench_pretrain import machine_info
+
+    def log(message):
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    with open("/proc/cpuinfo") as f:
+        bf16 = any(flag in f.read() for flag in ("avx512_bf16", "amx_bf16"))
+    dtypes = args.dtypes.split(",") if args.dtypes else ["float32"] + (["mixed_bfloat16"] if bf16 else [])
+    if args.quick:
+        dtypes, args._batches = dtypes[:1], [32]
+    load_before, started = os.getloadavg()[0], time.perf_counter()
+    log(f"machine: {machine_info()}; load average {load_before:.2f}; {args.threads} threads; {dtypes}")
+    import torch
+    import transformers
+
+    rows, pre_share = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in dtypes:
+            path, strings, features, pre_only = export(dtype, os.path.join(tmp, dtype), log)
+            data = os.path.join(tmp, f"{dtype}.npz")
+            np.savez(data, sentences=np.array([s.encode() for s in strings], dtype=object), **features)
+            ours = run_child("tf", dtype, path, data, args, log)
+            hf = run_child("hf", dtype, path, data, args, log)
+            for key in ours:
+                rows[(dtype, key)] = (ours[key], hf[key])
+            if "text/32" in ours:
+                text = ours["text/32"]["p50"]
+                pre_share[dtype] = dict(alone=pre_only["p50"], share=pre_only["p50"] / text,
+                                        difference=(text - ours["ids/32"]["p50"]) / text)
+            shutil.rmtree(os.path.join(tmp, dtype), ignore_errors=True)
+    calls = ", ".join(f"{d} {k}: ours {o['n']}, HF {h['n']}" for (d, k), (o, h) in rows.items())
+    meta = dict(when=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=args.threads, cpu=machine_info(),
+                load_before=load_before, load_after=os.getloadavg()[0], transformers=transformers.__version__,
+                torch=torch.__version__, calls=calls,
+                command="python bench/bench_serving.py" + (" --quick" if args.quick else ""))
+    report = render(rows, pre_share, meta)
+    print(report)
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    if not args.quick:
+        with open(args.out + ".tmp", "w", encoding="utf-8") as f:
+            f.write("# Serving benchmark (bench/bench_serving.py)\n\n" + report + "\n")
+        os.replace(args.out + ".tmp", args.out)
+        write_between_markers(os.path.join(ROOT, "docs", "serving.md"), report, log)
+
+
+if __name__ == "__main__":
+    main()
