@@ -1,13 +1,18 @@
-"""The SQuAD export: serve_ids reproduces the Keras head's beam outputs, and the SavedModel holds stock TensorFlow
-ops only (TF Serving has neither xlnet_tf's C++ kernels nor XLA)."""
+"""The SQuAD export: raw question and context in, run_squad.py --do_predict's answers out (checked in a fresh
+process with TensorFlow and tensorflow-text's kernels only, as TF Serving loads it); bad requests; serve_ids
+reproduces the Keras head's beam outputs, and the SavedModel holds stock TensorFlow ops only."""
 
+import json
 import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from test_squad import SMALL, _inference_batch  # the head's test batch (P, Q, CLS, padding)
+from test_export import decoded, serve, strings
+from test_squad import FIXTURES, REPO, SMALL, SPIECE, _inference_batch  # the head's test batch (P, Q, CLS, pad)
+from xlnet_tf.finetune import squad_data
 from xlnet_tf.finetune.export import ServingInfo, write_serving_model
 from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS
 from xlnet_tf.models.heads import XLNetSquad
@@ -46,3 +51,59 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
         np.testing.assert_allclose(got[key].numpy(), expected[key].numpy(), rtol=1e-5, atol=1e-5)
     assert got["end_top_index"].shape == (3, 6)
     assert not {t for t in op_types(path) if t.startswith("Xlnet") or t.startswith("_Xla") or t == "XlaLaunch"}
+
+
+@pytest.fixture(scope="module")
+def squad_run(tmp_path_factory):
+    """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
+    dev file and --export_dir, as a user runs them."""
+    from xlnet_tf.finetune import squad_runner
+    from xlnet_tf.finetune.settings import SquadSettings
+
+    tmp = tmp_path_factory.mktemp("squad_export")
+    settings = SquadSettings(
+        model_config_path=os.path.join(REPO, "configs", "tiny.json"), spiece_model_file=SPIECE,
+        model_dir=str(tmp / "model"), output_dir=str(tmp / "features"), predict_dir=str(tmp / "predict"),
+        export_dir=str(tmp / "serving"), train_file=os.path.join(FIXTURES, "train-v2.0.json"),
+        predict_file=os.path.join(FIXTURES, "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64,
+        max_query_length=16, doc_stride=24, max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2,
+        learning_rate=1e-3, predict_batch_size=16, dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
+    squad_runner.run(settings)
+    dev = squad_data.read_squad_file(settings.predict_file, False)
+    read = {}
+    for name in ("predictions.json", "null_odds.json"):
+        with open(os.path.join(settings.predict_dir, name)) as f:
+            read[name] = json.load(f)
+    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples,
+                predictions=read["predictions.json"], null_odds=read["null_odds.json"])
+
+
+def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run):
+    """serving_default on the dev questions and contexts answers what run_squad.py --do_predict writes (text and
+    null odds), with offsets into the original context."""
+    examples = squad_run["examples"]
+    reply = serve({"export": squad_run["export"], "calls": [{"signature": "serving_default", "inputs": {
+        "question": strings(e.question_text for e in examples),
+        "context": strings(e.paragraph_text for e in examples)}}]})
+    out = reply["calls"][0]["outputs"]
+    texts = decoded(out["text"])
+    assert texts == [squad_run["predictions"][e.qas_id] for e in examples]
+    np.testing.assert_allclose(out["null_odds"]["value"], [squad_run["null_odds"][e.qas_id] for e in examples],
+                               rtol=1e-5, atol=1e-5)
+    for e, text, start, end in zip(examples, texts, out["start_char"]["value"], out["end_char"]["value"]):
+        assert e.paragraph_text[start:end] == text if text else (start, end) == (-1, -1)
+    assert sum(bool(t) for t in texts) > len(texts) // 2  # mostly real spans, not the no-span fallback
+
+
+def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(squad_run):
+    reply = serve({"export": squad_run["export"], "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
+                   "calls": [{"signature": "serving_default", "inputs": {
+                       "question": strings(["Who?", "", "Who?"]),
+                       "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
+    counts = reply["fuzz"]
+    assert counts["unexpected_errors"] == [] and counts["missing_errors"] == 0
+    assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 300
+    assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0
+    out = reply["calls"][0]["outputs"]  # an empty question or context: what run_squad.py skips, "" and 1e6
+    assert decoded(out["text"])[1:] == ["", ""] and out["null_odds"]["value"][1:] == [1e6, 1e6]
+    assert out["start_char"]["value"][1:] == [-1, -1]

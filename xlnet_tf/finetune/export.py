@@ -255,9 +255,8 @@ def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
     kwargs = {}
     if info.kind == "multiple_choice":
         kwargs["max_qa_length"] = info.max_qa_length
-    if info.kind == "squad" and not hasattr(XLNetPreprocessor, "squad"):
-        logging.warning("this XLNetPreprocessor has no SQuAD windows: the export's serving_default takes ids")
-        return None
+    if info.kind == "squad":
+        kwargs.update(max_query_length=info.squad["max_query_length"], doc_stride=info.squad["doc_stride"])
     return XLNetPreprocessor.from_file(spiece_model_file, seq_length=info.max_seq_length,
                                        lower_case=info.lower_case, **kwargs)
 

@@ -31,3 +31,91 @@ def squad_task(config, start_n_top: int = 5, end_n_top: int = 5, dtype: str = "f
     return FinetuneTask(build_model=lambda: XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top,
                                                        dtype=dtype),
                         loss_fn=squad_loss)
+
+
+def best_answers(model: XLNetSquad, preprocessor, question, context, settings: dict) -> dict:
+    """``run_squad.py --do_predict``'s answer per question, in TensorFlow ops (the SQuAD export's raw-text
+    signature): the same windows, beam and rules as ``squad_postprocess.compute_predictions``.
+
+    question, context: [B] strings. ``preprocessor.squad(question, context)`` (``XLNetPreprocessor``) gives the W
+    windows: the model inputs [W, S] / [W], ``example_index`` [W], ``token_is_max_context`` [W, S] and each
+    paragraph token's first and last character in the context, ``token_start_char``/``token_end_char`` [W, S]
+    (-1 outside the paragraph). ``settings``: ``max_answer_length`` (the beam is the model's ``start_n_top``,
+    ``end_n_top``).
+
+    Over every window's ``start_n_top x end_n_top`` beam, the candidates with start and end inside the paragraph,
+    the start in its max-context window, ``end >= start`` and at most ``max_answer_length`` pieces; the best by
+    ``start_log_prob + end_log_prob`` (summed in float64 as the Python code does; ties go to the earlier window and
+    beam position, as its stable sort). Returns, each [B]: ``text`` (the context's characters from the start
+    piece's first to the end piece's last, stripped of whitespace as Python's ``str.strip``), ``start_char`` and
+    ``end_char`` (``context[start_char:end_char] == text`` in characters; -1 when there is no valid span: text
+    ""), ``null_odds`` (the minimum answer-class logit over the question's windows). A question that
+    ``run_squad.py`` skips (empty question or context, a context over ``squad_data.MAX_PARAGRAPH_CHARS``
+    characters, no window) answers "" with ``null_odds`` = ``squad_postprocess.SKIPPED_NULL_ODDS``.
+    """
+    from xlnet_tf.finetune.squad_data import INFERENCE_KEYS, MAX_PARAGRAPH_CHARS
+    from xlnet_tf.finetune.squad_postprocess import SKIPPED_NULL_ODDS
+    from xlnet_tf.preprocessing import _classes
+
+    k1, k2 = model.start_n_top, model.end_n_top
+    batch = tf.shape(question)[0]
+    space = _classes()["space"]  # Python's str.isspace, as str.strip uses it
+
+    def utf8(x):
+        return tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
+    def blank(x):
+        return tf.equal(tf.strings.regex_replace(x, f"^{space}+|{space}+$", ""), "")
+
+    question, context = utf8(question), utf8(context)
+    # What run_squad.py skips when reading the file; such a question gets no windows (an empty context).
+    skipped = blank(question) | blank(context) | (tf.strings.length(context, unit="UTF8_CHAR") > MAX_PARAGRAPH_CHARS)
+    windows = preprocessor.squad(question, tf.where(skipped, "", context))
+    outputs = model({k: windows[k] for k in INFERENCE_KEYS}, training=False)
+    example = tf.cast(windows["example_index"], tf.int32)  # [W]
+
+    # The beam, flattened per window in the Python loops' order: start i, then end j ([W, k1 * k2]).
+    start = tf.repeat(outputs["start_top_index"], k2, axis=1)
+    end = outputs["end_top_index"]
+    score = (tf.repeat(tf.cast(outputs["start_top_log_probs"], tf.float64), k2, axis=1)
+             + tf.cast(outputs["end_top_log_probs"], tf.float64))
+    first_char, last_char = windows["token_start_char"], windows["token_end_char"]  # [W, S], -1: not paragraph
+    in_paragraph = ((tf.gather(first_char, start, batch_dims=1) >= 0)
+                    & (tf.gather(last_char, end, batch_dims=1) >= 0))
+    max_context = tf.gather(tf.cast(windows["token_is_max_context"], tf.bool), start, batch_dims=1)
+    valid = (in_paragraph & max_context & (end >= start)
+             & (end - start + 1 <= settings["max_answer_length"]))
+
+    # Per question: the first candidate (window order, then beam order) with the highest valid score.
+    per_window = k1 * k2
+    flat_valid = tf.reshape(valid, [-1])
+    flat_score = tf.where(flat_valid, tf.reshape(score, [-1]), tf.constant(-float("inf"), tf.float64))
+    flat_example = tf.repeat(example, per_window)
+    best_score = tf.math.unsorted_segment_max(flat_score, flat_example, batch)  # -inf: no valid candidate
+    position = tf.range(tf.size(flat_score))
+    is_best = flat_valid & (flat_score == tf.gather(best_score, flat_example))
+    first = tf.math.unsorted_segment_min(tf.where(is_best, position, tf.size(flat_score)), flat_example, batch)
+    found = first < tf.size(flat_score)
+    # One all-zero row after the windows, picked when a question has no valid span (or there are no windows).
+    def padded(x):
+        return tf.concat([tf.cast(x, tf.int32), tf.zeros([1, tf.shape(x)[1]], tf.int32)], axis=0)
+    window = tf.where(found, first // per_window, tf.shape(example)[0])
+    slot = tf.where(found, first % per_window, 0)
+    s = tf.gather_nd(padded(start), tf.stack([window, slot], 1))
+    e = tf.gather_nd(padded(end), tf.stack([window, slot], 1))
+    char_start = tf.gather_nd(padded(first_char), tf.stack([window, s], 1))
+    char_end = tf.gather_nd(padded(last_char), tf.stack([window, e], 1))
+
+    raw = tf.strings.substr(context, char_start, tf.maximum(char_end - char_start + 1, 0), unit="UTF8_CHAR")
+    left = tf.strings.regex_replace(raw, f"^{space}+", "")
+    text = tf.strings.regex_replace(left, f"{space}+$", "")
+    answer_start = char_start + tf.strings.length(raw, unit="UTF8_CHAR") - tf.strings.length(left, unit="UTF8_CHAR")
+    answer_end = answer_start + tf.strings.length(text, unit="UTF8_CHAR")
+
+    null_odds = tf.math.unsorted_segment_min(tf.cast(outputs["cls_logits"], tf.float32), example, batch)
+    skipped |= tf.math.unsorted_segment_sum(tf.ones_like(example), example, batch) == 0  # no window
+    answered = found & ~skipped
+    return {"text": tf.where(answered, text, ""),
+            "start_char": tf.where(answered, answer_start, -1),
+            "end_char": tf.where(answered, answer_end, -1),
+            "null_odds": tf.where(skipped, tf.constant(SKIPPED_NULL_ODDS, tf.float32), null_odds)}
