@@ -83,7 +83,7 @@ def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     checkpoint; the rerun resumes that run from it, records the failure with its reason and finishes the third;
     a third invocation skips the two finished runs."""
     path = write_job(tmp_path, [
-        {"name": "first", "train_steps": 30, "save_steps": 1, "iterations": 1},
+        {"name": "first", "train_steps": 12, "save_steps": 1, "iterations": 1},
         {"name": "broken", "data_dir": str(tmp_path / "no_such_dir"), "train_steps": 2},
         {"name": "third", "seed": 7, "train_steps": 2}])
     out = tmp_path / "out"
@@ -106,7 +106,7 @@ def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     by_run = {r["run"]: r for r in results["runs"]}
     assert [r["status"] for r in results["runs"]] == ["done", "failed", "done"]
     assert by_run["broken"]["reason"] == f"--data_dir={tmp_path / 'no_such_dir'}: not a directory"
-    assert by_run["first"]["best_step"] == 30 and by_run["third"]["best_step"] == 2
+    assert by_run["first"]["best_step"] == 12 and by_run["third"]["best_step"] == 2
     assert by_run["third"]["seed"] == 7 and by_run["first"]["metric"] == "accuracy"
     assert 0 <= by_run["first"]["value"] <= 1
     assert "| broken | sst-2 | - | - | - | - | failed |" in (out / "results.md").read_text()

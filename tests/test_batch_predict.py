@@ -150,6 +150,13 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
         assert [r["prediction"] for r in ckpt] == [r["prediction"] for r in sm]
         np.testing.assert_allclose([r["probabilities"] for r in ckpt], [r["probabilities"] for r in sm],
                                    atol=2e-6)
+    # A rerun skips finished shards, unless their input changed since.
+    with open(tmp_path / "in" / "part-00.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"id": "new", "sentence": "One more."}\n')
+    again = bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"),
+                              batch_size=16)
+    assert [s["rows"] for s in again["shards"]] == [41, 40]
+    assert read_jsonl(tmp_path / "sm" / "part-00.jsonl.predictions.jsonl")[-1]["id"] == "new"
     # Another model into the same output directory is refused, not mixed in.
     with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
         bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))

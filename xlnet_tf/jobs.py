@@ -346,8 +346,9 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
                 with open(row["log"], encoding="utf-8", errors="replace") as f:
                     f.seek(offset)
                     reason = failure_reason(f.read(), returncode)
-                if forward.received:
-                    reason = f"interrupted by signal {signal.Signals(forward.received).name} ({reason})"
+                if forward.received:  # exit 0: it checkpointed and stopped (preemption)
+                    reason = (f"interrupted by signal {signal.Signals(forward.received).name}"
+                              + ("" if returncode == 0 else f" ({reason})"))
                 status = "interrupted" if forward.received else "failed"
                 row.update(status=status, reason=reason)
                 print(f"[jobs] {run.name}: {status.upper()}: {reason} (log: {row['log']})", flush=True)

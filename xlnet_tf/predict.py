@@ -184,8 +184,8 @@ class KerasPredictor(Predictor):
 
     def __init__(self, model, tokenizer, max_seq_length: int, labels: Optional[list], regression: bool,
                  identity: dict, pair: Optional[bool] = None):
-        self.tokenizer, self.max_seq_length, self.labels, self.regression = tokenizer, max_seq_length, labels, regression
-        self.identity, self.pair = identity, pair
+        self.tokenizer, self.max_seq_length, self.labels = tokenizer, max_seq_length, labels
+        self.regression, self.identity, self.pair = regression, identity, pair
         spec = tf.TensorSpec([None, max_seq_length], tf.int32)
 
         @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, max_seq_length], tf.float32)])
@@ -451,7 +451,8 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         raise ValueError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
         flag = "--predict_text_fields" if glob_flag == "--predict_input_glob" else "--text_fields"
-        raise ValueError(f"{flag}: the model reads {'sentence pairs: name two fields (a,b)' if predictor.pair else 'single sentences: name one field'}")
+        wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
+        raise ValueError(f"{flag}: the model reads {wanted}")
     shards = list_shards(input_glob, glob_flag)
     formats = {path: shard_format(path, input_format) for path in shards}
     names = [output_name(p) for p in shards]
@@ -475,14 +476,18 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
                              + "): use another --output_dir, or --overwrite to predict every shard again")
     _remove_stale_temporaries(output_dir, names)
     done_before = {s["input"]: s for s in previous.get("shards", [])}
-    sizes = {p: tf.io.gfile.stat(p).length for p in shards}
+    stats_of = {p: tf.io.gfile.stat(p) for p in shards}
+    sizes = {p: st.length for p, st in stats_of.items()}
+    identity = {p: [st.length, st.mtime_nsec] for p, st in stats_of.items()}  # an input rewritten since: again
     records, todo = [], []
     for path, name in zip(shards, names):
         out = os.path.join(output_dir, name)
         if not overwrite and tf.io.gfile.exists(out) and path in done_before:
-            records.append(done_before[path])
-        else:
-            todo.append(path)
+            if done_before[path].get("input_identity") == identity[path]:
+                records.append(done_before[path])
+                continue
+            logging.warning("%s changed since its predictions were written; predicting it again", path)
+        todo.append(path)
     if len(todo) < len(shards):
         logging.info("predict: %d of %d shards already done in %s; skipping them", len(shards) - len(todo),
                      len(shards), output_dir)
@@ -518,8 +523,10 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         progress.shard_done(sizes[path])
         progress.update(0, 0, f"{label} done", force=True)
         if stats.skipped:
-            logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped, "; ".join(stats.skipped_rows[:3]))
-        summary["shards"].append(dict(input=path, output=os.path.join(output_dir, output_name(path)),
+            logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped,
+                            "; ".join(stats.skipped_rows[:3]))
+        summary["shards"].append(dict(input=path, input_identity=identity[path],
+                                      output=os.path.join(output_dir, output_name(path)),
                                       format=formats[path], rows=stats.rows, skipped=stats.skipped,
                                       truncated=stats.truncated if not predictor.takes_text else 0,
                                       skipped_rows=stats.skipped_rows,
