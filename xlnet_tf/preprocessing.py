@@ -119,6 +119,8 @@ class XLNetPreprocessor(keras.layers.Layer):
       remove_space: collapse whitespace runs to one space and strip the ends (XLNet always does).
       max_qa_length: multiple choice: the question+option tokens kept (the last ones), as ``--max_qa_length``;
         default 128 (``run_classifier.py``'s) or ``seq_length - 3`` if that is smaller.
+      max_query_length, doc_stride: SQuAD: the question tokens kept (the first ones) and the stride of the
+        paragraph windows, as ``run_squad.py``'s flags; default 64 (or ``seq_length - 4`` if smaller) and 128.
 
     Calls (strings are tf.string tensors, Python lists or numpy arrays; B = batch, C = choices):
       ``pre(sentence)`` / ``pre(sentence, sentence2)``: [B] (and [B]) -> dict of ``input_ids`` int32 [B, S],
@@ -130,6 +132,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         [B, C, S], as ``race_data.encode_example``: ``article <sep> question-with-option <sep> <cls>`` (a ``_`` in
         the question is replaced by the option, else the option is appended after a space), the question+option
         part cut to its last ``max_qa_length`` tokens and the article to what is left.
+      ``pre.squad(question, context)``: [B], [B] -> the paragraph windows of ``squad_data`` (see ``squad``).
       ``pre.tokenize(strings)``: [N] -> tf.RaggedTensor int32 [N, (tokens)], ``XLNetTokenizer.encode_ids``.
 
     Invalid UTF-8 is not an error: each bad byte sequence becomes U+FFFD as Python's ``errors="replace"`` does.
@@ -147,7 +150,8 @@ class XLNetPreprocessor(keras.layers.Layer):
     """
 
     def __init__(self, spiece_model: bytes, seq_length: int = 512, lower_case: bool = False,
-                 keep_accents: bool = False, remove_space: bool = True, max_qa_length: int | None = None, **kwargs):
+                 keep_accents: bool = False, remove_space: bool = True, max_qa_length: int | None = None,
+                 max_query_length: int | None = None, doc_stride: int = 128, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
         if not isinstance(spiece_model, (bytes, bytearray)):
@@ -159,6 +163,14 @@ class XLNetPreprocessor(keras.layers.Layer):
             max_qa_length = min(128, seq_length - 3)
         if not isinstance(max_qa_length, int) or not 1 <= max_qa_length <= seq_length - 3:
             raise ValueError(f"max_qa_length={max_qa_length!r}: must be in [1, seq_length - 3 = {seq_length - 3}]")
+        if max_query_length is None:
+            max_query_length = min(64, seq_length - 4)
+        if not isinstance(max_query_length, int) or not 1 <= max_query_length <= seq_length - 4:
+            raise ValueError(f"max_query_length={max_query_length!r}: must be in [1, seq_length - 4 = "
+                             f"{seq_length - 4}] (SQuAD windows need room for a paragraph token)")
+        if not isinstance(doc_stride, int) or doc_stride < 1:
+            raise ValueError(f"doc_stride={doc_stride!r}: must be a positive int")
+        self.max_query_length, self.doc_stride = max_query_length, doc_stride
         import tensorflow_text as tf_text  # imported here: only the preprocessor needs it
 
         self.spiece_model = bytes(spiece_model)
@@ -173,6 +185,8 @@ class XLNetPreprocessor(keras.layers.Layer):
                 # between equal-score segmentations ("7"+"77" vs "77"+"7" in "5777") unlike the sentencepiece
                 # package, the former agrees with it (tested).
                 self._sentencepiece = tf_text.FastSentencepieceTokenizer(self.spiece_model)
+                # SQuAD needs each token's place in the text, which only this one reports.
+                self._sentencepiece_offsets = vocab
             except (tf.errors.OpError, ValueError, RuntimeError) as error:
                 raise ValueError(f"spiece_model: not a SentencePiece model proto ({error})") from None
             piece_ids = {p: i for i, p in reversed(list(enumerate(pieces)))}
@@ -199,35 +213,33 @@ class XLNetPreprocessor(keras.layers.Layer):
 
     # --- tokenization ------------------------------------------------------------------------------------------
 
-    def clean(self, strings) -> tf.Tensor:
+    def clean(self, strings, quotes_last: bool = False) -> tf.Tensor:
         """``tokenization.preprocess_text`` on a string tensor (any shape): U+FFFD for invalid UTF-8, whitespace
-        collapsed and stripped, ``` `` ```/``''`` -> ``"``, NFKD without combining marks, lower-case."""
+        collapsed and stripped, ``` `` ```/``''`` -> ``"``, NFKD without combining marks, lower-case.
+        ``quotes_last``: the quotes are replaced after the rest, as SQuAD's features do it (``squad_data``)."""
         text = _text_tensor(strings, "strings")
         with tf.device("/CPU:0"):
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
             if self.remove_space:  # " ".join(text.strip().split()): Python's whitespace, not RE2's \s
                 text = tf.strings.regex_replace(text, self._classes["space"] + "+", " ")
                 text = tf.strings.regex_replace(text, "^ | $", "")
-            text = tf.strings.regex_replace(text, "``", '"')
-            text = tf.strings.regex_replace(text, "''", '"')
+            if not quotes_last:
+                text = _replace_quotes(text)
             if not self.keep_accents:
-                import tensorflow_text as tf_text
-                text = tf_text.normalize_utf8(text, "NFKD")
-                text = tf.strings.regex_replace(text, self._classes["combining"], "")
-            if self.lower_case:  # in pieces between NULs: tf.strings.lower's ICU conversion stops at the first NUL
-                parts = tf.strings.split(text, "\x00")  # (and reduce_join's separator too: joined by hand)
-                nul = tf.where(_positions(parts).flat_values < tf.repeat(parts.row_lengths() - 1, parts.row_lengths()),
-                               "\x00", "")
-                text = tf.strings.reduce_join(parts.with_flat_values(
-                    tf.strings.lower(parts.flat_values, encoding="utf-8") + nul), axis=-1)
-            return text
+                text = self._strip_accents(text)
+            if self.lower_case:
+                text = _lower(text)
+            return _replace_quotes(text) if quotes_last else text
+
+    def _strip_accents(self, text: tf.Tensor) -> tf.Tensor:
+        import tensorflow_text as tf_text
+        return tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFKD"), self._classes["combining"], "")
 
     def tokenize(self, strings) -> tf.RaggedTensor:
         """[N] strings -> tf.RaggedTensor int32 [N, (tokens)]: ``XLNetTokenizer(lower=lower_case).encode_ids``."""
         text = self.clean(_batch_of_strings(strings, "strings"))
         with tf.device("/CPU:0"):
-            ids = self._sentencepiece.tokenize(text).with_row_splits_dtype(tf.int64)
-            return self._split_digit_commas(ids)
+            return self._encode(text)
 
     def _digit_comma_tables(self, pieces: list, piece_ids: dict) -> None:
         """Per-id tables for ``_split_digit_commas``, computed with Python's string tests as ``encode_pieces``
@@ -244,25 +256,56 @@ class XLNetPreprocessor(keras.layers.Layer):
                                                for p in pieces], tf.int32)
         self._comma_id = piece_ids[","]
 
-    def _split_digit_commas(self, ids: tf.RaggedTensor) -> tf.RaggedTensor:
+    def _tokenize_with_offsets(self, text: tf.Tensor):
+        """[N] strings -> (ids, begin, end) [N, (T)]: the ids of ``_sentencepiece`` (which breaks ties between
+        equal-score segmentations as the ``sentencepiece`` package does) with the byte offsets of
+        ``_sentencepiece_offsets`` (which breaks some of them the other way). Where the two differ they hold the
+        same number of pieces in another order (a tie: "0" + "00" for "00" + "0"), and each piece takes the
+        offsets of the piece at its place, off by a character or two inside a run of one repeated character;
+        should the counts differ, the row is the second tokenizer's, ids and offsets."""
+        ids = self._sentencepiece.tokenize(text).with_row_splits_dtype(tf.int64)
+        other, begin, end = (r.with_row_splits_dtype(tf.int64)
+                             for r in self._sentencepiece_offsets.tokenize_with_offsets(text))
+        same = tf.equal(ids.row_lengths(), other.row_lengths())
+        rows = tf.range(ids.nrows())
+        ids = tf.gather(tf.concat([ids, other], axis=0), tf.where(same, rows, ids.nrows() + rows))
+        return ids, begin, end
+
+    def _split_digit_commas(self, ids: tf.RaggedTensor, begin=None, end=None):
         """The original ``encode_pieces`` fix: a piece ending in digit + comma (``▁2000,``) is replaced by the
         encoding of its text without the comma and any ``▁`` (with the leading ``▁`` dropped again if the piece
-        had none) and ``,``. [N, (T)] -> [N, (T')] ids."""
+        had none) and ``,``. [N, (T)] -> [N, (T')] ids. With ``begin`` and ``end``, the byte offsets [N, (T)]
+        of the pieces in the text (SQuAD), also those (``_tokenize_with_offsets``; the digits' text ends right before
+        the comma)."""
         flat = ids.flat_values
         split = tf.gather(self._splits, flat)
         chosen = tf.boolean_mask(flat, split)  # [F]
-        sub = self._sentencepiece.tokenize(tf.gather(self._digits_text, chosen)).with_row_splits_dtype(tf.int64)
+        digits = tf.gather(self._digits_text, chosen)
+        if begin is None:
+            sub = self._sentencepiece.tokenize(digits).with_row_splits_dtype(tf.int64)  # [F, (k)]
+        else:
+            sub, sub_begin, sub_end = self._tokenize_with_offsets(digits)
         had_no_underline = tf.repeat(~tf.gather(self._leading_underline, chosen), sub.row_lengths())
         strip = ((_positions(sub).flat_values == 0) & had_no_underline
                  & tf.gather(self._leading_underline, sub.flat_values))
         values = tf.where(strip, tf.gather(self._without_underline, sub.flat_values), sub.flat_values)
-        sub = tf.ragged.boolean_mask(sub.with_flat_values(values), sub.with_flat_values(values >= 0))
-        expanded = tf.concat([sub, _column(tf.fill(tf.shape(chosen), self._comma_id))], axis=1)  # [F, (k')]
+        kept = sub.with_flat_values(values >= 0)  # a bare "▁" stripped is dropped
         # Every piece becomes a row: itself, or (for the F split ones) its expansion; then the rows are merged.
-        rows = tf.concat([_column(flat), expanded], axis=0)  # [P + F, (m)]
         count = tf.size(flat, out_type=tf.int64)
         index = tf.where(split, count + tf.cumsum(tf.cast(split, tf.int64)) - 1, tf.range(count))
-        return ids.with_flat_values(tf.gather(rows, index)).merge_dims(1, 2)
+
+        def expand(pieces, replacements, comma):  # [P], [F, (k)], [F] -> [N, (T')]
+            expanded = tf.concat([tf.ragged.boolean_mask(replacements, kept), _column(comma)], axis=1)
+            rows = tf.concat([_column(pieces), expanded], axis=0)  # [P + F, (m)]
+            return ids.with_flat_values(tf.gather(rows, index)).merge_dims(1, 2)
+
+        new_ids = expand(flat, sub.with_flat_values(values), tf.fill(tf.shape(chosen), self._comma_id))
+        if begin is None:
+            return new_ids
+        comma_at = tf.boolean_mask(end.flat_values, split) - 1
+        base = (comma_at - tf.cast(tf.strings.length(digits), tf.int64))[:, None]
+        return (new_ids, expand(begin.flat_values, sub_begin + base, comma_at),
+                expand(end.flat_values, sub_end + base, comma_at + 1))
 
     # --- fine-tuning layouts -----------------------------------------------------------------------------------
 
@@ -317,11 +360,151 @@ class XLNetPreprocessor(keras.layers.Layer):
             features = self._pack(_keep_first(context, budget), tokens_qa)
             return {k: tf.reshape(v, [batch, choices, self.seq_length]) for k, v in features.items()}
 
+    # --- SQuAD ---------------------------------------------------------------------------------------------------
+
+    def squad(self, question, context) -> dict:
+        """SQuAD's inputs as ``squad_data.convert_examples_to_features`` builds them for prediction: every
+        paragraph is cut into windows of ``P <sep> Q <sep> <cls>`` (P = up to ``seq_length - len(Q) - 3``
+        paragraph tokens, each window ``min(that, doc_stride)`` tokens after the previous one, Q = the first
+        ``max_query_length`` question tokens), right-padded with id 0.
+
+        question, context: [B] strings. Returns, for the W windows of the whole batch (W >= B; a paragraph with
+        no tokens has none):
+          ``input_ids``, ``segment_ids`` int32 [W, S] (P=0, Q=1 (each with its sep), CLS=2, PAD=3);
+          ``padding_mask`` float32 [W, S] (1 = token); ``p_mask`` float32 [W, S] (1 = not an answer position:
+          everything but the paragraph tokens and CLS); ``cls_index`` int32 [W];
+          ``example_index`` int32 [W]: the window's row in the batch (windows of one example are consecutive);
+          ``token_start_char``, ``token_end_char`` int32 [W, S]: the characters of the *original* context that
+          the token covers, first and last (inclusive); -1 outside the paragraph. The answer between window
+          positions i <= j is ``tf.strings.substr(context, start, end - start + 1, unit="UTF8_CHAR")`` with start =
+          ``token_start_char[i]``, end = ``token_end_char[j]``, stripped of surrounding whitespace (as
+          ``squad_postprocess``); a token's start may be the whitespace before its word. For a context that is
+          not valid UTF-8 the characters are those of its U+FFFD-replaced text;
+          ``token_is_max_context`` bool [W, S]: the window where the token has the most context on both sides
+          (``squad_lib_sp._check_is_max_context``), the one whose prediction counts for it.
+
+        Text is cleaned as for SQuAD's features (the quotes replaced last, squad_lib_sp's order). Offsets come from
+        tensorflow-text's ``SentencepieceTokenizer`` (see ``_tokenize_with_offsets``): where it breaks a tie
+        between equal-score segmentations the other way, a token's characters can be off by one or two inside a
+        run of one repeated character ("3000").
+        """
+        question = _batch_of_strings(question, "question")
+        context = _batch_of_strings(context, "context")
+        with tf.device("/CPU:0"):
+            S = self.seq_length
+            query = _keep_first(self._encode(self.clean(question, quotes_last=True)),
+                                tf.fill(tf.shape(question), self.max_query_length))
+            tokens, start_char, end_char = self._encode_with_chars(context)  # [B, (T)] each
+            num_tokens = tokens.row_lengths()
+            len_q = query.row_lengths()
+            max_tokens = S - 3 - len_q  # paragraph tokens per window
+            step = tf.minimum(max_tokens, self.doc_stride)
+            windows = tf.where(num_tokens == 0, tf.zeros_like(num_tokens),
+                               1 + tf.maximum(num_tokens - max_tokens + step - 1, 0) // step)  # ceil
+            example = tf.repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), windows)  # [W]
+            start = tf.ragged.range(windows).flat_values * tf.gather(step, example)  # first paragraph token
+            length = tf.minimum(tf.gather(num_tokens, example) - start, tf.gather(max_tokens, example))
+            # Paragraph tokens of each window: indices into the flat tokens of the batch.
+            index = tf.ragged.range(length) + (start + tf.gather(tokens.row_starts(), example))[:, None]
+            window_tokens = index.with_flat_values(tf.gather(tokens.flat_values, index.flat_values))
+            W = tf.shape(example)[0]
+            sep, cls = tf.fill([W], SEP_ID), tf.fill([W], CLS_ID)
+            input_ids = tf.concat([window_tokens, _column(sep), tf.gather(query, example), _column(sep),
+                                   _column(cls)], axis=1).to_tensor(shape=[None, S])
+            j = tf.range(S, dtype=tf.int64)[None, :]
+            end_p = length[:, None]  # the paragraph's sep
+            cls_index = end_p + tf.gather(len_q, example)[:, None] + 2
+            segment_ids = tf.where(j <= end_p, 0, tf.where(j < cls_index, 1, tf.where(j == cls_index, 2, 3)))
+            padding_mask = tf.cast(j <= cls_index, tf.float32)
+            p_mask = 1.0 - tf.cast((j < end_p) | (j == cls_index), tf.float32)
+
+            def per_token(values, fill):  # [flat tokens] -> [W, S] at the paragraph positions
+                return index.with_flat_values(tf.gather(values, index.flat_values)).to_tensor(fill, shape=[None, S])
+
+            # Max context: score = min(left, right) + 0.01 * window length, the first window with the best score.
+            position = tf.ragged.range(length).flat_values
+            window_length = tf.repeat(length, length)
+            score = (tf.cast(tf.minimum(position, window_length - 1 - position), tf.float64)
+                     + 0.01 * tf.cast(window_length, tf.float64))
+            token = index.flat_values
+            count = tf.size(tokens.flat_values, out_type=tf.int64)
+            best = tf.math.unsorted_segment_max(score, token, count)
+            window = tf.repeat(tf.range(tf.cast(W, tf.int64)), length)
+            first_best = tf.math.unsorted_segment_min(tf.where(score == tf.gather(best, token), window,
+                                                               tf.int64.max), token, count)
+            is_max = index.with_flat_values(tf.gather(first_best, token) == window).to_tensor(False, shape=[None, S])
+            return {"input_ids": input_ids, "segment_ids": tf.cast(segment_ids, tf.int32),
+                    "padding_mask": padding_mask, "p_mask": p_mask, "cls_index": tf.cast(cls_index[:, 0], tf.int32),
+                    "example_index": tf.cast(example, tf.int32),
+                    "token_start_char": tf.cast(per_token(start_char.flat_values, -1), tf.int32),
+                    "token_end_char": tf.cast(per_token(end_char.flat_values, -1), tf.int32),
+                    "token_is_max_context": is_max}
+
+    def _encode(self, text: tf.Tensor) -> tf.RaggedTensor:
+        """Cleaned [N] strings -> ids [N, (T)] (SentencePiece + the digit-comma fix)."""
+        return self._split_digit_commas(self._sentencepiece.tokenize(text).with_row_splits_dtype(tf.int64))
+
+    def _encode_with_chars(self, context: tf.Tensor):
+        """[B] raw contexts -> (ids, first char, last char), each ragged [B, (T)]: the characters of the
+        context (after U+FFFD replacement) each paragraph token comes from."""
+        cleaned = self.clean(context, quotes_last=True)
+        ids, begin, end = self._split_digit_commas(*self._tokenize_with_offsets(cleaned))
+        first, last = self._cleaned_byte_sources(context)  # [B, (bytes of cleaned)] -> chars of the context
+
+        def char_at(source, offsets):  # byte offsets [B, (T)] -> chars (clamped: a zero-width token, its next byte)
+            flat = (tf.minimum(tf.maximum(offsets, 0), tf.maximum(source.row_lengths() - 1, 0)[:, None])
+                    + source.row_starts()[:, None])
+            return flat.with_flat_values(tf.gather(source.flat_values, flat.flat_values))
+
+        return ids, char_at(first, begin), char_at(last, tf.maximum(end - 1, begin))
+
+    def _cleaned_byte_sources(self, context: tf.Tensor):
+        """For each byte of ``clean(context, quotes_last=True)``, the first and the last character of the
+        context it comes from (two only where a quote pair became one ``"``): two [B, (bytes)] ragged tensors. The cleaning is redone character by character: whitespace runs -> the run's first
+        character (none at the ends), every other character -> its NFKD without combining marks, lower-cased
+        (the same bytes the whole-string functions give: NFKD only reorders the combining marks dropped here,
+        and lower-casing's one context rule, the final sigma, keeps the length), then quote pairs -> the first."""
+        text = tf.strings.unicode_transcode(context, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+        chars = tf.strings.unicode_split(text, "UTF-8").with_row_splits_dtype(tf.int64)  # [B, (n)]
+        flat = chars.flat_values
+        out = flat
+        if not self.keep_accents:
+            out = self._strip_accents(out)
+        if self.lower_case:
+            out = tf.where(flat == "\x00", flat, tf.strings.lower(out, encoding="utf-8"))
+        if self.remove_space:
+            space = tf.strings.regex_full_match(flat, self._classes["space"])
+            position = _positions(chars).flat_values
+            row = chars.value_rowids()
+            words = tf.where(space, tf.zeros_like(position) - 1, position)
+            first = tf.gather(tf.math.unsorted_segment_min(tf.where(space, tf.int64.max, position), row,
+                                                           chars.nrows()), row)
+            last = tf.gather(tf.math.unsorted_segment_max(words, row, chars.nrows()), row)
+            previous_space = tf.concat([[False], space[:-1]], axis=0) & (position > 0)
+            kept_space = space & ~previous_space & (position > first) & (position < last)
+            out = tf.where(space, tf.where(kept_space, " ", ""), out)
+        # Quote pairs, in the characters of the cleaned text (a character may have become several).
+        pieces = tf.strings.unicode_split(out, "UTF-8").with_row_splits_dtype(tf.int64)  # [chars, (k)]
+        u = pieces.flat_values
+        origin = pieces.value_rowids()  # flat context character of each
+        row = tf.gather(chars.value_rowids(), origin)
+        dropped = tf.zeros_like(u, tf.bool)
+        for quote in ("`", "'"):
+            dropped |= _second_of_pairs(u == quote, row)
+        size = tf.where(dropped, tf.zeros_like(origin), tf.cast(tf.strings.length(u), tf.int64))
+        in_row = origin - tf.gather(chars.row_starts(), row)  # the character's index in its context
+        pair_end = tf.concat([dropped[1:], [False]], axis=0)  # the first of a pair: the pair ends at the next
+        last = tf.where(pair_end, tf.concat([in_row[1:], [0]], axis=0), in_row)
+        rows = tf.repeat(row, size)
+        return (tf.RaggedTensor.from_value_rowids(tf.repeat(in_row, size), rows, nrows=chars.nrows()),
+                tf.RaggedTensor.from_value_rowids(tf.repeat(last, size), rows, nrows=chars.nrows()))
+
     def get_config(self):
         config = super().get_config()
         config.update(spiece_model=base64.b64encode(self.spiece_model).decode("ascii"), seq_length=self.seq_length,
                       lower_case=self.lower_case, keep_accents=self.keep_accents, remove_space=self.remove_space,
-                      max_qa_length=self.max_qa_length)
+                      max_qa_length=self.max_qa_length, max_query_length=self.max_query_length,
+                      doc_stride=self.doc_stride)
         return config
 
     @classmethod
@@ -330,6 +513,31 @@ class XLNetPreprocessor(keras.layers.Layer):
         if isinstance(config.get("spiece_model"), str):
             config["spiece_model"] = base64.b64decode(config["spiece_model"])
         return cls(**config)
+
+
+def _replace_quotes(text: tf.Tensor) -> tf.Tensor:
+    return tf.strings.regex_replace(tf.strings.regex_replace(text, "``", '"'), "''", '"')
+
+
+def _lower(text: tf.Tensor) -> tf.Tensor:
+    """Unicode lower-case (as Python's ``str.lower``), in pieces between NULs: ``tf.strings.lower``'s ICU
+    conversion stops at the first NUL (and so does ``reduce_join``'s separator: joined by hand)."""
+    parts = tf.strings.split(text, "\x00")
+    nul = tf.where(_positions(parts).flat_values < tf.repeat(parts.row_lengths() - 1, parts.row_lengths()), "\x00", "")
+    return tf.strings.reduce_join(parts.with_flat_values(tf.strings.lower(parts.flat_values, encoding="utf-8") + nul),
+                                  axis=-1)
+
+
+def _second_of_pairs(is_quote: tf.Tensor, row: tf.Tensor) -> tf.Tensor:
+    """In runs of consecutive quote characters (``is_quote`` [U], within the same ``row``), the second character
+    of each pair, which a left-to-right replacement of the pair by one character (Python's ``str.replace``)
+    removes: "```" -> '"`'."""
+    same_row = tf.concat([[False], row[1:] == row[:-1]], axis=0)
+    run_start = is_quote & ~(tf.concat([[False], is_quote[:-1]], axis=0) & same_row)
+    index = tf.range(tf.size(is_quote, out_type=tf.int64))
+    run = tf.maximum(tf.cumsum(tf.cast(run_start, tf.int64)) - 1, 0)
+    first = tf.gather(tf.concat([tf.boolean_mask(index, run_start), [0]], axis=0), run)
+    return is_quote & ((index - first) % 2 == 1)
 
 
 def _qa_text(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
