@@ -96,7 +96,8 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
     tf1 = tmp_path / "tf1"
     shutil.copytree(folder, tf1, ignore=shutil.ignore_patterns("xlnet_model.ckpt*"))
-    write_tf1_checkpoint({n: v.numpy() for n, v in model.network.tf1_variables().items()}, str(tf1 / "xlnet_model.ckpt"))
+    write_tf1_checkpoint({n: v.numpy() for n, v in model.network.tf1_variables().items()},
+                         str(tf1 / "xlnet_model.ckpt"))
     again = xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tf1), num_labels=2, seq_length=SEQ)
     np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
     model.save(str(tmp_path / "model.keras"))

@@ -26,6 +26,8 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.finetune.records import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
+from xlnet_tf.finetune.squad_data import SEG_ID_CLS as SQUAD_SEG_CLS, SEG_ID_P as SQUAD_SEG_P, \
+    SEG_ID_PAD as SQUAD_SEG_PAD, SEG_ID_Q as SQUAD_SEG_Q
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, SPECIAL_SYMBOLS, SPIECE_UNDERLINE
 
 
@@ -414,7 +416,8 @@ class XLNetPreprocessor(keras.layers.Layer):
             j = tf.range(S, dtype=tf.int64)[None, :]
             end_p = length[:, None]  # the paragraph's sep
             cls_index = end_p + tf.gather(len_q, example)[:, None] + 2
-            segment_ids = tf.where(j <= end_p, 0, tf.where(j < cls_index, 1, tf.where(j == cls_index, 2, 3)))
+            segment_ids = tf.where(j <= end_p, SQUAD_SEG_P, tf.where(j < cls_index, SQUAD_SEG_Q, tf.where(
+                j == cls_index, SQUAD_SEG_CLS, SQUAD_SEG_PAD)))
             padding_mask = tf.cast(j <= cls_index, tf.float32)
             p_mask = 1.0 - tf.cast((j < end_p) | (j == cls_index), tf.float32)
 
@@ -460,8 +463,9 @@ class XLNetPreprocessor(keras.layers.Layer):
 
     def _cleaned_byte_sources(self, context: tf.Tensor):
         """For each byte of ``clean(context, quotes_last=True)``, the first and the last character of the
-        context it comes from (two only where a quote pair became one ``"``): two [B, (bytes)] ragged tensors. The cleaning is redone character by character: whitespace runs -> the run's first
-        character (none at the ends), every other character -> its NFKD without combining marks, lower-cased
+        context it comes from (two only where a quote pair became one ``"``): two [B, (bytes)] ragged tensors.
+        The cleaning is redone character by character: whitespace runs -> the run's first character (none at the
+        ends), every other character -> its NFKD without combining marks, lower-cased
         (the same bytes the whole-string functions give: NFKD only reorders the combining marks dropped here,
         and lower-casing's one context rule, the final sigma, keeps the length), then quote pairs -> the first."""
         text = tf.strings.unicode_transcode(context, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
