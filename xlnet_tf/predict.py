@@ -34,6 +34,7 @@ if __name__ == "__main__":  # before TensorFlow loads: its C++ INFO lines say no
 
 import dataclasses
 import json
+import sys
 import tempfile
 import time
 from typing import Callable, Iterator, Optional
@@ -106,6 +107,15 @@ class Row:
     text_b: str = ""
     id: str = ""
     problem: str = ""
+
+
+def check_header(path: str, fmt: str, fields: Fields) -> None:
+    """A TSV shard's header must name the fields: checked for every shard before any is predicted (inside the
+    tf.data generator the error would surface as an opaque iterator error)."""
+    if fmt != "tsv":
+        return
+    for row in read_rows(path, fmt, fields):  # read_rows raises on a bad header, before its first row
+        break
 
 
 def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
@@ -468,7 +478,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     if tf.io.gfile.exists(summary_path) and not overwrite:
         with tf.io.gfile.GFile(summary_path) as f:
             previous = json.load(f)
-        if previous.get("settings") != settings:
+        if previous.get("settings") != settings and previous.get("shards"):  # no shard done: nothing to mix
             diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
                     if previous.get("settings", {}).get(k) != v}
             raise ValueError(f"--output_dir={output_dir} holds predictions made with other settings ("
@@ -491,6 +501,8 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     if len(todo) < len(shards):
         logging.info("predict: %d of %d shards already done in %s; skipping them", len(shards) - len(todo),
                      len(shards), output_dir)
+    for path in todo:
+        check_header(path, formats[path], fields)
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
     summary = dict(settings=settings, input_glob=input_glob, shards=records)
 
@@ -533,7 +545,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
                                       seconds=round(time.monotonic() - started, 2)))
         write_summary()
     skipped = sum(s["skipped"] for s in summary["shards"])
-    logging.info("predict: %d shards, %d rows predicted, %d bad rows skipped%s; summary in %s", len(shards),
+    logging.info("predict: %d shards, %d rows predicted, %d bad row(s) skipped%s; summary in %s", len(shards),
                  summary["rows"], skipped, " (listed with file:line there)" if skipped else "", summary_path)
     return summary
 
@@ -568,8 +580,13 @@ def _define_flags():
 def main() -> None:
     """``python -m xlnet_tf.predict``: the flags above, checked, then ``predict_shards`` with a SavedModel."""
     from absl import app
-    from xlnet_tf.cli.flags import _exit_now, usage_error
+    from xlnet_tf.cli.flags import _exit_now
     FLAGS = _define_flags()
+
+    def usage_error(message):
+        sys.stderr.write(f"python -m xlnet_tf.predict: error: {message}\nSee `python -m xlnet_tf.predict --helpfull` "
+                         "for every flag.\n")
+        sys.exit(1)
 
     def run(argv):
         del argv
