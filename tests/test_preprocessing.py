@@ -265,6 +265,12 @@ def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(preprocessors
     module.pre = pre
     module.serve = tf.function(lambda a, b: pre(a, b), input_signature=[tf.TensorSpec([None], tf.string)] * 2)
     module.squad = tf.function(pre.squad, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+    # The string ops are pinned to the CPU (a GPU serving host has no kernels for them).
+    for function in (module.serve, module.squad):
+        ops = [op for op in function.get_concrete_function().graph.get_operations()
+               if op.type.startswith(("Regex", "Unicode", "StringLower", "NormalizeUTF8", "Sentencepiece",
+                                      "TFText", "StringSplit", "ReduceJoin"))]
+        assert ops and all(op.device.endswith("CPU:0") for op in ops), {op.type: op.device for op in ops}
     tf.saved_model.save(module, str(tmp_path / "pre"))
     texts_a, texts_b = ["In 2000, Café ``x''", "\u00e9\u0301 1,000,"], ["b", "a much longer second sentence " * 3]
     expected = {k: v.numpy().tolist() for k, v in pre(texts_a, texts_b).items()}
