@@ -114,7 +114,8 @@ def throughput(args) -> None:
               f"({cpu:.1f} CPU-s)", flush=True)
     print(f"\nXLNet-Base shape (12 layers, d_model 768; random weights), seq {args.seq}, batch {args.batch_size}, "
           f"{args.rows} rows, float32\n")
-    print("| path | rows | seconds | examples/s | CPU-seconds | examples per CPU-second |\n|---|---:|---:|---:|---:|---:|")
+    print("| path | rows | seconds | examples/s | CPU-seconds | examples per CPU-second |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, n, seconds, cpu in rows:
         print(f"| {name} | {n} | {seconds:.1f} | {n / seconds:.2f} | {cpu:.1f} | {n / cpu:.2f} |")
 
@@ -148,7 +149,8 @@ def memory(args) -> None:
         if code != 0:
             raise SystemExit(output)
         progress = [line for line in output.splitlines() if "examples/s" in line]
-        print(f"{rows} rows: peak RSS {rss:.0f} MiB, {seconds:.1f} s; last progress line:\n  {progress[-1]}", flush=True)
+        print(f"{rows} rows: peak RSS {rss:.0f} MiB, {seconds:.1f} s; last progress line:\n  {progress[-1]}",
+              flush=True)
         table.append((rows, rss, seconds))
     # Killed at a random point and rerun: the files equal the uninterrupted run's.
     rows = args.sizes[0]
