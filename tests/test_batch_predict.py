@@ -174,8 +174,9 @@ def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
     exporter.export_serving(model, str(tmp_path / "export"), runner.serving_info(settings, bundle, 5), SPIECE)
     pattern = write_shards(tmp_path / "in", shards=1, rows=24)
     text = bp.SavedModelPredictor(str(tmp_path / "export"))
-    ids = bp.SavedModelPredictor(str(tmp_path / "export"), signature="serve_ids", max_seq_length=32)
+    ids = bp.SavedModelPredictor(str(tmp_path / "export"), signature="serve_ids")
     assert (text.version, text.signature, text.takes_text, ids.takes_text) == (5, "serving_default", True, False)
+    assert ids.max_seq_length == settings.max_seq_length == 32  # the fine-tuning run's, from metadata.json
     fields = bp.Fields.parse("sentence", "id")
     bp.predict_shards(text, pattern, str(tmp_path / "text"), fields, batch_size=5)
     bp.predict_shards(ids, pattern, str(tmp_path / "ids"), fields, batch_size=7)

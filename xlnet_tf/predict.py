@@ -50,6 +50,7 @@ OUTPUT_SUFFIX = ".predictions.jsonl"
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
 FORMATS = ("auto", "tsv", "jsonl")
 SIGNATURES = ("auto", "serving_default", "serve_ids")
+DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
 
 
 # --- inputs ------------------------------------------------------------------------------------------------------
@@ -231,7 +232,7 @@ class SavedModelPredictor(Predictor):
     """A SavedModel's signature (see the module docstring for which one ``auto`` picks)."""
 
     def __init__(self, path: str, signature: str = "auto", spiece_model_file: Optional[str] = None,
-                 max_seq_length: int = 128, uncased: Optional[bool] = None):
+                 max_seq_length: Optional[int] = None, uncased: Optional[bool] = None):
         import tensorflow_text  # noqa: F401  (registers the text ops that raw-text signatures hold)
 
         self.path, self.version = resolve_saved_model(path)
@@ -271,6 +272,19 @@ class SavedModelPredictor(Predictor):
         self.regression = meta.get("kind") == "regression" or "score" in self._fn.structured_outputs
         # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
         self.pair = "sentence2" in self._inputs if self.takes_text else meta.get("pair")
+        if not self.takes_text and max_seq_length is None:
+            # The fine-tuning run's length, as the export records it; a shorter or longer one changes predictions.
+            max_seq_length = meta.get("max_seq_length")
+            if max_seq_length is None:
+                max_seq_length = DEFAULT_MAX_SEQ_LENGTH
+                logging.warning("%s does not record the fine-tuning run's max_seq_length; tokenizing to %d tokens "
+                                "(set --max_seq_length to the run's)", self.path, max_seq_length)
+        elif self.takes_text and max_seq_length is not None:
+            logging.warning("--max_seq_length=%d is not used: signature %s tokenizes in the graph to the fine-tuning "
+                            "run's length (%s)", max_seq_length, signature, meta.get("max_seq_length", "unrecorded"))
+        elif not self.takes_text and meta.get("max_seq_length") not in (None, max_seq_length):
+            logging.warning("--max_seq_length=%d differs from the fine-tuning run's %d (%s)", max_seq_length,
+                            meta["max_seq_length"], self.path)
         self.max_seq_length = max_seq_length
         if not self.takes_text:
             from xlnet_tf.tokenization import XLNetTokenizer
@@ -567,7 +581,9 @@ def _define_flags():
     flags.DEFINE_string("id_field", None, "Column/key copied to each output row as 'id' (default: none; every row "
                         "has its input 'line').")
     flags.DEFINE_integer("batch_size", 64, "Examples per model call.")
-    flags.DEFINE_integer("max_seq_length", 128, "Token ids signatures: sequence length (tokens incl. <sep>/<cls>).")
+    flags.DEFINE_integer("max_seq_length", None, "Token ids signatures: sequence length (tokens incl. <sep>/<cls>; "
+                         "default: the fine-tuning run's, from the export's metadata.json, else "
+                         f"{DEFAULT_MAX_SEQ_LENGTH}).")
     flags.DEFINE_string("spiece_model_file", None, "Token ids signatures: SentencePiece model (default: the one in "
                         "the export's assets.extra/).")
     flags.DEFINE_boolean("uncased", None, "Token ids signatures: lower-case the text (default: as the export's "
@@ -595,7 +611,7 @@ def main() -> None:
             usage_error(f"missing required flag(s): {', '.join(missing)}")
         if FLAGS.batch_size <= 0:
             usage_error(f"--batch_size={FLAGS.batch_size} must be positive")
-        if FLAGS.max_seq_length < 4:
+        if FLAGS.max_seq_length is not None and FLAGS.max_seq_length < 4:
             usage_error(f"--max_seq_length={FLAGS.max_seq_length} leaves no room for text (needs >= 4)")
         try:
             fields = Fields.parse(FLAGS.text_fields, FLAGS.id_field)
