@@ -1,7 +1,12 @@
 """Serving latency of the exported classifier, raw text in, next to HuggingFace's PyTorch XLNet on the same strings.
 
-    .venv/bin/python bench/bench_serving.py            # ~6-9 min on 2 cores: bench/results_serving.md, docs/serving.md
-    .venv/bin/python bench/bench_serving.py --quick    # fewer repetitions, batch 32 only in float32; prints only
+    .venv/bin/python bench/bench_serving.py --dtypes=float32          # 4-10 min on 2 cores (load-dependent)
+    .venv/bin/python bench/bench_serving.py --dtypes=mixed_bfloat16   # the same in mixed bfloat16
+    .venv/bin/python bench/bench_serving.py          # both precisions in one run (twice as long)
+    .venv/bin/python bench/bench_serving.py --quick  # fewer calls, batch 32 only in float32; prints only
+
+Each precision's last run is kept in bench/results_serving.json; the report of all of them goes to
+bench/results_serving.md and between the markers in docs/serving.md.
 
 What runs: an XLNet-Base-shape sequence classifier (``configs/xlnet_cased_L-12_H-768_A-12.json``, random weights,
 2 labels, ``max_seq_length`` 128) exported with ``xlnet_tf.finetune.export.write_serving_model`` (the SavedModel
@@ -40,13 +45,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from reporting import replace_block  # noqa: E402
 from workload import THREADS, set_thread_env  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "configs", "xlnet_cased_L-12_H-768_A-12.json")
 SPIECE = os.path.join(ROOT, "data", "spiece.model")
 SEQ = 128
 BATCHES = (1, 32)
-BEGIN, END = "<!-- bench_serving.py:begin -->", "<!-- bench_serving.py:end -->"
 
 
 def sentences(n: int) -> list:
@@ -58,17 +63,20 @@ def sentences(n: int) -> list:
 
 def timed(fn, batch: int, budget_s: float, min_calls: int, max_calls: int, warmup: int = 2) -> dict:
     """Latency of ``fn()`` (after ``warmup`` calls): p50/p99/mean in ms over at least ``min_calls`` calls and
-    ``budget_s`` seconds (at most ``max_calls``); throughput in sequences/s; the load average after."""
+    ``budget_s`` seconds (at most ``max_calls``); throughput in sequences/s; the load average after; the median
+    CPU time of this process per call (all its threads: less disturbed than wall time by other processes)."""
     for _ in range(warmup):
         fn()
-    times, start = [], time.perf_counter()
+    times, cpu, start = [], [], time.perf_counter()
     while len(times) < max_calls and (len(times) < min_calls or time.perf_counter() - start < budget_s):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     ms = np.array(times) * 1e3
     return dict(p50=float(np.percentile(ms, 50)), p99=float(np.percentile(ms, 99)), mean=float(ms.mean()),
-                n=len(times), throughput=batch / (ms.mean() / 1e3), load=os.getloadavg()[0])
+                n=len(times), throughput=batch / (ms.mean() / 1e3), load=os.getloadavg()[0],
+                cpu_ms=float(np.median(cpu) * 1e3))
 
 
 def budget(batch: int, quick: bool) -> dict:
@@ -182,45 +190,43 @@ def run_child(kind: str, dtype: str, export_dir: str, data: str, args, log) -> d
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def render(rows: dict, pre_share: dict, meta: dict) -> str:
-    lines = [f"Serving an XLNet-Base-shape classifier (12 layers, d_model 768, seq 128, 2 labels, random weights), "
-             f"measured {meta['when']} with {meta['threads']} threads on {meta['cpu']}; load average "
-             f"{meta['load_before']:.2f} before, {meta['load_after']:.2f} after (a shared machine: other processes "
-             f"were running). Ours: the SavedModel loaded as TF Serving loads it (fresh process, TensorFlow + "
-             f"tensorflow-text kernels only); HF: transformers {meta['transformers']} / torch {meta['torch']} "
-             f"`XLNetForSequenceClassification` + `XLNetTokenizerFast` of the same `data/spiece.model`. "
-             "Raw text = tokenization + model; ids = model only. vs HF = HF p50 / ours p50; load = the 1-minute "
-             "load average after our row / after HF's (2 = both cores busy with this benchmark alone).", "",
-             "| precision | inputs | batch | ours p50 (ms) | ours p99 (ms) | ours seq/s | HF p50 (ms) | HF p99 (ms) "
-             "| HF seq/s | vs HF | load |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for (dtype, key), (ours, hf) in rows.items():
-        inputs, batch = key.split("/")
-        name = "raw text" if inputs == "text" else "ids"
-        lines.append(f"| {dtype} | {name} | {batch} | {ours['p50']:.1f} | {ours['p99']:.1f} | "
-                     f"{ours['throughput']:.1f} | {hf['p50']:.1f} | {hf['p99']:.1f} | {hf['throughput']:.1f} | "
-                     f"{hf['p50'] / ours['p50']:.2f}x | {ours['load']:.1f} / {hf['load']:.1f} |")
+def render(runs: dict) -> str:
+    """The report of ``runs`` ({precision: {"rows": {key: (ours, hf)}, "pre_share": ..., "meta": ...}}, one entry
+    per precision, possibly from separate invocations)."""
+    metas = list(runs.values())
+    first = metas[0]["meta"]
+    lines = [f"Serving an XLNet-Base-shape classifier (12 layers, d_model 768, seq 128, 2 labels, random weights) "
+             f"with {first['threads']} threads on {first['cpu']}. Ours: the SavedModel loaded as TF Serving loads "
+             f"it (fresh process, TensorFlow + tensorflow-text kernels only); HF: transformers "
+             f"{first['transformers']} / torch {first['torch']} `XLNetForSequenceClassification` + "
+             "`XLNetTokenizerFast` of the same `data/spiece.model`. Raw text = tokenization + model; ids = model "
+             "only. vs HF = HF p50 / ours p50 (wall), and HF / ours CPU time per call (all threads of the process; "
+             "less disturbed by other processes on a shared machine). load = the 1-minute load average after our "
+             "row / after HF's (2.0 = both cores busy with this benchmark alone).", ""]
+    for dtype, run in runs.items():
+        m = run["meta"]
+        lines.append(f"- {dtype}: measured {m['when']}, load average {m['load_before']:.2f} before, "
+                     f"{m['load_after']:.2f} after (`{m['command']}`, {m['seconds']:.0f} s)")
+    lines += ["", "| precision | inputs | batch | ours p50 (ms) | ours p99 (ms) | ours seq/s | HF p50 (ms) | HF p99 (ms) "
+              "| HF seq/s | vs HF (wall) | vs HF (CPU) | load | calls |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for dtype, run in runs.items():
+        for key, (ours, hf) in run["rows"].items():
+            inputs, batch = key.split("/")
+            lines.append(f"| {dtype} | {'raw text' if inputs == 'text' else 'ids'} | {batch} | {ours['p50']:.1f} | "
+                         f"{ours['p99']:.1f} | {ours['throughput']:.1f} | {hf['p50']:.1f} | {hf['p99']:.1f} | "
+                         f"{hf['throughput']:.1f} | {hf['p50'] / ours['p50']:.2f}x | "
+                         f"{hf['cpu_ms'] / ours['cpu_ms']:.2f}x | {ours['load']:.1f} / {hf['load']:.1f} | "
+                         f"{ours['n']} / {hf['n']} |")
     lines.append("")
-    for dtype, share in pre_share.items():
-        lines.append(f"**In-graph preprocessing at batch 32 ({dtype}):** {share['alone']:.1f} ms alone = "
-                     f"{100 * share['share']:.1f}% of the raw-text p50 (target <= 10%); raw text - ids = "
-                     f"{100 * share['difference']:.1f}% of it.")
-    lines.append("")
-    lines.append(f"Calls per row: {meta['calls']}. Command: `{meta['command']}`.")
+    for dtype, run in runs.items():
+        share = run.get("pre_share")
+        if share:
+            lines.append(f"**In-graph preprocessing at batch 32 ({dtype}):** {share['alone']:.1f} ms alone "
+                         f"(`XLNetPreprocessor` under `tf.function`) = {100 * share['share']:.1f}% of the raw-text "
+                         f"p50 (target <= 10%); raw text - ids = {100 * share['difference']:.1f}% of it (noisier: "
+                         "two separate timings).")
     return "\n".join(lines)
-
-
-def write_between_markers(path: str, block: str, log) -> None:
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        log(f"{path}: no {BEGIN} block; not updated")
-        return
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}")
-    os.replace(path + ".tmp", path)
-    log(f"updated {path}")
 
 
 def main():
@@ -258,34 +264,44 @@ def main():
     import torch
     import transformers
 
-    rows, pre_share = {}, {}
+    results = os.path.splitext(args.out)[0] + ".json"  # every precision's last run, merged into one report
+    runs = {}
+    if os.path.exists(results) and not args.quick:
+        with open(results, encoding="utf-8") as f:
+            runs = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in dtypes:
+            began, load = time.perf_counter(), os.getloadavg()[0]
             path, strings, features, pre_only = export(dtype, os.path.join(tmp, dtype), log)
             data = os.path.join(tmp, f"{dtype}.npz")
             np.savez(data, sentences=np.array([s.encode() for s in strings], dtype=object), **features)
             ours = run_child("tf", dtype, path, data, args, log)
             hf = run_child("hf", dtype, path, data, args, log)
-            for key in ours:
-                rows[(dtype, key)] = (ours[key], hf[key])
+            run = {"rows": {key: (ours[key], hf[key]) for key in ours}}
             if "text/32" in ours:
                 text = ours["text/32"]["p50"]
-                pre_share[dtype] = dict(alone=pre_only["p50"], share=pre_only["p50"] / text,
+                run["pre_share"] = dict(alone=pre_only["p50"], share=pre_only["p50"] / text,
                                         difference=(text - ours["ids/32"]["p50"]) / text)
+            run["meta"] = dict(when=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=args.threads,
+                               cpu=machine_info(), load_before=load, load_after=os.getloadavg()[0],
+                               transformers=transformers.__version__, torch=torch.__version__,
+                               seconds=time.perf_counter() - began,
+                               command="python bench/bench_serving.py" + (" --quick" if args.quick else "")
+                               + (f" --dtypes={args.dtypes}" if args.dtypes else ""))
+            runs[dtype] = run
             shutil.rmtree(os.path.join(tmp, dtype), ignore_errors=True)
-    calls = ", ".join(f"{d} {k}: ours {o['n']}, HF {h['n']}" for (d, k), (o, h) in rows.items())
-    meta = dict(when=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), threads=args.threads, cpu=machine_info(),
-                load_before=load_before, load_after=os.getloadavg()[0], transformers=transformers.__version__,
-                torch=torch.__version__, calls=calls,
-                command="python bench/bench_serving.py" + (" --quick" if args.quick else ""))
-    report = render(rows, pre_share, meta)
+    report = render(runs)
     print(report)
     log(f"done in {time.perf_counter() - started:.0f} s")
     if not args.quick:
+        with open(results + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(runs, f, indent=1)
+        os.replace(results + ".tmp", results)
         with open(args.out + ".tmp", "w", encoding="utf-8") as f:
             f.write("# Serving benchmark (bench/bench_serving.py)\n\n" + report + "\n")
         os.replace(args.out + ".tmp", args.out)
-        write_between_markers(os.path.join(ROOT, "docs", "serving.md"), report, log)
+        replace_block(os.path.join(ROOT, "docs", "serving.md"), "bench_serving.py", report)
+        log("updated docs/serving.md")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ KINDS = ("classification", "regression", "multiple_choice", "squad")
 # The file a fine-tuning run leaves in its --model_dir so that an export needs nothing but that directory.
 RUN_RECORD = "finetune_settings.json"
 METADATA_FILE = "metadata.json"
-# The inputs of serving_default per kind: name -> (dtype, shape).
+# The inputs of serving_default per kind (all tf.string): name -> shape.
 TEXT_SIGNATURES = {
     "classification": {"sentence": [None], "sentence2": [None]},
     "regression": {"sentence": [None], "sentence2": [None]},
