@@ -379,13 +379,15 @@ def main(argv=None) -> int:
             for run in job.runs:
                 print(f"# {run.name}\n{_dump_flags(run.flags)}")
             return 0
-        results = run_job(job, [n for n in args.only.split(",") if n])
+        only = [n for n in args.only.split(",") if n]
+        results = run_job(job, only)
     except JobError as e:
         print(f"python -m xlnet_tf.jobs: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    return 1 if any(r["status"] == "failed" for r in results["runs"]) else 0
+    ran = [r for r in results["runs"] if not only or r["run"] in only or r["group"] in only]
+    return 1 if any(r["status"] == "failed" for r in ran) else 0
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   input order (``{"line": 7, "id": ..., "prediction": "1", "probabilities": [0.1, 0.9]}``; regression:
   ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
-* **Resuming**: a rerun skips the shards whose output exists; the one being written when a job was killed is
-  predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
+* **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
+  written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
   other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).
 * **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8) are skipped, counted and listed with
   file:line in the summary and the log; a missing field in a TSV header is an error naming the file.
@@ -21,8 +21,9 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
 SavedModels: ``--saved_model`` is a SavedModel directory or a base path of numbered versions
 (``<base>/<version>/saved_model.pb``, TF Serving's layout; the highest version is used). ``--signature=auto``
 sends the raw strings (``sentence``, ``sentence2``) to ``serving_default`` if it takes strings, else tokenizes
-here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_model_file``) for ``serve_ids``, or
-for a ``serving_default`` that takes ids (``input_ids``, ``segment_ids``, ``padding_mask``).
+here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_model_file``; the fine-tuning run's
+``max_seq_length`` from its ``metadata.json``) for ``serve_ids``, or for a ``serving_default`` that takes ids
+(``input_ids``, ``segment_ids``, ``padding_mask``).
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ class Predictor:
     takes_text: bool = False
     pair: Optional[bool] = None  # the model reads sentence pairs (None: unknown)
     tokenizer = None
-    max_seq_length: int = 128
+    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
     labels: Optional[list] = None
     regression: bool = False
     identity: dict = {}
@@ -347,6 +348,13 @@ class ShardStats:
     skipped_rows: list = dataclasses.field(default_factory=list)
 
 
+@dataclasses.dataclass
+class _Example:
+    """What ``classifier_data.encode_example`` reads of an example."""
+    text_a: str
+    text_b: Optional[str]
+
+
 def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int,
                   stats: ShardStats) -> tf.data.Dataset:
     """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
@@ -381,12 +389,6 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
             yield item
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature).batch(batch_size).prefetch(2)
-
-
-@dataclasses.dataclass
-class _Example:
-    text_a: str
-    text_b: Optional[str]
 
 
 def output_name(path: str) -> str:
