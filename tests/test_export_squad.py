@@ -4,6 +4,8 @@ reproduces the Keras head's beam outputs, and the SavedModel holds stock TensorF
 
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -74,8 +76,8 @@ def squad_run(tmp_path_factory):
     for name in ("predictions.json", "null_odds.json"):
         with open(os.path.join(settings.predict_dir, name)) as f:
             read[name] = json.load(f)
-    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples,
-                predictions=read["predictions.json"], null_odds=read["null_odds.json"])
+    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples, model_dir=settings.model_dir,
+                predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
 
 
 def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run):
@@ -107,3 +109,18 @@ def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(squad_run):
     out = reply["calls"][0]["outputs"]  # an empty question or context: what run_squad.py skips, "" and 1e6
     assert decoded(out["text"])[1:] == ["", ""] and out["null_odds"]["value"][1:] == [1e6, 1e6]
     assert out["start_char"]["value"][1:] == [-1, -1]
+
+
+def test_export_command_writes_the_squad_release_from_the_model_dir(squad_run):
+    """python -m xlnet_tf.export --format=release on a run_squad model directory: the original run_squad.py head
+    names next to the network's, from the run's record alone."""
+    release = str(squad_run["tmp"] / "release")
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.export", f"--model_dir={squad_run['model_dir']}",
+                           f"--export_dir={release}", "--format=release"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = dict(tf.train.list_variables(os.path.join(release, "xlnet_model.ckpt")))
+    assert names["start_logits/dense/kernel"] == [64, 1] and names["answer_class/dense_1/kernel"] == [64, 1]
+    assert names["model/transformer/word_embedding/lookup_table"] == [8000, 64]
+    assert not [n for n in names if not n.startswith(("model/transformer/", "start_logits/", "end_logits/",
+                                                      "answer_class/"))]
