@@ -226,3 +226,38 @@ def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     assert sorted(os.listdir(out)) == sorted(os.listdir(tmp_path / "whole"))  # no temporary file left
     summary = json.loads((out / bp.SUMMARY_FILE).read_text())
     assert summary["complete"] and summary["rows"] == 6000 and summary["skipped"] == 0
+
+
+def test_squad_questions_from_the_raw_text_export(tmp_path):
+    """A SQuAD export's serving_default (question, context -> answer): a SQuAD file's questions are streamed with
+    their ids, and each answer is the export's own for that question."""
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.finetune import export as exporter
+    from xlnet_tf.models.heads import XLNetSquad
+    if not hasattr(exporter, "export_serving"):
+        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetune.export.export_serving)")
+    config = XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0,
+                         dropatt=0.0)
+    model = XLNetSquad(config, start_n_top=3, end_n_top=2)
+    info = exporter.ServingInfo(kind="squad", task="squad", max_seq_length=48, global_step=4, squad=dict(
+        max_query_length=16, doc_stride=16, max_answer_length=8, start_n_top=3, end_n_top=2, n_best_size=5))
+    exporter.export_serving(model, str(tmp_path / "export"), info, SPIECE)
+    predictor = bp.SavedModelPredictor(str(tmp_path / "export"))
+    assert (predictor.squad, predictor.pair, predictor.takes_text) == (True, True, True)
+    squad_file = os.path.join(REPO, "tests", "fixtures", "squad", "dev-v2.0.json")
+    summary = bp.predict_shards(predictor, squad_file, str(tmp_path / "out"), bp.Fields.parse("question,context"),
+                                batch_size=4)
+    assert summary["shards"][0]["format"] == "squad" and summary["skipped"] == 0
+    rows = read_jsonl(tmp_path / "out" / "dev-v2.0.json.predictions.jsonl")
+    with open(squad_file, encoding="utf-8") as f:
+        questions = [(qa["id"], qa["question"], p["context"]) for a in json.load(f)["data"]
+                     for p in a["paragraphs"] for qa in p["qas"]]
+    assert [r["id"] for r in rows] == [q[0] for q in questions] and len(rows) == summary["rows"] > 4
+    serving = tf.saved_model.load(predictor.path).signatures["serving_default"]
+    direct = serving(question=tf.constant([q[1] for q in questions]), context=tf.constant([q[2] for q in questions]))
+    assert [r["prediction"] for r in rows] == [t.decode("utf-8") for t in direct["text"].numpy()]
+    np.testing.assert_allclose([r["null_odds"] for r in rows], direct["null_odds"].numpy(), atol=2e-6)
+    for (_, _, context), r in zip(questions, rows):
+        assert context[r["start_char"]:r["end_char"]] == r["prediction"] if r["prediction"] else r["start_char"] == -1
+    with pytest.raises(ValueError, match="--text_fields: the model reads sentence pairs"):
+        bp.predict_shards(predictor, squad_file, str(tmp_path / "x"), bp.Fields.parse("question"))

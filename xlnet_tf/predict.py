@@ -49,7 +49,8 @@ from xlnet_tf.io_utils import atomic_write, write_json_atomic
 SUMMARY_FILE = "predict_summary.json"
 OUTPUT_SUFFIX = ".predictions.jsonl"
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
-FORMATS = ("auto", "tsv", "jsonl")
+FORMATS = ("auto", "tsv", "jsonl", "squad")
+SQUAD_INPUTS = ("question", "context")  # the raw-text serving_default of a SQuAD export
 SIGNATURES = ("auto", "serving_default", "serve_ids")
 DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
 
@@ -88,15 +89,19 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
     return files
 
 
-def shard_format(path: str, input_format: str = "auto") -> str:
+def shard_format(path: str, input_format: str = "auto", squad: bool = False) -> str:
+    """The format of a shard: ``input_format``, or by its name (a ``*.json`` file is a SQuAD file for a SQuAD
+    model, JSON Lines otherwise)."""
     if input_format != "auto":
         return input_format
     if path.endswith(".tsv"):
         return "tsv"
+    if path.endswith(".json") and squad:
+        return "squad"
     if path.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
-    raise ValueError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, or set "
-                     "--input_format)")
+    raise ValueError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, SQuAD files *.json, "
+                     "or set --input_format)")
 
 
 @dataclasses.dataclass
@@ -120,9 +125,41 @@ def check_header(path: str, fmt: str, fields: Fields) -> None:
         break
 
 
+def read_squad_rows(path: str) -> Iterator[Row]:
+    """The questions of a SQuAD file (``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question"}]}]}]}``),
+    as rows: ``text_a`` the question, ``text_b`` its context, ``id`` the question's id, ``line`` its position in the
+    file (1-based). The file is one JSON document, so it is read whole (SQuAD 2.0 dev: 4 MB); its questions are
+    streamed. Progress (``end``) is the share of the questions, in bytes of the file."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw)["data"]
+        paragraphs = [p for article in data for p in article["paragraphs"]]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
+    total = sum(len(p.get("qas", [])) for p in paragraphs) or 1
+    k = 0
+    for paragraph in paragraphs:
+        for qa in paragraph.get("qas", []):
+            k += 1
+            end = len(raw) * k // total
+            question, context = qa.get("question"), paragraph.get("context")
+            if not isinstance(question, str) or not isinstance(context, str):
+                yield Row(k, end, problem="question or context is not a string")
+            elif not question.strip() or not context.strip():
+                yield Row(k, end, problem="empty question or context")
+            else:
+                yield Row(k, end, question, context, str(qa.get("id", k)))
+
+
 def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
     """Streams the rows of one shard, line by line (1-based line numbers; TSV line 1 is the header). Blank lines
-    are ignored. A TSV header without a named field is an error naming the file."""
+    are ignored. A TSV header without a named field is an error naming the file. SQuAD files: ``read_squad_rows``."""
+    if fmt == "squad":
+        yield from read_squad_rows(path)
+        return
     wanted = [n for n in (fields.text_a, fields.text_b, fields.id) if n]
     columns = None
     offset = 0
@@ -180,6 +217,7 @@ class Predictor:
     ``__call__(batch)`` returns ``probabilities`` [B, C] (classification) or ``score`` [B] (regression) as numpy.
     ``identity`` names the model and settings (a resumed job must use the same)."""
     takes_text: bool = False
+    squad: bool = False  # a SQuAD model: question + context in, ``text``/``start_char``/``end_char``/``null_odds`` out
     pair: Optional[bool] = None  # the model reads sentence pairs (None: unknown)
     tokenizer = None
     max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
@@ -260,11 +298,14 @@ class SavedModelPredictor(Predictor):
         self._fn = signatures[signature]
         self._inputs = inputs_of(signature)
         self.takes_text = is_text(signature)
+        self.squad = set(self._inputs) == set(SQUAD_INPUTS)
+        self._text_inputs = SQUAD_INPUTS if self.squad else ("sentence", "sentence2")
         expected = {"sentence"} if self.takes_text else {"input_ids", "segment_ids", "padding_mask"}
-        if not expected <= set(self._inputs) or not set(self._inputs) <= expected | {"sentence2"}:
+        if not self.squad and (not expected <= set(self._inputs) or not set(self._inputs) <= expected | {"sentence2"}):
             raise ValueError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch prediction "
                              "needs sentence[, sentence2] (text) or input_ids, segment_ids, padding_mask [batch, seq] "
-                             "(a classifier or regression export)")
+                             "(a classifier or regression export), or question and context (a SQuAD export's raw-text "
+                             "serving_default)")
         if not self.takes_text and self._inputs["input_ids"].shape.rank != 2:
             raise ValueError(f"{self.path}: signature {signature!r} takes [batch, choices, seq] inputs (multiple "
                              "choice); batch prediction handles classification and regression exports")
@@ -272,7 +313,7 @@ class SavedModelPredictor(Predictor):
         self.labels = meta.get("labels")
         self.regression = meta.get("kind") == "regression" or "score" in self._fn.structured_outputs
         # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
-        self.pair = "sentence2" in self._inputs if self.takes_text else meta.get("pair")
+        self.pair = self._text_inputs[1] in self._inputs if self.takes_text else meta.get("pair")
         if not self.takes_text and max_seq_length is None:
             # The fine-tuning run's length, as the export records it; a shorter or longer one changes predictions.
             max_seq_length = meta.get("max_seq_length")
@@ -324,12 +365,15 @@ class SavedModelPredictor(Predictor):
 
     def __call__(self, batch):
         if self.takes_text:
-            args = {"sentence": batch["text_a"]}
-            if "sentence2" in self._inputs:
-                args["sentence2"] = batch["text_b"]  # "" for single sentences
+            first, second = self._text_inputs
+            args = {first: batch["text_a"]}
+            if second in self._inputs:
+                args[second] = batch["text_b"]
         else:
             args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
         out = self._fn(**args)
+        if self.squad:
+            return {k: out[k].numpy() for k in ("text", "start_char", "end_char", "null_odds")}
         if self.regression:
             score = out["score"] if "score" in out else out["logits"][:, 0]
             return {"score": score.numpy()}
@@ -403,7 +447,10 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool
         row = {"line": int(line)}
         if with_id:
             row["id"] = ids[i].decode("utf-8")
-        if predictor.regression:
+        if predictor.squad:  # run_squad.py's answer ("" for none) and where it is in the context (characters)
+            row.update(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
+                       end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
+        elif predictor.regression:
             row["prediction"] = round(float(outputs["score"][i]), 6)
         else:
             probs = outputs["probabilities"][i]
@@ -480,7 +527,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
         raise ValueError(f"{flag}: the model reads {wanted}")
     shards = list_shards(input_glob, glob_flag)
-    formats = {path: shard_format(path, input_format) for path in shards}
+    formats = {path: shard_format(path, input_format, predictor.squad) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
@@ -542,7 +589,8 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
 
         def write(f):
             for batch in dataset:
-                lines = _format_rows(batch, predictor(batch), predictor, fields.id is not None)
+                with_id = fields.id is not None or formats[path] == "squad"  # SQuAD questions have their ids
+                lines = _format_rows(batch, predictor(batch), predictor, with_id)
                 f.write("\n".join(lines) + "\n")
                 stats.rows += len(lines)
                 progress.update(len(lines), int(batch["end"].numpy()[-1]), label)
