@@ -23,7 +23,8 @@ SavedModels: ``--saved_model`` is a SavedModel directory or a base path of numbe
 sends the raw strings (``sentence``, ``sentence2``) to ``serving_default`` if it takes strings, else tokenizes
 here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_model_file``; the fine-tuning run's
 ``max_seq_length`` from its ``metadata.json``) for ``serve_ids``, or for a ``serving_default`` that takes ids
-(``input_ids``, ``segment_ids``, ``padding_mask``).
+(``input_ids``, ``segment_ids``, ``padding_mask``). A SQuAD export's raw-text ``serving_default`` (``question``,
+``context``) answers SQuAD files' questions (``--text_fields=question,context``; docs/batch.md).
 """
 
 from __future__ import annotations
