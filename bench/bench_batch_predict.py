@@ -93,13 +93,13 @@ def throughput(args) -> None:
     data = write_shards(os.path.join(work, "rows"), args.rows, 2)
     predictors = {"checkpoint (Keras, fast kernels)": bp.KerasPredictor(
         model, tokenizer, args.seq, bundle.labels, False, identity=dict(checkpoint=checkpoint))}
-    text = bp.SavedModelPredictor(os.path.join(work, "model_base", "export"), "auto", max_seq_length=args.seq)
+    export = os.path.join(work, "model_base", "export")
+    text = bp.SavedModelPredictor(export, "auto")  # the exported length is the run's (args.seq)
     if text.takes_text:
         predictors["saved_model serving_default (raw text)"] = text
-        predictors["saved_model serve_ids (tokenized in Python)"] = bp.SavedModelPredictor(
-            os.path.join(work, "model_base", "export"), "serve_ids", max_seq_length=args.seq)
-    else:
-        predictors["saved_model ids (tokenized in Python)"] = text
+        predictors["saved_model serve_ids (tokenized in Python)"] = bp.SavedModelPredictor(export, "serve_ids")
+    else:  # an older export records no length
+        predictors["saved_model ids (tokenized in Python)"] = bp.SavedModelPredictor(export, max_seq_length=args.seq)
     fields = bp.Fields.parse("sentence", "id")
     rows = []
     for name, predictor in predictors.items():
