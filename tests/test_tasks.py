@@ -5,6 +5,8 @@ checkpoints written the ways the entry points write them loaded back, multiple c
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -77,6 +79,22 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     probabilities = _softmax(model.predict(texts, batch_size=5, verbose=0))  # a Python list of strings
     expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+
+    # Exported for TF Serving from Python: a numbered version (the optimizer's steps), served from raw text by a process
+    # with TensorFlow and tensorflow-text only, with the probabilities of predict.
+    version = model.export(str(tmp_path / "serving"), labels=["negative", "positive"], task="sst-2")
+    assert os.path.basename(version) == str(int(model.optimizer.iterations.numpy())) != "0"
+    client = ("import json, sys, tensorflow as tf, tensorflow_text\n"
+              "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+              "out = serve(sentence=tf.constant(json.loads(sys.argv[2])))\n"
+              "print(json.dumps({'p': out['probabilities'].numpy().tolist(), "
+              "'label': [l.decode() for l in out['label'].numpy()]}))")
+    done = subprocess.run([sys.executable, "-c", client, version, json.dumps(texts)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(served["p"], probabilities, atol=1e-5)
+    assert served["label"] == [["negative", "positive"][i] for i in np.argmax(probabilities, axis=-1)]
     loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
     assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss)
 

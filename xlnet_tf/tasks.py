@@ -148,6 +148,33 @@ class _TextTaskModel(keras.Model):
     def predict(self, x, *args, **kwargs):
         return super().predict(_string_tensors(x), *args, **kwargs)
 
+    def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False) -> str:
+        """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the
+        ``serving_default`` signature takes raw text (this preprocessor is inside the graph), ``serve_ids`` the
+        encoded inputs, ``metadata`` what a client must know; the same writer and layout as ``python -m
+        xlnet_tf.export`` (docs/serving.md). The version is the optimizer's step count (a Unix timestamp before
+        any training), or one above the newest version already there: none is overwritten.
+
+        ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
+        takes ``sentence2``; ``task``: recorded in the metadata."""
+        import tempfile
+
+        from xlnet_tf.finetune.export import ServingInfo, write_serving_model
+
+        pre = self.preprocessor
+        kind = self._serving_kind()
+        if kind == "classification" and labels is None:
+            labels = [str(i) for i in range(self.network.num_labels)]
+        step = int(self.optimizer.iterations.numpy()) if getattr(self, "optimizer", None) is not None else 0
+        info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
+                           labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
+                           max_qa_length=pre.max_qa_length)
+        with tempfile.TemporaryDirectory() as tmp:  # clients find the SentencePiece model in assets.extra/
+            spiece = os.path.join(tmp, "spiece.model")
+            with open(spiece, "wb") as f:
+                f.write(pre.spiece_model)
+            return write_serving_model(self.network, export_dir, info, spiece, preprocessor=pre)
+
     def get_config(self):
         return dict(super().get_config(), preprocessor=keras.saving.serialize_keras_object(self.preprocessor),
                     network=keras.saving.serialize_keras_object(self.network))
@@ -199,6 +226,9 @@ class XLNetTextClassifier(_TextTaskModel):
         logits = self.network(self.features(inputs), training=training)["logits"]
         return logits[:, 0] if self.network.regression else logits
 
+    def _serving_kind(self) -> str:
+        return "regression" if self.network.regression else "classification"
+
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetTextMultipleChoice(_TextTaskModel):
@@ -231,3 +261,6 @@ class XLNetTextMultipleChoice(_TextTaskModel):
 
     def call(self, inputs, training=None):
         return self.network(self.features(inputs), training=training)["logits"]
+
+    def _serving_kind(self) -> str:
+        return "multiple_choice"
