@@ -9,6 +9,7 @@ import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
 from xlnet_tf.finetune import race_data
+from xlnet_tf.finetune.export import existing_versions
 from xlnet_tf.finetune.runner import run
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
@@ -97,7 +98,9 @@ def test_race_end_to_end(tmp_path):
     with open(os.path.join(flags.model_dir, "predict", "race.dev.predictions.json")) as f:
         predictions = json.load(f)
     assert len(predictions) == 8 and set(predictions.values()) <= set("ABCD") and "high1.txt-0" in predictions
-    assert os.path.exists(os.path.join(flags.export_dir, "saved_model.pb"))
+    # TF Serving's layout: <export_dir>/<version>/, the version being the checkpoint's step.
+    assert existing_versions(flags.export_dir) == [flags.train_steps]
+    assert os.path.exists(os.path.join(flags.export_dir, str(flags.train_steps), "saved_model.pb"))
     # --middle_only: cached separately, only middle-school questions
     result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, max_seq_length=64,
                             max_qa_length=24, middle_only=True))
