@@ -290,6 +290,8 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
               f"--export_dir={tmp_path / 'export'}")
     assert _read(tmp_path / "pred" / "predictions.json") == _read(model_dir / "predict" / "predictions.json")
     null_odds = _read(tmp_path / "pred" / "null_odds.json")
+    import tensorflow_text  # noqa: F401  (the export's raw-text signature holds its SentencePiece ops)
+
     serving = tf.saved_model.load(str(tmp_path / "export" / "4")).signatures["serve_ids"]  # version = the step
     features = squad_data.prepare_eval_features(os.path.join(FIXTURES, "dev-v2.0.json"), str(data_dir),
                                                 squad_data.FeatureSettings(SPIECE, 64, 16, 24, False))[1]
