@@ -242,6 +242,22 @@ def render(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def render_readme(runs: dict) -> str:
+    """The README's short version: raw text in, per precision and batch, ours against HF's tokenizer + model."""
+    first = next(iter(runs.values()))["meta"]
+    lines = [f"Serving raw text (XLNet-Base shape, seq 128; our SavedModel as TF Serving loads it vs HF's fast "
+             f"tokenizer + PyTorch model; {first['cpu'].split(',')[0]}, {first['when']}; "
+             "[docs/serving.md](docs/serving.md)):", "",
+             "| precision | batch | ours p50 (ms) | HF p50 (ms) | ours vs HF |", "|---|---:|---:|---:|---:|"]
+    for dtype, run in runs.items():
+        for key, (ours, hf) in run["rows"].items():
+            inputs, batch = key.split("/")
+            if inputs == "text":
+                lines.append(f"| {dtype} | {batch} | {ours['p50']:.0f} | {hf['p50']:.0f} | "
+                             f"{hf['p50'] / ours['p50']:.2f}x |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=THREADS)
@@ -315,7 +331,8 @@ def main():
             f.write("# Serving benchmark (bench/bench_serving.py)\n\n" + report + "\n")
         os.replace(args.out + ".tmp", args.out)
         replace_block(os.path.join(ROOT, "docs", "serving.md"), "bench_serving.py", report)
-        log("updated docs/serving.md")
+        replace_block(os.path.join(ROOT, "README.md"), "bench_serving.py", render_readme(runs))
+        log("updated docs/serving.md and README.md")
 
 
 if __name__ == "__main__":
