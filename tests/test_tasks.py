@@ -1,6 +1,7 @@
 """Keras task models on raw strings (``xlnet_tf.tasks``): loaded from a release directory, fine-tuned with ``fit``
 on text from data/sentiment/, predictions on strings equal to the task model on ``encode_example`` features,
-checkpoints written the ways the entry points write them loaded back, multiple choice, MirroredStrategy."""
+checkpoints written the ways the entry points write them loaded back, multiple choice, MirroredStrategy; SQuAD:
+training labels equal to squad_data's, answers equal to the SavedModel export's."""
 
 import json
 import os
@@ -173,3 +174,93 @@ def test_errors_name_the_argument(release, tmp_path):
     wrong = xlnet_tf.XLNetConfig.from_dict(dict(MICRO_CONFIG, n_token=32000))
     with pytest.raises(ValueError, match="spiece_model: 8000 pieces, but config has n_token=32000"):
         xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, config=wrong)
+
+
+# -- SQuAD ------------------------------------------------------------------------------------------------------
+SQUAD = os.path.join(FIXTURES, "squad")
+SQUAD_SETTINGS = dict(seq_length=64, max_query_length=16, doc_stride=24)  # several windows for most contexts
+
+
+def _squad_model(folder):
+    return xlnet_tf.XLNetTextSquad.from_checkpoint(folder, max_answer_length=12, start_n_top=3, end_n_top=3,
+                                                   dropout=0.0, dropatt=0.0, **SQUAD_SETTINGS)
+
+
+def _squad_inputs(examples):
+    """((questions, contexts), (answer starts, answer texts, is_impossible)) of squad_data's examples."""
+    return ((tf.constant([e.question_text for e in examples]), tf.constant([e.paragraph_text for e in examples])),
+            (tf.constant([max(e.start_position, 0) for e in examples]),
+             tf.constant([e.orig_answer_text for e in examples]), tf.constant([e.is_impossible for e in examples])))
+
+
+@pytest.mark.parametrize("name", ["train-v1.1.json", "train-v2.0.json"])
+def test_squad_window_labels_equal_squad_data(release, tokenizer, name):
+    """The labels fit computes in the graph from raw strings are squad_data's training features' (squad_lib_sp's
+    alignment), window by window, answers that no window holds whole and impossible questions included."""
+    from xlnet_tf.finetune import squad_data
+
+    model = _squad_model(release[0])
+    examples = squad_data.read_squad_file(os.path.join(SQUAD, name), True).examples
+    features, skipped = squad_data.convert_examples_to_features(
+        examples, tokenizer, SQUAD_SETTINGS["seq_length"], SQUAD_SETTINGS["doc_stride"],
+        SQUAD_SETTINGS["max_query_length"], True)
+    assert not skipped
+    x, y = _squad_inputs(examples)
+    windows = {k: v.numpy() for k, v in model.training_windows(x, y).items()}
+    assert windows["example_index"].tolist() == [f.example_index for f in features]
+    np.testing.assert_array_equal(windows["input_ids"], [f.input_ids for f in features])
+    got = list(zip(windows["start_positions"].tolist(), windows["end_positions"].tolist(),
+                   windows["is_impossible"].astype(bool).tolist()))
+    assert got == [(f.start_position, f.end_position, f.is_impossible) for f in features]
+    assert 0 < sum(not f.is_impossible for f in features) < len(features)  # both kinds of window are compared
+    # The answer's end as a character offset gives the same labels as its text.
+    ends = tf.constant([max(e.start_position, 0) + len(e.orig_answer_text) for e in examples])
+    again = model.training_windows(x, (y[0], ends, y[2]))
+    np.testing.assert_array_equal(again["start_positions"].numpy(), windows["start_positions"])
+    np.testing.assert_array_equal(again["end_positions"].numpy(), windows["end_positions"])
+
+
+def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
+    """fit on raw SQuAD 2.0 strings moves the weights; predict's answers on the dev questions are the SavedModel
+    export's (run_squad.py --do_predict's rules, test_export_squad.py), with offsets into the contexts."""
+    import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels, registered before loading it)
+
+    from xlnet_tf.finetune import squad_data
+
+    keras.utils.set_random_seed(0)  # the head starts fresh (a pretrained checkpoint)
+    model = _squad_model(release[0])
+    model.compile(keras.optimizers.Adam(1e-3))
+    train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
+    before = model.network.start_dense.kernel.numpy().copy()
+    history = model.fit(tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(9), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert not np.allclose(model.network.start_dense.kernel.numpy(), before)
+
+    dev = squad_data.read_squad_file(os.path.join(SQUAD, "dev-v2.0.json"), False).examples
+    questions, contexts = [e.question_text for e in dev], [e.paragraph_text for e in dev]
+    answers = model.predict((questions, contexts), batch_size=len(dev), verbose=0)  # Python lists of strings
+    texts = [t.decode() for t in answers["text"]]
+    for context, text, start, end in zip(contexts, texts, answers["start_char"], answers["end_char"]):
+        assert context[start:end] == text if text else (start, end) == (-1, -1)
+    assert sum(bool(t) for t in texts) > len(texts) // 2
+
+    version = model.export(str(tmp_path / "serving"))
+    assert os.path.basename(version) == str(int(model.optimizer.iterations.numpy()))
+    loaded = tf.saved_model.load(version)
+    served = loaded.signatures["serving_default"](question=tf.constant(questions), context=tf.constant(contexts))
+    assert [t.decode() for t in served["text"].numpy()] == texts
+    np.testing.assert_array_equal(served["start_char"].numpy(), answers["start_char"])
+    np.testing.assert_array_equal(served["end_char"].numpy(), answers["end_char"])
+    np.testing.assert_allclose(served["null_odds"].numpy(), answers["null_odds"], atol=1e-5)
+    metadata = {k: v.numpy() for k, v in loaded.signatures["metadata"]().items()}
+    assert (metadata["kind"], metadata["max_seq_length"], metadata["doc_stride"], metadata["max_answer_length"],
+            metadata["end_n_top"]) == (b"squad", 64, 24, 12, 3)
+    with pytest.raises(ValueError, match="inputs"):
+        model(tf.constant(questions))
+
+    # Written as run_squad.py writes its checkpoints, the fine-tuned model loads back with its head.
+    native = tf.train.Checkpoint(model=model.network).write(str(tmp_path / "native" / "ckpt-2"))
+    again = xlnet_tf.XLNetTextSquad.from_checkpoint(native, spiece_model=SPIECE, config=os.path.join(
+        release[0], "xlnet_config.json"), start_n_top=3, end_n_top=3, **SQUAD_SETTINGS)
+    for mine, theirs in zip(model.network.weights, again.network.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())

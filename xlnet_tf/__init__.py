@@ -19,6 +19,7 @@ _EXPORTS = {
     "XLNetPreprocessor": "xlnet_tf.preprocessing",
     "XLNetTextClassifier": "xlnet_tf.tasks",
     "XLNetTextMultipleChoice": "xlnet_tf.tasks",
+    "XLNetTextSquad": "xlnet_tf.tasks",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -1,8 +1,9 @@
 """Fine-tuning models on raw strings, the Keras way: ``compile``/``fit``/``evaluate``/``predict`` on text.
 
-``XLNetTextClassifier`` and ``XLNetTextMultipleChoice`` are an ``XLNetPreprocessor`` (strings -> the fine-tuning
-layout, in the graph) in front of the very task models ``run_classifier.py`` trains
-(``xlnet_tf.models.heads.XLNetClassifier`` / ``XLNetMultipleChoice``, kept as ``.network``), so the heads, the
+``XLNetTextClassifier``, ``XLNetTextMultipleChoice`` and ``XLNetTextSquad`` are an ``XLNetPreprocessor``
+(strings -> the fine-tuning layout, in the graph) in front of the very task models ``run_classifier.py`` and
+``run_squad.py`` train (``xlnet_tf.models.heads.XLNetClassifier`` / ``XLNetMultipleChoice`` / ``XLNetSquad``, kept
+as ``.network``), so the heads, the
 input layout and the checkpoints are shared with the entry points. ``from_checkpoint`` reads a release directory
 (``xlnet_config.json`` + ``xlnet_model.ckpt`` + ``spiece.model``), a directory or prefix of a native checkpoint
 (``xlnet-convert-checkpoint``, ``run_pretrain.py``, ``run_classifier.py``), pretrained (the head starts fresh) or
@@ -30,7 +31,7 @@ from absl import logging
 
 from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, load_pretrained, resolve_checkpoint
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
+from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.training.setup import read_model
 
@@ -168,12 +169,15 @@ class _TextTaskModel(keras.Model):
         step = int(self.optimizer.iterations.numpy()) if getattr(self, "optimizer", None) is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
-                           max_qa_length=pre.max_qa_length)
+                           max_qa_length=pre.max_qa_length, squad=self._serving_squad())
         with tempfile.TemporaryDirectory() as tmp:  # clients find the SentencePiece model in assets.extra/
             spiece = os.path.join(tmp, "spiece.model")
             with open(spiece, "wb") as f:
                 f.write(pre.spiece_model)
             return write_serving_model(self.network, export_dir, info, spiece, preprocessor=pre)
+
+    def _serving_squad(self) -> dict:
+        return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks
 
     def get_config(self):
         return dict(super().get_config(), preprocessor=keras.saving.serialize_keras_object(self.preprocessor),
@@ -264,3 +268,168 @@ class XLNetTextMultipleChoice(_TextTaskModel):
 
     def _serving_kind(self) -> str:
         return "multiple_choice"
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetTextSquad(_TextTaskModel):
+    """SQuAD (1.1 and 2.0) on raw strings: ``XLNetPreprocessor.squad`` + ``XLNetSquad``.
+
+    Inputs: ``(questions, contexts)``, tf.string [B] each, as a tuple (or a dict with keys ``question`` and
+    ``context``). Output of ``call``/``predict``: ``run_squad.py --do_predict``'s answer per question, computed in
+    the graph by ``squad_model.best_answers`` (what the SavedModel of ``export`` serves), each [B]: ``text``
+    (string; ``predict`` gives bytes), ``start_char``/``end_char`` (int32, ``context[start_char:end_char] == text``
+    in characters, -1 without an answer span), ``null_odds`` (float32; above a threshold tuned on dev data the
+    question counts as unanswerable, SQuAD 2.0). Each question's context is cut into W >= B windows of
+    ``seq_length`` tokens (``doc_stride`` apart); the answer is the best one over its windows.
+
+    ``fit``/``evaluate`` take ``((questions, contexts), (answer_starts, answers, is_impossible))``: the answer's
+    first character in the context int [B], the answer text tf.string [B] (or its end character, exclusive, int
+    [B]) and is_impossible bool/int/float [B] (SQuAD 2.0; 0 for SQuAD 1.1). Training runs on the windows: each
+    gets the labels of ``squad_data``'s training features (``window_labels``) and the loss is ``squad_loss``'s
+    mean over the batch's windows, as ``run_squad.py`` trains; no ``loss`` is passed to ``compile``. Unlike
+    ``run_squad.py`` nothing is skipped: an answer that no window holds whole trains every window as "no answer".
+    """
+
+    def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, max_answer_length: int = 64,
+                 **kwargs):
+        super().__init__(preprocessor, network, **kwargs)
+        if not isinstance(max_answer_length, int) or max_answer_length < 1:
+            raise ValueError(f"max_answer_length={max_answer_length!r}: must be a positive int")
+        self.max_answer_length = max_answer_length
+
+    @classmethod
+    def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_query_length: int = 64, doc_stride: int = 128,
+                        max_answer_length: int = 64, start_n_top: int = 5, end_n_top: int = 5, config=None,
+                        spiece_model=None, lower_case: bool = False, dropout: float = 0.1, dropatt: float = 0.1,
+                        dtype: Optional[str] = None, name: Optional[str] = None) -> "XLNetTextSquad":
+        """As ``XLNetTextClassifier.from_checkpoint``; the window and beam settings are ``run_squad.py``'s flags
+        (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py`` or of the original's TF1 layout)."""
+        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+                                            max_query_length=max_query_length, doc_stride=doc_stride)
+        network = XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top, dtype=dtype)
+        load_task_weights(network, path)
+        return cls(preprocessor, network, max_answer_length=max_answer_length, name=name)
+
+    @staticmethod
+    def _texts(inputs) -> tuple:
+        """(questions, contexts) [B] each from a tuple/list or a dict of the two."""
+        if isinstance(inputs, dict):
+            return inputs["question"], inputs["context"]
+        if not (isinstance(inputs, (tuple, list)) and len(inputs) == 2):
+            raise ValueError(f"inputs: expected (questions, contexts), got {type(inputs).__name__}")
+        return tuple(inputs)
+
+    def call(self, inputs, training=None):
+        from xlnet_tf.finetune.squad_model import best_answers
+
+        question, context = self._texts(inputs)
+        return best_answers(self.network, self.preprocessor, question, context,
+                            {"max_answer_length": self.max_answer_length})
+
+    # -- training on raw strings ------------------------------------------------------------------------------
+    def training_windows(self, inputs, labels) -> dict:
+        """The windows of ``XLNetPreprocessor.squad`` for ``inputs`` (questions, contexts [B]) with the labels of
+        ``labels`` = (answer_starts int [B], answers: text tf.string [B] or end characters (exclusive) int [B],
+        is_impossible [B]) per window (``window_labels``): what the train step feeds ``XLNetSquad``."""
+        question, context = self._texts(inputs)
+        if not (isinstance(labels, (tuple, list)) and len(labels) == 3):
+            raise ValueError("labels: expected (answer_starts, answers, is_impossible), got "
+                             f"{type(labels).__name__}")
+        answer_start, answer, is_impossible = labels
+        answer_start = tf.cast(answer_start, tf.int32)
+        answer = tf.convert_to_tensor(answer)
+        if answer.dtype == tf.string:
+            # squad_data's answer end: start + len(text) (Python characters = code points, as UTF8_CHAR counts).
+            answer = tf.strings.unicode_transcode(answer, "UTF-8", "UTF-8", errors="replace",
+                                                  replacement_char=0xFFFD)
+            answer_end = answer_start + tf.strings.length(answer, unit="UTF8_CHAR")
+        else:
+            answer_end = tf.cast(answer, tf.int32)
+        windows = self.preprocessor.squad(question, context)
+        windows.update(window_labels(windows, answer_start, answer_end, tf.cast(is_impossible, tf.bool)))
+        return windows
+
+    def _window_loss(self, x, y, training: bool):
+        from xlnet_tf.finetune.squad_data import INFERENCE_KEYS
+        from xlnet_tf.finetune.squad_model import squad_loss
+
+        windows = self.training_windows(x, y)
+        features = {k: windows[k] for k in INFERENCE_KEYS + ("start_positions", "end_positions", "is_impossible")}
+        total, count = squad_loss(features, self.network(features, training=training))
+        return tf.math.divide_no_nan(total, count)  # the mean over the windows (none: a batch of empty contexts)
+
+    def train_step(self, data):
+        # Keras' train step calls the model on x and a compiled loss on its output; SQuAD's loss needs the
+        # teacher-forced head (the labelled start, per window) instead, so the step is written out here.
+        from keras.src.losses.loss import scale_loss_for_distribution
+
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            loss = self._window_loss(x, y, training=True)
+            self._loss_tracker.update_state(loss)
+            scaled = self.optimizer.scale_loss(scale_loss_for_distribution(loss))
+        variables = self.trainable_weights
+        self.optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+        return self.get_metrics_result()
+
+    def test_step(self, data):
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        self._loss_tracker.update_state(self._window_loss(x, y, training=False))
+        return self.get_metrics_result()
+
+    def export(self, export_dir: str, task: str = "squad") -> str:
+        """As ``XLNetTextClassifier.export``: the SQuAD layout (``serving_default`` takes ``question`` and
+        ``context`` and answers as ``call``; ``serve_ids`` gives the head's beam), as ``run_squad.py
+        --export_dir`` writes it."""
+        return super().export(export_dir, task=task)
+
+    def _serving_kind(self) -> str:
+        return "squad"
+
+    def _serving_squad(self) -> dict:
+        from xlnet_tf.finetune.settings import SquadSettings
+
+        pre, network = self.preprocessor, self.network
+        # n_best_size: run_squad.py's default, recorded as its export does (the served answer does not use it).
+        return dict(max_query_length=pre.max_query_length, doc_stride=pre.doc_stride,
+                    max_answer_length=self.max_answer_length, start_n_top=network.start_n_top,
+                    end_n_top=network.end_n_top, n_best_size=SquadSettings.n_best_size)
+
+    def get_config(self):
+        return dict(super().get_config(), max_answer_length=self.max_answer_length)
+
+
+def window_labels(windows: dict, answer_start: tf.Tensor, answer_end: tf.Tensor, is_impossible: tf.Tensor) -> dict:
+    """The training labels of ``XLNetPreprocessor.squad``'s windows, as ``squad_data``'s training features have
+    them (squad_lib_sp's rules), from each token's characters (``token_start_char``/``token_end_char`` [W, S]).
+
+    answer_start, answer_end: the answer's first character and its end (exclusive) in the context, int32 [B];
+    is_impossible: bool [B]. The answer's first token is the first paragraph token ending at or after its first
+    character (a token's characters begin with the whitespace before its word), its last token the last one
+    starting at or before its last character. A window holding both gets their positions; any other window, and
+    every window of an impossible question, points both at its ``cls_index`` and is impossible. Returns
+    ``start_positions``, ``end_positions`` int32 [W] and ``is_impossible`` float32 [W].
+    """
+    example = windows["example_index"]  # [W]
+    first_char, last_char = windows["token_start_char"], windows["token_end_char"]  # [W, S], -1: not paragraph
+    batch = tf.shape(answer_start)[0]
+    first = tf.gather(answer_start, example)[:, None]
+    last = tf.gather(answer_end, example)[:, None] - 1
+    ends_after = (last_char >= 0) & (last_char >= first)
+    starts_before = (first_char >= 0) & (first_char <= last)
+    # The two tokens over the whole context (a window sees only its part), named by their characters: the
+    # answer's first token is the one ending first among those ending after its start, and so on.
+    start_key = tf.math.unsorted_segment_min(
+        tf.reduce_min(tf.where(ends_after, last_char, tf.int32.max), axis=1), example, batch)
+    end_key = tf.math.unsorted_segment_max(
+        tf.reduce_max(tf.where(starts_before, first_char, -1), axis=1), example, batch)
+    start_here = ends_after & (last_char == tf.gather(start_key, example)[:, None])
+    end_here = starts_before & (first_char == tf.gather(end_key, example)[:, None])
+    seq_length = tf.shape(first_char)[1]
+    start = tf.argmax(tf.cast(start_here, tf.int32), axis=1, output_type=tf.int32)  # the first such position
+    end = seq_length - 1 - tf.argmax(tf.cast(tf.reverse(end_here, [1]), tf.int32), axis=1, output_type=tf.int32)
+    inside = (tf.reduce_any(start_here, axis=1) & tf.reduce_any(end_here, axis=1)
+              & ~tf.gather(is_impossible, example))
+    cls_index = windows["cls_index"]
+    return {"start_positions": tf.where(inside, start, cls_index), "end_positions": tf.where(inside, end, cls_index),
+            "is_impossible": 1.0 - tf.cast(inside, tf.float32)}
