@@ -118,9 +118,9 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     assert "writing pretraining data from --input_glob" in log  # only because --input_glob was given
     seen = losses(log)
     assert len(seen) == 7 and "step 1/60 | loss" in log  # the first line after one step, then every 10
-    # The LM bias starts at the data's log unigram frequencies (xlnet_tf/data/unigram.py): the first loss is about
-    # the unigram level, not ln(8000) = 9, and it falls from there.
-    assert seen[0] < 7.0 and min(seen[-3:]) < seen[0] - 0.1, seen
+    # The LM bias starts at the data's log unigram frequencies (xlnet_tf/data/unigram.py): the first loss (one
+    # batch: 6.5-7.1 seen) is about the unigram level, not ln(8000) = 9 as from a zero bias, and it falls from there.
+    assert seen[0] < 7.5 and min(seen[-3:]) < seen[0] - 0.1, seen
 
     # Same run (dropout on: the checkpoints carry its seed states), killed with SIGKILL once a checkpoint at
     # step >= 20 is committed (named by the manager's state
