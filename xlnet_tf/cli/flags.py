@@ -177,7 +177,11 @@ def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS):
 def usage_error(message) -> None:
     """Exits with ``message`` and one line pointing at ``--helpfull`` (not the whole help)."""
     program = os.path.basename(sys.argv[0])
-    sys.stderr.write(f"{program}: error: {message}\nSee `python {program} --helpfull` for every flag.\n")
+    main = sys.modules.get("__main__")
+    if getattr(main, "__spec__", None) is not None and main.__spec__.name.startswith("xlnet_tf."):
+        program = f"-m {main.__spec__.name}"  # python -m xlnet_tf.export: argv[0] is the module's file path
+    sys.stderr.write(f"{program.removeprefix('-m ')}: error: {message}\n"
+                     f"See `python {program} --helpfull` for every flag.\n")
     sys.exit(1)
 
 
