@@ -235,6 +235,11 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
     history = model.fit(tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(9), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     assert not np.allclose(model.network.start_dense.kernel.numpy(), before)
+    labels = ([max(e.start_position, 0) for e in train[:4]], [e.orig_answer_text for e in train[:4]],
+              [e.is_impossible for e in train[:4]])  # Python lists, inputs and labels
+    loss = model.evaluate(([e.question_text for e in train[:4]], [e.paragraph_text for e in train[:4]]), labels,
+                          verbose=0)
+    assert np.isfinite(loss) and loss > 0
 
     dev = squad_data.read_squad_file(os.path.join(SQUAD, "dev-v2.0.json"), False).examples
     questions, contexts = [e.question_text for e in dev], [e.paragraph_text for e in dev]

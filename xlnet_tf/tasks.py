@@ -327,6 +327,20 @@ class XLNetTextSquad(_TextTaskModel):
                             {"max_answer_length": self.max_answer_length})
 
     # -- training on raw strings ------------------------------------------------------------------------------
+    @staticmethod
+    def _label_tensors(y):
+        """(answer_starts, answers, is_impossible) given as Python lists or numpy arrays, as tensors: Keras' data
+        adapters take no Python lists, nor numpy labels next to the inputs' string tensors."""
+        if isinstance(y, (tuple, list)) and len(y) == 3:
+            return tuple(tf.convert_to_tensor(_string_tensors(v)) for v in y)
+        return y
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        return super().fit(x, self._label_tensors(y), *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        return super().evaluate(x, self._label_tensors(y), *args, **kwargs)
+
     def training_windows(self, inputs, labels) -> dict:
         """The windows of ``XLNetPreprocessor.squad`` for ``inputs`` (questions, contexts [B]) with the labels of
         ``labels`` = (answer_starts int [B], answers: text tf.string [B] or end characters (exclusive) int [B],
