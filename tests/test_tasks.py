@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_tf
+from xlnet_tf import kernels
 from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
 from xlnet_tf.checkpoint import write_tf1_checkpoint
 from xlnet_tf.finetune import classifier_data, race_data
@@ -243,7 +244,10 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
 
     dev = squad_data.read_squad_file(os.path.join(SQUAD, "dev-v2.0.json"), False).examples
     questions, contexts = [e.question_text for e in dev], [e.paragraph_text for e in dev]
-    answers = model.predict((questions, contexts), batch_size=len(dev), verbose=0)  # Python lists of strings
+    # Traced with the plain kernels, as the export is: the fast C++ kernels agree to float32 round-off, which can
+    # flip the choice between near-tied answers of a model trained for two steps (seen once in CI).
+    with kernels.use("plain"):
+        answers = model.predict((questions, contexts), batch_size=len(dev), verbose=0)  # Python lists of strings
     texts = [t.decode() for t in answers["text"]]
     for context, text, start, end in zip(contexts, texts, answers["start_char"], answers["end_char"]):
         assert context[start:end] == text if text else (start, end) == (-1, -1)
