@@ -34,6 +34,7 @@ import os
 if __name__ == "__main__":  # before TensorFlow loads: its C++ INFO lines say nothing a user can act on
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+import abc
 import dataclasses
 import json
 import sys
@@ -212,7 +213,7 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
 
 # --- models --------------------------------------------------------------------------------------------------------
 
-class Predictor:
+class Predictor(abc.ABC):
     """What the engine needs of a model. ``takes_text``: batches carry the raw strings (``text_a``, ``text_b``
     [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32 [B, L]);
     ``__call__(batch)`` returns ``probabilities`` [B, C] (classification) or ``score`` [B] (regression) as numpy.
@@ -226,8 +227,9 @@ class Predictor:
     regression: bool = False
     identity: dict = {}
 
+    @abc.abstractmethod
     def __call__(self, batch: dict) -> dict:
-        raise NotImplementedError
+        """The predictions of one batch (see the class docstring)."""
 
 
 class KerasPredictor(Predictor):

@@ -158,8 +158,6 @@ class _TextTaskModel(keras.Model):
 
         ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
         takes ``sentence2``; ``task``: recorded in the metadata."""
-        import tempfile
-
         from xlnet_tf.finetune.export import ServingInfo, write_serving_model
 
         pre = self.preprocessor
@@ -170,11 +168,7 @@ class _TextTaskModel(keras.Model):
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
                            max_qa_length=pre.max_qa_length, squad=self._serving_squad())
-        with tempfile.TemporaryDirectory() as tmp:  # clients find the SentencePiece model in assets.extra/
-            spiece = os.path.join(tmp, "spiece.model")
-            with open(spiece, "wb") as f:
-                f.write(pre.spiece_model)
-            return write_serving_model(self.network, export_dir, info, spiece, preprocessor=pre)
+        return write_serving_model(self.network, export_dir, info, preprocessor=pre)
 
     def _serving_squad(self) -> dict:
         return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks

@@ -223,7 +223,8 @@ def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_
     """Writes ``model`` as ``<export_dir>/<version>/`` (see the module docstring) and returns that directory.
 
     ``preprocessor`` (an ``XLNetPreprocessor`` of ``spiece_model_file``) adds the raw-text ``serving_default``;
-    without it ``serve_ids`` is the default signature too. ``spiece_model_file`` is copied to ``assets.extra/``."""
+    without it ``serve_ids`` is the default signature too. The preprocessor's SentencePiece model (else
+    ``spiece_model_file``) is written to ``assets.extra/spiece.model`` for clients."""
     if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
         logging.warning("%s holds a SavedModel in the old flat layout; TF Serving ignores it next to the numbered "
                         "versions written now", export_dir)
@@ -238,7 +239,10 @@ def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_
         os.makedirs(extra, exist_ok=True)
         write_json_atomic(os.path.join(extra, METADATA_FILE), info.to_json(version))
         write_json_atomic(os.path.join(extra, "labels.json"), {"kind": info.kind, "labels": info.labels})
-        if spiece_model_file:
+        if preprocessor is not None:  # the very model the raw-text signature holds
+            with open(os.path.join(extra, "spiece.model"), "wb") as f:
+                f.write(preprocessor.spiece_model)
+        elif spiece_model_file:
             shutil.copy(spiece_model_file, os.path.join(extra, "spiece.model"))
         if os.path.exists(target):  # another export took this version meanwhile: never replace it
             raise FileExistsError(f"{target}: version {version} appeared while exporting; export again")

@@ -143,14 +143,18 @@ def _data_summary(meta: dict) -> dict:
         "skipped_examples": meta.get("skipped", [])[:20]}
 
 
+def reads_pairs(s: ClassifierSettings) -> bool:
+    """Whether the task's examples are sentence pairs (its labelled files have a second text column)."""
+    if s.is_race:
+        return False
+    labeled = classifier_data.get_task(s.task_name).labeled
+    return labeled is not None and labeled.text_b is not None
+
+
 def serving_info(s: ClassifierSettings, bundle: TaskBundle, step: int) -> ServingInfo:
     """What an export of this task records for its clients (kind, labels, text layout, preprocessing)."""
-    pair = False
-    if not s.is_race:
-        labeled = classifier_data.get_task(s.task_name).labeled
-        pair = labeled is not None and labeled.text_b is not None
     return ServingInfo(kind=bundle.kind, task=bundle.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                       labels=bundle.labels, pair=pair, global_step=step, max_qa_length=s.max_qa_length)
+                       labels=bundle.labels, pair=reads_pairs(s), global_step=step, max_qa_length=s.max_qa_length)
 
 
 def restore_model(model, s: ClassifierSettings, checkpoint_path: Optional[str] = None) -> str:
@@ -192,7 +196,7 @@ def predict_input_files(s: ClassifierSettings, model, bundle: TaskBundle, tokeni
         model, tokenizer, s.max_seq_length, bundle.labels, bundle.kind == "regression",
         identity=dict(checkpoint=checkpoint, task=bundle.name, max_seq_length=s.max_seq_length,
                       spiece_sha256=tokenizer.fingerprint(), uncased=s.uncased),
-        pair=getattr(classifier_data.get_task(s.task_name).labeled, "text_b", None) is not None)
+        pair=reads_pairs(s))
     fields = batch_predict.Fields.parse(s.predict_text_fields, s.predict_id_field, "--predict_text_fields")
     summary = batch_predict.predict_shards(predictor, s.predict_input_glob, s.predict_dir or
                                            os.path.join(s.model_dir, "predict"), fields, s.predict_batch_size,
