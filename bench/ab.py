@@ -2,6 +2,7 @@
 
     python bench/ab.py --dtype float32 --disable matmul          # fast backend vs fast without one fast path
     python bench/ab.py --dtype float32 --disable all             # fast backend vs the plain ops
+    python bench/ab.py --objective pmlm --disable cross_entropy_and_hits   # UniLMv2's step (or mpnet)
     python bench/ab.py --dtype mixed_bfloat16 --other /tmp/base  # this checkout vs another one (e.g. a
                                                                   # `git worktree` of an older commit)
 
@@ -32,8 +33,10 @@ import bench_pretrain
 bench_pretrain.setup_tf(2)
 import xlnet_tf
 assert xlnet_tf.__file__.startswith(tree), xlnet_tf.__file__
-cls = bench_pretrain.OursInfer if sys.argv[3] == "infer" else bench_pretrain.OursTrain
-system = cls(INFER_BASE if sys.argv[3] == "infer" else BENCH_SMALL, dtype=sys.argv[2])
+if sys.argv[3] == "infer":
+    system = bench_pretrain.OursInfer(INFER_BASE, dtype=sys.argv[2])
+else:
+    system = bench_pretrain.OursTrain(BENCH_SMALL, dtype=sys.argv[2], objective=sys.argv[5])
 for _ in range(3):
     system.step()
 times = []
@@ -50,8 +53,8 @@ def _other_checkout(args):
     times = {name: [] for name in trees}
     for round_ in range(args.rounds):
         for name, tree in (trees.items() if round_ % 2 == 0 else reversed(trees.items())):
-            out = subprocess.run([sys.executable, "-c", _CHILD, tree, args.dtype, args.mode, str(args.steps)],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run([sys.executable, "-c", _CHILD, tree, args.dtype, args.mode, str(args.steps),
+                                  args.objective], check=True, capture_output=True, text=True).stdout
             times[name] += json.loads(out.strip().splitlines()[-1])
     return times
 
@@ -65,14 +68,18 @@ def _in_process(args):
     from xlnet_tf import kernels
 
     disable = {"all"} if args.disable == "all" else set(args.disable.split(","))
-    cls = bench_pretrain.OursInfer if args.mode == "infer" else bench_pretrain.OursTrain
-    cfg = INFER_BASE if args.mode == "infer" else BENCH_SMALL
+    if args.mode == "infer":
+        def build():
+            return bench_pretrain.OursInfer(INFER_BASE, dtype=args.dtype)
+    else:
+        def build():
+            return bench_pretrain.OursTrain(BENCH_SMALL, dtype=args.dtype, objective=args.objective)
     systems = {}
     for name, variant in (("A (fast)", kernels.use("fast")),
                           (f"B (without {args.disable})",
                            kernels.use("plain") if disable == {"all"} else kernels.use("fast", disable=disable))):
         with variant:
-            systems[name] = cls(cfg, dtype=args.dtype)
+            systems[name] = build()
             systems[name].step()  # traced inside the variant's backend
     times = {name: [] for name in systems}
     for _ in range(args.rounds):
@@ -88,6 +95,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", default="float32", choices=("float32", "mixed_bfloat16"))
     parser.add_argument("--mode", default="train", choices=("train", "infer"))
+    parser.add_argument("--objective", default="plm", choices=("plm", "pmlm", "mpnet"),
+                        help="pretraining objective of the training step (docs/objectives.md)")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--disable", help="comma list of fast paths (xlnet_tf/kernels/fast.py), or 'all'")
     group.add_argument("--other", help="another checkout of this repository")
@@ -97,7 +106,8 @@ def main():
     times = _other_checkout(args) if args.other else _in_process(args)
     medians = {name: statistics.median(t) for name, t in times.items()}
     (a, ma), (b, mb) = medians.items()
-    print(f"{args.mode} {args.dtype}: {a} {ma:.3f} s, {b} {mb:.3f} s, B/A {mb / ma:.3f} "
+    what = args.mode if args.mode == "infer" else f"{args.mode} {args.objective}"
+    print(f"{what} {args.dtype}: {a} {ma:.3f} s, {b} {mb:.3f} s, B/A {mb / ma:.3f} "
           f"({len(times[a])} steps each)")
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/profile_step.py                      # bench-small, float32
     .venv/bin/python bench/profile_step.py --dtype mixed_bfloat16 --top 40 --by name
+    .venv/bin/python bench/profile_step.py --objective pmlm      # UniLMv2's step (MPNet: mpnet)
     .venv/bin/python bench/profile_step.py --matmuls            # every matmul of the step, timed alone
 
 Runs our real training step (``bench_pretrain.OursTrain``) for a few warm-up steps, then profiles ``--steps``
@@ -127,6 +128,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="bench-small", choices=sorted(CONFIGS))
     parser.add_argument("--dtype", default="float32", choices=("float32", "mixed_bfloat16"))
+    parser.add_argument("--objective", default="plm", choices=("plm", "pmlm", "mpnet"),
+                        help="pretraining objective of the profiled step (docs/objectives.md)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--threads", type=int, default=THREADS)
@@ -140,7 +143,7 @@ def main():
     from bench_pretrain import OursTrain, setup_tf
 
     setup_tf(args.threads)
-    system = OursTrain(CONFIGS[args.config], args.dtype)
+    system = OursTrain(CONFIGS[args.config], args.dtype, objective=args.objective)
     for _ in range(args.warmup):
         system.step()
     t0 = time.perf_counter()
@@ -148,7 +151,7 @@ def main():
         system.step()
     wall = (time.perf_counter() - t0) / args.steps
     if args.matmuls:
-        print(f"{args.config} {args.dtype}: wall {wall:.3f} s/step; its matmuls, each timed alone:")
+        print(f"{args.config} {args.dtype} {args.objective}: wall {wall:.3f} s/step; its matmuls, each timed alone:")
         matmul_table(tf, system)
         return
     logdir = tempfile.mkdtemp(prefix="xlnet_profile_")
@@ -158,7 +161,7 @@ def main():
     tf.profiler.experimental.stop()
     totals = op_times(logdir, args.by)
     total = sum(totals.values()) / args.steps
-    print(f"{args.config} {args.dtype}: wall {wall:.3f} s/step (unprofiled); op time {total:.3f} s/step summed "
+    print(f"{args.config} {args.dtype} {args.objective}: wall {wall:.3f} s/step (unprofiled); op time {total:.3f} s/step summed "
           f"over threads; top {args.top} by {args.by}:")
     for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
         per_step = seconds / args.steps

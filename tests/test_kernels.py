@@ -72,10 +72,13 @@ def test_residual_layer_norm(dtype, with_bias, with_dropout, depth):
 @pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate", [
     (tf.float32, "content", True, 3, 0.1), (tf.float32, "content", False, None, 0.0),
     (tf.float32, "query", True, 3, 0.1), (tf.float32, "content", True, 1, 0.0),
-    (tf.bfloat16, "content", True, 3, 0.1), (tf.bfloat16, "query", False, 1, 0.1)])
+    (tf.bfloat16, "content", True, 3, 0.1), (tf.bfloat16, "query", False, 1, 0.1),
+    (tf.float32, "keys", True, 3, 0.1), (tf.bfloat16, "keys", False, 1, 0.0)])
 def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
-    """Relative shift or query-position gather, segment term, mask, softmax and dropout: N=2, B=3, K=37 (13
-    memory + 24 current keys); the gradients of ac, bd (zero outside each row's shifted window) and ef."""
+    """Relative shift or position gather, segment term, mask, softmax and dropout: N=2, B=3, K=37 (13 memory + 24
+    current keys); the gradients of ac, bd (zero outside each row's shifted window; with key positions, several
+    keys may read one column) and ef. 'keys': keys at explicit positions, permuted and with duplicates (UniLMv2's
+    appended copies sit at the positions of the tokens they copy)."""
     rng = np.random.default_rng(5)
     n, b, mlen, qlen = 2, 3, 13, 24
     klen = mlen + qlen
@@ -84,6 +87,11 @@ def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
     else:  # the query stream: 5 target rows at random positions; a table shorter than the reach (clamped)
         q, rlen = 5, klen + 1
         query_pos = tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32)
+    key_pos = None
+    if stream == "keys":
+        positions = np.stack([rng.permutation(klen) for _ in range(b)])
+        positions[:, -6:] = positions[:, :6]
+        key_pos = tf.constant(positions, tf.int32)
     inputs = [_normal(rng, (n, b, q, klen), dtype, 3), _normal(rng, (n, b, q, rlen), dtype, 3)]
     segment_diff = None
     if with_segment:
@@ -97,7 +105,7 @@ def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
     seed = tf.constant([17, 23])
 
     def fn(ac, bd, *ef):
-        return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed)
+        return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed, key_pos)
 
     fast, plain = _compare(fn, inputs, _normal(rng, (n, b, q, klen), dtype), "XlnetAttentionProbs",
                            ["prob", "d_ac", "d_bd", "d_ef"], 2 ** -7 if dtype == tf.bfloat16 else 1e-5)
@@ -123,6 +131,35 @@ def test_bias_activation_dropout(dtype, activation, with_dropout):
                            2 ** -7 if dtype == tf.bfloat16 else 2e-5)
     if with_dropout:
         np.testing.assert_array_equal(fast[0] == 0, plain[0] == 0)
+
+
+@needs_compiler
+@pytest.mark.parametrize("vocab", [7, 37, 1000])
+def test_cross_entropy_and_hits(vocab):
+    """The LM loss's cross-entropy per row, its hit (the label is the first arg max) and the logits' gradient
+    under per-row loss weights, as the training step takes it; vocabularies below, at and past the 16 lanes."""
+    from xlnet_tf.training.losses import cross_entropy_and_hits
+
+    rng = np.random.default_rng(13)
+    logits = rng.normal(size=(3, 11, vocab)) * 4
+    labels = rng.integers(0, vocab, size=(3, 11))
+    logits[0, :5] = 0.0  # ties everywhere: the first index is the arg max
+    labels[0, :2] = 0
+    labels[0, 2:5] = vocab - 1
+    logits[1, :6, :] = logits[1, :6].min() - 1.0  # the label alone at the maximum: hits
+    logits[1, np.arange(6), labels[1, :6]] = 5.0
+    labels_t = tf.constant(labels, tf.int32)
+
+    def fn(logits):
+        loss, hits = cross_entropy_and_hits(logits, labels_t)
+        return tf.stack([loss, hits])
+
+    weights = np.stack([rng.random((3, 11)), np.zeros((3, 11))])  # the hits' gradient is never asked for
+    fast, plain = _compare(fn, [tf.constant(logits, tf.float32)], weights, "XlnetCrossEntropy",
+                           ["loss and hits", "d_logits"], 2e-6)
+    hits = fast[0][1]
+    np.testing.assert_array_equal(hits, plain[0][1])
+    assert hits[0, :2].all() and not hits[0, 2:5].any() and hits[1, :6].all()
 
 
 @pytest.mark.parametrize("transpose_weight", [False, True])
@@ -200,7 +237,10 @@ def test_kernels_reject_bad_shapes():
     scores, table = tf.zeros([2, 3, 4, 8]), tf.zeros([2, 3, 4, 12])
     pos = tf.zeros([3, 4], tf.int32)
     args = dict(has_segment=False, has_mask=True, has_dropout=False, threshold=0, scale=1.0)
-    none = dict(ef=tf.zeros([0]), segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([0], tf.int32))
+    none = dict(ef=tf.zeros([0]), segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([0], tf.int32),
+                key_pos=tf.zeros([0], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"key_pos must be \[B, K\] = \[3, 8\] or empty"):
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos, **dict(none, key_pos=pos), **args)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask must be \[1 or B, Q, K\] = \[3, 4, 8\], got \[3,4,7\]"):
         forward(ac=scores, bd=table, mask=tf.zeros([3, 4, 7]), query_pos=pos, **none, **args)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"bd must be \[N, B, Q, R\]"):
@@ -208,12 +248,12 @@ def test_kernels_reject_bad_shapes():
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"query_pos must be \[B, Q\] = \[3, 4\]"):
         forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=tf.zeros([4, 3], tf.int32), **none, **args)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"seed must be \[2\]"):
-        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos, ef=tf.zeros([0]),
-                segment_diff=tf.zeros([0], tf.bool), seed=tf.zeros([3], tf.int32), **dict(args, has_dropout=True))
+        forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos,
+                **dict(none, seed=tf.zeros([3], tf.int32)), **dict(args, has_dropout=True))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"softmax must be shaped like d_prob"):
         backward(d_prob=scores, softmax=tf.zeros([2, 3, 4, 7]), segment_diff=tf.zeros([0], tf.bool),
-                 seed=tf.zeros([0], tf.int32), query_pos=pos, position_len=12, has_segment=False, has_dropout=False,
-                 threshold=0, scale=1.0)
+                 seed=tf.zeros([0], tf.int32), query_pos=pos, key_pos=tf.zeros([0], tf.int32), position_len=12,
+                 has_segment=False, has_dropout=False, threshold=0, scale=1.0)
 
     forward, backward = ops.bias_activation_dropout()
     attrs = dict(activation="gelu", has_dropout=False, threshold=0, scale=1.0)
@@ -221,3 +261,11 @@ def test_kernels_reject_bad_shapes():
         forward(tf.zeros([4, 8]), tf.zeros([7]), tf.zeros([0], tf.int32), **attrs)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"dy must be shaped like h"):
         backward(tf.zeros([4, 7]), tf.zeros([4, 8]), tf.zeros([8]), tf.zeros([0], tf.int32), **attrs)
+
+    forward, backward = ops.cross_entropy()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"label 9 of row 1 is outside the vocabulary \[0, 8\)"):
+        forward(tf.zeros([2, 8]), tf.constant([0, 9]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"labels must be \[R\] = \[2\], got \[3\]"):
+        forward(tf.zeros([2, 8]), tf.zeros([3], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"d_loss and log_norm must be \[R\] = \[2\]"):
+        backward(tf.zeros([3]), tf.zeros([2, 8]), tf.zeros([2], tf.int32), tf.zeros([2]))

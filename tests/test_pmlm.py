@@ -313,20 +313,6 @@ def test_mpnet_query_predictions_ignore_their_own_and_later_originals():
         np.testing.assert_allclose(_logits(model, changed, "mpnet")[b, i], base[b, i], atol=1e-5, rtol=0)
 
 
-def test_the_fast_attention_kernel_declines_explicit_key_positions():
-    """The C++ kernel reads consecutive keys only: with key positions the plain definition runs (same values)."""
-    from xlnet_tf.kernels import fast
-    from xlnet_tf.layers.attention import attention_probs
-
-    rng = np.random.default_rng(2)
-    ac = tf.constant(rng.normal(size=(2, 3, 6, 6)), tf.float32)
-    bd = tf.constant(rng.normal(size=(2, 3, 6, 12)), tf.float32)
-    positions = tf.tile(tf.range(6)[None], [3, 1])
-    assert fast.attention_probs(ac, bd, None, None, None, positions, key_pos=positions) is NotImplemented
-    np.testing.assert_allclose(attention_probs(ac, bd, None, None, None, positions, key_pos=positions).numpy(),
-                               attention_probs(ac, bd, None, None, None, None).numpy(), atol=1e-6)
-
-
 def test_pmlm_split_attention_equals_one_dense_stream_with_position_ids():
     """The split form (content stream + appended query rows that are keys too) computes exactly the single stream
     [corrupted | originals | pseudo] with explicit position ids and the whole mask (the s2s-ft layout)."""

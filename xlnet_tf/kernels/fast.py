@@ -4,9 +4,10 @@ Each function takes the arguments of the plain definition it replaces (named in 
 ``NotImplemented`` where it does not apply, so the plain ops run. All of them are for CPU processes outside XLA:
 TPUs and ``--jit_compile`` runs (XLA fuses the plain ops itself) and GPUs use the plain definitions.
 
-* ``attention_probs``, ``residual_layer_norm``, ``bias_activation_dropout``, ``adamw_update``: C++ kernel pairs
-  (``xlnet_tf/ops``, built on first use), each one pass over memory each way where TensorFlow runs several
-  kernels; they hash the dropout bits from the seed themselves, the same bits as ``dropout_mask``.
+* ``attention_probs``, ``residual_layer_norm``, ``bias_activation_dropout``, ``adamw_update``,
+  ``cross_entropy_and_hits``: C++ kernel pairs (``xlnet_tf/ops``, built on first use), each one pass over memory
+  each way where TensorFlow runs several kernels; the first three hash the dropout bits from the seed
+  themselves, the same bits as ``dropout_mask``.
 * ``matmul``: products with a transposed operand (the gradient products, the attention output projection, the LM
   head) as a unit-batch ``BatchMatMulV2``, which oneDNN runs faster than 2-D ``MatMul`` at these shapes.
 
@@ -58,9 +59,7 @@ def matmul(rows, weight, transpose_weight: bool = False):
 
 
 def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None):
-    # The kernel reads the position term for consecutive keys only (key j at coordinate j).
-    if (key_pos is not None or ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4
-            or not _native(ops.attention_probs)):
+    if ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4 or not _native(ops.attention_probs):
         return NotImplemented
     forward, backward = ops.attention_probs()
     shape = tf.shape(ac)
@@ -68,6 +67,10 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=No
     if query_pos is None:  # the content stream: row i is key coordinate klen - qlen + i
         query_pos = tf.range(klen - shape[2], klen)[None, :]
     query_pos = tf.cast(tf.broadcast_to(query_pos, shape[1:3]), tf.int32)
+    if key_pos is None:  # empty: the consecutive keys 0..klen-1 (a contiguous window of each row of bd)
+        key_pos = tf.zeros([0], tf.int32)
+    else:
+        key_pos = tf.cast(tf.broadcast_to(key_pos, tf.stack([shape[1], klen])), tf.int32)
     seed, attrs = _dropout_attrs(rate, seed)
     attrs.update(has_segment=ef is not None)
     if mask is not None:
@@ -78,11 +81,11 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=No
     @tf.custom_gradient
     def probs(ac, bd, *ef_arg):
         prob, softmax = forward(ac, bd, ef_arg[0] if ef_arg else tf.zeros([0], ac.dtype), segment_diff,
-                                tf.zeros([0]) if mask is None else mask, seed, query_pos,
+                                tf.zeros([0]) if mask is None else mask, seed, query_pos, key_pos,
                                 has_mask=mask is not None, **attrs)
 
         def grad(d_prob):
-            d = backward(d_prob, softmax, segment_diff, seed, query_pos, position_len, **attrs)
+            d = backward(d_prob, softmax, segment_diff, seed, query_pos, key_pos, position_len, **attrs)
             return (d.d_ac, d.d_bd) + ((d.d_ef,) if ef_arg else ())
         return prob, grad
 
@@ -141,5 +144,26 @@ def adamw_update(var, m, v, grad, lr, beta_1, beta_2, epsilon, step, decay=None,
                              beta2_power=tf.pow(beta_2, step), beta1=beta_1, beta2=beta_2, epsilon=epsilon)
 
 
+def cross_entropy_and_hits(logits, labels):
+    if logits.dtype != tf.float32 or not _native(ops.cross_entropy):
+        return NotImplemented
+    forward, backward = ops.cross_entropy()
+    vocab = tf.shape(logits)[-1]
+    rows, row_labels = tf.reshape(logits, [-1, vocab]), tf.reshape(tf.cast(labels, tf.int32), [-1])
+
+    @tf.custom_gradient
+    def loss_and_hits(rows):
+        loss, hits, log_norm = forward(rows, row_labels)
+
+        def grad(d_loss, d_hits):  # the hits have no gradient
+            del d_hits
+            return backward(d_loss, rows, row_labels, log_norm)
+        return [loss, hits], grad
+
+    loss, hits = loss_and_hits(rows)
+    shape = tf.shape(labels)
+    return tf.reshape(loss, shape), tf.reshape(hits, shape)
+
+
 IMPLEMENTATIONS = {f.__name__: f for f in (matmul, attention_probs, residual_layer_norm, bias_activation_dropout,
-                                           adamw_update)}
+                                           adamw_update, cross_entropy_and_hits)}

@@ -12,6 +12,9 @@
   shift or query-position gather, segment term, mask, float32 softmax, dropout with its bits hashed in the kernel
   from the layer's seed), forward and backward, one pass over rows of keys each, with explicit 16-float vectors
   compiled for AVX-512, AVX2 and SSE and chosen at load time. Replaces about ten TensorFlow/XLA kernels each way.
+* ``cross_entropy.cc``: the LM loss's cross-entropy and accuracy (hit) per prediction row, forward in one read of
+  the logits, backward writing the loss-weighted gradient in one pass (TensorFlow's cross-entropy, arg max and
+  gradient scaling make four passes over [rows, vocabulary]).
 
 The library is built with a C++ compiler (``$CXX``, else ``c++``/``g++``/``clang++``) against the installed
 TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of the sources, the
@@ -138,6 +141,12 @@ def bias_activation_dropout():
     """``(forward, backward)`` ops ``XlnetBiasActivationDropout`` / ``XlnetBiasActivationDropoutGrad`` (CPU;
     float32 or bfloat16 rows; 'gelu' or 'relu'), or None where the library cannot be built."""
     return _kernel_pair("xlnet_bias_activation_dropout")
+
+
+def cross_entropy():
+    """``(forward, backward)`` ops ``XlnetCrossEntropy`` / ``XlnetCrossEntropyGrad`` (CPU; float32 logits
+    [R, V]), or None where the library cannot be built."""
+    return _kernel_pair("xlnet_cross_entropy")
 
 
 def in_xla_context() -> bool:

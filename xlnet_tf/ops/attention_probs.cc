@@ -7,18 +7,20 @@
 // and sums). Here each direction is one pass over rows of K keys held in cache, rows split across threads.
 //
 // Forward, for row (n, b, i) with key coordinate qp = query_pos[b, i] (mlen + i for the content stream; the
-// target's position for the query stream), all in float32:
-//   s_j    = ac_j + bd[clamp(K - qp + j, 0, R - 1)] + ef * segment_diff[b, i, j] + mask[b or 0, i, j]
+// target's position for the query stream) and key j at coordinate kp_j = key_pos[b, j] (without key_pos: j, the
+// consecutive keys), all in float32:
+//   s_j    = ac_j + bd[clamp(K - qp + kp_j, 0, R - 1)] + ef * segment_diff[b, i, j] + mask[b or 0, i, j]
 //   p_j    = exp(s_j - max s) / sum_k exp(s_k - max s)                  (output `softmax`, kept for the gradient)
 //   prob_j = p_j * f_j,  f_j = (bits_j >= threshold ? scale : 0)        (output `prob`, in T; no dropout: f_j = 1)
 // bits_j are the 16-bit dropout values of xlnet_tf/layers/dropout.py's random_bits for `seed`, hashed here from
 // the element's index (word e / 2 of the counter hash, its low half for even e) instead of read from memory, so
 // the mask is the one the Dropout layer would draw, in either direction, without a [N, B, Q, K] tensor of bits.
 // For the content stream the bd column K - qp + j = Lq - i + j is Transformer-XL's rel_shift; for the query
-// stream it reads the row's target position. Clamped columns only occur for keys that a mask hides.
+// stream it reads the row's target position; with key_pos (UniLMv2's appended tokens sit at the positions of the
+// tokens they copy) it reads each key's own. Clamped columns only occur for keys that a mask hides.
 // Backward, with g_j = d_prob_j * f_j:
 //   d_s_j = (g_j - sum_k g_k p_k) * p_j   (TensorFlow's SoftmaxGrad);  d_ac = d_s;
-//   d_bd[n, b, i, K - qp + j] += d_s_j, 0 in the other R - K columns;   d_ef = sum_j d_s_j * segment_diff_j
+//   d_bd[n, b, i, K - qp + kp_j] += d_s_j, 0 in the other columns;   d_ef = sum_j d_s_j * segment_diff_j
 // Sums and maxima use 16 lane partials added in a fixed order: the result does not depend on the thread split.
 
 #define EIGEN_USE_THREADS
@@ -55,6 +57,7 @@ REGISTER_OP("XlnetAttentionProbs")
     .Input("mask: float")
     .Input("seed: int32")
     .Input("query_pos: int32")
+    .Input("key_pos: int32")
     .Output("prob: T")
     .Output("softmax: float")
     .Attr("T: {float, bfloat16}")
@@ -76,6 +79,7 @@ REGISTER_OP("XlnetAttentionProbsGrad")
     .Input("segment_diff: bool")
     .Input("seed: int32")
     .Input("query_pos: int32")
+    .Input("key_pos: int32")
     .Input("position_len: int32")
     .Output("d_ac: T")
     .Output("d_bd: T")
@@ -90,7 +94,7 @@ REGISTER_OP("XlnetAttentionProbsGrad")
       DimensionHandle rlen;
       c->set_output(0, c->input(0));
       TF_RETURN_IF_ERROR(c->Subshape(c->input(0), 0, -1, &rows));
-      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(5, &rlen));
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(6, &rlen));
       TF_RETURN_IF_ERROR(c->Concatenate(rows, c->Vector(rlen), &d_bd));
       c->set_output(1, d_bd);
       c->set_output(2, c->UnknownShape());
@@ -193,6 +197,11 @@ XLNET_INLINE float BackwardRow(const Dropout& d, int64_t e0, const T* d_prob, co
   return seg_sum;
 }
 
+// The bd column of key j in a row whose key coordinate 0 reads column `first`: first + kp_j, clamped.
+inline int64_t Column(int64_t first, const int32_t* key_pos, int64_t j, int64_t rlen) {
+  return std::clamp<int64_t>(first + (key_pos ? key_pos[j] : j), 0, rlen - 1);
+}
+
 // The row loops.
 struct Shapes {
   int64_t heads = 0, batch = 0, queries = 0, keys = 0, rlen = 0, mask_batch = 0;
@@ -208,6 +217,7 @@ struct ForwardArgs {
   const bool* segment;
   const float* mask;
   const int32_t* query_pos;
+  const int32_t* key_pos;  // [B, K], or null: consecutive keys
   float* softmax;
   T* prob;
 };
@@ -222,12 +232,13 @@ XLNET_INLINE void ForwardRowsImpl(const ForwardArgs<T>& a, int64_t r0, int64_t r
   T* prob = a.prob;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t row = r % bq;  // (b, i)
-    const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);  // bd column of key 0
+    const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);  // bd column of key coordinate 0
+    const int32_t* key_pos = a.key_pos ? a.key_pos + (row / sh.queries) * k : nullptr;
     const T* bd_row = bd + r * sh.rlen;
-    if (first >= 0 && first + k <= sh.rlen) {
+    if (key_pos == nullptr && first >= 0 && first + k <= sh.rlen) {  // a contiguous window of the row
       bd_row += first;
-    } else {  // columns past the table (only keys a mask hides): clamped
-      for (int64_t j = 0; j < k; ++j) gathered[j] = bd_row[std::clamp<int64_t>(first + j, 0, sh.rlen - 1)];
+    } else {  // keys at their own coordinates, or columns past the table (only keys a mask hides): clamped
+      for (int64_t j = 0; j < k; ++j) gathered[j] = bd_row[Column(first, key_pos, j, sh.rlen)];
       bd_row = gathered.data();
     }
     const int64_t mask_row = (sh.mask_batch == 1 ? row % sh.queries : row) * k;
@@ -251,6 +262,7 @@ struct BackwardArgs {
   const float* softmax;
   const bool* segment;
   const int32_t* query_pos;
+  const int32_t* key_pos;
   T *d_ac, *d_bd, *d_ef;
 };
 
@@ -270,14 +282,15 @@ XLNET_INLINE void BackwardRowsImpl(const BackwardArgs<T>& a, int64_t r0, int64_t
     StoreRow(ds, k, d_ac + r * k);
     T* d_bd_row = d_bd + r * rlen;
     const int64_t first = k - static_cast<int64_t>(a.query_pos[row]);
-    if (first >= 0 && first + k <= rlen) {
+    const int32_t* key_pos = a.key_pos ? a.key_pos + (row / sh.queries) * k : nullptr;
+    if (key_pos == nullptr && first >= 0 && first + k <= rlen) {
       std::fill(d_bd_row, d_bd_row + first, T(0.0f));
       StoreRow(ds, k, d_bd_row + first);
       std::fill(d_bd_row + first + k, d_bd_row + rlen, T(0.0f));
-    } else {  // clamped columns collect several keys' gradients: summed in float32, in key order
+    } else {  // a column read by several keys collects their gradients: summed in float32, in key order
       float* column = scratch.column.data();
       std::fill(column, column + rlen, 0.0f);
-      for (int64_t j = 0; j < k; ++j) column[std::clamp<int64_t>(first + j, 0, rlen - 1)] += ds[j];
+      for (int64_t j = 0; j < k; ++j) column[Column(first, key_pos, j, rlen)] += ds[j];
       for (int64_t c = 0; c < rlen; ++c) d_bd_row[c] = static_cast<T>(column[c]);
     }
   }
@@ -303,7 +316,7 @@ std::string ShapeString(const Tensor& t) { return t.shape().DebugString(); }
 
 // Checks the [N, B, Q, K] scores and the inputs shared by both kernels; returns the shapes and the dropout.
 void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const Tensor& rows, const Tensor& segment,
-                 const Tensor& seed, const Tensor& query_pos, Shapes* sh, Dropout* d) {
+                 const Tensor& seed, const Tensor& query_pos, const Tensor& key_pos, Shapes* sh, Dropout* d) {
   OP_REQUIRES(ctx, rows.dims() == 4,
               absl::InvalidArgumentError(absl::StrCat(op, ": scores must be [N, B, Q, K], got ", ShapeString(rows))));
   sh->heads = rows.dim_size(0);
@@ -313,6 +326,10 @@ void CheckCommon(OpKernelContext* ctx, const char* op, const Attrs& attrs, const
   OP_REQUIRES(ctx, query_pos.dims() == 2 && query_pos.dim_size(0) == sh->batch && query_pos.dim_size(1) == sh->queries,
               absl::InvalidArgumentError(absl::StrCat(op, ": query_pos must be [B, Q] = [", sh->batch, ", ",
                                                       sh->queries, "], got ", ShapeString(query_pos))));
+  OP_REQUIRES(ctx, key_pos.NumElements() == 0 ||
+                       (key_pos.dims() == 2 && key_pos.dim_size(0) == sh->batch && key_pos.dim_size(1) == sh->keys),
+              absl::InvalidArgumentError(absl::StrCat(op, ": key_pos must be [B, K] = [", sh->batch, ", ", sh->keys,
+                                                      "] or empty (consecutive keys), got ", ShapeString(key_pos))));
   OP_REQUIRES(ctx, !attrs.has_segment || (segment.dims() == 3 && segment.dim_size(0) == sh->batch &&
                                           segment.dim_size(1) == sh->queries && segment.dim_size(2) == sh->keys),
               absl::InvalidArgumentError(absl::StrCat(op, ": segment_diff must be [B, Q, K] = [", sh->batch, ", ",
@@ -332,10 +349,11 @@ class AttentionProbsOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &ac = ctx->input(0), &bd = ctx->input(1), &ef = ctx->input(2), &segment = ctx->input(3),
-                 &mask = ctx->input(4), &seed = ctx->input(5), &query_pos = ctx->input(6);
+                 &mask = ctx->input(4), &seed = ctx->input(5), &query_pos = ctx->input(6),
+                 &key_pos = ctx->input(7);
     const char* op = "XlnetAttentionProbs";
     ForwardArgs<T> a;
-    CheckCommon(ctx, op, attrs_, ac, segment, seed, query_pos, &a.shape, &a.dropout);
+    CheckCommon(ctx, op, attrs_, ac, segment, seed, query_pos, key_pos, &a.shape, &a.dropout);
     if (!ctx->status().ok()) return;
     Shapes& sh = a.shape;
     OP_REQUIRES(ctx, bd.dims() == 4 && bd.dim_size(0) == sh.heads && bd.dim_size(1) == sh.batch &&
@@ -367,6 +385,7 @@ class AttentionProbsOp : public OpKernel {
     a.segment = attrs_.has_segment ? segment.flat<bool>().data() : nullptr;
     a.mask = has_mask_ ? mask.flat<float>().data() : nullptr;
     a.query_pos = query_pos.flat<int32_t>().data();
+    a.key_pos = key_pos.NumElements() ? key_pos.flat<int32_t>().data() : nullptr;
     a.softmax = softmax->flat<float>().data();
     a.prob = prob->flat<T>().data();
     const int64_t k = sh.keys;
@@ -388,10 +407,11 @@ class AttentionProbsGradOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &d_prob = ctx->input(0), &softmax = ctx->input(1), &segment = ctx->input(2),
-                 &seed = ctx->input(3), &query_pos = ctx->input(4), &position_len = ctx->input(5);
+                 &seed = ctx->input(3), &query_pos = ctx->input(4), &key_pos = ctx->input(5),
+                 &position_len = ctx->input(6);
     const char* op = "XlnetAttentionProbsGrad";
     BackwardArgs<T> a;
-    CheckCommon(ctx, op, attrs_, d_prob, segment, seed, query_pos, &a.shape, &a.dropout);
+    CheckCommon(ctx, op, attrs_, d_prob, segment, seed, query_pos, key_pos, &a.shape, &a.dropout);
     if (!ctx->status().ok()) return;
     Shapes& sh = a.shape;
     OP_REQUIRES(ctx, softmax.shape() == d_prob.shape(),
@@ -412,6 +432,7 @@ class AttentionProbsGradOp : public OpKernel {
     a.softmax = softmax.flat<float>().data();
     a.segment = attrs_.has_segment ? segment.flat<bool>().data() : nullptr;
     a.query_pos = query_pos.flat<int32_t>().data();
+    a.key_pos = key_pos.NumElements() ? key_pos.flat<int32_t>().data() : nullptr;
     a.d_ac = d_ac->flat<T>().data();
     a.d_bd = d_bd->flat<T>().data();
     a.d_ef = attrs_.has_segment ? d_ef->flat<T>().data() : nullptr;
