@@ -57,6 +57,22 @@ def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers():
         np.testing.assert_allclose(var.numpy(), expected[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+def test_xlnet_adamw_config_round_trips_and_refuses_a_model_it_does_not_name():
+    """create_optimizer's settings (schedule, layer-wise multipliers, decay exclusions) live in the optimizer's
+    config by variable path: from_config gives the same optimizer; built for other variables it raises."""
+    model = XLNetPretrainer(XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20))
+    opt = create_optimizer(model, 1e-3, train_steps=10, warmup_steps=2, weight_decay=0.01, lr_layer_decay_rate=0.5)
+    config = keras.saving.serialize_keras_object(opt)
+    again = keras.saving.deserialize_keras_object(config)
+    assert isinstance(again, XLNetAdamW) and again.get_config() == opt.get_config()
+    again.build(model.trainable_variables)
+    decayed = {v.path for v in model.trainable_variables if again._use_weight_decay(v)}
+    assert "transformer/layer_0/rel_attn/q_kernel" in decayed and not any(p.endswith("gamma") for p in decayed)
+    other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="name none of the variables it is built for"):
+        keras.saving.deserialize_keras_object(config).build(other.trainable_variables)
+
+
 def test_schedule_warmup_then_poly_or_cosine_to_the_floor():
     poly = WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=110, min_lr_ratio=0.1)
     cos = WarmupDecaySchedule(1.0, warmup_steps=10, decay_steps=110, min_lr_ratio=0.1, decay_method="cos")

@@ -121,8 +121,16 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     again = xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tf1), num_labels=2, seq_length=SEQ)
     np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
     model.save(str(tmp_path / "model.keras"))
-    loaded = keras.saving.load_model(str(tmp_path / "model.keras"), compile=False)  # XLNetAdamW is not serialisable
+    loaded = keras.saving.load_model(str(tmp_path / "model.keras"))
     np.testing.assert_allclose(loaded(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    # The optimizer comes back too (create_optimizer's XLNetAdamW: schedule, decay exclusions, step, moments).
+    assert type(loaded.optimizer) is type(model.optimizer)
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) > 0
+    gamma = next(v for v in loaded.trainable_variables if v.path.endswith("LayerNorm/gamma"))
+    assert not loaded.optimizer._use_weight_decay(gamma)
+    for mine, theirs in zip(model.optimizer.variables, loaded.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
 
 
 def test_fit_and_predict_under_mirrored_strategy(release, tokenizer):

@@ -24,6 +24,7 @@ import threading
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from xlnet_tf import kernels
 
@@ -76,9 +77,15 @@ def adamw_update(var, m, v, grad, lr, beta_1, beta_2, epsilon, step, decay=None,
                                  epsilon=epsilon, grad=tf.cast(grad, var.dtype), use_locking=False)
 
 
+@keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetAdamW(keras.optimizers.AdamW):
     """AdamW with per-variable learning-rate multipliers (scalars, or arrays broadcastable to the variable) applied
     to the update and the weight decay, the decay and Adam done together per variable (``adamw_update``).
+
+    ``lr_multipliers`` and ``no_decay_paths`` (variables without weight decay) name variables by their Keras path,
+    so the optimizer's config survives ``model.save`` / ``keras.saving.load_model``. ``build`` raises if none of
+    those paths is among the variables it is given (a model whose layers were renamed: the settings would
+    silently not apply) and logs the ones missing otherwise (e.g. frozen layers).
 
     Two ways to use it: ``apply_gradients_across_replicas`` (the training loops here), which sums the gradients
     over replicas and clips them by their global norm first; or as any Keras optimizer (``model.fit``,
@@ -86,17 +93,36 @@ class XLNetAdamW(keras.optimizers.AdamW):
     ``pyproject.toml`` pins keras to the minor version the tests cover.
     """
 
-    def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None, **kwargs):
+    def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None,
+                 no_decay_paths: tuple[str, ...] | list[str] = (), **kwargs):
         super().__init__(**kwargs)
         self._lr_multipliers_by_path = dict(lr_multipliers or {})
+        self.no_decay_paths = tuple(no_decay_paths)
         self._multiplier_by_key = {}
 
     def build(self, variables):
+        paths = {var.path for var in variables}
+        named = set(self._lr_multipliers_by_path) | set(self.no_decay_paths)
+        unknown = sorted(named - paths)
+        if unknown and len(unknown) == len(named):
+            raise ValueError(f"XLNetAdamW: lr_multipliers / no_decay_paths name none of the variables it is built "
+                             f"for (e.g. {unknown[0]!r}; the variables: {', '.join(sorted(paths)[:3])}, ...)")
+        if unknown:
+            logging.warning("XLNetAdamW: %d variables named by lr_multipliers / no_decay_paths are not trained "
+                            "(e.g. %s)", len(unknown), unknown[0])
+        if self.no_decay_paths:
+            self.exclude_from_weight_decay(var_list=[var for var in variables if var.path in self.no_decay_paths])
         super().build(variables)
         for var in variables:
             multiplier = self._lr_multipliers_by_path.get(var.path)
             if multiplier is not None and np.any(np.asarray(multiplier) != 1.0):
                 self._multiplier_by_key[self._var_key(var)] = np.asarray(multiplier, np.float32)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(lr_multipliers={path: np.asarray(m).tolist() for path, m in self._lr_multipliers_by_path.items()},
+                      no_decay_paths=list(self.no_decay_paths))
+        return config
 
     def apply_summed(self, grads, variables, grad_scale=None):
         """``apply`` for gradients already summed over replicas (Keras must not sum them again), each multiplied
@@ -199,8 +225,8 @@ def create_optimizer(model, learning_rate: float, train_steps: int, warmup_steps
     """
     schedule = WarmupDecaySchedule(learning_rate, warmup_steps, train_steps, min_lr_ratio, decay_method)
     optimizer = XLNetAdamW(learning_rate=schedule, weight_decay=float(weight_decay), beta_1=0.9, beta_2=0.999,
-                           epsilon=adam_epsilon, lr_multipliers=layerwise_lr_multipliers(model, lr_layer_decay_rate))
-    optimizer.exclude_from_weight_decay(var_list=[v for v in model.trainable_variables if _NO_DECAY.search(v.path)])
+                           epsilon=adam_epsilon, lr_multipliers=layerwise_lr_multipliers(model, lr_layer_decay_rate),
+                           no_decay_paths=[v.path for v in model.trainable_variables if _NO_DECAY.search(v.path)])
     if loss_scale:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
