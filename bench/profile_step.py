@@ -161,8 +161,8 @@ def main():
     tf.profiler.experimental.stop()
     totals = op_times(logdir, args.by)
     total = sum(totals.values()) / args.steps
-    print(f"{args.config} {args.dtype} {args.objective}: wall {wall:.3f} s/step (unprofiled); op time {total:.3f} s/step summed "
-          f"over threads; top {args.top} by {args.by}:")
+    print(f"{args.config} {args.dtype} {args.objective}: wall {wall:.3f} s/step (unprofiled); op time {total:.3f} "
+          f"s/step summed over threads; top {args.top} by {args.by}:")
     for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:args.top]:
         per_step = seconds / args.steps
         print(f"  {1e3 * per_step:9.1f} ms  {100 * per_step / total:5.1f}%  {name}")

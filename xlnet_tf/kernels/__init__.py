@@ -4,10 +4,10 @@ A handful of functions are written in plain TensorFlow where they belong (the at
 ``layers/attention.py``, the residual LayerNorm in ``layers/normalization.py``, the feed-forward activation in
 ``layers/feedforward.py``, the projections in ``layers/linear.py``, the LM loss's cross-entropy and accuracy in
 ``training/losses.py``, the AdamW update in ``training/optimization.py``) and decorated with
-``@kernels.fast_path``. That plain definition is the specification: read it and ignore everything else. Where the selected backend has a faster implementation of the
-same name that applies to the arguments (``xlnet_tf/kernels/fast.py``: C++ CPU kernels and a matmul routing), it
-runs instead and computes the same values to float32 round-off (tests/test_kernels.py checks each one against
-its plain definition).
+``@kernels.fast_path``. That plain definition is the specification: read it and ignore everything else. Where
+the selected backend has a faster implementation of the same name that applies to the arguments
+(``xlnet_tf/kernels/fast.py``: C++ CPU kernels and a matmul routing), it runs instead and computes the same
+values to float32 round-off (tests/test_kernels.py checks each one against its plain definition).
 
 One switch selects the backend for the process: ``XLNET_TF_KERNELS=fast`` (the default) or ``plain``. The
 choice is made when a function is traced, so ``with kernels.use("plain"):`` around a trace overrides it for that
