@@ -332,8 +332,10 @@ class XLNetTextSquad(_TextTaskModel):
         return y
 
     def _check_single_replica(self, method: str) -> None:
-        # Under a MirroredStrategy of 2 CPU devices the first training step of this model never returned (not
-        # understood yet); an error is better than a hang. One device (no strategy) is what is tested.
+        # Under a 2-CPU MirroredStrategy the replicas' batches hold different numbers of SQuAD windows, and the
+        # optimizer's all-reduce of the gradients then disagrees on shapes between replicas: a hang, or "Shape
+        # mismatch in the collective instance" (densifying the embedding's IndexedSlices gradient was not enough).
+        # An error is better than either. One device (no strategy) is what is tested.
         if self.distribute_strategy.num_replicas_in_sync > 1:
             raise NotImplementedError(f"XLNetTextSquad.{method} under a tf.distribute strategy with "
                                       f"{self.distribute_strategy.num_replicas_in_sync} replicas is not supported "
