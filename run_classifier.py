@@ -14,7 +14,7 @@ run_race.py defaults apply to flags not set explicitly). Batch sizes are global 
 """
 
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetune.settings import SUMMARY_TYPES, ClassifierSettings
+from xlnet_tf.finetuning.task_settings import SUMMARY_TYPES, ClassifierSettings
 
 define = cli.define_finetune_flags(ClassifierSettings)
 define.string("task_name", "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, rte, wnli, imdb, "
@@ -47,5 +47,5 @@ RACE_DEFAULTS = dict(max_seq_length=512, train_steps=12000, learning_rate=2e-5, 
                      eval_batch_size=32)
 
 if __name__ == "__main__":
-    cli.run(ClassifierSettings, "xlnet_tf.finetune.runner:run",
+    cli.run(ClassifierSettings, "xlnet_tf.finetuning.runner:run",
             defaults_for=lambda flags: RACE_DEFAULTS if (flags.task_name or "").lower() == "race" else {})

@@ -21,7 +21,7 @@ define = cli.define_common_flags(PretrainSettings)
 define.enum("objective", list(OBJECTIVES), "Pretraining objective: plm (XLNet's permutation LM), pmlm (UniLMv2's "
             "pseudo-masked LM) or mpnet (MPNet); every one trains the same network (see docs/objectives.md).")
 # Data.
-define.string("data_dir", "Directory written by xlnet_tf.data.create_pretraining_data (alias of the original's "
+define.string("data_dir", "Directory written by xlnet_tf.data.writer (alias of the original's "
               "--record_info_dir).")
 define.string("record_info_dir", "Original name of --data_dir.", default=None)
 define.string("input_glob", "If --data_dir holds no data yet, write it from these text files first.")

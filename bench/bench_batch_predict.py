@@ -1,4 +1,4 @@
-"""Batch prediction (xlnet_tf.predict): throughput from a SavedModel and from a checkpoint, and memory against input
+"""Batch prediction (xlnet_tf.batch.prediction): throughput from a SavedModel and from a checkpoint, and memory against input
 size, with a killed-and-rerun check. The tables in docs/batch.md come from here.
 
     python bench/bench_batch_predict.py throughput   # XLNet-Base shape, random weights, seq 128 (~5 min on 2 cores)
@@ -12,7 +12,7 @@ per CPU-second of this process (less disturbed by other processes on a shared ma
     --predict_input_glob);
   * saved_model text: the export's serving_default on raw strings (tokenized in the graph), plain TF ops;
   * saved_model ids: the export's serve_ids (or an older export's ids serving_default), tokenized in Python.
-Memory: ``python -m xlnet_tf.predict`` in a child process per input size, its peak RSS from wait4().
+Memory: ``python -m xlnet_tf.cli.predict`` in a child process per input size, its peak RSS from wait4().
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def build(config_path: str, work: str, max_seq_length: int):
     tokenizer, checkpoint)."""
     import tensorflow as tf
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetune import export, runner
-    from xlnet_tf.finetune.settings import ClassifierSettings
+    from xlnet_tf.finetuning import serving as export, runner
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings
 
     config = json.load(open(config_path))
     config["n_token"] = 8000  # the bundled SentencePiece model; the embedding lookup's cost does not depend on it
@@ -85,7 +85,7 @@ def build(config_path: str, work: str, max_seq_length: int):
 
 
 def throughput(args) -> None:
-    from xlnet_tf import predict as bp
+    from xlnet_tf.batch import prediction as bp
 
     work = args.work_dir
     model, s, bundle, tokenizer, checkpoint = build(args.config, os.path.join(work, "model_base"), args.seq)
@@ -138,7 +138,7 @@ def memory(args) -> None:
     work = args.work_dir
     build(os.path.join(ROOT, "configs", "tiny.json"), os.path.join(work, "model_tiny"), args.seq)
     export = os.path.join(work, "model_tiny", "export")
-    base = [sys.executable, "-m", "xlnet_tf.predict", f"--saved_model={export}", "--id_field=id",
+    base = [sys.executable, "-m", "xlnet_tf.cli.predict", f"--saved_model={export}", "--id_field=id",
             f"--batch_size={args.batch_size}", f"--max_seq_length={args.seq}", "--progress_every_s=20"]
     table = []
     for rows in args.sizes:
@@ -168,7 +168,7 @@ def memory(args) -> None:
     print(f"\nkilled after {kill_after:.1f} s (exit {code}, {done} of {len(names)} shards done), rerun exit {code2}: "
           f"output {'IDENTICAL to' if same else 'DIFFERENT from'} the uninterrupted run")
     print(f"\ntiny model (configs/tiny.json, random weights), seq {args.seq}, batch {args.batch_size}, "
-          f"{args.shards} shards, python -m xlnet_tf.predict (SavedModel)\n")
+          f"{args.shards} shards, python -m xlnet_tf.cli.predict (SavedModel)\n")
     print("| rows | peak RSS (MiB) | seconds | examples/s (incl. start-up) |\n|---:|---:|---:|---:|")
     for rows, rss, seconds in table:
         print(f"| {rows:,} | {rss:.0f} | {seconds:.1f} | {rows / seconds:.0f} |")

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from xlnet_tf.data import create_pretraining_data as cpd  # noqa: E402
+from xlnet_tf.data import writer as cpd  # noqa: E402
 from xlnet_tf.data import examples as ex  # noqa: E402
 
 SETTINGS = ex.ExampleSettings(seq_len=512, reuse_len=256, bsz_per_host=32, num_core_per_host=1, bi_data=True,

@@ -61,12 +61,12 @@ def setup_tf(threads: int):
 
 def tf_batch(cfg, seed, objective="plm"):
     """The synthetic batch of ``seed``; other objectives than XLNet's build their inputs from its tokens and
-    segments with the reader's own functions (``xlnet_tf.data.objectives``)."""
+    segments with the reader's own functions (``xlnet_tf.objectives.batches``)."""
     tf = _tf()
     batch = {k: tf.constant(v) for k, v in make_batch(cfg, seed).items()}
     if objective == "plm":
         return batch
-    from xlnet_tf.data.objectives import make_objective_batch
+    from xlnet_tf.objectives.batches import make_objective_batch
     return make_objective_batch(objective, batch["input_ids"], batch["perm_mask"][:, 0] > 0, batch["segment_ids"],
                                 cfg.seq_len, cfg.reuse_len, cfg.reuse_len, cfg.num_predict,
                                 tf.constant([seed, 0], tf.int64), cfg.n_token)

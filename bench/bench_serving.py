@@ -9,7 +9,7 @@ Each precision's last run is kept in bench/results_serving.json; the report of a
 bench/results_serving.md and between the markers in docs/serving.md.
 
 What runs: an XLNet-Base-shape sequence classifier (``configs/xlnet_cased_L-12_H-768_A-12.json``, random weights,
-2 labels, ``max_seq_length`` 128) exported with ``xlnet_tf.finetune.export.write_serving_model`` (the SavedModel
+2 labels, ``max_seq_length`` 128) exported with ``xlnet_tf.finetuning.serving.write_serving_model`` (the SavedModel
 TF Serving loads, traced with the plain kernels), then loaded the way TF Serving loads it: a fresh process with
 TensorFlow and tensorflow-text's kernels only (no xlnet_tf, no Keras), ``tf.saved_model.load``. Both signatures
 are timed: ``serving_default`` (raw strings: in-graph SentencePiece + packing + the model) and ``serve_ids``
@@ -168,7 +168,7 @@ def export(dtype: str, directory: str, log) -> tuple:
 
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetune.export import ServingInfo, write_serving_model
+    from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
     from xlnet_tf.models.heads import XLNetClassifier
     from xlnet_tf.preprocessing import XLNetPreprocessor
 

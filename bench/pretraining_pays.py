@@ -6,7 +6,7 @@ and a randomly initialised copy on the bundled sentiment sentences with few labe
 
 Steps, each skipped when its output exists (a rerun resumes; delete --work_dir to start over):
 
-1. A SentencePiece model with XLNet's ids (``xlnet_tf.train_spm``'s recipe) on ``--corpus`` (``shared/data/corpus``:
+1. A SentencePiece model with XLNet's ids (``xlnet_tf.cli.train_spm``'s recipe) on ``--corpus`` (``shared/data/corpus``:
    the Brown corpus and Jane Austen's novels, ~10 MB, ~2.5M pieces at the default 8,000 vocabulary).
 2. Pretraining data (``create_pretraining_data``'s writer) and ``pretrain`` of ``--model_config`` (default
    ``configs/small.json``: 4 layers, d_model 128) for ``--pretrain_tokens`` tokens (steps = tokens / (batch x
@@ -132,8 +132,8 @@ def label_subset(args, work, count: str, seed: int) -> str:
 
 
 def finetune_one(args, work, spm, count, seed, steps, init_name, init_checkpoint, log) -> float:
-    from xlnet_tf.finetune.runner import run
-    from xlnet_tf.finetune.settings import ClassifierSettings
+    from xlnet_tf.finetuning.runner import run
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings
 
     model_dir = os.path.join(work, "finetune", f"n{count}_seed{seed}_{init_name}")
     results = os.path.join(model_dir, "eval_results.dev.json")

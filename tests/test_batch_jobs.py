@@ -1,4 +1,4 @@
-"""Batch fine-tuning (python -m xlnet_tf.jobs finetune): the job file, the results table, and a job of three runs
+"""Batch fine-tuning (python -m xlnet_tf.cli.jobs finetune): the job file, the results table, and a job of three runs
 (one failing on purpose) that is killed in its first run and resumes it."""
 
 import json
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE
-from xlnet_tf import jobs
+from xlnet_tf.batch import job_runner as jobs
 
 
 def write_job(tmp_path, runs, **defaults) -> str:
@@ -72,7 +72,7 @@ def test_results_table_and_failure_reasons(tmp_path):
 
 
 def _job(path):
-    return subprocess.Popen([sys.executable, "-m", "xlnet_tf.jobs", "finetune", path], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli.jobs", "finetune", path], cwd=REPO,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
-from xlnet_tf.finetune import classifier_data
-from xlnet_tf.finetune.runner import run
+from xlnet_tf.tasks import classifier_data
+from xlnet_tf.finetuning.runner import run
 from xlnet_tf.training.settings import SettingsError
 
 EXPECTED_METRICS = {"cola": {"mcc", "accuracy"}, "mrpc": {"f1", "accuracy"}, "qqp": {"f1", "accuracy"},

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from classifier_helpers import MICRO_CONFIG, SPIECE
-from xlnet_tf.finetune.export import ServingInfo, existing_versions, export_serving, next_version
+from xlnet_tf.finetuning.serving import ServingInfo, existing_versions, export_serving, next_version
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
 from xlnet_tf.preprocessing import XLNetPreprocessor
 

@@ -10,7 +10,7 @@ from absl import flags
 
 from classifier_helpers import REPO
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetune.settings import ClassifierSettings, SquadSettings
+from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
 
@@ -58,8 +58,8 @@ def test_settings_from_flags_needs_a_flag_for_every_field():
 
 
 @pytest.mark.parametrize("script,settings_cls", [("run_pretrain", "xlnet_tf.training.settings.PretrainSettings"),
-                                                 ("run_squad", "xlnet_tf.finetune.settings.SquadSettings"),
-                                                 ("run_classifier", "xlnet_tf.finetune.settings.ClassifierSettings")])
+                                                 ("run_squad", "xlnet_tf.finetuning.task_settings.SquadSettings"),
+                                                 ("run_classifier", "xlnet_tf.finetuning.task_settings.ClassifierSettings")])
 def test_every_setting_has_a_flag_and_aliases_apply(script, settings_cls):
     """Each entry point defines a flag for every field of its settings, without importing TensorFlow;
     --use_tpu/--use_bfloat16 (fine-tuning) and --record_info_dir (pretraining) set what they stand for."""

@@ -9,7 +9,7 @@ import pytest
 from reference_xlnet import random_weights, reference_forward
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, load_original_checkpoint
 from xlnet_tf.checkpoint import load_pretrained, write_tf1_checkpoint
-from xlnet_tf.convert_checkpoint import convert
+from xlnet_tf.cli.convert import convert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE_BASE = {"d_head": 64, "d_inner": 3072, "d_model": 768, "ff_activation": "gelu", "n_head": 12,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf.data import create_pretraining_data as cpd
+from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.data.permutation import (local_permutation, make_pretraining_batch, make_pretraining_features,

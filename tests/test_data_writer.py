@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf.data import create_pretraining_data as cpd
+from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID, XLNetTokenizer
@@ -145,7 +145,7 @@ def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""
     reference_dir, manifest = written
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "xlnet_tf.data.create_pretraining_data", f"--input_glob={corpus}/*.txt",
+    cmd = [sys.executable, "-m", "xlnet_tf.cli.create_data", f"--input_glob={corpus}/*.txt",
            f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32", "--reuse_len=16", "--bsz_per_host=4",
            "--num_core_per_host=2", "--bi_data", "--num_predict=6", "--batches_per_shard=4", "--num_workers=2"]
     # The reference used 40 batches per shard; this run's plan differs, so compare records, not files.
@@ -267,7 +267,7 @@ def test_surprising_num_predict_is_warned_about(monkeypatch):
 
 
 def test_cli_refuses_with_flag_name(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "xlnet_tf.data.create_pretraining_data", f"--input_glob={BROWN}",
+    r = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.create_data", f"--input_glob={BROWN}",
                         f"--sp_path={SP_MODEL}", f"--save_dir={tmp_path}", "--seq_len=64", "--reuse_len=32",
                         "--num_predict=85", "--bsz_per_host=4"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)

@@ -1,5 +1,5 @@
 """TF Serving exports of a fine-tuned classifier, end to end: ``run_classifier`` trains the tiny model on the MRPC
-fixture, predicts and exports; ``python -m xlnet_tf.export`` exports the same run from its ``--model_dir`` alone;
+fixture, predicts and exports; ``python -m xlnet_tf.cli.export`` exports the same run from its ``--model_dir`` alone;
 every check of the SavedModel runs in a fresh process with TensorFlow and tensorflow-text's kernels only
 (``tests/serving_client.py``), as TF Serving loads it."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURES, REPO, make_flags
-from xlnet_tf.finetune import classifier_data
-from xlnet_tf.finetune.export import METADATA_FILE, RUN_RECORD, existing_versions
+from xlnet_tf.tasks import classifier_data
+from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
 
 PYTHON = sys.executable
 TINY = os.path.join(REPO, "configs", "tiny.json")
@@ -47,7 +47,7 @@ def decoded(output) -> list:
 def run(tmp_path_factory):
     """The tiny model fine-tuned for 2 steps on the MRPC fixture (a sentence-pair task), with --do_predict and
     --export_dir in the same run, as a user runs it."""
-    from xlnet_tf.finetune import runner
+    from xlnet_tf.finetuning import runner
 
     tmp = tmp_path_factory.mktemp("export")
     settings = make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"),
@@ -138,14 +138,14 @@ def test_bad_requests_give_defined_outputs_or_a_clear_error(run):
 
 
 def test_export_command_from_the_model_dir_alone(run, tmp_path):
-    """python -m xlnet_tf.export needs only --model_dir and --export_dir; a second export of the same step gets
+    """python -m xlnet_tf.cli.export needs only --model_dir and --export_dir; a second export of the same step gets
     the next version (never overwriting one); --format=release writes the original layout."""
     s = run["settings"]
     base = str(tmp_path / "serving")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
     def export(*flags):
-        return subprocess.run([PYTHON, "-m", "xlnet_tf.export", f"--model_dir={s.model_dir}", *flags],
+        return subprocess.run([PYTHON, "-m", "xlnet_tf.cli.export", f"--model_dir={s.model_dir}", *flags],
                               capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
 
     first = export(f"--export_dir={base}")
@@ -175,7 +175,7 @@ def test_export_command_from_the_model_dir_alone(run, tmp_path):
 def test_bad_requests_multiple_choice(tmp_path):
     """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices)."""
     from classifier_helpers import MICRO_CONFIG, SPIECE
-    from xlnet_tf.finetune.export import ServingInfo, export_serving
+    from xlnet_tf.finetuning.serving import ServingInfo, export_serving
     from xlnet_tf.models.heads import XLNetMultipleChoice
 
     info = ServingInfo(kind="multiple_choice", task="race", max_seq_length=SEQ, labels=list("ABCD"),

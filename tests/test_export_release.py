@@ -1,4 +1,4 @@
-"""The original release layout, both ways: ``write_release`` (what ``python -m xlnet_tf.export --format=release``
+"""The original release layout, both ways: ``write_release`` (what ``python -m xlnet_tf.cli.export --format=release``
 writes) gives xlnet_model.ckpt with exactly the original TF1 names and shapes, the release's xlnet_config.json
 keys and spiece.model; reading it back with ``load_original_checkpoint`` gives identical outputs."""
 
@@ -13,7 +13,7 @@ import tensorflow as tf
 from classifier_helpers import SPIECE
 from xlnet_tf.checkpoint import load_original_checkpoint
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
-from xlnet_tf.finetune.export import write_release
+from xlnet_tf.finetuning.serving import write_release
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
 from xlnet_tf.models.xlnet import XLNetPretrainer
 

@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from test_export import decoded, serve, strings
 from test_squad import FIXTURES, REPO, SMALL, SPIECE, _inference_batch  # the head's test batch (P, Q, CLS, pad)
-from xlnet_tf.finetune import squad_data
-from xlnet_tf.finetune.export import ServingInfo, write_serving_model
-from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS
+from xlnet_tf.tasks import squad_data
+from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
+from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.models.heads import XLNetSquad
 
 
@@ -59,8 +59,8 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
 def squad_run(tmp_path_factory):
     """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
     dev file and --export_dir, as a user runs them."""
-    from xlnet_tf.finetune import squad_runner
-    from xlnet_tf.finetune.settings import SquadSettings
+    from xlnet_tf.finetuning import squad_runner
+    from xlnet_tf.finetuning.task_settings import SquadSettings
 
     tmp = tmp_path_factory.mktemp("squad_export")
     settings = SquadSettings(
@@ -112,10 +112,10 @@ def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(squad_run):
 
 
 def test_export_command_writes_the_squad_release_from_the_model_dir(squad_run):
-    """python -m xlnet_tf.export --format=release on a run_squad model directory: the original run_squad.py head
+    """python -m xlnet_tf.cli.export --format=release on a run_squad model directory: the original run_squad.py head
     names next to the network's, from the run's record alone."""
     release = str(squad_run["tmp"] / "release")
-    done = subprocess.run([sys.executable, "-m", "xlnet_tf.export", f"--model_dir={squad_run['model_dir']}",
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.export", f"--model_dir={squad_run['model_dir']}",
                            f"--export_dir={release}", "--format=release"], capture_output=True, text=True,
                           timeout=300, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == 0, done.stderr[-3000:]

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.data.factorization import blockwise_steps, corrupt, eligible_for_masking, max_masked
-from xlnet_tf.data.objectives import make_mpnet_batch, make_objective_batch, make_pmlm_batch
+from xlnet_tf.objectives.batches import make_mpnet_batch, make_objective_batch, make_pmlm_batch
 from xlnet_tf.data.permutation import make_pretraining_batch
 from xlnet_tf.layers.attention import gather_relative, rel_shift
 from xlnet_tf.objectives import OBJECTIVES

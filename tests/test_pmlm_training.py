@@ -11,7 +11,7 @@ import tensorflow as tf
 from test_pretraining_loop import assert_same_weights
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
-from xlnet_tf.data.objectives import make_objective_batch
+from xlnet_tf.objectives.batches import make_objective_batch
 from xlnet_tf.training.distribute import create_strategy
 from xlnet_tf.training.pretraining import pretrain, run_pretraining
 from xlnet_tf.training.settings import PretrainSettings, SettingsError

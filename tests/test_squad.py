@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from xlnet_tf.checkpoint import write_tf1_checkpoint
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.finetune import squad_data, squad_postprocess
-from xlnet_tf.finetune.squad_model import squad_loss
+from xlnet_tf.tasks import squad_data, squad_postprocess
+from xlnet_tf.tasks.squad_answers import squad_loss
 from xlnet_tf.models.heads import XLNetSquad
 from xlnet_tf.models.xlnet import XLNetModel
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer

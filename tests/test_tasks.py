@@ -1,4 +1,4 @@
-"""Keras task models on raw strings (``xlnet_tf.tasks``): loaded from a release directory, fine-tuned with ``fit``
+"""Keras task models on raw strings (``xlnet_tf.tasks.text_models``): loaded from a release directory, fine-tuned with ``fit``
 on text from data/sentiment/, predictions on strings equal to the task model on ``encode_example`` features,
 checkpoints written the ways the entry points write them loaded back, multiple choice, MirroredStrategy; SQuAD:
 training labels equal to squad_data's, answers equal to the SavedModel export's."""
@@ -18,7 +18,7 @@ import xlnet_tf
 from xlnet_tf import kernels
 from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
 from xlnet_tf.checkpoint import write_tf1_checkpoint
-from xlnet_tf.finetune import classifier_data, race_data
+from xlnet_tf.tasks import classifier_data, race_data
 from xlnet_tf.tokenization import XLNetTokenizer
 from xlnet_tf.training.optimization import create_optimizer
 
@@ -206,7 +206,7 @@ def _squad_inputs(examples):
 def test_squad_window_labels_equal_squad_data(release, tokenizer, name):
     """The labels fit computes in the graph from raw strings are squad_data's training features' (squad_lib_sp's
     alignment), window by window, answers that no window holds whole and impossible questions included."""
-    from xlnet_tf.finetune import squad_data
+    from xlnet_tf.tasks import squad_data
 
     model = _squad_model(release[0])
     examples = squad_data.read_squad_file(os.path.join(SQUAD, name), True).examples
@@ -234,7 +234,7 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
     export's (run_squad.py --do_predict's rules, test_export_squad.py), with offsets into the contexts."""
     import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels, registered before loading it)
 
-    from xlnet_tf.finetune import squad_data
+    from xlnet_tf.tasks import squad_data
 
     keras.utils.set_random_seed(0)  # the head starts fresh (a pretrained checkpoint)
     model = _squad_model(release[0])

@@ -17,9 +17,9 @@ _EXPORTS = {
     "load_original_checkpoint": "xlnet_tf.checkpoint",
     "load_pretrained": "xlnet_tf.checkpoint",
     "XLNetPreprocessor": "xlnet_tf.preprocessing",
-    "XLNetTextClassifier": "xlnet_tf.tasks",
-    "XLNetTextMultipleChoice": "xlnet_tf.tasks",
-    "XLNetTextSquad": "xlnet_tf.tasks",
+    "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
+    "XLNetTextMultipleChoice": "xlnet_tf.tasks.text_models",
+    "XLNetTextSquad": "xlnet_tf.tasks.text_models",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

@@ -3,7 +3,7 @@
 Matmul FLOPs only (2 per multiply-add), counting what this implementation computes, as the FLOP model of
 ``shared/reference/pmlm-mpnet-performance.md`` section 3.2 (its "gather" column): the query stream on its P
 target rows, the relative-position projection once per step, and the position scores against every encoding row
-(R = 2 x tokens + memory); training = 3 x forward. Each objective's input (``xlnet_tf.data.objectives``):
+(R = 2 x tokens + memory); training = 3 x forward. Each objective's input (``xlnet_tf.objectives.batches``):
 
 * ``plm`` (XLNet): content stream of L tokens, query stream of ``num_predict`` rows, the LM head on those rows.
 * ``pmlm`` (UniLMv2): content stream of the L corrupted tokens; 2K appended rows (K = ``max_masked(L)``, the

@@ -105,7 +105,7 @@ def check_special_ids(sp: spm.SentencePieceProcessor, source: str = "spiece.mode
              if sp.PieceToId(sym) != want]
     if wrong:
         raise ValueError(f"{source}: not an XLNet SentencePiece model, special ids differ: {', '.join(wrong)}. "
-                         "Train one with `python -m xlnet_tf.train_spm`.")
+                         "Train one with `python -m xlnet_tf.cli.train_spm`.")
 
 
 def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: int = 32000,

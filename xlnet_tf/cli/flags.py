@@ -179,7 +179,7 @@ def usage_error(message) -> None:
     program = os.path.basename(sys.argv[0])
     main = sys.modules.get("__main__")
     if getattr(main, "__spec__", None) is not None and main.__spec__.name.startswith("xlnet_tf."):
-        program = f"-m {main.__spec__.name}"  # python -m xlnet_tf.export: argv[0] is the module's file path
+        program = f"-m {main.__spec__.name}"  # python -m xlnet_tf.cli.export: argv[0] is the module's file path
     sys.stderr.write(f"{program.removeprefix('-m ')}: error: {message}\n"
                      f"See `python {program} --helpfull` for every flag.\n")
     sys.exit(1)

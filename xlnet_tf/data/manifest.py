@@ -86,7 +86,7 @@ def load_manifest(data_dir: str, split: str = "train") -> dict:
     path = os.path.join(data_dir, manifest_name(split))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no data manifest; write data with "
-                                "`python -m xlnet_tf.data.create_pretraining_data --save_dir=...`")
+                                "`python -m xlnet_tf.cli.create_data --save_dir=...`")
     manifest = _read_json(path)
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")

@@ -20,7 +20,7 @@ given.
 
 Factorisation orders are sampled online (a new order every time a record is read, as the original), with
 stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches. ``objective``
-selects what is built from the records (``xlnet_tf.data.objectives``): XLNet's permutation LM (``plm``, the
+selects what is built from the records (``xlnet_tf.objectives.batches``): XLNet's permutation LM (``plm``, the
 default), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their masked spans online
 too, so the same records serve every objective.
 """
@@ -33,7 +33,7 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.data.objectives import make_objective_batch
+from xlnet_tf.objectives.batches import make_objective_batch
 from xlnet_tf.objectives import get_objective
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]

@@ -25,10 +25,10 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
     if not os.path.exists(os.path.join(s.data_dir, manifest_name())):
         if not s.input_glob:
             raise SettingsError(f"--data_dir={s.data_dir} holds no pretraining data; write it with "
-                                "`python -m xlnet_tf.data.create_pretraining_data` or pass --input_glob")
+                                "`python -m xlnet_tf.cli.create_data` or pass --input_glob")
         if not s.spiece_model_file:
             raise SettingsError("--input_glob needs --spiece_model_file to write the data")
-        from xlnet_tf.data import create_pretraining_data as writer
+        from xlnet_tf.data import writer
         from xlnet_tf.data.examples import ExampleSettings
 
         logging.warning("--data_dir=%s holds no pretraining data: writing pretraining data from --input_glob=%s "

@@ -8,7 +8,7 @@ import dataclasses
 import os
 from typing import ClassVar, Optional
 
-from xlnet_tf.finetune import classifier_data
+from xlnet_tf.tasks import classifier_data
 from xlnet_tf.training.settings import FinetuneSettings
 
 SUMMARY_TYPES = ("last", "first", "mean")
@@ -29,7 +29,7 @@ class ClassifierSettings(FinetuneSettings):
     eval_all_ckpt: bool = False
     eval_batch_size: int = 128
     max_save: int = 0
-    # Batch prediction over large sharded inputs (xlnet_tf.predict) instead of --eval_split's file.
+    # Batch prediction over large sharded inputs (xlnet_tf.batch.prediction) instead of --eval_split's file.
     predict_input_glob: Optional[str] = None
     predict_text_fields: str = "sentence"
     predict_id_field: Optional[str] = None

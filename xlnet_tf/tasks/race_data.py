@@ -20,7 +20,7 @@ import os
 import numpy as np
 from absl import logging
 
-from xlnet_tf.finetune import records
+from xlnet_tf.finetuning import records
 
 NUM_CHOICES = 4
 LEVELS = ("middle", "high")

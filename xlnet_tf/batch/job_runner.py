@@ -1,9 +1,9 @@
 """Batch fine-tuning: several ``run_classifier.py`` runs from one YAML job file, in sequence, resumable, with one
 results table.
 
-    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml            # run (or resume) every run
-    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml --dry_run  # the runs and their flags, nothing run
-    python -m xlnet_tf.jobs finetune configs/glue_jobs.yaml --only=rte,mrpc
+    python -m xlnet_tf.cli.jobs finetune configs/glue_jobs.yaml            # run (or resume) every run
+    python -m xlnet_tf.cli.jobs finetune configs/glue_jobs.yaml --dry_run  # the runs and their flags, nothing run
+    python -m xlnet_tf.cli.jobs finetune configs/glue_jobs.yaml --only=rte,mrpc
 
 The job file::
 
@@ -366,7 +366,7 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.jobs", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.cli.jobs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     finetune = sub.add_parser("finetune", help="run (or resume) the fine-tuning runs of a YAML job file")
     finetune.add_argument("job_file")
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
         only = [n for n in args.only.split(",") if n]
         results = run_job(job, only)
     except JobError as e:
-        print(f"python -m xlnet_tf.jobs: error: {e}", file=sys.stderr)
+        print(f"python -m xlnet_tf.cli.jobs: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

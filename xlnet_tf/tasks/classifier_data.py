@@ -22,7 +22,7 @@ from typing import Optional
 
 from absl import logging
 
-from xlnet_tf.finetune import records
+from xlnet_tf.finetuning import records
 
 SPLITS = ("train", "dev", "test")
 

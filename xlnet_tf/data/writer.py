@@ -1,6 +1,6 @@
 """Writes XLNet pretraining TFRecords from raw text, as the original ``data_utils.py`` but resumable and parallel.
 
-    python -m xlnet_tf.data.create_pretraining_data --input_glob='corpus/*.txt' --sp_path=spiece.model \\
+    python -m xlnet_tf.cli.create_data --input_glob='corpus/*.txt' --sp_path=spiece.model \\
         --save_dir=proc_data --seq_len=512 --reuse_len=256 --bsz_per_host=32 --num_core_per_host=8 \\
         --num_predict=85 --bi_data --num_workers=8
 
@@ -534,7 +534,7 @@ if __name__ == "__main__":
     from absl import app
 
     # Run the imported module, not __main__, so that worker functions pickle by their importable name.
-    from xlnet_tf.data import create_pretraining_data as _module
+    from xlnet_tf.data import writer as _module
 
     _module._define_flags()
     app.run(_module.main)

@@ -1,6 +1,6 @@
 """Trains a SentencePiece model with XLNet's special symbols and ids on your corpus.
 
-    python -m xlnet_tf.train_spm --input='corpus/*.txt' --model_prefix=spm/spiece --vocab_size=32000
+    python -m xlnet_tf.cli.train_spm --input='corpus/*.txt' --model_prefix=spm/spiece --vocab_size=32000
 
 The ids match the released spiece.model: <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <eod>=7 <eop>=8.
 """

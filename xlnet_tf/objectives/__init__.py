@@ -4,7 +4,7 @@
 * ``pmlm``: UniLMv2's pseudo-masked language model (Bao et al., 2020): ``L_AE + L_PAR``.
 * ``mpnet``: MPNet's masked and permuted language model (Song et al., 2020).
 
-Their inputs are built by ``xlnet_tf.data.objectives``; every objective trains the same network, so checkpoints,
+Their inputs are built by ``xlnet_tf.objectives.batches``; every objective trains the same network, so checkpoints,
 fine-tuning and export do not depend on it. No TensorFlow here: the settings check names before it loads.
 """
 

@@ -1,7 +1,7 @@
-"""Batch prediction over large, sharded inputs: from a SavedModel (``python -m xlnet_tf.predict``) or from a
+"""Batch prediction over large, sharded inputs: from a SavedModel (``python -m xlnet_tf.cli.predict``) or from a
 fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...``), one engine for both.
 
-    python -m xlnet_tf.predict --saved_model=serving/sst2 --input_glob='big/part-*.tsv' --output_dir=out/sst2
+    python -m xlnet_tf.cli.predict --saved_model=serving/sst2 --input_glob='big/part-*.tsv' --output_dir=out/sst2
 
 * **Inputs**: every file matching ``--input_glob`` (comma-separated globs; local paths or ``gs://`` through
   ``tf.io.gfile``), TSV with a header row (no quoting, GLUE's layout) or JSON Lines (one object a line), the text
@@ -342,7 +342,7 @@ class SavedModelPredictor(Predictor):
 
     def _read_metadata(self) -> dict:
         """What the export's ``assets.extra/`` says for clients: ``metadata.json`` (kind, labels, lower_case,
-        pair; ``python -m xlnet_tf.export``) or the older ``labels.json`` (kind, labels); {} if neither."""
+        pair; ``python -m xlnet_tf.cli.export``) or the older ``labels.json`` (kind, labels); {} if neither."""
         for name in ("metadata.json", "labels.json"):
             path = os.path.join(self.path, "assets.extra", name)
             if tf.io.gfile.exists(path):
@@ -407,7 +407,7 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
     """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
     (``text_a``, ``text_b`` string [B], or ``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32
     [B, L]). Skipped rows are counted in ``stats``, never batched."""
-    from xlnet_tf.finetune.classifier_data import encode_example
+    from xlnet_tf.tasks.classifier_data import encode_example
 
     L = predictor.max_seq_length
     meta = {"line": tf.TensorSpec([], tf.int64), "end": tf.TensorSpec([], tf.int64), "id": tf.TensorSpec([], tf.string)}
@@ -647,13 +647,13 @@ def _define_flags():
 
 
 def main() -> None:
-    """``python -m xlnet_tf.predict``: the flags above, checked, then ``predict_shards`` with a SavedModel."""
+    """``python -m xlnet_tf.cli.predict``: the flags above, checked, then ``predict_shards`` with a SavedModel."""
     from absl import app
     from xlnet_tf.cli.flags import _exit_now
     FLAGS = _define_flags()
 
     def usage_error(message):
-        sys.stderr.write(f"python -m xlnet_tf.predict: error: {message}\nSee `python -m xlnet_tf.predict --helpfull` "
+        sys.stderr.write(f"python -m xlnet_tf.cli.predict: error: {message}\nSee `python -m xlnet_tf.cli.predict --helpfull` "
                          "for every flag.\n")
         sys.exit(1)
 

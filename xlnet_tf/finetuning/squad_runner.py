@@ -11,13 +11,13 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.finetune import squad_data, squad_postprocess
-from xlnet_tf.finetune.settings import SquadSettings
-from xlnet_tf.finetune.export import ServingInfo, export_serving, write_run_record
-from xlnet_tf.finetune.squad_model import squad_task
+from xlnet_tf.tasks import squad_data, squad_postprocess
+from xlnet_tf.finetuning.task_settings import SquadSettings
+from xlnet_tf.finetuning.serving import ServingInfo, export_serving, write_run_record
+from xlnet_tf.tasks.squad_answers import squad_task
 from xlnet_tf.io_utils import write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer
-from xlnet_tf.training.finetuning import predict, train, write_eval_summaries
+from xlnet_tf.finetuning.trainer import predict, train, write_eval_summaries
 from xlnet_tf.training.settings import SettingsError
 from xlnet_tf.training.setup import checkpoint_step, load_model_config, restore_for_inference, start_run
 
@@ -41,7 +41,7 @@ def run(settings: SquadSettings) -> None:
     model = None
 
     if s.do_train:
-        write_run_record(s.model_dir, "squad", s)  # what `python -m xlnet_tf.export` rebuilds the model from
+        write_run_record(s.model_dir, "squad", s)  # what `python -m xlnet_tf.cli.export` rebuilds the model from
         shards = _training_shards(s, output_dir, feature_settings)
         per_replica = s.train_batch_size // strategy.num_replicas_in_sync
 

@@ -1,6 +1,6 @@
 """TF Serving exports of fine-tuned models: one writer for the classifier, regression, multiple-choice (RACE) and
 SQuAD models, used by ``run_classifier.py --export_dir``, ``run_squad.py --export_dir`` and ``python -m
-xlnet_tf.export``.
+xlnet_tf.cli.export``.
 
 Layout (what TF Serving expects under a model's base path)::
 
@@ -37,7 +37,7 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import kernels
-from xlnet_tf.finetune.squad_model import INFERENCE_OUTPUTS
+from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
 
 KINDS = ("classification", "regression", "multiple_choice", "squad")
@@ -83,7 +83,7 @@ class ServingInfo:
 # -- the run record ---------------------------------------------------------------------------------------------
 def write_run_record(model_dir: str, runner: str, settings) -> str:
     """Records ``settings`` (a ``ClassifierSettings``/``SquadSettings``) in ``model_dir/finetune_settings.json``,
-    with the model config and SentencePiece paths made absolute, so that ``python -m xlnet_tf.export
+    with the model config and SentencePiece paths made absolute, so that ``python -m xlnet_tf.cli.export
     --model_dir=...`` rebuilds the same model and preprocessing without flags. ``runner``: classifier | squad."""
     values = dataclasses.asdict(settings)
     for name in ("model_config_path", "spiece_model_file"):
@@ -213,7 +213,7 @@ class ServingModule(tf.Module):
         return self._outputs_from_ids(self.preprocessor.multiple_choice(article, question, options))
 
     def _answers_from_text(self, question, context):
-        from xlnet_tf.finetune.squad_model import best_answers
+        from xlnet_tf.tasks.squad_answers import best_answers
 
         return best_answers(self.model, self.preprocessor, question, context, self.info.squad)
 

@@ -153,12 +153,12 @@ class _TextTaskModel(keras.Model):
         """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the
         ``serving_default`` signature takes raw text (this preprocessor is inside the graph), ``serve_ids`` the
         encoded inputs, ``metadata`` what a client must know; the same writer and layout as ``python -m
-        xlnet_tf.export`` (docs/serving.md). The version is the optimizer's step count (a Unix timestamp before
+        xlnet_tf.cli.export`` (docs/serving.md). The version is the optimizer's step count (a Unix timestamp before
         any training), or one above the newest version already there: none is overwritten.
 
         ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
         takes ``sentence2``; ``task``: recorded in the metadata."""
-        from xlnet_tf.finetune.export import ServingInfo, write_serving_model
+        from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
         pre = self.preprocessor
         kind = self._serving_kind()
@@ -316,7 +316,7 @@ class XLNetTextSquad(_TextTaskModel):
         return tuple(inputs)
 
     def call(self, inputs, training=None):
-        from xlnet_tf.finetune.squad_model import best_answers
+        from xlnet_tf.tasks.squad_answers import best_answers
 
         question, context = self._texts(inputs)
         return best_answers(self.network, self.preprocessor, question, context,
@@ -372,8 +372,8 @@ class XLNetTextSquad(_TextTaskModel):
         return windows
 
     def _window_loss(self, x, y, training: bool):
-        from xlnet_tf.finetune.squad_data import INFERENCE_KEYS
-        from xlnet_tf.finetune.squad_model import squad_loss
+        from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
+        from xlnet_tf.tasks.squad_answers import squad_loss
 
         windows = self.training_windows(x, y)
         features = {k: windows[k] for k in INFERENCE_KEYS + ("start_positions", "end_positions", "is_impossible")}
@@ -409,7 +409,7 @@ class XLNetTextSquad(_TextTaskModel):
         return "squad"
 
     def _serving_squad(self) -> dict:
-        from xlnet_tf.finetune.settings import SquadSettings
+        from xlnet_tf.finetuning.task_settings import SquadSettings
 
         pre, network = self.preprocessor, self.network
         # n_best_size: run_squad.py's default, recorded as its export does (the served answer does not use it).

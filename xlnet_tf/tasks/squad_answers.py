@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from xlnet_tf.models.heads import XLNetSquad
-from xlnet_tf.training.finetuning import FinetuneTask
+from xlnet_tf.finetuning.trainer import FinetuneTask
 
 # The head's inference outputs (the serve_ids signature of a SQuAD export).
 INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
@@ -53,8 +53,8 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     ``run_squad.py`` skips (empty question or context, a context over ``squad_data.MAX_PARAGRAPH_CHARS``
     characters, no window) answers "" with ``null_odds`` = ``squad_postprocess.SKIPPED_NULL_ODDS``.
     """
-    from xlnet_tf.finetune.squad_data import INFERENCE_KEYS, MAX_PARAGRAPH_CHARS
-    from xlnet_tf.finetune.squad_postprocess import SKIPPED_NULL_ODDS
+    from xlnet_tf.tasks.squad_data import INFERENCE_KEYS, MAX_PARAGRAPH_CHARS
+    from xlnet_tf.tasks.squad_postprocess import SKIPPED_NULL_ODDS
     from xlnet_tf.preprocessing import _classes
 
     k1, k2 = model.start_n_top, model.end_n_top

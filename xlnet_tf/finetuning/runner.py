@@ -15,13 +15,14 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
-from xlnet_tf.finetune import classifier_data, metrics as task_metrics, race_data, records
-from xlnet_tf.finetune.export import ServingInfo, export_serving, write_run_record
-from xlnet_tf.finetune.settings import ClassifierSettings
+from xlnet_tf.tasks import classifier_data, race_data
+from xlnet_tf.finetuning import metrics as task_metrics, records
+from xlnet_tf.finetuning.serving import ServingInfo, export_serving, write_run_record
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
 from xlnet_tf.tokenization import XLNetTokenizer
-from xlnet_tf.training.finetuning import FinetuneTask, predict, train, write_eval_summaries
+from xlnet_tf.finetuning.trainer import FinetuneTask, predict, train, write_eval_summaries
 from xlnet_tf.training.settings import SettingsError
 from xlnet_tf.training.setup import checkpoint_step, load_model_config, read_model, restore_for_inference, start_run
 
@@ -189,8 +190,8 @@ def restored_model(s: ClassifierSettings):
 
 def predict_input_files(s: ClassifierSettings, model, bundle: TaskBundle, tokenizer, checkpoint: str) -> list:
     """``--do_predict`` over ``--predict_input_glob``: one predictions file per input file in ``--predict_dir``
-    (``xlnet_tf.predict.predict_shards``: streamed, resumable). Returns the files written."""
-    from xlnet_tf import predict as batch_predict
+    (``xlnet_tf.batch.prediction.predict_shards``: streamed, resumable). Returns the files written."""
+    from xlnet_tf.batch import prediction as batch_predict
 
     predictor = batch_predict.KerasPredictor(
         model, tokenizer, s.max_seq_length, bundle.labels, bundle.kind == "regression",
@@ -214,7 +215,7 @@ def run(settings: ClassifierSettings) -> dict:
     result, model = {}, None
 
     if s.do_train:
-        write_run_record(s.model_dir, "classifier", s)  # what `python -m xlnet_tf.export` rebuilds the model from
+        write_run_record(s.model_dir, "classifier", s)  # what `python -m xlnet_tf.cli.export` rebuilds the model from
         path, meta = bundle.prepare("train")
         logging.info("train data: %s", _data_summary(meta))
         if s.do_eval or s.do_predict:  # a bad label in the eval data is an error now, not after training
@@ -241,7 +242,7 @@ def run(settings: ClassifierSettings) -> dict:
             checkpoint = tf.train.latest_checkpoint(s.model_dir)
         step = checkpoint_step(checkpoint)
 
-    if s.do_predict and s.predict_input_glob:  # large sharded inputs, streamed (xlnet_tf.predict)
+    if s.do_predict and s.predict_input_glob:  # large sharded inputs, streamed (xlnet_tf.batch.prediction)
         result["predict"] = predict_input_files(s, model, bundle, tokenizer, checkpoint)
     if s.do_eval or (s.do_predict and not s.predict_input_glob):
         path, meta = bundle.prepare(s.eval_split)

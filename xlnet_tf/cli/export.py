@@ -3,13 +3,13 @@
     # TF Serving: <export_dir>/<version>/ (version = the checkpoint's global step), from a fine-tuning run's
     # --model_dir alone (task, labels, SentencePiece model, lower-casing and max_seq_length are what the run
     # recorded in finetune_settings.json)
-    python -m xlnet_tf.export --model_dir=runs/tiny/finetune_sentiment --export_dir=serving/sst2
+    python -m xlnet_tf.cli.export --model_dir=runs/tiny/finetune_sentiment --export_dir=serving/sst2
 
     # the original release layout (xlnet_model.ckpt with the TF1 names, xlnet_config.json, spiece.model), of a
     # fine-tuned model (with its head, under the original run_classifier/run_squad/run_race scopes) ...
-    python -m xlnet_tf.export --format=release --model_dir=runs/tiny/finetune_sentiment --export_dir=release/sst2
+    python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/finetune_sentiment --export_dir=release/sst2
     # ... or of a pretraining run (the network and the LM bias)
-    python -m xlnet_tf.export --format=release --model_dir=runs/tiny/pretrain --model_config_path=configs/tiny.json \\
+    python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/pretrain --model_config_path=configs/tiny.json \\
         --spiece_model_file=data/spiece.model --export_dir=release/tiny
 
 Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve in bfloat16, ``--predict_ckpt``
@@ -80,8 +80,8 @@ def task_settings(s: ExportSettings, given: set):
     """The fine-tuning settings (``ClassifierSettings``/``SquadSettings``) to rebuild the model from: the run's
     record in ``--model_dir`` with the flags in ``given`` on top, or the flags alone. None for a pretraining run
     (no record, no ``--task_name``)."""
-    from xlnet_tf.finetune.export import read_run_record
-    from xlnet_tf.finetune.settings import ClassifierSettings, SquadSettings
+    from xlnet_tf.finetuning.serving import read_run_record
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
     from xlnet_tf.training.settings import SettingsError
 
     record = read_run_record(s.model_dir)
@@ -108,9 +108,9 @@ def task_settings(s: ExportSettings, given: set):
 
 def export(s: ExportSettings, given: set = frozenset()) -> str:
     """Writes the export ``s`` asks for and returns its directory (``given``: the flags set explicitly)."""
-    from xlnet_tf.finetune import runner, squad_runner
-    from xlnet_tf.finetune.export import export_serving, write_release
-    from xlnet_tf.finetune.settings import SquadSettings
+    from xlnet_tf.finetuning import runner, squad_runner
+    from xlnet_tf.finetuning.serving import export_serving, write_release
+    from xlnet_tf.finetuning.task_settings import SquadSettings
     from xlnet_tf.training.settings import SettingsError
     from xlnet_tf.training.setup import checkpoint_step
 
@@ -136,7 +136,7 @@ def _export_pretrained(s: ExportSettings) -> str:
     """The release layout of a pretraining run (or any native/TF1 checkpoint of the network): XLNetPretrainer."""
     from xlnet_tf.checkpoint import load_pretrained, resolve_checkpoint
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetune.export import write_release
+    from xlnet_tf.finetuning.serving import write_release
     from xlnet_tf.models.xlnet import XLNetPretrainer
     from xlnet_tf.training.settings import SettingsError
 
