@@ -6,7 +6,7 @@
     .venv/bin/python bench/bench_serving.py --quick  # fewer calls, batch 32 only in float32; prints only
 
 Each precision's last run is kept in bench/results_serving.json; the report of all of them goes to
-bench/results_serving.md and between the markers in docs/serving.md.
+bench/results_serving.md and between the markers in bench/reports/serving.md.
 
 What runs: an XLNet-Base-shape sequence classifier (``configs/xlnet_cased_L-12_H-768_A-12.json``, random weights,
 2 labels, ``max_seq_length`` 128) exported with ``xlnet_tf.finetuning.serving.write_serving_model`` (the SavedModel
@@ -247,7 +247,7 @@ def render_readme(runs: dict) -> str:
     first = next(iter(runs.values()))["meta"]
     lines = [f"Serving raw text (XLNet-Base shape, seq 128; our SavedModel as TF Serving loads it vs HF's fast "
              f"tokenizer + PyTorch model; {first['cpu'].split(',')[0]}, {first['when']}; "
-             "[docs/serving.md](docs/serving.md)):", "",
+             "[bench/reports/serving.md](bench/reports/serving.md)):", "",
              "| precision | batch | ours p50 (ms) | HF p50 (ms) | ours vs HF |", "|---|---:|---:|---:|---:|"]
     for dtype, run in runs.items():
         for key, (ours, hf) in run["rows"].items():
@@ -330,9 +330,9 @@ def main():
         with open(args.out + ".tmp", "w", encoding="utf-8") as f:
             f.write("# Serving benchmark (bench/bench_serving.py)\n\n" + report + "\n")
         os.replace(args.out + ".tmp", args.out)
-        replace_block(os.path.join(ROOT, "docs", "serving.md"), "bench_serving.py", report)
+        replace_block(os.path.join(HERE, "reports", "serving.md"), "bench_serving.py", report)
         replace_block(os.path.join(ROOT, "README.md"), "bench_serving.py", render_readme(runs))
-        log("updated docs/serving.md and README.md")
+        log("updated bench/reports/serving.md and README.md")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Which pretraining objective? XLNet's permutation LM, UniLMv2's pseudo-masked LM and MPNet on the same backbone,
 corpus, token budget and seeds, then fine-tuned on the bundled sentiment sentences, against random initialisation.
 
-    .venv/bin/python bench/compare_objectives.py --quick   # the short run (its time: docs/objectives.md)
+    .venv/bin/python bench/compare_objectives.py --quick   # the short run (its time: bench/reports/objectives.md)
     .venv/bin/python bench/compare_objectives.py           # the longer run: a longer corpus, sequences, training
 
 Steps (everything through the library's own entry points, ``pretrain`` and the classifier's ``run``):
@@ -13,7 +13,7 @@ Steps (everything through the library's own entry points, ``pretrain`` and the c
    curves, step time, text tokens/s and MFU come from the run's TensorBoard scalars.
 3. Fine-tune every pretrained network and a randomly initialised one on ``shared/data/sentiment`` (GLUE SST-2
    layout) with ``--seeds`` seeds; dev accuracy per run.
-4. ``<work_dir>/results.json`` (everything) and the tables between the markers of ``docs/objectives.md``.
+4. ``<work_dir>/results.json`` (everything) and the tables between the markers of ``bench/reports/objectives.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 from reporting import replace_block, scalars  # noqa: E402  (bench/ is the script's directory)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
-DOC = os.path.join(ROOT, "docs", "objectives.md")
+DOC = os.path.join(HERE, "reports", "objectives.md")
 OBJECTIVES = ("plm", "pmlm", "mpnet")
 
 # (quick, full): the budget of each part.
@@ -106,7 +106,7 @@ def finetune_one(args, plan, work, init, seed, log) -> float:
 
 
 def render(args, plan, pretrained, accuracies, seconds) -> str:
-    """The tables for docs/objectives.md."""
+    """The tables for bench/reports/objectives.md."""
     load = os.getloadavg()
     lines = [
         f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}: `python bench/compare_objectives.py"
@@ -163,7 +163,7 @@ def main():
     parser.add_argument("--plm_mem_len", type=int, default=0, help="XLNet's memory (the others have none)")
     parser.add_argument("--pretrain_steps", type=int, help="override the plan's pretraining steps")
     parser.add_argument("--finetune_steps", type=int, help="override the plan's fine-tuning steps")
-    parser.add_argument("--no_doc", action="store_true", help="do not write docs/objectives.md")
+    parser.add_argument("--no_doc", action="store_true", help="do not write bench/reports/objectives.md")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     plan = dict(PLANS[args.quick])

@@ -16,7 +16,7 @@ Steps, each skipped when its output exists (a rerun resumes; delete --work_dir t
    fine-tune from the last pretraining checkpoint and from random weights with the same flags and the same
    sample (paired), and evaluate on ``dev.tsv`` (never used for anything else). The smallest label count is also
    fine-tuned from the earlier checkpoints: what the pretraining budget buys.
-4. ``<work_dir>/results.json`` (everything) and the tables between the markers of ``docs/pretraining_pays.md``.
+4. ``<work_dir>/results.json`` (everything) and the tables between the markers of ``bench/reports/pretraining_pays.md``.
 
 Everything goes through the library's entry-point functions (``pretrain`` and the classifier's ``run``) with every
 setting given explicitly, in this process.
@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 from reporting import replace_block, scalars  # noqa: E402  (bench/ is the script's directory)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
-DOC = os.path.join(ROOT, "docs", "pretraining_pays.md")
+DOC = os.path.join(HERE, "reports", "pretraining_pays.md")
 
 # Pretraining shape (the tiny demo's, on the small model): 16 x 128 tokens a step, half of each reused as memory.
 BATCH, SEQ_LEN, REUSE_LEN, NUM_PREDICT = 16, 128, 64, 21
@@ -238,8 +238,8 @@ def main():
     parser.add_argument("--finetune_steps", default="200,250,300", help="fine-tuning steps, one per --labels")
     parser.add_argument("--finetune_lr", type=float, default=1e-3)
     parser.add_argument("--seeds", default="0,1,2", help="fine-tuning seeds (label sample, head, dropout, order)")
-    parser.add_argument("--doc", action="store_true", help="write docs/pretraining_pays.md even with --quick")
-    parser.add_argument("--no_doc", action="store_true", help="do not write docs/pretraining_pays.md")
+    parser.add_argument("--doc", action="store_true", help="write bench/reports/pretraining_pays.md even with --quick")
+    parser.add_argument("--no_doc", action="store_true", help="do not write bench/reports/pretraining_pays.md")
     args = parser.parse_args()
     if args.quick:
         for key, value in QUICK.items():

@@ -6,7 +6,7 @@
 #      accuracy, predictions
 #   4. export: a TF Serving SavedModel in runs/tiny/export/<step>/ (raw text in; docs/serving.md)
 #   5. what pretraining buys: the same fine-tuning from random weights, and both dev accuracies side by side
-#      (one seed each; docs/pretraining_pays.md measures it with several seeds and label budgets)
+#      (one seed each; bench/reports/pretraining_pays.md measures it with several seeds and label budgets)
 #   6. serving: the export loaded as TF Serving loads it (TensorFlow + tensorflow-text only), two raw sentences
 # Rerunning resumes or skips finished steps; delete runs/ to start over.
 set -euo pipefail
@@ -23,7 +23,7 @@ accuracy = {name: json.load(open(f"runs/tiny/{name}/eval_results.dev.json"))["me
             for name in ("finetune_sentiment", "finetune_sentiment_random")}
 pretrained, random = accuracy["finetune_sentiment"], accuracy["finetune_sentiment_random"]
 print(f"sentiment dev accuracy: from the pretrained checkpoint {pretrained:.3f}, from random weights {random:.3f}: "
-      f"pretraining buys {pretrained - random:+.3f} here (one seed each; see docs/pretraining_pays.md)")
+      f"pretraining buys {pretrained - random:+.3f} here (one seed each; see bench/reports/pretraining_pays.md)")
 EOF
 .venv/bin/python - <<'EOF'
 import os

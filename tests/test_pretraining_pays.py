@@ -1,4 +1,4 @@
-"""Pretraining must leave weights that fine-tuning can use (docs/pretraining_pays.md).
+"""Pretraining must leave weights that fine-tuning can use (bench/reports/pretraining_pays.md).
 
 The defect this guards against: the tied LM head's bias started at zero, Adam could not move it to the ~10-nat
 spread of the log frequencies in a short run, and the loss fell from ln(V) to the unigram entropy through the
