@@ -64,7 +64,7 @@ class PermutationLM(Objective):
         return StreamLayout(seq_len, num_predict, num_predict or seq_len, False)
 
 
-def local_permutation(batch: int, length: int, perm_size: int, seed) -> "tf.Tensor":
+def local_permutation(batch: int, length: int, perm_size: int, seed):
     """int32 [batch, length]: every position's rank in a block-local random order (``length % perm_size == 0``).
 
     Equivalent in distribution to the original's reshape/transpose/``random_shuffle``: position
