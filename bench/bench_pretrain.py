@@ -61,15 +61,16 @@ def setup_tf(threads: int):
 
 def tf_batch(cfg, seed, objective="plm"):
     """The synthetic batch of ``seed``; other objectives than XLNet's build their inputs from its tokens and
-    segments with the reader's own functions (``xlnet_tf.objectives.batches``)."""
+    segments with the reader's own builder (the objective's ``make_batch``, ``xlnet_tf.objectives``)."""
     tf = _tf()
     batch = {k: tf.constant(v) for k, v in make_batch(cfg, seed).items()}
     if objective == "plm":
         return batch
-    from xlnet_tf.objectives.batches import make_objective_batch
-    return make_objective_batch(objective, batch["input_ids"], batch["perm_mask"][:, 0] > 0, batch["segment_ids"],
-                                cfg.seq_len, cfg.reuse_len, cfg.reuse_len, cfg.num_predict,
-                                tf.constant([seed, 0], tf.int64), cfg.n_token)
+    from xlnet_tf.objectives import BatchShape, get_objective
+    records = {"input": batch["input_ids"], "is_masked": batch["perm_mask"][:, 0] > 0, "seg_id": batch["segment_ids"]}
+    return get_objective(objective).make_batch(records, BatchShape(cfg.seq_len, cfg.reuse_len, cfg.reuse_len,
+                                                                   cfg.num_predict),
+                                               tf.constant([seed, 0], tf.int64), cfg.n_token)
 
 
 class OursTrain:

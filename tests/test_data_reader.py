@@ -9,8 +9,8 @@ import tensorflow as tf
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
-from xlnet_tf.data.permutation import (local_permutation, make_pretraining_batch, make_pretraining_features,
-                                       part_seeds)
+from xlnet_tf.objectives.plm import (local_permutation, make_pretraining_batch, make_pretraining_features,
+                                    part_seeds)
 from xlnet_tf.data.reader import pretrain_dataset
 from xlnet_tf.tokenization import CLS_ID, SEP_ID
 

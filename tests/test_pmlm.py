@@ -7,10 +7,11 @@ import tensorflow as tf
 
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.data.factorization import blockwise_steps, corrupt, eligible_for_masking, max_masked
-from xlnet_tf.objectives.batches import make_mpnet_batch, make_objective_batch, make_pmlm_batch
-from xlnet_tf.data.permutation import make_pretraining_batch
 from xlnet_tf.layers.attention import gather_relative, rel_shift
-from xlnet_tf.objectives import OBJECTIVES
+from xlnet_tf.objectives import OBJECTIVES, BatchShape
+from xlnet_tf.objectives.mpnet import make_mpnet_batch
+from xlnet_tf.objectives.plm import make_pretraining_batch
+from xlnet_tf.objectives.pmlm import make_pmlm_batch
 from xlnet_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
 VOCAB = 200
@@ -197,12 +198,11 @@ def test_pmlm_corrupts_only_the_masked_positions_and_the_appended_rows_copy_them
 
 def test_objective_batches_are_deterministic_and_static():
     ids, seg = random_records(np.random.default_rng(4), 4, 32)
-    for name in OBJECTIVES:
-        args = (name, tf.constant(ids), tf.constant(ids > 100), tf.constant(seg), 32, 16, 16, 6)
-        a = make_objective_batch(*args, tf.constant([1, 1], tf.int64), VOCAB)
-        b = make_objective_batch(*args, tf.constant([1, 1], tf.int64), VOCAB)
-        c = make_objective_batch(*args, tf.constant([1, 2], tf.int64), VOCAB)
-        assert set(a) == set(OBJECTIVES[name].model_inputs) | {"target", "target_mask"}
+    records = {"input": tf.constant(ids), "is_masked": tf.constant(ids > 100), "seg_id": tf.constant(seg)}
+    for name, objective in OBJECTIVES.items():
+        a, b, c = (objective.make_batch(records, BatchShape(32, 16, 16, 6), tf.constant(seed, tf.int64), VOCAB)
+                   for seed in ([1, 1], [1, 1], [1, 2]))
+        assert set(a) == set(objective.model_inputs) | {"target", "target_mask"}
         for key in a:
             np.testing.assert_array_equal(a[key].numpy(), b[key].numpy())
             assert a[key].shape[1:] == c[key].shape[1:]

@@ -11,7 +11,7 @@ import tensorflow as tf
 from test_pretraining_loop import assert_same_weights
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
-from xlnet_tf.objectives.batches import make_objective_batch
+from xlnet_tf.objectives import BatchShape, get_objective
 from xlnet_tf.training.distribute import create_strategy
 from xlnet_tf.training.pretraining import pretrain, run_pretraining
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
@@ -28,8 +28,9 @@ def synthetic_batches(objective, n=64):
     ids = rng.integers(9, VOCAB, (n, SEQ))
     ids[:, -1] = 3  # <cls>
     seg = np.zeros((n, SEQ), np.int64)
-    return make_objective_batch(objective, tf.constant(ids), tf.constant(ids > 40), tf.constant(seg), SEQ, SEQ // 2,
-                                SEQ // 2, 4, tf.constant([1, 2], tf.int64), VOCAB)
+    records = {"input": tf.constant(ids), "is_masked": tf.constant(ids > 40), "seg_id": tf.constant(seg)}
+    return get_objective(objective).make_batch(records, BatchShape(SEQ, SEQ // 2, SEQ // 2, 4),
+                                               tf.constant([1, 2], tf.int64), VOCAB)
 
 
 def train(tmp_path, name, strategy, per_replica_batch, objective="pmlm", steps=4, config=CONFIG, **kwargs):

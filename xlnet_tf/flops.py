@@ -1,35 +1,25 @@
 """Model FLOPs of a pretraining step, for model-FLOPs utilisation (MFU).
 
-Matmul FLOPs only (2 per multiply-add), counting what this implementation computes, as the FLOP model of
-``shared/reference/pmlm-mpnet-performance.md`` section 3.2 (its "gather" column): the query stream on its P
-target rows, the relative-position projection once per step, and the position scores against every encoding row
-(R = 2 x tokens + memory); training = 3 x forward. Each objective's input (``xlnet_tf.objectives.batches``):
+Matmul FLOPs only (2 per multiply-add), counting what this implementation computes: the query stream on its own
+rows (not on every position, as the original's ``target_mapping`` einsums do), the relative-position projection
+once per step, and the position scores against every encoding row. Per sequence and layer, with S content-stream
+tokens, M memory, K = S + M keys, R = 2S + M relative-position rows (XLNet's ``bi`` attention), P query-stream rows,
+d = ``d_model``, f = ``d_inner``:
 
-* ``plm`` (XLNet): content stream of L tokens, query stream of ``num_predict`` rows, the LM head on those rows.
-* ``pmlm`` (UniLMv2): content stream of the L corrupted tokens; 2K appended rows (K = ``max_masked(L)``, the
-  padded number of masked tokens: the originals and the pseudo masks) that attend to the L tokens and to each
-  other (their keys and values projected too); the LM head on 2K rows (the [M] and the [P] predictions). The
-  masked-out block (the L tokens never see the appended rows) is not computed, as s2s-ft's split attention.
-* ``mpnet``: content stream of L + K tokens (the text and K placeholders), query stream of K rows, the LM head on
-  K rows.
+* content stream: Q and O projections 4Sd^2, K and V projections 4Kd^2 (memory is projected again every step),
+  feed-forward 4Sdf, attention scores, position scores and values 2SKd + 2SRd + 2SKd;
+* position projection: 2Rd^2 per direction (two with ``bi_data``), once per step, so spread over the batch;
+* query stream: Q and O 4Pd^2 (and K, V 4Pd^2 where its rows are keys too), feed-forward 4Pdf, attention
+  2PK'd + 2PRd + 2PK'd, with K' = K (+ P where its rows are keys);
+
+and the LM head 2 x rows x d x V once. Training = 3 x forward (no recomputation). S, P, the LM head's rows and
+whether the query rows are keys are the objective's ``stream_layout`` (``xlnet_tf.objectives``); the figures for
+each objective at the XLNet-Base shape are in docs/objectives.md ("Cost").
 """
 
 from __future__ import annotations
 
-
-def stream_lengths(objective: str, seq_len: int, num_predict: int) -> tuple[int, int, int, bool]:
-    """(content-stream tokens, query-stream rows, LM-head rows, whether the query rows are keys too) of one
-    sequence of ``objective``."""
-    if objective == "plm":
-        return seq_len, num_predict, num_predict or seq_len, False
-    from xlnet_tf.data.factorization import max_masked
-
-    k = max_masked(seq_len)
-    if objective == "pmlm":
-        return seq_len, 2 * k, 2 * k, True
-    if objective == "mpnet":
-        return seq_len + k, k, k, False
-    raise ValueError(f"unknown objective {objective!r}")
+from xlnet_tf.objectives import get_objective
 
 
 def forward_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token,
@@ -37,7 +27,7 @@ def forward_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_
     """Forward matmul FLOPs per sequence (``seq_len`` tokens of text); the position projection (once per step)
     is spread over the batch."""
     d, f, m = d_model, d_inner, mem_len
-    s, p, head_rows, query_keys = stream_lengths(objective, seq_len, num_predict)
+    s, p, head_rows, query_keys = get_objective(objective).stream_layout(seq_len, num_predict)
     k = s + m  # keys
     r = 2 * s + m  # relative-position rows ('bi')
     directions = 2 if bi_data else 1

@@ -1,4 +1,5 @@
-"""Pretraining data: text -> TFRecords (``create_pretraining_data``) -> batches (``reader.pretrain_dataset``).
+"""Pretraining data: text -> TFRecords (``create_pretraining_data``) -> batches (``reader.pretrain_dataset``, which
+builds each objective's inputs with ``xlnet_tf.objectives``).
 
 Imports are lazy so the writer's worker processes do not load TensorFlow until they write.
 """
@@ -9,9 +10,6 @@ _EXPORTS = {
     "pretrain_dataset": "xlnet_tf.data.reader",
     "load_manifest": "xlnet_tf.data.manifest",
     "check_manifest": "xlnet_tf.data.manifest",
-    "local_permutation": "xlnet_tf.data.permutation",
-    "make_pretraining_batch": "xlnet_tf.data.permutation",
-    "make_pretraining_features": "xlnet_tf.data.permutation",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -25,12 +25,14 @@ MPNet              text CONTENT 0 / s, ``[M]`` CONTENT 0;        text CONTENT 0 
                    query stream PREDICTOR s                     PLACEHOLDER s
 =================  ==========================================  ====================================
 
-``blockwise_steps`` is UniLMv2's blockwise masking (Algorithm 1), ``corrupt`` BERT's 80/10/10 replacement.
+``blockwise_steps`` is UniLMv2's blockwise masking (Algorithm 1), ``mask_blockwise`` the prediction set PMLM and
+MPNet draw with it, ``corrupt`` BERT's 80/10/10 replacement.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -146,3 +148,35 @@ def corrupt(tokens, seed, vocab_size: int, mask_rate: float = 0.8, random_rate: 
     u = tf.random.stateless_uniform(tf.shape(tokens), seeds[0])
     random_tokens = tf.random.stateless_uniform(tf.shape(tokens), seeds[1], NUM_SPECIAL_IDS, vocab_size, tf.int32)
     return tf.where(u < mask_rate, MASK_ID, tf.where(u < mask_rate + random_rate, random_tokens, tokens))
+
+
+def gather_positions(values, positions):
+    """``values`` [B, L, ...] at ``positions`` int [B, K]: [B, K, ...]."""
+    return tf.gather(values, positions, batch_dims=1)
+
+
+class Masked(NamedTuple):
+    """The blockwise prediction set of a batch of records [B, L] (K = ``max_masked(L)`` slots)."""
+
+    inputs: tf.Tensor        # int32 [B, L]
+    step: tf.Tensor          # int32 [B, L]: the span step of each masked position, 0 elsewhere
+    positions: tf.Tensor     # int32 [B, K]: the masked positions in factorisation order (padded)
+    valid: tf.Tensor         # bool [B, K]
+    order: tf.Tensor         # int32 [B, L]: each masked position's 1-based place in that order, 0 elsewhere
+    originals: tf.Tensor     # int32 [B, K]: the tokens at ``positions``
+    corrupt_seed: tf.Tensor  # the seed of the 80/10/10 corruption
+
+
+def mask_blockwise(inputs, seed) -> Masked:
+    """UniLMv2's blockwise prediction set of records ``inputs`` int [B, L] (L static), from the stateless ``seed``
+    [2] (which also gives the seed of the corruption)."""
+    inputs = tf.cast(inputs, tf.int32)
+    span_seed, corrupt_seed = tf.unstack(tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
+    step = blockwise_steps(eligible_for_masking(inputs), span_seed)
+    positions, valid, order = masked_in_order(step, max_masked(inputs.shape[1]))
+    return Masked(inputs, step, positions, valid, order, gather_positions(inputs, positions), corrupt_seed)
+
+
+def with_blocked_padding(blocked, valid_keys, dtype):
+    """perm_mask [B, Q, K] in ``dtype``: ``blocked`` plus the padded key slots (invisible to everyone)."""
+    return tf.cast(blocked | tf.logical_not(valid_keys)[:, None, :], dtype)

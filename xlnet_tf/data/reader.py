@@ -20,9 +20,9 @@ given.
 
 Factorisation orders are sampled online (a new order every time a record is read, as the original), with
 stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches. ``objective``
-selects what is built from the records (``xlnet_tf.objectives.batches``): XLNet's permutation LM (``plm``, the
-default), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their masked spans online
-too, so the same records serve every objective.
+names what is built from the records (``xlnet_tf.objectives``: its ``make_batch``): XLNet's permutation LM
+(``plm``, the default), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their masked
+spans online too, so the same records serve every objective.
 """
 
 from __future__ import annotations
@@ -33,26 +33,9 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.objectives.batches import make_objective_batch
-from xlnet_tf.objectives import get_objective
+from xlnet_tf.objectives import BatchShape, get_objective
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
-
-
-def validate_reader_settings(seq_len: int, reuse_len: int, perm_size: int, num_predict: int) -> None:
-    """Raises ValueError naming the setting when the local permutation cannot be built."""
-    errors = []
-    new_len = seq_len - reuse_len
-    if not 0 < reuse_len < seq_len:
-        errors.append(f"reuse_len={reuse_len} must be in [1, seq_len={seq_len})")
-    elif perm_size <= 0 or reuse_len % perm_size or new_len % perm_size:
-        # The original asserted perm_size <= reuse_len and <= seq_len-reuse_len; its reshape also needs both
-        # parts to be whole blocks.
-        errors.append(f"perm_size={perm_size} must divide reuse_len={reuse_len} and seq_len-reuse_len={new_len}")
-    if num_predict <= 0:
-        errors.append(f"num_predict={num_predict} must be positive")
-    if errors:
-        raise ValueError("pretraining input settings:\n  " + "\n  ".join(errors))
 
 
 def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, reuse_len: int, perm_size: int,
@@ -62,8 +45,8 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     """Per-replica batches of dicts: ``input_ids`` int32 [B,L], ``segment_ids`` int32 [B,L], ``perm_mask``
     float32 [B,L,L] (1 = may not attend), ``target_mapping`` float32 [B,P,L], ``target`` int32 [B,P],
     ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``. Other objectives: the
-    inputs of ``objectives.make_pmlm_batch`` / ``make_mpnet_batch`` (``reuse_len``, ``perm_size`` and
-    ``num_predict`` are then not used; the data must still match them, as it was written with them).
+    inputs of their ``make_batch`` (``xlnet_tf.objectives.pmlm`` / ``mpnet``: ``reuse_len``, ``perm_size`` and
+    ``num_predict`` are then not used, nor checked against the data).
 
     ``perm_mask_dtype``: float32 by default; ``tf.bool`` or ``tf.uint8`` makes the largest tensor 4x smaller to
     build and to copy to the accelerator (the model only tests ``perm_mask > 0``).
@@ -76,12 +59,16 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     Raises ValueError when the data was written with other settings (see ``check_manifest``) or when the batch
     size / replica count does not split host batches into whole cores.
     """
-    xlnet = get_objective(objective).name == "plm"
-    if xlnet:
-        validate_reader_settings(seq_len, reuse_len, perm_size, num_predict)
+    objective = get_objective(objective)
+    shape = BatchShape(seq_len, reuse_len, perm_size, num_predict)
+    errors = objective.shape_errors(shape)
+    if errors:
+        raise ValueError("pretraining input settings:\n  " + "\n  ".join(errors))
     manifest = load_manifest(data_dir, split)
-    check_manifest(manifest, seq_len=seq_len, reuse_len=reuse_len if xlnet else None,
-                   num_predict=num_predict if xlnet else None, bi_data=bi_data)
+    # Besides seq_len and bi_data, the data-writing settings the objective's batches depend on (plm: reuse_len,
+    # num_predict); None is not checked.
+    fields = dict(seq_len=seq_len, reuse_len=None, num_predict=None, bi_data=bi_data)
+    check_manifest(manifest, **{**fields, **objective.record_fields(shape)})
     params = manifest["params"]
     bsz_per_core = params["bsz_per_host"] // params["num_core_per_host"]
     if per_replica_batch_size != bsz_per_core:
@@ -125,8 +112,7 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
         # One stateless seed per (seed, pipeline, batch index): reproducible, and new orders every time a record
         # is read again once the dataset repeats (the index keeps growing).
         batch_seed = tf.stack([tf.constant(seed, tf.int64), index * num_pipelines + pipeline_id])
-        out = make_objective_batch(objective, ex["input"], ex["is_masked"], ex["seg_id"], seq_len, reuse_len,
-                                   perm_size, num_predict, batch_seed, params["vocab_size"], perm_mask_dtype)
+        out = objective.make_batch(ex, shape, batch_seed, params["vocab_size"], perm_mask_dtype)
         return {k: tf.ensure_shape(v, [per_replica_batch_size] + v.shape[1:]) for k, v in out.items()}
 
     def records(paths):

@@ -1,37 +1,141 @@
-"""The pretraining objectives on the one XLNet backbone, by name: what the training step needs to know of each.
+"""Pretraining objectives on the one XLNet backbone: the base class, and the registry the reader, the trainer,
+``flops.py`` and the command line ask.
 
-* ``plm``: XLNet's permutation language model (the default).
-* ``pmlm``: UniLMv2's pseudo-masked language model (Bao et al., 2020): ``L_AE + L_PAR``.
-* ``mpnet``: MPNet's masked and permuted language model (Song et al., 2020).
+* ``plm``: XLNet's permutation language model (the default), ``xlnet_tf.objectives.plm``.
+* ``pmlm``: UniLMv2's pseudo-masked language model (Bao et al., 2020), ``xlnet_tf.objectives.pmlm``.
+* ``mpnet``: MPNet's masked and permuted language model (Song et al., 2020), ``xlnet_tf.objectives.mpnet``.
 
-Their inputs are built by ``xlnet_tf.objectives.batches``; every objective trains the same network, so checkpoints,
-fine-tuning and export do not depend on it. No TensorFlow here: the settings check names before it loads.
+An objective is one module: a subclass of ``Objective`` that says which model inputs it builds from the records
+of ``create_pretraining_data`` (``make_batch``), the streams the model runs on them (``stream_layout``, from which
+``flops.py`` counts the step's FLOPs), its loss terms, and whether Transformer-XL memory is defined for it; plus
+one ``register`` line below. Every objective trains the same network, so checkpoints (which record the objective's
+name), fine-tuning and export do not depend on it.
+
+No TensorFlow is imported here or when an objective module is imported: the settings check the objective before
+TensorFlow loads, so the objective modules import it inside the functions that build tensors.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Mapping, NamedTuple
 
 
-@dataclasses.dataclass(frozen=True)
+class BatchShape(NamedTuple):
+    """The pretraining shape settings a batch is built for (``run_pretrain.py``'s flags of the same names)."""
+
+    seq_len: int
+    reuse_len: int
+    perm_size: int
+    num_predict: int
+
+
+class StreamLayout(NamedTuple):
+    """What the model computes for one sequence of an objective (what ``flops.py`` counts)."""
+
+    content: int      # content-stream tokens
+    query: int        # query-stream rows (0: none)
+    head_rows: int    # rows the LM head scores
+    query_keys: bool  # whether the query rows are attention keys (and values) too
+
+
 class Objective:
+    """A pretraining objective. Subclasses set the class attributes and implement ``make_batch`` and
+    ``stream_layout``; the rest has defaults that fit an objective scoring its prediction rows with the LM head.
+
+    Attributes:
+      name: the ``--objective`` value, recorded in checkpoints.
+      description: one line for ``--help``.
+      model_inputs: batch keys the model reads (``make_batch`` also returns ``target`` and ``target_mask``).
+      loss_terms: the prediction rows [B, P] split into equal parts, one loss term each, in this order; the loss
+        is the sum of the terms' means.
+      has_memory: whether Transformer-XL memory is defined for it (its masks reach across sequences).
+    """
+
     name: str
-    model_inputs: tuple[str, ...]  # batch keys the model reads (besides them: target, target_mask)
-    # The prediction rows [B, P] split into equal parts, one loss term each; the loss is the sum of their means.
+    description: str = ""
+    model_inputs: tuple[str, ...]
     loss_terms: tuple[str, ...]
-    has_memory: bool  # whether Transformer-XL memory is defined for it
+    has_memory: bool = False
+
+    # -- settings and data -------------------------------------------------------------------------------
+    def settings_errors(self, settings) -> list[str]:
+        """Messages naming the flags of ``PretrainSettings`` that cannot work with this objective (checked before
+        TensorFlow loads)."""
+        if settings.mem_len and not self.has_memory:
+            return [f"--objective={self.name} has no Transformer-XL memory (its masks are defined within one "
+                    f"sequence): set --mem_len=0 (got {settings.mem_len})"]
+        return []
+
+    def shape_errors(self, shape: BatchShape) -> list[str]:
+        """Messages naming the settings of ``shape`` with which ``make_batch`` cannot build a batch."""
+        return []
+
+    def record_fields(self, shape: BatchShape) -> dict:
+        """The data-writing settings (besides ``seq_len`` and ``bi_data``) the batches depend on, by manifest field:
+        the reader checks the data was written with them."""
+        return {}
+
+    def make_batch(self, records: Mapping, shape: BatchShape, seed, vocab_size: int,
+                   perm_mask_dtype="float32") -> dict:
+        """The model inputs, ``target`` int32 [B, P] and ``target_mask`` float32 [B, P] for a batch of records:
+        ``records["input"]``, ``["is_masked"]`` (the writer's targets), ``["seg_id"]`` int [B, seq_len]. ``seed``:
+        the batch's stateless seed [2] (the same seed gives the same batch); ``vocab_size``: the data's vocabulary;
+        ``perm_mask_dtype``: of the attention masks (the model tests ``> 0`` only). Static shapes."""
+        raise NotImplementedError(f"objective {self.name!r} defines no make_batch")
+
+    # -- cost --------------------------------------------------------------------------------------------
+    def stream_layout(self, seq_len: int, num_predict: int) -> StreamLayout:
+        """The streams of one sequence of ``seq_len`` text tokens (``num_predict``: the setting)."""
+        raise NotImplementedError(f"objective {self.name!r} defines no stream_layout")
+
+    # -- loss and metrics --------------------------------------------------------------------------------
+    def loss(self, outputs: Mapping, batch: Mapping) -> dict:
+        """``{term: (sum of losses, number correct, number of targets)}`` (float32 scalars) of the model's
+        ``outputs`` on ``batch``: cross-entropy and accuracy of the LM logits [B, P, V] against ``target``,
+        weighted by ``target_mask``, per ``loss_terms`` part of the P rows. The sums (not means) make the mean
+        over the global batch exact under any replica split."""
+        from xlnet_tf.training.losses import prediction_terms
+
+        return prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"], self.loss_terms)
+
+    def metrics(self, sums: Mapping) -> dict:
+        """``{name: (numerator, denominator)}`` from ``loss``'s ``{term: (loss sum, correct, count)}``: ``accuracy``
+        for one term (its loss is the loss), else ``loss_<term>`` and ``accuracy_<term>`` for each."""
+        if len(sums) == 1:
+            (_, correct, count), = sums.values()
+            return {"accuracy": (correct, count)}
+        return {f"{metric}_{term}": (value, count) for term, (loss_sum, correct, count) in sums.items()
+                for metric, value in (("loss", loss_sum), ("accuracy", correct))}
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names ``metrics`` returns."""
+        return tuple(self.metrics({term: (0.0, 0.0, 0.0) for term in self.loss_terms}))
+
+    def __repr__(self):
+        return f"<objective {self.name}>"
 
 
-OBJECTIVES = {
-    "plm": Objective("plm", ("input_ids", "segment_ids", "perm_mask", "target_mapping"), ("plm",), True),
-    "pmlm": Objective("pmlm", ("input_ids", "segment_ids", "target_mapping", "query_ids", "pseudo_mask",
-                               "query_perm_mask", "lm_positions"), ("ae", "par"), False),
-    "mpnet": Objective("mpnet", ("input_ids", "segment_ids", "position_ids", "perm_mask", "target_mapping",
-                                 "query_perm_mask"), ("mpnet",), False),
-}
+OBJECTIVES: dict[str, Objective] = {}  # name -> objective, in registration order (``--objective``'s choices)
+
+
+def register(objective: Objective) -> Objective:
+    """Adds ``objective`` to ``OBJECTIVES`` under its name (which must be new); returns it."""
+    if objective.name in OBJECTIVES:
+        raise ValueError(f"objective {objective.name!r} is already registered ({OBJECTIVES[objective.name]!r})")
+    OBJECTIVES[objective.name] = objective
+    return objective
 
 
 def get_objective(name: str) -> Objective:
     if name not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
     return OBJECTIVES[name]
+
+
+# The objectives of this package (their modules import this one for the base class: it is defined above).
+from xlnet_tf.objectives import mpnet, plm, pmlm  # noqa: E402
+
+register(plm.PermutationLM())
+register(pmlm.PseudoMaskedLM())
+register(mpnet.MaskedPermutedLM())

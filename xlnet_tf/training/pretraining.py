@@ -1,7 +1,8 @@
 """XLNet pretraining: ``pretrain(settings)`` (what run_pretrain.py runs) and its loop ``run_pretraining``:
-the objective's loss (XLNet's permutation LM, UniLMv2's pseudo-masked LM or MPNet: ``xlnet_tf.objectives``),
-Transformer-XL memory carried between steps (plm), any strategy. The set-up (model, optimizer,
-checkpoints, restore) and the host loops are ``xlnet_tf.training.setup``'s, shared with fine-tuning.
+the loss of an objective of ``xlnet_tf.objectives`` (XLNet's permutation LM, UniLMv2's pseudo-masked LM, MPNet,
+or any other registered there), Transformer-XL memory carried between steps (where the objective defines it), any
+strategy. The set-up (model, optimizer, checkpoints, restore) and the host loops are ``xlnet_tf.training.setup``'s,
+shared with fine-tuning.
 
 Structure (what keeps TPUs busy and makes resuming exact):
 * ``iterations`` steps run inside one ``tf.function`` (a "host loop"). The per-replica memory is loop state:
@@ -27,7 +28,6 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
 from xlnet_tf.objectives import get_objective
-from xlnet_tf.training.losses import prediction_terms
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
@@ -110,32 +110,17 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     return training.train(replica_step, dataset_fn, global_batch=s.train_batch_size * s.grad_accum_steps,
                           seq_len=s.seq_len, flops_per_sequence=flops, micro_batches=s.grad_accum_steps,
                           initial_state=zero_mems_fn(c, per_replica, model.compute_dtype),
-                          ratio_metrics=term_metric_names(objective.name))
-
-
-def term_metrics(sums: dict) -> dict:
-    """``{name: (numerator, denominator)}`` from ``{term: (loss sum, correct, count)}``: ``loss_<term>`` and
-    ``accuracy_<term>`` for objectives of several terms (pmlm: ae, par), ``accuracy`` for one (its loss is the
-    loss)."""
-    if len(sums) == 1:
-        (_, correct, count), = sums.values()
-        return {"accuracy": (correct, count)}
-    return {f"{metric}_{term}": (value, count) for term, (loss_sum, correct, count) in sums.items()
-            for metric, value in (("loss", loss_sum), ("accuracy", correct))}
-
-
-def term_metric_names(objective: str) -> tuple[str, ...]:
-    """The names of the metrics ``make_replica_step`` returns for ``objective``."""
-    return tuple(term_metrics({term: (0.0, 0.0, 0.0) for term in get_objective(objective).loss_terms}))
+                          ratio_metrics=objective.metric_names)
 
 
 def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective: str = "plm"):
     """One optimizer step of one replica: ``step(batches, mems) -> (new_mems, loss, grad_norm, metrics)``.
 
     ``batches`` is a list of micro-batches (gradient accumulation; memory flows through them in order). The
-    loss is the sum over the objective's terms of each term's global-batch mean (normalised by the term's target
-    count summed over replicas), so any replica split gives the same update. ``metrics``: this replica's
-    ``{name: (numerator, denominator)}`` of ``term_metrics`` (summed over replicas and steps by the host loop). Call inside ``strategy.run``; also usable on its own for benchmarks.
+    loss is the sum over the objective's terms (``Objective.loss``) of each term's global-batch mean (normalised
+    by the term's target count summed over replicas), so any replica split gives the same update. ``metrics``:
+    this replica's ``{name: (numerator, denominator)}`` of ``Objective.metrics`` (summed over replicas and steps
+    by the host loop). Call inside ``strategy.run``; also usable on its own for benchmarks.
     """
     spec = get_objective(objective)
     use_memory = bool(model.config.mem_len)
@@ -151,8 +136,7 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective:
                 if use_memory:
                     inputs["mems"] = mems
                 outputs = model(inputs, training=True)
-                terms = prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"],
-                                         spec.loss_terms)
+                terms = spec.loss(outputs, batch)
                 loss = tf.constant(0.0)
                 for loss_sum, _, count in terms.values():
                     global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
@@ -167,7 +151,7 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective:
             if use_memory:
                 mems = outputs["new_mems"]
         norm = apply_gradients_across_replicas(optimizer, grads_total, model.trainable_variables, clip)
-        return mems, loss_total, norm, term_metrics(sums)
+        return mems, loss_total, norm, spec.metrics(sums)
 
     return replica_step
 

@@ -164,9 +164,8 @@ class PretrainSettings(RunSettings):
             errors.append("--input_glob needs --spiece_model_file to write the data")
         if self.objective not in OBJECTIVES:
             errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
-        elif self.mem_len and not OBJECTIVES[self.objective].has_memory:
-            errors.append(f"--objective={self.objective} has no Transformer-XL memory (its masks are defined within "
-                          f"one sequence): set --mem_len=0 (got {self.mem_len})")
+        else:
+            errors += OBJECTIVES[self.objective].settings_errors(self)
         return errors
 
     @property

@@ -1,8 +1,9 @@
-"""Factorisation orders and the tensors the XLNet pretraining step consumes, as TF ops (graph-safe, for tf.data).
+"""XLNet's permutation language model (``plm``, the default objective): its batches, stream layout and loss.
 
-As the original ``_local_perm`` + parser in ``data_utils.py``, computed for a whole batch at once (tf.data map
-overhead per op dominates when it runs per example), with stateless random ops so that the same seed always
-gives the same orders:
+Batches: as the original ``_local_perm`` + parser in ``data_utils.py``, computed for a whole batch at once
+(tf.data map overhead per op dominates when it runs per example), with stateless random ops so that the same seed
+always gives the same orders. They read the writer's targets (``is_masked``), so the data must have been written
+with the training's ``reuse_len`` and ``num_predict`` (``record_fields``):
 
 * The reused part [0, reuse_len) and the new part [reuse_len, seq_len) each get a *local* permutation: positions
   are cut into consecutive blocks of ``perm_size``, and one random permutation of the ``perm_size`` offsets is
@@ -20,22 +21,57 @@ gives the same orders:
   ``target_mask`` 1 for real rows. If an example has more targets than ``num_predict`` (only possible with data
   not written by our writer), the first ``num_predict`` by position are kept; the others stay hidden in
   ``perm_mask`` but have no loss.
+
+Streams: the content stream of L tokens (plus memory) and the query stream of ``num_predict`` rows, the LM head on
+those rows. Loss: one term, the cross-entropy of the targets. Memory: the reused part of a sequence is cached for
+the next one (``has_memory``).
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
-
-from xlnet_tf.data.factorization import CONTENT, PREDICTOR, blocked_keys
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
+from xlnet_tf.objectives import BatchShape, Objective, StreamLayout
 
 
-def local_permutation(batch: int, length: int, perm_size: int, seed) -> tf.Tensor:
+class PermutationLM(Objective):
+    name = "plm"
+    description = "XLNet's permutation LM"
+    model_inputs = ("input_ids", "segment_ids", "perm_mask", "target_mapping")
+    loss_terms = ("plm",)
+    has_memory = True
+
+    def shape_errors(self, shape: BatchShape) -> list[str]:
+        errors = []
+        seq_len, reuse_len, perm_size, num_predict = shape
+        new_len = seq_len - reuse_len
+        if not 0 < reuse_len < seq_len:
+            errors.append(f"reuse_len={reuse_len} must be in [1, seq_len={seq_len})")
+        elif perm_size <= 0 or reuse_len % perm_size or new_len % perm_size:
+            # The original asserted perm_size <= reuse_len and <= seq_len-reuse_len; its reshape also needs both
+            # parts to be whole blocks.
+            errors.append(f"perm_size={perm_size} must divide reuse_len={reuse_len} and seq_len-reuse_len={new_len}")
+        if num_predict <= 0:
+            errors.append(f"num_predict={num_predict} must be positive")
+        return errors
+
+    def record_fields(self, shape: BatchShape) -> dict:
+        return dict(reuse_len=shape.reuse_len, num_predict=shape.num_predict)
+
+    def make_batch(self, records, shape: BatchShape, seed, vocab_size: int, perm_mask_dtype="float32") -> dict:
+        return make_pretraining_batch(records["input"], records["is_masked"], records["seg_id"], shape.seq_len,
+                                      shape.reuse_len, shape.perm_size, shape.num_predict, seed, perm_mask_dtype)
+
+    def stream_layout(self, seq_len: int, num_predict: int) -> StreamLayout:
+        return StreamLayout(seq_len, num_predict, num_predict or seq_len, False)
+
+
+def local_permutation(batch: int, length: int, perm_size: int, seed):
     """int32 [batch, length]: every position's rank in a block-local random order (``length % perm_size == 0``).
 
     Equivalent in distribution to the original's reshape/transpose/``random_shuffle``: position
     ``b*perm_size + k`` gets rank ``b*perm_size + sigma(k)`` for one uniform permutation sigma per example.
     """
+    import tensorflow as tf
+
     keys = tf.random.stateless_uniform([batch, perm_size], seed=seed)
     sigma = tf.argsort(keys, axis=-1, stable=True)  # int32
     blocks = tf.range(length // perm_size, dtype=tf.int32)[:, None] * perm_size
@@ -44,6 +80,8 @@ def local_permutation(batch: int, length: int, perm_size: int, seed) -> tf.Tenso
 
 def part_seeds(seed):
     """The stateless seeds of the reused and the new part's permutations, from the batch seed."""
+    import tensorflow as tf
+
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=2)
     return seeds[0], seeds[1]
 
@@ -51,19 +89,27 @@ def part_seeds(seed):
 def _ordered_tokens(inputs, is_masked):
     """(masked_or_func, targets), as the original: targets are the masked tokens that are not <sep>/<cls>;
     targets and functional tokens keep their rank, the other (context) tokens get rank -1."""
+    import tensorflow as tf
+
+    from xlnet_tf.tokenization import CLS_ID, SEP_ID
+
     functional = tf.logical_or(tf.equal(inputs, SEP_ID), tf.equal(inputs, CLS_ID))
     targets = tf.logical_and(is_masked, tf.logical_not(functional))
     return tf.logical_or(targets, functional), targets
 
 
 def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
-                           num_predict: int, seed, perm_mask_dtype=tf.float32) -> dict[str, tf.Tensor]:
+                           num_predict: int, seed, perm_mask_dtype="float32") -> dict:
     """The model's inputs for a batch of records; ``seed`` is a shape-[2] int tensor (stateless seed).
 
     ``inputs``, ``is_masked``, ``seg_id``: [B, L] (any int type). Returns ``input_ids`` int32 [B, L],
     ``segment_ids`` int32 [B, L], ``perm_mask`` [B, L, L] (``perm_mask_dtype``, float32 by default),
     ``target_mapping`` float32 [B, P, L], ``target`` int32 [B, P], ``target_mask`` float32 [B, P].
     """
+    import tensorflow as tf
+
+    from xlnet_tf.data.factorization import CONTENT, PREDICTOR, blocked_keys
+
     inputs = tf.cast(inputs, tf.int32)
     batch = tf.shape(inputs)[0]
     is_masked = tf.cast(is_masked, tf.bool)
@@ -104,8 +150,10 @@ def make_pretraining_batch(inputs, is_masked, seg_id, seq_len: int, reuse_len: i
 
 
 def make_pretraining_features(inputs, is_masked, seg_id, seq_len: int, reuse_len: int, perm_size: int,
-                              num_predict: int, seed, perm_mask_dtype=tf.float32) -> dict[str, tf.Tensor]:
+                              num_predict: int, seed, perm_mask_dtype="float32") -> dict:
     """``make_pretraining_batch`` for one example ([L] inputs; outputs without the batch axis)."""
+    import tensorflow as tf
+
     out = make_pretraining_batch(tf.reshape(inputs, [1, seq_len]), tf.reshape(is_masked, [1, seq_len]),
                                  tf.reshape(seg_id, [1, seq_len]), seq_len, reuse_len, perm_size, num_predict,
                                  seed, perm_mask_dtype)
