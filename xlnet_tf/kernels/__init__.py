@@ -61,7 +61,8 @@ def _path_name(path) -> str:
     """The name of a fast path given as a name or as the decorated function; an unknown one is an error."""
     name = path if isinstance(path, str) else getattr(getattr(path, "plain", None), "__name__", None)
     if name not in _PATHS or not (isinstance(path, str) or _PATHS[name] is path):
-        raise ValueError(f"kernels.use: {path!r} is no fast path (known: {', '.join(sorted(_PATHS)) or 'none'})")
+        raise ValueError(f"kernels.use: {path!r} is no fast path (those of the modules imported so far: "
+                         f"{', '.join(sorted(_PATHS)) or 'none'})")
     return name
 
 
