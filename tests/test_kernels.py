@@ -9,7 +9,10 @@ ops twice."""
 
 import ast
 import importlib
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -272,6 +275,17 @@ def test_every_fast_path_is_accounted_for():
     assert sorted(f.__name__ for f in defined) == sorted(f.__name__ for f in versions)
     assert all(any(f is v for v in versions) for f in defined)
 
+
+
+def test_importing_the_fast_paths_builds_nothing(tmp_path):
+    """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
+    code = ("import xlnet_tf.models.xlnet, xlnet_tf.training.losses, xlnet_tf.training.optimization\n"
+            "from xlnet_tf import kernels, ops\n"
+            "assert len(kernels.fast_paths()) >= 6 and ops._library.cache_info().currsize == 0")
+    env = dict(os.environ, XLNET_TF_OPS_DIR=str(tmp_path / "ops"), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (tmp_path / "ops").exists()
 
 def _plain(ac, bd, mask, rate: float = 0.0, *, seed=None):
     return ac
