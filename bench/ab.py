@@ -98,7 +98,9 @@ def main():
     parser.add_argument("--objective", default="plm", choices=("plm", "pmlm", "mpnet"),
                         help="pretraining objective of the training step (docs/objectives.md)")
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--disable", help="comma list of fast paths (xlnet_tf/kernels/fast.py), or 'all'")
+    group.add_argument("--disable", help="comma list of fast paths by the name of their plain definition "
+                       "(xlnet_tf.kernels.fast_paths(): attention_probs, residual_layer_norm, "
+                       "bias_activation_dropout, matmul, cross_entropy_and_hits, adamw_update), or 'all'")
     group.add_argument("--other", help="another checkout of this repository")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=3, help="steps per variant and round")

@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
@@ -39,9 +40,30 @@ def test_task_end_to_end(tmp_path, name):
     assert os.listdir(os.path.join(flags.model_dir, "eval_dev"))  # TensorBoard summaries
     rows = _read_tsv(os.path.join(flags.model_dir, "predict", f"{task.submission}.tsv"))
     assert rows[0] == ["index", "prediction"] and len(rows) == n_dev + 1
+    # One row per dev example, in the file's order, under its id, holding the prediction from the logits file
+    # written beside it; those logits, paired with the labels by id, give eval's metrics (which scored the same
+    # checkpoint): a row for the wrong example, or a padding row, would not.
+    dev = classifier_data.read_examples(task, data_dir, "dev").examples
+    assert [index for index, _ in rows[1:]] == [ex.guid for ex in dev]
+    with open(os.path.join(flags.model_dir, "predict", f"{task.name}.dev.logits.json")) as f:
+        dev_logits = json.load(f)
+    assert [row["index"] for row in dev_logits] == [ex.guid for ex in dev]
+    outputs = np.array([row["logits"] for row in dev_logits], np.float64)
     labels = task.label_list()
-    for _, value in rows[1:]:
-        assert (0 <= float(value) or True) if task.regression else value in labels
+    if task.regression:
+        scores, targets = np.array([float(value) for _, value in rows[1:]]), np.array([ex.label for ex in dev])
+        assert np.isfinite(scores).all() and outputs.shape == (n_dev, 1)
+        np.testing.assert_allclose(scores, outputs[:, 0], rtol=0, atol=5e-7)  # the file holds 6 decimals
+        assert np.mean((outputs[:, 0] - targets) ** 2) == pytest.approx(metrics["mse"], rel=1e-6)
+        assert np.std(outputs) > 0 and np.corrcoef(outputs[:, 0], targets)[0, 1] == pytest.approx(
+            metrics["pearson"], rel=1e-4)
+    else:
+        assert [value for _, value in rows[1:]] == [labels[i] for i in np.argmax(outputs, axis=-1)]
+        assert np.mean([value == ex.label for (_, value), ex in zip(rows[1:], dev)]) == pytest.approx(
+            metrics["accuracy"])
+        targets = [labels.index(ex.label) for ex in dev]
+        log_probs = outputs - np.log(np.exp(outputs).sum(axis=-1, keepdims=True))
+        assert -np.mean(log_probs[np.arange(n_dev), targets]) == pytest.approx(metrics["loss"], rel=1e-6)
     if n_test:  # GLUE submission: predictions for the test split, ids from its index column, restored weights
         flags = make_flags(tmp_path, task_name=name, data_dir=data_dir, do_predict=True, eval_split="test",
                            predict_dir=str(tmp_path / "submission"))
@@ -51,6 +73,12 @@ def test_task_end_to_end(tmp_path, name):
         with open(str(tmp_path / "submission" / f"{task.name}.test.logits.json")) as f:
             logits = json.load(f)
         assert len(logits) == n_test and len(logits[0]["logits"]) == (1 if task.regression else len(labels))
+        for (index, value), row in zip(rows[1:], logits):  # the submission holds the model's outputs, by id
+            assert row["index"] == index
+            if task.regression:
+                assert math.isfinite(float(value)) and float(value) == pytest.approx(row["logits"][0], abs=1e-6)
+            else:
+                assert value == labels[int(np.argmax(row["logits"]))]
 
 
 @pytest.mark.parametrize("name,strategy,dtype", [("sst-2", "mirrored", "float32"),

@@ -1,21 +1,52 @@
 """The fast backend (``xlnet_tf.kernels.fast``) against the plain definitions it replaces: forward and every
 gradient, float32 and bfloat16, with and without dropout (the same mask from the same seed), shapes that are not
-multiples of the C++ kernels' 16 lanes; the one switch; the C++ kernels' errors for bad inputs."""
+multiples of the C++ kernels' 16 lanes; the contract binding each plain definition to its fast version; the one
+switch; the C++ kernels' errors for bad inputs.
 
-import shutil
+The tests of the C++ kernels are skipped only where there is no C++ compiler. Where there is one (CI), a kernel
+library that does not build or load fails them, with the compiler's error: they never pass by running the plain
+ops twice."""
+
+import ast
+import importlib
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import xlnet_tf
 from xlnet_tf import kernels, ops
+from xlnet_tf.kernels import fast
 from xlnet_tf.layers.attention import attention_probs
 from xlnet_tf.layers.feedforward import bias_activation_dropout
 from xlnet_tf.layers.linear import matmul
 from xlnet_tf.layers.normalization import residual_layer_norm
 
-needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("c++", "g++", "clang++")),
-                                    reason="no C++ compiler: the custom kernels cannot be built here")
+
+@pytest.fixture(scope="module")
+def kernel_library():
+    """The C++ kernels, built and loaded; skips where no compiler is found, fails where one is and the build or
+    the load fails."""
+    compiler = ops._compiler()  # pylint: disable=protected-access - the build's own choice ($CXX, else PATH)
+    if compiler is None:
+        pytest.skip("no C++ compiler on PATH (c++, g++, clang++) and no $CXX: the custom kernels cannot be built "
+                    "here (the plain ops run instead)")
+    try:
+        tf.load_op_library(str(ops.build()))
+        failure = None
+    except Exception as error:  # noqa: BLE001 - whatever it is, it is the failure to show
+        failure = error
+    if failure is not None:
+        pytest.fail(f"a C++ compiler is here ({' '.join(compiler)}), but the custom kernels (xlnet_tf/ops) do not "
+                    f"build or load:\n{failure}", pytrace=False)
+    assert ops.attention_probs() is not None and ops.fused_adamw() is not None
+
+
+needs_kernels = pytest.mark.usefixtures("kernel_library")
 
 
 def _run(backend, fn, inputs, dy):
@@ -48,7 +79,7 @@ def _normal(rng, shape, dtype, scale=1.0):
     return tf.cast(tf.constant(rng.normal(size=shape) * scale, tf.float32), dtype)
 
 
-@needs_compiler
+@needs_kernels
 @pytest.mark.parametrize("dtype,with_bias,with_dropout,depth", [
     (tf.float32, True, True, 64), (tf.float32, False, False, 40), (tf.float32, False, True, 40),
     (tf.bfloat16, True, True, 64)])
@@ -68,7 +99,7 @@ def test_residual_layer_norm(dtype, with_bias, with_dropout, depth):
              ["y", "d_out", "d_x", "d_gamma", "d_beta", "d_bias"], 2 ** -7 if dtype == tf.bfloat16 else 2e-5)
 
 
-@needs_compiler
+@needs_kernels
 @pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate", [
     (tf.float32, "content", True, 3, 0.1), (tf.float32, "content", False, None, 0.0),
     (tf.float32, "query", True, 3, 0.1), (tf.float32, "content", True, 1, 0.0),
@@ -114,7 +145,7 @@ def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
         assert (fast[0] == 0).mean() > 0.05
 
 
-@needs_compiler
+@needs_kernels
 @pytest.mark.parametrize("dtype,activation,with_dropout", [
     (tf.float32, "gelu", True), (tf.float32, "gelu", False), (tf.float32, "relu", True),
     (tf.bfloat16, "gelu", True)])
@@ -133,7 +164,7 @@ def test_bias_activation_dropout(dtype, activation, with_dropout):
         np.testing.assert_array_equal(fast[0] == 0, plain[0] == 0)
 
 
-@needs_compiler
+@needs_kernels
 @pytest.mark.parametrize("vocab", [7, 37, 1000])
 def test_cross_entropy_and_hits(vocab):
     """The LM loss's cross-entropy per row, its hit (the label is the first arg max) and the logits' gradient
@@ -209,9 +240,141 @@ def test_the_switch(monkeypatch):
         return {op.type for op in graph.get_operations()}
 
     assert "BatchMatMulV2" in op_types() and "BatchMatMulV2" not in op_types(disable={"matmul"})
+    assert "BatchMatMulV2" not in op_types(disable=[matmul])  # or the decorated function itself
+    with pytest.raises(ValueError, match="'matmull' is no fast path .*attention_probs.*matmul"):
+        op_types(disable={"matmull"})  # a typo would time the fast backend against itself
 
 
-@needs_compiler
+def _decorated_in_sources():
+    """(module, function) of every ``@kernels.fast_path(...)`` in xlnet_tf's sources, imported or not."""
+    root = pathlib.Path(xlnet_tf.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                    "kernels.fast_path" in ast.unparse(d) for d in node.decorator_list):
+                found.append((module, node.name))
+    return found
+
+
+def test_every_fast_path_is_accounted_for():
+    """Every decorated function in the package names its fast version, or why it has none (plain_only); every
+    function of the fast backend is the fast version of one of them (none left behind by a renamed definition)."""
+    decorated = _decorated_in_sources()
+    assert len(decorated) >= 6, decorated
+    paths = {}
+    for module, name in decorated:
+        path = getattr(importlib.import_module(module), name)
+        assert kernels.fast_paths()[name] is path, (module, name)
+        assert (path.fast is None) != (path.plain_only is None), (module, name)
+        paths[name] = path
+    versions = [p.fast for p in paths.values() if p.fast is not None]
+    defined = [f for f in vars(fast).values() if callable(f) and getattr(f, "__module__", None) == fast.__name__
+               and not f.__name__.startswith("_")]
+    assert sorted(f.__name__ for f in defined) == sorted(f.__name__ for f in versions)
+    assert all(any(f is v for v in versions) for f in defined)
+
+
+
+def test_importing_the_fast_paths_builds_nothing(tmp_path):
+    """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
+    code = ("import xlnet_tf.models.xlnet, xlnet_tf.training.losses, xlnet_tf.training.optimization\n"
+            "from xlnet_tf import kernels, ops\n"
+            "assert len(kernels.fast_paths()) >= 6 and ops._library.cache_info().currsize == 0")
+    env = dict(os.environ, XLNET_TF_OPS_DIR=str(tmp_path / "ops"), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not (tmp_path / "ops").exists()
+
+def _plain(ac, bd, mask, rate: float = 0.0, *, seed=None):
+    return ac
+
+
+@pytest.mark.parametrize("fast_version,difference", [
+    (lambda ac, bd, mask, rate=0.0: NotImplemented, "it lacks parameter 'seed'"),
+    (lambda ac, bd, mask, rate=0.0, *, seed=None, key_pos=None: NotImplemented,
+     "it has an extra parameter 'key_pos'"),
+    (lambda ac, mask, bd, rate=0.0, *, seed=None: NotImplemented, "parameter 2 is 'mask', not 'bd'"),
+    (lambda ac, bd, mask, rate=0.0, seed=None: NotImplemented,
+     "parameter 'seed' is positional or keyword, not keyword-only"),
+    (lambda ac, bd, mask, rate=0.1, *, seed=None: NotImplemented, "parameter 'rate' defaults to 0.1, not 0.0"),
+    (lambda ac, bd, mask, rate, *, seed=None: NotImplemented, "parameter 'rate' defaults to nothing, not 0.0"),
+])
+def test_a_fast_version_must_take_the_plain_parameters(monkeypatch, fast_version, difference):
+    """A fast version whose parameters differ from its plain definition's (a parameter added to the plain math
+    and not to the kernel, reordered, of another kind, another default) is an error when the plain definition is
+    decorated, i.e. at import, naming both; nothing is registered."""
+    monkeypatch.setattr(kernels, "_PATHS", dict(kernels._PATHS))  # pylint: disable=protected-access
+    with pytest.raises(TypeError) as error:
+        kernels.fast_path(fast=fast_version)(_plain)
+    message = str(error.value)
+    assert f"{__name__}.<lambda>(" in message and f"{__name__}._plain(ac, bd, mask, rate=0.0, *, seed=None)" in message
+    assert difference in message
+    assert "_plain" not in kernels.fast_paths()
+    # Annotations are not compared; the same parameters register.
+    assert kernels.fast_path(fast=lambda ac, bd, mask, rate=0.0, *, seed=None: NotImplemented)(_plain).fast
+
+
+def test_a_fast_path_names_its_fast_version_or_why_it_has_none(monkeypatch):
+    """A new decorated function must say what replaces it: bare ``@kernels.fast_path`` or neither argument is an
+    error at import; ``plain_only`` declares it plain on every backend. Names are unique (``use(disable=...)``)
+    and a fast version replaces one definition."""
+    monkeypatch.setattr(kernels, "_PATHS", dict(kernels._PATHS))  # pylint: disable=protected-access
+    with pytest.raises(TypeError):
+        kernels.fast_path(_plain)
+    with pytest.raises(TypeError, match=r"name the fast version \(fast=...\) or say why there is none"):
+        kernels.fast_path()
+    with pytest.raises(TypeError, match="name the fast version"):
+        kernels.fast_path(fast=fast.matmul, plain_only="both")
+
+    def doubled(x):
+        return 2 * x
+
+    path = kernels.fast_path(plain_only="no kernel yet")(doubled)
+    assert path.fast is None and path.plain_only == "no kernel yet" and kernels.fast_paths()["doubled"] is path
+    with kernels.use("fast"):
+        assert path(3) == 6
+
+    def matmul(rows, weight, transpose_weight: bool = False):  # another definition of an existing name
+        return rows
+
+    with pytest.raises(ValueError, match="test_kernels.*matmul and xlnet_tf.layers.linear.matmul have one name"):
+        kernels.fast_path(plain_only="x")(matmul)
+
+    def product(rows, weight, transpose_weight: bool = False):
+        return rows
+
+    with pytest.raises(ValueError, match="xlnet_tf.kernels.fast.matmul is the fast version of "
+                                         "xlnet_tf.layers.linear.matmul already"):
+        kernels.fast_path(fast=fast.matmul)(product)
+
+
+def test_the_fast_version_runs_unless_it_does_not_apply(monkeypatch):
+    """The decorated function calls its fast version with the caller's arguments under the fast backend, and
+    the plain definition where that returns NotImplemented, under the plain backend, or with the path disabled."""
+    monkeypatch.setattr(kernels, "_PATHS", dict(kernels._PATHS))  # pylint: disable=protected-access
+    calls = []
+
+    def fast_scaled(x, factor=2, *, offset=0):
+        calls.append((x, factor, offset))
+        return NotImplemented if x < 0 else ("fast", x * factor + offset)
+
+    @kernels.fast_path(fast=fast_scaled)
+    def scaled(x, factor=2, *, offset=0):
+        return ("plain", x * factor + offset)
+
+    with kernels.use("fast"):
+        assert scaled(3, offset=1) == ("fast", 7) and calls == [(3, 2, 1)]
+        assert scaled(-1, 3) == ("plain", -3)
+    with kernels.use("fast", disable={"scaled"}):
+        assert scaled(3) == ("plain", 6)
+    with kernels.use("plain"):
+        assert scaled(3) == ("plain", 6)
+    assert len(calls) == 2
+
+
+@needs_kernels
 def test_fast_paths_fall_back_inside_xla():
     """XLA (jit_compile, TPUs) cannot run the C++ kernels: the plain ops are traced there, with the same values."""
     rng = np.random.default_rng(2)
@@ -222,7 +385,7 @@ def test_fast_paths_fall_back_inside_xla():
     np.testing.assert_allclose(fn(out, x).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@needs_compiler
+@needs_kernels
 def test_kernels_reject_bad_shapes():
     forward, _ = ops.residual_layer_norm()
     rows, vec = tf.zeros([4, 8]), tf.zeros([8])

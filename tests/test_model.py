@@ -601,6 +601,14 @@ def test_dropout_seed_states_restore_the_next_masks(tmp_path):
     fresh = XLNetPretrainer(XLNetConfig(**cfg, dropout=0.3, dropatt=0.3))
     fresh.set_weights(model.get_weights())
     assert len(seed_states(model)) == 3 + 4 * cfg["n_layer"]  # embedding, output, position; 4 per layer
+    # In the order of the checkpoints written so far, so that those restore each state into its own layer.
+    net = model.xlnet
+    dropouts = [net._output_dropout, net._embedding_dropout]
+    for block in reversed(net.blocks):
+        dropouts += [block.ff._output_dropout, block.ff._inner_dropout, block.rel_attn._attention_dropout,
+                     block.rel_attn._output_dropout]
+    dropouts.append(net.position_encoding._dropout)
+    assert [id(s) for s in seed_states(model)] == [id(d.seed_generator.state) for d in dropouts]
 
     def copy_seeds():
         for source, target in zip(seed_states(model), seed_states(fresh)):

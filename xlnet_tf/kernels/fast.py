@@ -1,13 +1,14 @@
 """The fast backend: where each applies, the same values as the plain definitions, computed faster.
 
-Each function takes the arguments of the plain definition it replaces (named in ``IMPLEMENTATIONS``) and returns
-``NotImplemented`` where it does not apply, so the plain ops run. All of them are for CPU processes outside XLA:
-TPUs and ``--jit_compile`` runs (XLA fuses the plain ops itself) and GPUs use the plain definitions.
+Each function is the fast version of one plain definition, which names it (``@kernels.fast_path(fast=...)``)
+and whose parameters it takes (names, order, kinds and defaults: checked when the plain definition is imported).
+It returns ``NotImplemented`` where it does not apply, so the plain ops run. All of them are for CPU processes
+outside XLA: TPUs and ``--jit_compile`` runs (XLA fuses the plain ops itself) and GPUs use the plain definitions.
 
 * ``attention_probs``, ``residual_layer_norm``, ``bias_activation_dropout``, ``adamw_update``,
-  ``cross_entropy_and_hits``: C++ kernel pairs (``xlnet_tf/ops``, built on first use), each one pass over memory
-  each way where TensorFlow runs several kernels; the first three hash the dropout bits from the seed
-  themselves, the same bits as ``dropout_mask``.
+  ``cross_entropy_and_hits``: C++ kernel pairs (``xlnet_tf/ops``, built on first use, not on import), each one
+  pass over memory each way where TensorFlow runs several kernels; the first three hash the dropout bits from the
+  seed themselves, the same bits as ``dropout_mask``.
 * ``matmul``: products with a transposed operand (the gradient products, the attention output projection, the LM
   head) as a unit-batch ``BatchMatMulV2``, which oneDNN runs faster than 2-D ``MatMul`` at these shapes.
 
@@ -163,7 +164,3 @@ def cross_entropy_and_hits(logits, labels):
     loss, hits = loss_and_hits(rows)
     shape = tf.shape(labels)
     return tf.reshape(loss, shape), tf.reshape(hits, shape)
-
-
-IMPLEMENTATIONS = {f.__name__: f for f in (matmul, attention_probs, residual_layer_norm, bias_activation_dropout,
-                                           adamw_update, cross_entropy_and_hits)}

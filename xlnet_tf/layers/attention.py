@@ -27,6 +27,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import kernels
+from xlnet_tf.kernels import fast
 from xlnet_tf.kernels.dropout_mask import dropout
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.linear import matmul
@@ -63,7 +64,7 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
     return tf.gather(scores, index, batch_dims=3)
 
 
-@kernels.fast_path
+@kernels.fast_path(fast=fast.attention_probs)
 def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None):
     """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` over the keys: [N, B, Q, K] in ac's dtype.
 

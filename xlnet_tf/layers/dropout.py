@@ -27,8 +27,19 @@ class Dropout(keras.layers.Dropout):
 
 
 def seed_states(model) -> list:
-    """The seed-generator state of every dropout layer in ``model``, in layer order: what a training checkpoint
-    must hold (beside weights, optimizer and step) for a resumed run to draw the masks an uninterrupted run
-    would have drawn."""
-    return [layer.seed_generator.state for layer in model._flatten_layers(include_self=False)
-            if isinstance(layer, keras.layers.Dropout) and hasattr(layer, "seed_generator")]  # none at rate 0
+    """The seed-generator states of ``model``'s layers (its dropout layers'; none at rate 0): what a training
+    checkpoint must hold (beside weights, optimizer and step) for a resumed run to draw the masks an uninterrupted
+    run would have drawn.
+
+    Keras' public ``variables`` are ``weights`` plus the seed generators' states. Order: per layer of
+    ``model.layers``, its states in reverse of ``variables``' order, which is the order checkpoints were written
+    in so far (Keras' private ``_flatten_layers`` walk, sublayers last-first; the same while seed generators sit
+    in leaf layers, as dropout's do), so they restore each state into its own layer.
+    """
+    weights = {id(v) for v in model.weights}
+    seen, states = set(), []
+    for layer in model.layers:
+        own = [v for v in layer.variables if id(v) not in weights and id(v) not in seen]
+        seen.update(id(v) for v in own)
+        states += reversed(own)
+    return states

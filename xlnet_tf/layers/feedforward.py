@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import kernels
+from xlnet_tf.kernels import fast
 from xlnet_tf.kernels.dropout_mask import dropout
 from xlnet_tf.layers.activations import ACTIVATIONS, gelu  # noqa: F401 - gelu: part of this module's API
 from xlnet_tf.layers.dropout import Dropout
@@ -13,7 +14,7 @@ from xlnet_tf.layers.linear import matmul
 from xlnet_tf.layers.normalization import residual_layer_norm
 
 
-@kernels.fast_path
+@kernels.fast_path(fast=fast.bias_activation_dropout)
 def bias_activation_dropout(h, bias, activation: str, rate: float = 0.0, seed=None):
     """``dropout(activation(h + bias))`` computed in float32, returned in h's dtype: h [..., F], bias [F];
     ``activation`` a name in ``ACTIVATIONS``; dropout at ``rate`` with ``seed`` (int [2]; None: off)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from xlnet_tf import kernels
+from xlnet_tf.kernels import fast
 from xlnet_tf.kernels.dropout_mask import dropout
 
 
-@kernels.fast_path
+@kernels.fast_path(fast=fast.residual_layer_norm)
 def residual_layer_norm(out, x, gamma, beta, epsilon: float, rate: float = 0.0, seed=None, bias=None):
     """``LayerNorm(x + dropout(out [+ bias]))`` over the last axis: out, x [..., D] -> x's dtype.
 

@@ -86,13 +86,23 @@ def build(verbose: bool = False) -> Path:
         except OSError as error:  # e.g. $CXX names no program
             raise RuntimeError(f"building xlnet_tf/ops failed ({' '.join(command)}): {error}") from error
         if result.returncode != 0:
-            raise RuntimeError(f"building xlnet_tf/ops failed ({' '.join(command)}):\n{result.stderr[-4000:]}")
+            raise RuntimeError(f"building xlnet_tf/ops failed ({' '.join(command)}):\n"
+                               f"{_compiler_errors(result.stderr)}")
         os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide a shared cache's library from other users
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return target
+
+
+def _compiler_errors(stderr: str, limit: int = 4000) -> str:
+    """The compiler's and linker's error lines (``file:line:col: error: ...``, ``undefined reference``) if it
+    printed any, else the end of its output: its notes on the other sources (e.g. GCC's ABI notes on the 64-byte
+    vectors) would bury an error at the start of a plain tail."""
+    errors = "\n".join(line for line in stderr.splitlines()
+                       if "error" in line.lower() or "undefined reference" in line)
+    return errors[:limit] if errors else stderr[-limit:]
 
 
 @functools.cache

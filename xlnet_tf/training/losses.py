@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from xlnet_tf import kernels
+from xlnet_tf.kernels import fast
 
 
 def cross_entropy(logits, labels):
@@ -16,7 +17,7 @@ def cross_entropy(logits, labels):
         return cross_entropy_and_hits(logits, tf.identity(labels))
 
 
-@kernels.fast_path
+@kernels.fast_path(fast=fast.cross_entropy_and_hits)
 def cross_entropy_and_hits(logits, labels):
     """Per row of float32 logits [..., V] and int32 labels [...] in ``[0, V)``: the cross-entropy
     ``-log softmax(logits)[label]`` and the hit, 1.0 where the label is the (first) arg max, else 0.0 (no

@@ -27,6 +27,7 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import kernels
+from xlnet_tf.kernels import fast
 
 # Variables excluded from weight decay, by name: LayerNorm scale/offset and plain biases (not r_*_bias).
 _NO_DECAY = re.compile(r"(^|/)(gamma|beta|bias|lm_bias)$")
@@ -61,7 +62,7 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
                     min_lr_ratio=self.min_lr_ratio, decay_method=self.decay_method)
 
 
-@kernels.fast_path
+@kernels.fast_path(fast=fast.adamw_update)
 def adamw_update(var, m, v, grad, lr, beta_1, beta_2, epsilon, step, decay=None, grad_scale=None):
     """One AdamW step on a float variable ``var`` and its moments ``m``, ``v`` (updated in place): the gradient
     times ``grad_scale`` (the clip factor; None: 1), then ``var * decay`` (decoupled weight decay
