@@ -7,7 +7,7 @@ every bundled text and a Unicode fuzz: ``tests/test_preprocessing.py``). Serving
 SavedModel holding the layer needs ``tensorflow`` and ``tensorflow_text`` only: the SentencePiece model proto
 travels inside the graph as a constant.
 
-What can differ from the Python tokenizer (``docs/serving.md``, "Python, raw strings"): invalid UTF-8 bytes
+What can differ from the Python tokenizer (``docs/exactness.md``, "In-graph tokenization"): invalid UTF-8 bytes
 become U+FFFD (as Python's ``bytes.decode("utf-8", errors="replace")``, which the Python tokenizer needs before it
 can take such text at all); where two segmentations score the same (the same pieces in another order: "ff" + "f"
 or "f" + "ff" for "fff"), tensorflow-text's SentencePiece may pick the other one; NFKD comes from ICU, not from

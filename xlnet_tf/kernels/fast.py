@@ -12,7 +12,7 @@ outside XLA: TPUs and ``--jit_compile`` runs (XLA fuses the plain ops itself) an
 * ``matmul``: products with a transposed operand (the gradient products, the attention output projection, the LM
   head) as a unit-batch ``BatchMatMulV2``, which oneDNN runs faster than 2-D ``MatMul`` at these shapes.
 
-What each one buys, measured A/B, is in docs/performance.md.
+What each one buys, measured A/B, is in bench/reports/performance.md.
 """
 
 from __future__ import annotations
