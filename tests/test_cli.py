@@ -179,6 +179,29 @@ def test_the_last_line_says_what_was_done():
     assert cli.summary({}).startswith("nothing to do")
 
 
+def test_tools_check_their_settings_before_tensorflow_loads():
+    code = textwrap.dedent("""
+        import sys
+        from absl import flags
+        from xlnet_tf.cli import convert, create_data, export, flags as cli, jobs, predict, train_spm
+        from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+        from xlnet_tf.training.settings import PretrainSettings
+        for settings_cls in (PretrainSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,
+                             create_data.CreateDataSettings, convert.ConvertSettings, train_spm.TrainSpmSettings):
+            values = flags.FlagValues()
+            cli.define_flags(settings_cls, values)
+            values(["x"])
+            cli.settings_from_flags(settings_cls, values, ["finetune", "j.yaml"][:len(cli.positional_fields(
+                settings_cls))]).errors()
+        create_data.CreateDataSettings(seq_len=64, reuse_len=32, num_predict=8).errors()  # the writer's checks
+        ClassifierSettings(task_name="sst-2").errors(), SquadSettings().errors()
+        print("tensorflow" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
 def test_no_argparse_in_the_package():
     root = pathlib.Path(REPO, "xlnet_tf")
     users = [str(p.relative_to(REPO)) for p in root.rglob("*.py")

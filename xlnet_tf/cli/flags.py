@@ -3,13 +3,15 @@
 A tool is a settings dataclass and a function that takes it::
 
     @dataclasses.dataclass
-    class ConvertSettings(Settings):                       # xlnet_tf.training.settings.Settings
-        output_dir: Optional[str] = setting(None, "Where to write the converted checkpoint.")
-        format: str = setting("native", "Output layout.", choices=("native", "release"))
+    class ToolSettings(cli.Settings):                      # no TensorFlow in a settings module
+        output_dir: Optional[str] = cli.setting(None, "Where to write the result.")
+        format: str = cli.setting("native", "Output layout.", choices=("native", "release"))
         def required(self): return ("output_dir",)        # errors()/validate(): every problem at once
 
+    def main(s: ToolSettings): ...                         # imports TensorFlow, does the work
+
     if __name__ == "__main__":
-        cli.run(ConvertSettings, convert_main)              # or "module:function", imported after validation
+        cli.run(ToolSettings, main)                        # or "module:function", imported after validation
 
 * **Flags from the settings, each once.** ``define_flags`` defines one absl flag per field: its name, its default
   (the field's), its type (the annotation: bool, int, float, str, Optional of one), its help and, with
@@ -17,13 +19,15 @@ A tool is a settings dataclass and a function that takes it::
   changes a default inherits the help. Fields declared ``positional`` are command-line arguments after the flags
   (``python -m xlnet_tf.cli.jobs finetune JOB.yaml``), read from absl's remaining argv. Original flag names a
   tool keeps accepting are declared by the settings class in ``ORIGINAL_FLAGS``: ``Alias`` (sets another
-  setting) or ``Ignored`` (accepted, no effect).
+  setting) or ``Ignored`` (accepted, no effect). ``setting``, ``setting_of`` (a field shared by classes that do
+  not inherit it), ``Settings``, ``Alias`` and ``Ignored`` live in ``xlnet_tf.training.settings`` (the library's
+  settings declare their flags without depending on this module) and are re-exported here.
 * **``--config_file``** (every tool): a YAML mapping of flag names to values, applied after parsing to the flags
   not given on the command line (the command line wins). An unknown key or a bad value is an error naming the
   file and the key. No tool applies a config file the user did not name.
 * **``run``** is a tool's whole ``main``: parses the flags, applies the config file, builds and validates the
-  settings (before TensorFlow is imported: settings modules never import it), calls the target, and ends the
-  process at once when it is done (``_exit_now``: skips the interpreter teardown, where live tf.data iterators
+  settings (before TensorFlow is imported: settings modules never import it), calls the target (it returns None,
+  an exit status, or a run's report, logged as the last line), and ends the process at once when it is done (``_exit_now``: skips the interpreter teardown, where live tf.data iterators
   can block for a minute).
 * **Errors.** A usage error prints ``<prog>: error: <message>`` and one line pointing at ``--helpfull``, and
   exits 1: a bad flag (unknown, bad value, wrong type), a bad ``--config_file``, and every error the user caused
