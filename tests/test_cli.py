@@ -271,7 +271,8 @@ def test_every_tool_reports_user_errors_the_same_way(tool, tmp_path):
                  f"--config_file={broken}: not valid YAML")
     _usage_error(_run(command, *missing_input), program, missing_input_says)
     helpfull = _run(command, "--helpfull")  # (absl ends --helpfull with exit status 1)
-    assert "Traceback" not in helpfull.stderr and help_text in " ".join(helpfull.stdout.split()), helpfull.stdout[-2000:]
+    assert "Traceback" not in helpfull.stderr
+    assert help_text in " ".join(helpfull.stdout.split()), helpfull.stdout[-2000:]
 
 
 def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_path):

@@ -46,7 +46,9 @@ class CreateDataSettings(Settings, PretrainDataSettings):
     seed: int = setting(0, "Random seed (masks, A/B choice); the output is deterministic for a seed.")
     max_line_bytes: int = setting(200_000, "Longer lines are skipped and reported.")
 
-    ORIGINAL_FLAGS: ClassVar[Mapping] = {"sp_path": Alias("spiece_model_file", "Original name of --spiece_model_file (data_utils.py).")}
+    ORIGINAL_FLAGS: ClassVar[Mapping] = {
+        "sp_path": Alias("spiece_model_file", "Original name of --spiece_model_file (data_utils.py)."),
+    }
 
     def required(self) -> tuple:
         return ("input_glob", "spiece_model_file", "save_dir", "seq_len", "reuse_len", "num_predict")

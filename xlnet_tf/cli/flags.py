@@ -27,8 +27,8 @@ A tool is a settings dataclass and a function that takes it::
   file and the key. No tool applies a config file the user did not name.
 * **``run``** is a tool's whole ``main``: parses the flags, applies the config file, builds and validates the
   settings (before TensorFlow is imported: settings modules never import it), calls the target (it returns None,
-  an exit status, or a run's report, logged as the last line), and ends the process at once when it is done (``_exit_now``: skips the interpreter teardown, where live tf.data iterators
-  can block for a minute).
+  an exit status, or a run's report, logged as the last line), and ends the process at once when it is done
+  (``_exit_now``: skips the interpreter teardown, where live tf.data iterators can block for a minute).
 * **Errors.** A usage error prints ``<prog>: error: <message>`` and one line pointing at ``--helpfull``, and
   exits 1: a bad flag (unknown, bad value, wrong type), a bad ``--config_file``, and every error the user caused
   (``USER_ERRORS``), also when the library raises it mid-run. The hierarchy:
@@ -100,7 +100,8 @@ def _kind(annotation) -> type:
     return annotation
 
 
-def _define(flag_values: flags.FlagValues, kind: type, name: str, default, help: str, choices=None) -> None:  # noqa: A002
+def _define(flag_values: flags.FlagValues, kind: type, name: str, default, help: str,  # noqa: A002
+            choices=None) -> None:
     if choices is not None:
         flags.DEFINE_enum(name, default, [str(c) for c in choices], help, flag_values=flag_values)
     else:
