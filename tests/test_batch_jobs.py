@@ -71,6 +71,20 @@ def test_results_table_and_failure_reasons(tmp_path):
     assert jobs.failure_reason("step 10\n", -9) == "killed by signal SIGKILL (out of memory?)"
 
 
+def test_command_line_arguments_and_flags_in_any_order(tmp_path):
+    """``finetune JOB.yaml`` are arguments after absl's flags (flags may come before, between or after them);
+    --dry_run lists the runs --only selects, and runs nothing."""
+    path = write_job(tmp_path, [{"name": "a", "seeds": [1, 2]}, {"name": "b"}], train_steps=3)
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.jobs", "--only=a", "finetune", path, "--dry_run"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("# ")] == ["# a.seed1", "# a.seed2"]
+    assert "learning_rate: 0.001" in done.stdout and not (tmp_path / "out").exists()
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.jobs", "finetune", path, "--dry_run", "--only=c"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith("xlnet_tf.cli.jobs: error: --only=c: no run of ")
+
+
 def _job(path):
     return subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli.jobs", "finetune", path], cwd=REPO,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdout=subprocess.PIPE,

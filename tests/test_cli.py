@@ -1,82 +1,159 @@
-"""The command-line layer (xlnet_tf.cli.flags): flags defined once with the settings' defaults, --config_file
-with command-line precedence, settings built from flags, aliases."""
+"""The one command-line mechanism (xlnet_tf.cli.flags): flags defined from the settings dataclasses (each once, with
+its help), --config_file with command-line precedence, aliases, positional arguments, and the same usage errors
+for every tool: a bad flag, a bad config file or a missing input is one line naming it, never a traceback; a bug
+keeps its traceback."""
 
-import json
+import ast
+import dataclasses
+import os
+import pathlib
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from absl import flags
 
 from classifier_helpers import REPO
 from xlnet_tf.cli import flags as cli
+from xlnet_tf.cli.convert import ConvertSettings
+from xlnet_tf.cli.create_data import CreateDataSettings
+from xlnet_tf.cli.export import ExportSettings
+from xlnet_tf.cli.jobs import JobsSettings
+from xlnet_tf.cli.predict import PredictSettings
+from xlnet_tf.cli.train_spm import TrainSpmSettings
 from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
-from xlnet_tf.training.settings import PretrainSettings, SettingsError
+from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
+
+TOOL_SETTINGS = [PretrainSettings, ExportSettings, PredictSettings, JobsSettings, CreateDataSettings,
+                 ConvertSettings, TrainSpmSettings]
 
 
-def parsed(settings_cls, define, *argv):
+def parsed(settings_cls, *argv, define=cli.define_flags):
     values = flags.FlagValues()
     define(settings_cls, values)
-    values(["prog", *argv])
-    return values
+    rest = values(["prog", *argv])
+    return values, rest[1:]
+
+
+# -- defining flags from the settings ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings_cls", TOOL_SETTINGS, ids=lambda c: c.__name__)
+def test_every_field_is_one_flag_with_the_fields_default_help_and_choices(settings_cls):
+    values, _ = parsed(settings_cls)
+    positional = cli.positional_fields(settings_cls)
+    for field in dataclasses.fields(settings_cls):
+        meta = cli.field_metadata(settings_cls, field.name)
+        assert meta["help"], field.name
+        if field.name in positional:
+            assert field.name not in values
+            continue
+        flag = values[field.name]
+        assert flag.default == field.default and flag.help.endswith(meta["help"]), field.name
+        if meta["choices"] is not None:
+            assert flag.parser.enum_values == [str(c) for c in meta["choices"]], field.name
+    assert values["config_file"].default is None  # no config file the user did not name
+    settings = cli.settings_from_flags(settings_cls, values, ["finetune", "job.yaml"][:len(positional)])
+    assert isinstance(settings, settings_cls)
+
+
+def test_a_subclass_default_keeps_the_base_help_and_a_field_without_help_is_refused():
+    values, _ = parsed(PretrainSettings)
+    assert values["train_batch_size"].default is None  # PretrainSettings' own default ...
+    assert values["train_batch_size"].help.startswith("Global training batch size")  # ... RunSettings' help
+
+    @dataclasses.dataclass
+    class Undocumented(RunSettings):
+        extra: int = 3
+
+    with pytest.raises(TypeError, match="Undocumented.extra has no help"):
+        parsed(Undocumented)
+
+
+def test_pretraining_data_settings_are_defined_once():
+    """create_data and run_pretrain.py share the data shape: same flags, help and defaults (bi_data was True in the
+    writer and False in training); the SentencePiece model and lower-casing are RunSettings' definitions."""
+    data, pretrain = parsed(CreateDataSettings)[0], parsed(PretrainSettings)[0]
+    for field in dataclasses.fields(PretrainDataSettings):
+        assert data[field.name].default == pretrain[field.name].default == field.default, field.name
+        assert data[field.name].help == pretrain[field.name].help, field.name
+    assert data["bi_data"].default is False
+    for name in ("spiece_model_file", "uncased"):
+        assert data[name].help == pretrain[name].help and data[name].default == pretrain[name].default
 
 
 def test_config_file_sets_flags_and_the_command_line_wins(tmp_path):
     config = tmp_path / "run.yaml"
-    config.write_text("learning_rate: 0.1\nseed: 3\nuncased: true\nmodel_dir: null\n")
-    values = parsed(PretrainSettings, cli.define_common_flags, "--learning_rate=0.5")
-    assert cli.apply_config_file(values, str(config)) == {"seed": 3, "uncased": True, "model_dir": None}
-    assert values.learning_rate == 0.5 and values.seed == 3 and values.uncased
+    config.write_text("learning_rate: 0.1\nseed: 3\nuncased: true\nmodel_dir: null\nobjective: pmlm\n")
+    values, _ = parsed(PretrainSettings, "--learning_rate=0.5")
+    assert cli.apply_config_file(values, str(config)) == {"seed": 3, "uncased": True, "model_dir": None,
+                                                          "objective": "pmlm"}
+    assert values.learning_rate == 0.5 and values.seed == 3 and values.uncased and values.objective == "pmlm"
 
 
 def test_config_file_errors_name_the_file_and_the_key(tmp_path):
-    values = parsed(PretrainSettings, cli.define_common_flags)
-    unknown = tmp_path / "unknown.yaml"
-    unknown.write_text("seed: 1\nlearning_rte: 0.1\n")
-    with pytest.raises(flags.ValidationError, match=f"{unknown}: unknown flag 'learning_rte'"):
-        cli.apply_config_file(values, str(unknown))
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("seed: many\n")
-    with pytest.raises(flags.ValidationError, match=f"{bad}: bad value for 'seed'"):
-        cli.apply_config_file(values, str(bad))
+    values, _ = parsed(PretrainSettings)
+    for text, message in [("seed: 1\nlearning_rte: 0.1\n", "unknown flag 'learning_rte'"),
+                          ("seed: many\n", "bad value for 'seed'"),
+                          ("objective: bert\n", "bad value for 'objective'")]:
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        with pytest.raises(flags.ValidationError, match=f"{path}: {message}"):
+            cli.apply_config_file(values, str(path))
+    (tmp_path / "broken.yaml").write_text("seed: [1\n")
+    with pytest.raises(flags.ValidationError, match="--config_file=.*broken.yaml: not valid YAML"):
+        cli.apply_config_file(values, str(tmp_path / "broken.yaml"))
+    (tmp_path / "list.yaml").write_text("- seed\n")
+    with pytest.raises(flags.ValidationError, match="list.yaml: expected a mapping"):
+        cli.apply_config_file(values, str(tmp_path / "list.yaml"))
     with pytest.raises(flags.ValidationError, match="--config_file=.*missing.yaml: file not found"):
         cli.apply_config_file(values, str(tmp_path / "missing.yaml"))
     assert cli.apply_config_file(values, None) == {} and cli.apply_config_file(values, "") == {}
 
 
-def test_flag_defaults_are_the_settings_defaults():
-    values = parsed(SquadSettings, cli.define_finetune_flags)
+def test_original_flags_declared_by_the_settings_apply():
+    values, _ = parsed(PretrainSettings, "--record_info_dir=D")
+    assert cli.settings_from_flags(PretrainSettings, values).data_dir == "D"
+    values, _ = parsed(PretrainSettings, "--record_info_dir=D", "--data_dir=E")  # the new name wins
+    assert cli.settings_from_flags(PretrainSettings, values).data_dir == "E"
+    values, _ = parsed(CreateDataSettings, "--sp_path=m.model")
+    assert cli.settings_from_flags(CreateDataSettings, values).spiece_model_file == "m.model"
+    values = flags.FlagValues()
+    _finished(cli.define_finetune_flags(ClassifierSettings, values))
+    values(["prog", "--use_tpu", "--use_bfloat16"])
+    s = cli.settings_from_flags(ClassifierSettings, values)
+    assert (s.strategy, s.dtype) == ("tpu", "mixed_bfloat16")
+
+
+def _finished(definer):
+    """The run_classifier.py flags that the previous way defines in the script (here with throwaway help)."""
+    for field in dataclasses.fields(definer.settings_cls):
+        if field.name not in definer.flag_values:
+            kind = {bool: definer.boolean, int: definer.integer, float: definer.float}.get(type(field.default),
+                                                                                          definer.string)
+            kind(field.name, "-")
+
+
+def test_positional_arguments_come_from_the_command_line():
+    values, rest = parsed(JobsSettings, "finetune", "job.yaml", "--only=a,b", "--dry_run")
+    s = cli.settings_from_flags(JobsSettings, values, rest)
+    assert (s.command, s.job_file, s.selected, s.dry_run) == ("finetune", "job.yaml", ["a", "b"], True)
+    for argv, message in [(["finetune"], "missing argument\\(s\\): JOB_FILE"),
+                          (["finetune", "a.yaml", "b.yaml"], "unexpected argument\\(s\\): b.yaml"),
+                          (["train", "a.yaml"], "COMMAND='train' must be one of finetune")]:
+        with pytest.raises(SettingsError, match=message):
+            cli.settings_from_flags(JobsSettings, parsed(JobsSettings, *argv)[0], argv)
+    with pytest.raises(SettingsError, match="unexpected argument\\(s\\): stray"):  # a tool without arguments
+        cli.settings_from_flags(PretrainSettings, parsed(PretrainSettings)[0], ["stray"])
+
+
+def test_the_previous_way_keeps_run_classifier_and_run_squad_working():
+    values, _ = parsed(SquadSettings, define=cli.define_finetune_flags)
     for name in ("learning_rate", "do_train", "lr_layer_decay_rate", "train_batch_size", "max_seq_length"):
         assert values[name].default == getattr(SquadSettings(), name)
-    assert values["config_file"].default is None  # no config file the user did not name
-
-
-def test_settings_from_flags_needs_a_flag_for_every_field():
-    values = parsed(ClassifierSettings, cli.define_finetune_flags, "--learning_rate=2e-5")
-    with pytest.raises(KeyError, match="fields without a flag.*task_name"):  # the entry point defines the rest
-        cli.settings_from_flags(ClassifierSettings, values)
-
-
-@pytest.mark.parametrize("script,settings_cls", [("run_pretrain", "xlnet_tf.training.settings.PretrainSettings"),
-                                                 ("run_squad", "xlnet_tf.finetuning.task_settings.SquadSettings"),
-                                                 ("run_classifier", "xlnet_tf.finetuning.task_settings.ClassifierSettings")])
-def test_every_setting_has_a_flag_and_aliases_apply(script, settings_cls):
-    """Each entry point defines a flag for every field of its settings, without importing TensorFlow;
-    --use_tpu/--use_bfloat16 (fine-tuning) and --record_info_dir (pretraining) set what they stand for."""
-    module, name = settings_cls.rsplit(".", 1)
-    aliases = ["--record_info_dir=D"] if script == "run_pretrain" else ["--use_tpu", "--use_bfloat16"]
-    code = (f"import sys, json, dataclasses; import {script}; from absl import flags; from {module} import {name}; "
-            "from xlnet_tf.cli.flags import settings_from_flags; "
-            f"flags.FLAGS(['x'] + {aliases!r}); s = settings_from_flags({name}); "
-            "print(json.dumps(dict(settings=dataclasses.asdict(s), tf='tensorflow' in sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    dumped = json.loads(out.stdout.strip().splitlines()[-1])
-    settings = dumped["settings"]
-    assert not dumped["tf"]  # flags and settings are checked before TensorFlow loads
-    if script == "run_pretrain":
-        assert settings["data_dir"] == "D" and settings["train_steps"] is None
-    else:
-        assert settings["strategy"] == "tpu" and settings["dtype"] == "mixed_bfloat16"
+    assert values["do_train"].help == "Fine-tune."  # FinetuneSettings' help
+    with pytest.raises(KeyError, match="fields without a flag.*do_prepro"):  # run_squad.py defines the rest
+        cli.settings_from_flags(SquadSettings, values)
 
 
 def test_settings_errors_are_reported_together():
@@ -89,16 +166,148 @@ def test_settings_errors_are_reported_together():
                  "--warmup_steps=10 must be below --train_steps=10", "--strategy=tpu needs --tpu",
                  "--input_glob needs --spiece_model_file"):
         assert part in str(e.value)
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, ValueError) and isinstance(e.value, cli.InputError)
 
 
 def test_the_last_line_says_what_was_done():
-    from xlnet_tf.cli.flags import summary
-
-    assert summary({"step": 600, "loss": 6.5612}) == "trained to step 600 (loss 6.561)"
-    assert summary({"train": {"step": 300, "loss": 0.52, "data": {}}}) == "trained to step 300 (loss 0.52)"
-    line = summary({"train": {"step": 300}, "eval": {"split": "dev", "step": 300, "metrics": {"accuracy": 0.785}},
-                    "predict": ["p/SST-2.tsv"], "export": "runs/export/1"})
+    assert cli.summary({"step": 600, "loss": 6.5612}) == "trained to step 600 (loss 6.561)"
+    assert cli.summary({"train": {"step": 300, "loss": 0.52, "data": {}}}) == "trained to step 300 (loss 0.52)"
+    line = cli.summary({"train": {"step": 300}, "eval": {"split": "dev", "step": 300, "metrics": {"accuracy": 0.785}},
+                        "predict": ["p/SST-2.tsv"], "export": "runs/export/1"})
     assert line == ("trained to step 300 (nothing left to train); evaluated dev at step 300: accuracy 0.785; "
                     "predictions in p/SST-2.tsv; exported runs/export/1")
-    assert summary({}).startswith("nothing to do")
+    assert cli.summary({}).startswith("nothing to do")
+
+
+def test_tools_check_their_settings_before_tensorflow_loads():
+    code = textwrap.dedent("""
+        import sys
+        from absl import flags
+        from xlnet_tf.cli import convert, create_data, export, flags as cli, jobs, predict, train_spm
+        from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+        from xlnet_tf.training.settings import PretrainSettings
+        for settings_cls in (PretrainSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,
+                             create_data.CreateDataSettings, convert.ConvertSettings, train_spm.TrainSpmSettings):
+            values = flags.FlagValues()
+            cli.define_flags(settings_cls, values)
+            values(["x"])
+            cli.settings_from_flags(settings_cls, values, ["finetune", "j.yaml"][:len(cli.positional_fields(
+                settings_cls))]).errors()
+        create_data.CreateDataSettings(seq_len=64, reuse_len=32, num_predict=8).errors()  # the writer's checks
+        ClassifierSettings(task_name="sst-2").errors(), SquadSettings().errors()
+        print("tensorflow" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
+def test_no_argparse_in_the_package():
+    root = pathlib.Path(REPO, "xlnet_tf")
+    users = [str(p.relative_to(REPO)) for p in root.rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+             and "argparse" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])]
+    assert not users
+
+
+# -- every tool, as users run it (subprocesses: each fails before TensorFlow loads) ------------------------------------
+
+# tool: (command, a bad flag and what the error says, arguments naming a missing input and what the error says,
+# a field's help text)
+TOOLS = {
+    "run_pretrain": (["run_pretrain.py"], ("--seq_len=abc", "flag --seq_len=abc: invalid literal for int()"),
+                     ["--model_config_path=/nonexistent/c.json"],
+                     "--model_config_path=/nonexistent/c.json: file not found", "Transformer-XL memory length"),
+    "run_classifier": (["run_classifier.py"], ("--seed=abc", "flag --seed=abc: invalid literal for int()"),
+                       ["--model_config_path=/nonexistent/c.json"],
+                       "--model_config_path=/nonexistent/c.json: file not found", "Layer-wise learning rates"),
+    "run_squad": (["run_squad.py"], ("--strategy=gpu", "flag --strategy=gpu: value should be one of"),
+                  ["--train_file=/nonexistent/train.json"], "--train_file=/nonexistent/train.json: file not found",
+                  "Re-encode the data"),
+    "export": (["-m", "xlnet_tf.cli.export"], ("--format=zip", "flag --format=zip: value should be one of"),
+               ["--model_dir=/nonexistent/run"], "--model_dir=/nonexistent/run: not a directory",
+               "saved_model (TF Serving, raw text in)"),
+    "predict": (["-m", "xlnet_tf.cli.predict"], ("--batch_size=many", "flag --batch_size=many: invalid literal"),
+                ["--saved_model=/nonexistent/export"], "--saved_model=/nonexistent/export: no such directory",
+                "Examples per model call"),
+    "jobs": (["-m", "xlnet_tf.cli.jobs"], ("--dry_run=maybe", "flag --dry_run=maybe: ('Non-boolean argument"),
+             ["finetune", "/nonexistent/job.yaml"], "/nonexistent/job.yaml: job file not found",
+             "List the runs and their flags"),
+    "create_data": (["-m", "xlnet_tf.cli.create_data"], ("--bi_data=2", "flag --bi_data=2: ('Non-boolean"),
+                    ["--spiece_model_file=/nonexistent/s.model"],
+                    "--spiece_model_file=/nonexistent/s.model: file not found", "Bidirectional data"),
+    "convert": (["-m", "xlnet_tf.cli.convert"], ("--relase_dir=x", "Unknown command line flag 'relase_dir'"),
+                ["--release_dir=/nonexistent/release"], "--release_dir=/nonexistent/release: not a directory",
+                "Directory of the original release"),
+    "train_spm": (["-m", "xlnet_tf.cli.train_spm"], ("--vocab_size=1.5", "flag --vocab_size=1.5: invalid literal"),
+                  ["--input=/nonexistent/*.txt"], "--input=/nonexistent/*.txt matches no file",
+                  "SentencePiece character coverage"),
+}
+
+
+def _run(command, *args, cwd=REPO):
+    return subprocess.run([sys.executable, *command, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def _usage_error(done, program, message):
+    """One error line naming the input, one line pointing at --helpfull, exit 1, no traceback."""
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2].startswith(f"{program}: error: ") and message in lines[-2], done.stderr
+    assert lines[-1].startswith("See `python ") and lines[-1].endswith(" --helpfull` for every flag."), lines[-1]
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_every_tool_reports_user_errors_the_same_way(tool, tmp_path):
+    command, (bad_flag, bad_flag_says), missing_input, missing_input_says, help_text = TOOLS[tool]
+    program = command[1] if command[0] == "-m" else command[0]
+    arguments = ["finetune", str(tmp_path / "job.yaml")] if tool == "jobs" else []
+    _usage_error(_run(command, *arguments, bad_flag), program, bad_flag_says)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("seed: [1\n")
+    _usage_error(_run(command, *arguments, f"--config_file={broken}"), program,
+                 f"--config_file={broken}: not valid YAML")
+    _usage_error(_run(command, *missing_input), program, missing_input_says)
+    helpfull = _run(command, "--helpfull")  # (absl ends --helpfull with exit status 1)
+    assert "Traceback" not in helpfull.stderr
+    assert help_text in " ".join(helpfull.stdout.split()), helpfull.stdout[-2000:]
+
+
+def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_path):
+    """train_spm: SentencePiece's own error for a vocabulary the text cannot fill (a RuntimeError with a C++
+    traceback) is a usage error naming --vocab_size; a tool whose code fails keeps the traceback."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world\nthis is a test\n")
+    done = _run(["-m", "xlnet_tf.cli.train_spm"], f"--input={corpus}", f"--model_prefix={tmp_path / 'sp'}",
+                "--vocab_size=8000")
+    _usage_error(done, "xlnet_tf.cli.train_spm", f"--vocab_size=8000 does not fit the text of --input={corpus}: "
+                                                 "Vocabulary size too high (8000)")
+    assert not list(tmp_path.glob("sp*"))
+
+    tool = tmp_path / "tool.py"
+    tool.write_text(textwrap.dedent('''
+        import dataclasses, sys
+        from xlnet_tf.cli import flags as cli
+
+        @dataclasses.dataclass
+        class ToolSettings(cli.Settings):
+            fail: str = cli.setting("bug", "How to fail.", choices=("bug", "input", "none"))
+            exit_code: int = cli.setting(0, "Exit status of a finished run.")
+
+        def main(s):
+            print("working", flush=True)
+            if s.fail == "input":
+                raise cli.InputError("data.tsv:3: not a number")
+            if s.fail == "bug":
+                return {}["missing"]
+            return s.exit_code
+
+        cli.run(ToolSettings, main)
+    '''))
+    bug = _run([str(tool)], cwd=str(tmp_path))
+    assert bug.returncode == 1 and "Traceback" in bug.stderr and "KeyError: 'missing'" in bug.stderr
+    _usage_error(_run([str(tool)], "--fail=input", cwd=str(tmp_path)), "tool.py", "data.tsv:3: not a number")
+    done = _run([str(tool)], "--fail=none", "--exit_code=3", cwd=str(tmp_path))
+    assert done.returncode == 3 and done.stdout == "working\n" and "Traceback" not in done.stderr

@@ -13,6 +13,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf.errors import InputError
+
 # Optimizer state and bookkeeping that the original wrote next to the weights (model_utils.clean_ckpt).
 _IGNORED = re.compile(r"(^global_step$)|(/adam_[mv]$)|(/Adam(_\d+)?$)|(/Momentum$)|(^beta[12]_power)")
 
@@ -44,9 +46,9 @@ def resolve_checkpoint(path: str) -> str:
 _UNREADABLE = (tf.errors.OpError, IndexError, UnicodeDecodeError)
 
 
-def _unreadable(prefix: str, error: Exception) -> ValueError:
+def _unreadable(prefix: str, error: Exception) -> InputError:
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return ValueError(f"{prefix}: unreadable checkpoint (truncated, corrupt, or not a TensorFlow checkpoint): "
+    return InputError(f"{prefix}: unreadable checkpoint (truncated, corrupt, or not a TensorFlow checkpoint): "
                       f"{message}")
 
 
@@ -83,7 +85,7 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
             problems.append(f"{name}: checkpoint shape {tuple(shapes[name])} != model shape "
                             f"{tuple(var.shape)}{hint}")
     if problems:
-        raise ValueError(f"{prefix}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
+        raise InputError(f"{prefix}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
 
     try:
         values = {name: reader.get_tensor(name) for name in wanted}
@@ -142,7 +144,7 @@ def load_pretrained(model, path: str) -> None:
         status = native_checkpoint(staging).read(prefix)
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:
-        raise ValueError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
+        raise InputError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
                          f"(different config?): {e}") from None
     except _UNREADABLE as error:
         raise _unreadable(prefix, error) from None

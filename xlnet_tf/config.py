@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any, Optional
 
+from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import write_json_atomic
 
 # Keys of the original release's xlnet_config.json: they are tied to the checkpoint.
@@ -65,24 +66,24 @@ class XLNetConfig:
             _check_type(field.name, value, field.type)
         for name in ("n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
         if self.d_model % 2:
-            raise ValueError(f"XLNetConfig: d_model must be even for the sinusoid encoding, got {self.d_model}")
+            raise InputError(f"XLNetConfig: d_model must be even for the sinusoid encoding, got {self.d_model}")
         if self.ff_activation not in ("gelu", "relu"):
-            raise ValueError(f"XLNetConfig: ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+            raise InputError(f"XLNetConfig: ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
         if self.attn_type not in ("bi", "uni"):
-            raise ValueError(f"XLNetConfig: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
+            raise InputError(f"XLNetConfig: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.mem_len < 0:
-            raise ValueError(f"XLNetConfig: mem_len must be >= 0, got {self.mem_len}")
+            raise InputError(f"XLNetConfig: mem_len must be >= 0, got {self.mem_len}")
         if self.reuse_len is not None and self.reuse_len < 0:
-            raise ValueError(f"XLNetConfig: reuse_len must be >= 0 or None, got {self.reuse_len}")
+            raise InputError(f"XLNetConfig: reuse_len must be >= 0 or None, got {self.reuse_len}")
         if self.clamp_len == 0 or self.clamp_len < -1:
-            raise ValueError(f"XLNetConfig: clamp_len must be -1 (off) or positive, got {self.clamp_len}")
+            raise InputError(f"XLNetConfig: clamp_len must be -1 (off) or positive, got {self.clamp_len}")
         for name in ("dropout", "dropatt"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"XLNetConfig: {name} must be in [0, 1), got {getattr(self, name)}")
+                raise InputError(f"XLNetConfig: {name} must be in [0, 1), got {getattr(self, name)}")
         if self.initializer_range <= 0:
-            raise ValueError(f"XLNetConfig: initializer_range must be positive, got {self.initializer_range}")
+            raise InputError(f"XLNetConfig: initializer_range must be positive, got {self.initializer_range}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "config", **overrides) -> "XLNetConfig":
@@ -92,11 +93,11 @@ class XLNetConfig:
         merged.update(overrides)
         unknown = sorted(set(merged) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown XLNet config key(s) {unknown}; known keys: {sorted(known)}")
+            raise InputError(f"{source}: unknown XLNet config key(s) {unknown}; known keys: {sorted(known)}")
         try:
             return cls(**merged)
         except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+            raise InputError(f"{source}: {e}") from None
 
     @classmethod
     def from_json(cls, path: str | os.PathLike, **overrides) -> "XLNetConfig":
@@ -109,9 +110,9 @@ class XLNetConfig:
             with open(path, encoding="utf-8") as f:
                 values = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+            raise InputError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a JSON object, got {type(values).__name__}")
+            raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
         # The original's train.py carries an unused d_embed flag that some configs include.
         values.pop("d_embed", None)
         return cls.from_dict(values, source=path, **overrides)
@@ -145,5 +146,5 @@ def _check_type(name: str, value: Any, annotation: str) -> None:
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
     }[annotation]
     if not ok:
-        raise ValueError(f"XLNetConfig: {name} must be {'an optional ' if optional else ''}{annotation}, "
+        raise InputError(f"XLNetConfig: {name} must be {'an optional ' if optional else ''}{annotation}, "
                          f"got {value!r} ({type(value).__name__})")

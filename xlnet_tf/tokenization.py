@@ -15,6 +15,8 @@ from typing import Iterable
 
 import sentencepiece as spm
 
+from xlnet_tf.errors import InputError
+
 SPIECE_UNDERLINE = "\u2581"
 
 UNK_ID, BOS_ID, EOS_ID, CLS_ID, SEP_ID, PAD_ID, MASK_ID, EOD_ID, EOP_ID = range(9)
@@ -51,7 +53,7 @@ class XLNetTokenizer:
         try:
             self.sp.Load(model_file)
         except (OSError, RuntimeError) as error:  # sentencepiece raises OSError for a file it cannot parse
-            raise ValueError(f"{model_file}: not a SentencePiece model ({error})") from None
+            raise InputError(f"{model_file}: not a SentencePiece model ({error})") from None
         check_special_ids(self.sp, model_file)
 
     @property
@@ -100,11 +102,11 @@ def file_sha256(path: str) -> str:
 
 
 def check_special_ids(sp: spm.SentencePieceProcessor, source: str = "spiece.model") -> None:
-    """Raises ValueError unless the model maps XLNet's special symbols to the released ids."""
+    """Raises InputError (a ValueError) unless the model maps XLNet's special symbols to the released ids."""
     wrong = [f"{sym}={sp.PieceToId(sym)} (want {want})" for sym, want in SPECIAL_SYMBOLS.items()
              if sp.PieceToId(sym) != want]
     if wrong:
-        raise ValueError(f"{source}: not an XLNet SentencePiece model, special ids differ: {', '.join(wrong)}. "
+        raise InputError(f"{source}: not an XLNet SentencePiece model, special ids differ: {', '.join(wrong)}. "
                          "Train one with `python -m xlnet_tf.cli.train_spm`.")
 
 

@@ -24,12 +24,11 @@ flags) rather than resumed with other settings. A failure is recorded with its r
 ``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed, status; mean +- sd
 over the seeds of each entry) are rewritten atomically before and after every run.
 
-No TensorFlow in this process: it only starts and watches the runs.
+No TensorFlow in this process: it only starts and watches the runs. The command line is ``xlnet_tf.cli.jobs``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -44,6 +43,7 @@ from typing import Optional
 
 import yaml
 
+from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 
 JOB_KEYS = ("output_dir", "defaults", "runs", "script")
@@ -53,7 +53,7 @@ MAIN_METRICS = ("mcc", "pearson", "accuracy")  # the task's main metric: the fir
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class JobError(ValueError):
+class JobError(InputError):
     """A job file that cannot work; the message names the file and the key."""
 
 
@@ -165,7 +165,7 @@ def failure_reason(log_text: str, returncode: int) -> str:
     return f"exit status {returncode}" + (f": {lines[-1]}" if lines else "")
 
 
-def _dump_flags(flags: dict) -> str:
+def dump_flags(flags: dict) -> str:
     return yaml.safe_dump(flags, sort_keys=True, default_flow_style=False)
 
 
@@ -187,7 +187,7 @@ def prepare_run(run: Run) -> Optional[str]:
         return (f"its flags changed since it started ({', '.join(changed)}); {run.model_dir} holds the earlier "
                 "run: rename the run, or delete that directory to start it afresh")
     if not os.path.exists(os.path.join(run.model_dir, FLAGS_FILE)):
-        write_text_atomic(os.path.join(run.model_dir, FLAGS_FILE), _dump_flags(run.flags))
+        write_text_atomic(os.path.join(run.model_dir, FLAGS_FILE), dump_flags(run.flags))
     return None
 
 
@@ -288,12 +288,18 @@ def _now() -> str:
 
 # --- the job ----------------------------------------------------------------------------------------------------
 
-def run_job(job: Job, only: Optional[list] = None) -> dict:
-    """Runs (or resumes) the job's runs in order; returns the results written."""
+def select_runs(job: Job, only: Optional[list] = None) -> list:
+    """The runs named in ``only`` (run or entry names; all runs if none); a JobError if it names none."""
     selected = [r for r in job.runs if not only or r.name in only or r.group in only]
     if only and not selected:
         raise JobError(f"--only={','.join(only)}: no run of {job.path} has that name "
                        f"(runs: {', '.join(r.name for r in job.runs)})")
+    return selected
+
+
+def run_job(job: Job, only: Optional[list] = None) -> dict:
+    """Runs (or resumes) the job's runs in order; returns the results written."""
+    selected = select_runs(job, only)
     os.makedirs(job.output_dir, exist_ok=True)
     previous = {}
     results_path = os.path.join(job.output_dir, "results.json")
@@ -363,32 +369,3 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
     if forward.received:
         raise KeyboardInterrupt(f"signal {forward.received}")
     return results
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.cli.jobs", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    finetune = sub.add_parser("finetune", help="run (or resume) the fine-tuning runs of a YAML job file")
-    finetune.add_argument("job_file")
-    finetune.add_argument("--only", default="", help="comma-separated run or entry names (default: all)")
-    finetune.add_argument("--dry_run", action="store_true", help="list the runs and their flags; run nothing")
-    args = parser.parse_args(argv)
-    try:
-        job = load_job(args.job_file)
-        if args.dry_run:
-            for run in job.runs:
-                print(f"# {run.name}\n{_dump_flags(run.flags)}")
-            return 0
-        only = [n for n in args.only.split(",") if n]
-        results = run_job(job, only)
-    except JobError as e:
-        print(f"python -m xlnet_tf.cli.jobs: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    ran = [r for r in results["runs"] if not only or r["run"] in only or r["group"] in only]
-    return 1 if any(r["status"] == "failed" for r in ran) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,15 +29,10 @@ here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_mode
 
 from __future__ import annotations
 
-import os
-
-if __name__ == "__main__":  # before TensorFlow loads: its C++ INFO lines say nothing a user can act on
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
 import abc
 import dataclasses
 import json
-import sys
+import os
 import tempfile
 import time
 from typing import Callable, Iterator, Optional
@@ -46,15 +41,14 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+# Defined in the package (no TensorFlow there) so the command line checks flags before TensorFlow loads.
+from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE  # noqa: F401
+from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
-SUMMARY_FILE = "predict_summary.json"
 OUTPUT_SUFFIX = ".predictions.jsonl"
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
-FORMATS = ("auto", "tsv", "jsonl", "squad")
 SQUAD_INPUTS = ("question", "context")  # the raw-text serving_default of a SQuAD export
-SIGNATURES = ("auto", "serving_default", "serve_ids")
-DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
 
 
 # --- inputs ------------------------------------------------------------------------------------------------------
@@ -71,7 +65,7 @@ class Fields:
     def parse(cls, text_fields: str, id_field: Optional[str] = None, flag: str = "--text_fields") -> "Fields":
         names = [n.strip() for n in (text_fields or "").split(",")]
         if not 1 <= len(names) <= 2 or not all(names):
-            raise ValueError(f"{flag}={text_fields!r}: give one field name, or two for sentence pairs (a,b)")
+            raise InputError(f"{flag}={text_fields!r}: give one field name, or two for sentence pairs (a,b)")
         return cls(names[0], names[1] if len(names) > 1 else None, id_field or None)
 
 
@@ -87,7 +81,7 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
             raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
         files += [f for f in matched if f not in files]
     if not files:
-        raise ValueError(f"{flag} is empty")
+        raise InputError(f"{flag} is empty")
     return files
 
 
@@ -102,7 +96,7 @@ def shard_format(path: str, input_format: str = "auto", squad: bool = False) -> 
         return "squad"
     if path.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
-    raise ValueError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, SQuAD files *.json, "
+    raise InputError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, SQuAD files *.json, "
                      "or set --input_format)")
 
 
@@ -138,9 +132,9 @@ def read_squad_rows(path: str) -> Iterator[Row]:
         data = json.loads(raw)["data"]
         paragraphs = [p for article in data for p in article["paragraphs"]]
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
+        raise InputError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
     except (KeyError, TypeError) as e:
-        raise ValueError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
+        raise InputError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
     total = sum(len(p.get("qas", [])) for p in paragraphs) or 1
     k = 0
     for paragraph in paragraphs:
@@ -181,7 +175,7 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
                     columns = {name.strip(): i for i, name in enumerate(cells)}
                     missing = [n for n in wanted if n not in columns]
                     if missing:
-                        raise ValueError(f"{path}:{line_no}: header has no column {', '.join(map(repr, missing))} "
+                        raise InputError(f"{path}:{line_no}: header has no column {', '.join(map(repr, missing))} "
                                          f"(columns: {', '.join(columns)}); set the text/id field flags")
                     width = len(cells)
                     continue
@@ -278,7 +272,11 @@ class SavedModelPredictor(Predictor):
         import tensorflow_text  # noqa: F401  (registers the text ops that raw-text signatures hold)
 
         self.path, self.version = resolve_saved_model(path)
-        loaded = tf.saved_model.load(self.path)
+        try:
+            loaded = tf.saved_model.load(self.path)
+        except (OSError, tf.errors.OpError) as e:  # a truncated or foreign saved_model.pb, missing variables
+            message = " ".join(str(e).split())
+            raise InputError(f"--saved_model={self.path}: cannot load it ({message[:300]})") from None
         self._loaded = loaded  # the signatures' variables live as long as the loaded object
         signatures = dict(loaded.signatures)
 
@@ -296,7 +294,7 @@ class SavedModelPredictor(Predictor):
             elif "serving_default" in signatures:
                 signature = "serving_default"
         if signature not in signatures:
-            raise ValueError(f"{self.path}: no signature {signature!r} (it has: {', '.join(signatures) or 'none'})")
+            raise InputError(f"{self.path}: no signature {signature!r} (it has: {', '.join(signatures) or 'none'})")
         self.signature = signature
         self._fn = signatures[signature]
         self._inputs = inputs_of(signature)
@@ -305,12 +303,12 @@ class SavedModelPredictor(Predictor):
         self._text_inputs = SQUAD_INPUTS if self.squad else ("sentence", "sentence2")
         expected = {"sentence"} if self.takes_text else {"input_ids", "segment_ids", "padding_mask"}
         if not self.squad and (not expected <= set(self._inputs) or not set(self._inputs) <= expected | {"sentence2"}):
-            raise ValueError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch prediction "
+            raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch prediction "
                              "needs sentence[, sentence2] (text) or input_ids, segment_ids, padding_mask [batch, seq] "
                              "(a classifier or regression export), or question and context (a SQuAD export's raw-text "
                              "serving_default)")
         if not self.takes_text and self._inputs["input_ids"].shape.rank != 2:
-            raise ValueError(f"{self.path}: signature {signature!r} takes [batch, choices, seq] inputs (multiple "
+            raise InputError(f"{self.path}: signature {signature!r} takes [batch, choices, seq] inputs (multiple "
                              "choice); batch prediction handles classification and regression exports")
         meta = self._read_metadata()
         self.labels = meta.get("labels")
@@ -350,7 +348,7 @@ class SavedModelPredictor(Predictor):
                     try:
                         return json.load(f)
                     except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}: not valid JSON ({e})") from None
+                        raise InputError(f"{path}: not valid JSON ({e})") from None
         return {}
 
     def _asset_spiece(self) -> str:
@@ -524,17 +522,17 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     """Predicts every shard matching ``input_glob`` into ``output_dir`` (see the module docstring); returns the
     summary written to ``predict_summary.json``."""
     if input_format not in FORMATS:
-        raise ValueError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
+        raise InputError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
         flag = "--predict_text_fields" if glob_flag == "--predict_input_glob" else "--text_fields"
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
-        raise ValueError(f"{flag}: the model reads {wanted}")
+        raise InputError(f"{flag}: the model reads {wanted}")
     shards = list_shards(input_glob, glob_flag)
     formats = {path: shard_format(path, input_format, predictor.squad) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
-        raise ValueError(f"{glob_flag}: input files with the same name in different directories would write the "
+        raise InputError(f"{glob_flag}: input files with the same name in different directories would write the "
                          f"same output ({', '.join(clashes)}); predict them into separate --output_dir")
     tf.io.gfile.makedirs(output_dir)
     settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
@@ -547,7 +545,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         if previous.get("settings") != settings and previous.get("shards"):  # no shard done: nothing to mix
             diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
                     if previous.get("settings", {}).get(k) != v}
-            raise ValueError(f"--output_dir={output_dir} holds predictions made with other settings ("
+            raise InputError(f"--output_dir={output_dir} holds predictions made with other settings ("
                              + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
                              + "): use another --output_dir, or --overwrite to predict every shard again")
     _remove_stale_temporaries(output_dir, names)
@@ -615,72 +613,3 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     logging.info("predict: %d shards, %d rows predicted, %d bad row(s) skipped%s; summary in %s", len(shards),
                  summary["rows"], skipped, " (listed with file:line there)" if skipped else "", summary_path)
     return summary
-
-
-# --- command line (SavedModel) --------------------------------------------------------------------------------------
-
-def _define_flags():
-    from absl import flags
-    flags.DEFINE_string("saved_model", None, "SavedModel directory, or a base path of numbered versions "
-                        "(<base>/<version>/saved_model.pb; the highest is used).")
-    flags.DEFINE_enum("signature", "auto", SIGNATURES, "auto: serving_default if it takes raw strings, else "
-                      "serve_ids, else serving_default (ids).")
-    flags.DEFINE_string("input_glob", None, "Input files: comma-separated globs (local or gs://), *.tsv with a header "
-                        "or *.jsonl.")
-    flags.DEFINE_enum("input_format", "auto", FORMATS, "Input format (auto: by file name).")
-    flags.DEFINE_string("output_dir", None, "One <input name>.predictions.jsonl per input file, and "
-                        f"{SUMMARY_FILE}.")
-    flags.DEFINE_string("text_fields", "sentence", "Text column(s)/key(s): 'a' or 'a,b' for sentence pairs.")
-    flags.DEFINE_string("id_field", None, "Column/key copied to each output row as 'id' (default: none; every row "
-                        "has its input 'line').")
-    flags.DEFINE_integer("batch_size", 64, "Examples per model call.")
-    flags.DEFINE_integer("max_seq_length", None, "Token ids signatures: sequence length (tokens incl. <sep>/<cls>; "
-                         "default: the fine-tuning run's, from the export's metadata.json, else "
-                         f"{DEFAULT_MAX_SEQ_LENGTH}).")
-    flags.DEFINE_string("spiece_model_file", None, "Token ids signatures: SentencePiece model (default: the one in "
-                        "the export's assets.extra/).")
-    flags.DEFINE_boolean("uncased", None, "Token ids signatures: lower-case the text (default: as the export's "
-                         "labels.json says, else cased).")
-    flags.DEFINE_boolean("overwrite", False, "Predict every shard again, even those done.")
-    flags.DEFINE_float("progress_every_s", 30.0, "Seconds between progress lines.")
-    return flags.FLAGS
-
-
-def main() -> None:
-    """``python -m xlnet_tf.cli.predict``: the flags above, checked, then ``predict_shards`` with a SavedModel."""
-    from absl import app
-    from xlnet_tf.cli.flags import _exit_now
-    FLAGS = _define_flags()
-
-    def usage_error(message):
-        sys.stderr.write(f"python -m xlnet_tf.cli.predict: error: {message}\nSee `python -m xlnet_tf.cli.predict --helpfull` "
-                         "for every flag.\n")
-        sys.exit(1)
-
-    def run(argv):
-        del argv
-        missing = [f"--{n}" for n in ("saved_model", "input_glob", "output_dir") if not FLAGS[n].value]
-        if missing:
-            usage_error(f"missing required flag(s): {', '.join(missing)}")
-        if FLAGS.batch_size <= 0:
-            usage_error(f"--batch_size={FLAGS.batch_size} must be positive")
-        if FLAGS.max_seq_length is not None and FLAGS.max_seq_length < 4:
-            usage_error(f"--max_seq_length={FLAGS.max_seq_length} leaves no room for text (needs >= 4)")
-        try:
-            fields = Fields.parse(FLAGS.text_fields, FLAGS.id_field)
-            predictor = SavedModelPredictor(FLAGS.saved_model, FLAGS.signature, FLAGS.spiece_model_file,
-                                            FLAGS.max_seq_length, FLAGS.uncased)
-            logging.info("predicting with %s (signature %s, %s)", predictor.path, predictor.signature,
-                         "raw text" if predictor.takes_text else
-                         f"token ids, max_seq_length {predictor.max_seq_length}")
-            predict_shards(predictor, FLAGS.input_glob, FLAGS.output_dir, fields, FLAGS.batch_size,
-                           FLAGS.input_format, FLAGS.overwrite, FLAGS.progress_every_s)
-        except (ValueError, FileNotFoundError) as e:
-            usage_error(e)
-        _exit_now()
-
-    app.run(run)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,1 +1,2 @@
-"""The command-line layer of the entry points (flags, ``--config_file``, settings from flags, usage errors)."""
+"""The command-line tools (``python -m xlnet_tf.cli.<tool>``: export, predict, jobs, create_data, convert, train_spm)
+and their one mechanism (``flags``: flags from settings dataclasses, --config_file, usage errors)."""

@@ -1,6 +1,7 @@
 """Converts an original XLNet release directory into an xlnet_tf native checkpoint directory.
 
-    xlnet-convert-checkpoint --release_dir=xlnet_cased_L-12_H-768_A-12 --output_dir=xlnet_base_tf2
+    python -m xlnet_tf.cli.convert --release_dir=xlnet_cased_L-12_H-768_A-12 --output_dir=xlnet_base_tf2
+    xlnet-convert-checkpoint --release_dir=...   # the same, as the installed console script
 
 The release directory holds ``xlnet_config.json``, ``xlnet_model.ckpt.*`` and ``spiece.model``. The output
 directory gets ``xlnet_config.json``, ``spiece.model`` and an object-based checkpoint ``xlnet_model-1`` that
@@ -10,18 +11,52 @@ is written to a temporary directory and renamed, so an interrupted run leaves no
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
+from typing import Optional
 
-from absl import app, flags, logging
+from absl import logging
 
-flags.DEFINE_string("release_dir", None, "Directory of the original release (xlnet_config.json, "
-                    "xlnet_model.ckpt.*, spiece.model).")
-flags.DEFINE_string("checkpoint", None, "TF1 checkpoint prefix; default: <release_dir>/xlnet_model.ckpt.")
-flags.DEFINE_string("model_config_path", None, "xlnet_config.json; default: <release_dir>/xlnet_config.json.")
-flags.DEFINE_string("output_dir", None, "Where to write the converted checkpoint (must not exist yet).")
-FLAGS = flags.FLAGS
+from xlnet_tf.cli import flags as cli
+from xlnet_tf.training.settings import Settings, setting
+
+
+@dataclasses.dataclass
+class ConvertSettings(Settings):
+    """The conversion's flags (checked before TensorFlow loads)."""
+
+    release_dir: Optional[str] = setting(None, "Directory of the original release (xlnet_config.json, "
+                                         "xlnet_model.ckpt.*, spiece.model).")
+    checkpoint: Optional[str] = setting(None, "TF1 checkpoint prefix; default: <release_dir>/xlnet_model.ckpt.")
+    model_config_path: Optional[str] = setting(None, "xlnet_config.json; default: "
+                                               "<release_dir>/xlnet_config.json.")
+    output_dir: Optional[str] = setting(None, "Where to write the converted checkpoint (must not exist yet).")
+
+    @property
+    def checkpoint_prefix(self) -> str:
+        return self.checkpoint or os.path.join(self.release_dir or "", "xlnet_model.ckpt")
+
+    @property
+    def config_path(self) -> str:
+        return self.model_config_path or os.path.join(self.release_dir or "", "xlnet_config.json")
+
+    def required(self) -> tuple:
+        return ("output_dir",)
+
+    def errors(self) -> list:
+        errors = super().errors()
+        if self.release_dir and not os.path.isdir(self.release_dir):
+            errors.append(f"--release_dir={self.release_dir}: not a directory")
+        elif not (self.release_dir or (self.checkpoint and self.model_config_path)):
+            errors.append("give --release_dir, or both --checkpoint and --model_config_path")
+        elif not os.path.exists(self.config_path):
+            flag = "--model_config_path" if self.model_config_path else "--release_dir"
+            errors.append(f"{flag}: {self.config_path} does not exist")
+        if self.output_dir and os.path.exists(self.output_dir):
+            errors.append(f"--output_dir={self.output_dir} already exists; refusing to overwrite it")
+        return errors
 
 
 def convert(checkpoint: str, config_path: str, output_dir: str, spiece_model: str | None = None) -> str:
@@ -57,22 +92,15 @@ def convert(checkpoint: str, config_path: str, output_dir: str, spiece_model: st
     return os.path.join(output_dir, "xlnet_model-1")
 
 
-def main(argv):
-    del argv
-    if not FLAGS.output_dir:
-        raise app.UsageError("--output_dir is required")
-    if not (FLAGS.release_dir or (FLAGS.checkpoint and FLAGS.model_config_path)):
-        raise app.UsageError("give --release_dir, or both --checkpoint and --model_config_path")
-    release = FLAGS.release_dir or ""
-    checkpoint = FLAGS.checkpoint or os.path.join(release, "xlnet_model.ckpt")
-    config_path = FLAGS.model_config_path or os.path.join(release, "xlnet_config.json")
-    if not os.path.exists(config_path):
-        raise app.UsageError(f"--model_config_path: {config_path} does not exist")
-    convert(checkpoint, config_path, FLAGS.output_dir, os.path.join(release, "spiece.model") if release else None)
+def main(s: ConvertSettings) -> None:
+    """The command: converts the release ``s`` names."""
+    convert(s.checkpoint_prefix, s.config_path, s.output_dir,
+            os.path.join(s.release_dir, "spiece.model") if s.release_dir else None)
 
 
-def run():
-    app.run(main)
+def run() -> None:
+    """``python -m xlnet_tf.cli.convert`` and the ``xlnet-convert-checkpoint`` console script."""
+    cli.run(ConvertSettings, main)
 
 
 if __name__ == "__main__":

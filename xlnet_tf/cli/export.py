@@ -25,6 +25,10 @@ import dataclasses
 import os
 from typing import Optional
 
+from xlnet_tf.cli import flags as cli
+from xlnet_tf.errors import InputError
+from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, setting
+
 FORMATS = ("saved_model", "release")
 # Flags that override the fine-tuning run's record when given.
 RECORDED = ("task_name", "model_config_path", "spiece_model_file", "uncased", "max_seq_length", "dtype")
@@ -33,37 +37,41 @@ _UNUSED = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_fi
 
 
 @dataclasses.dataclass
-class ExportSettings:
+class ExportSettings(Settings):
     """The export command's flags (no TensorFlow here: they are checked before it loads)."""
 
-    model_dir: Optional[str] = None
-    export_dir: Optional[str] = None
-    format: str = "saved_model"
-    predict_ckpt: Optional[str] = None
-    task_name: Optional[str] = None
-    model_config_path: Optional[str] = None
-    spiece_model_file: Optional[str] = None
-    uncased: bool = False
-    max_seq_length: Optional[int] = None
-    dtype: Optional[str] = None
+    model_dir: Optional[str] = setting(None, "The fine-tuning (or, with --format=release, pretraining) run's "
+                                       "directory.")
+    export_dir: Optional[str] = setting(None, "saved_model: the TF Serving base path (versions are written below "
+                                        "it); release: the release directory (new or empty).")
+    format: str = setting("saved_model", "saved_model (TF Serving, raw text in) or release (the original TF1 "
+                          "layout).", choices=FORMATS)
+    predict_ckpt: Optional[str] = setting(None, "Checkpoint to export (default: the latest in --model_dir).")
+    task_name: Optional[str] = setting(None, "The fine-tuned task (a run_classifier.py task, race or squad); "
+                                       "default: the run's record. Without one and no record: the pretrained "
+                                       "network (--format=release only).")
+    model_config_path: Optional[str] = setting(None, "xlnet_config.json (default: the run's record).")
+    spiece_model_file: Optional[str] = setting(None, "SentencePiece model (default: the run's record).")
+    uncased: bool = setting(False, "Lower-case text (default: the run's record).")
+    max_seq_length: Optional[int] = setting(None, "Sequence length of the raw-text signature (default: the run's "
+                                            "record).")
+    dtype: Optional[str] = setting(None, "Precision of the exported model (default: the run's record).",
+                                   choices=DTYPES)
 
-    @classmethod
-    def from_values(cls, values):
-        return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
+    def required(self) -> tuple:
+        return ("model_dir", "export_dir")
 
-    def validate(self):
-        from xlnet_tf.training.settings import DTYPES, SettingsError
+    def input_files(self) -> tuple:
+        return ("model_config_path", "spiece_model_file")
 
-        errors = [f"missing required flag --{n}" for n in ("model_dir", "export_dir") if not getattr(self, n)]
+    def errors(self) -> list:
+        errors = super().errors()
         if self.model_dir and not os.path.isdir(self.model_dir):
             errors.append(f"--model_dir={self.model_dir}: not a directory")
         if self.format not in FORMATS:
             errors.append(f"--format={self.format!r} must be one of {', '.join(FORMATS)}")
         if self.dtype is not None and self.dtype not in DTYPES:
             errors.append(f"--dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
-        for name in ("model_config_path", "spiece_model_file"):
-            if getattr(self, name) and not os.path.exists(getattr(self, name)):
-                errors.append(f"--{name}={getattr(self, name)}: file not found")
         out = self.export_dir
         if self.format == "release" and out and os.path.isdir(out) and os.listdir(out):
             held = ("already holds a release" if os.path.exists(os.path.join(out, "xlnet_model.ckpt.index"))
@@ -71,9 +79,7 @@ class ExportSettings:
             errors.append(f"--export_dir={self.export_dir} {held}; --format=release writes a new or empty directory")
         if self.max_seq_length is not None and self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
-        if errors:
-            raise SettingsError("; ".join(errors))
-        return self
+        return errors
 
 
 def task_settings(s: ExportSettings, given: set):
@@ -82,9 +88,11 @@ def task_settings(s: ExportSettings, given: set):
     (no record, no ``--task_name``)."""
     from xlnet_tf.finetuning.serving import read_run_record
     from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
-    from xlnet_tf.training.settings import SettingsError
 
-    record = read_run_record(s.model_dir)
+    try:
+        record = read_run_record(s.model_dir)
+    except ValueError as e:  # a damaged finetune_settings.json: read_run_record names it
+        raise InputError(str(e)) from None
     values = dict(record["settings"]) if record else {}
     recorded_task = "squad" if record and record["runner"] == "squad" else values.get("task_name")
     if "task_name" in given and record and (s.task_name or "").lower() != (recorded_task or "").lower():
@@ -111,7 +119,6 @@ def export(s: ExportSettings, given: set = frozenset()) -> str:
     from xlnet_tf.finetuning import runner, squad_runner
     from xlnet_tf.finetuning.serving import export_serving, write_release
     from xlnet_tf.finetuning.task_settings import SquadSettings
-    from xlnet_tf.training.settings import SettingsError
     from xlnet_tf.training.setup import checkpoint_step
 
     settings = task_settings(s, given)
@@ -138,7 +145,6 @@ def _export_pretrained(s: ExportSettings) -> str:
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.finetuning.serving import write_release
     from xlnet_tf.models.xlnet import XLNetPretrainer
-    from xlnet_tf.training.settings import SettingsError
 
     if not s.model_config_path:
         raise SettingsError(f"--model_dir={s.model_dir} holds no fine-tuning record: give --model_config_path "
@@ -149,45 +155,10 @@ def _export_pretrained(s: ExportSettings) -> str:
     return write_release(model, s.export_dir, config, s.spiece_model_file)
 
 
-def main() -> None:
-    from absl import app, flags
-
-    from xlnet_tf.cli import flags as cli
-
-    define = cli.FlagDefiner(ExportSettings)
-    define.string("config_file", "YAML file of flag values (names without --); flags on the command line override "
-                  "it. Default: none.", default=None)
-    define.string("model_dir", "The fine-tuning (or, with --format=release, pretraining) run's directory.")
-    define.string("export_dir", "saved_model: the TF Serving base path (versions are written below it); release: "
-                  "the release directory (new or empty).")
-    define.enum("format", FORMATS, "saved_model (TF Serving, raw text in) or release (the original TF1 layout).")
-    define.string("predict_ckpt", "Checkpoint to export (default: the latest in --model_dir).")
-    define.string("task_name", "The fine-tuned task (a run_classifier.py task, race or squad); default: the run's "
-                  "record. Without one and no record: the pretrained network (--format=release only).")
-    define.string("model_config_path", "xlnet_config.json (default: the run's record).")
-    define.string("spiece_model_file", "SentencePiece model (default: the run's record).")
-    define.boolean("uncased", "Lower-case text (default: the run's record).")
-    define.integer("max_seq_length", "Sequence length of the raw-text signature (default: the run's record).")
-    define.enum("dtype", ["float32", "mixed_bfloat16", "mixed_float16"], "Precision of the exported model "
-                "(default: the run's record).")
-    FLAGS = flags.FLAGS
-
-    def run(argv):
-        del argv
-        try:
-            applied = cli.apply_config_file(FLAGS, FLAGS.config_file)
-            given = {f.name for f in dataclasses.fields(ExportSettings) if FLAGS[f.name].present} | set(applied)
-            settings = ExportSettings.from_values(FLAGS.flag_values_dict()).validate()
-            written = export(settings, given)
-        # ValueError: a checkpoint of another model, a damaged record; FileExistsError: a release already there.
-        except (ValueError, FileNotFoundError, FileExistsError, flags.Error) as e:
-            cli.usage_error(e)
-        print(written)
-        cli._exit_now()  # noqa: SLF001 (the entry points' prompt exit)
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    app.run(run)
+def main(settings: ExportSettings, given: set) -> None:
+    """The command: the export, then its directory on stdout."""
+    print(export(settings, given))
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(ExportSettings, main, with_given=True)

@@ -1,13 +1,51 @@
-"""The command-line layer of run_pretrain.py, run_classifier.py and run_squad.py.
+"""The one command-line mechanism of every tool (run_*.py and ``python -m xlnet_tf.cli.<tool>``).
 
-* The flags every entry point has (``define_common_flags``) and those the fine-tuning ones share
-  (``define_finetune_flags``) are defined here, once, with the original names; a flag's default is the field
-  default of the entry point's settings class (``xlnet_tf.training.settings``), so there is one source of defaults.
-* ``--config_file`` (YAML of flag values) is applied first; flags given on the command line override it
-  (``apply_config_file``). No entry point applies a config file the user did not name.
-* ``settings_from_flags`` turns the parsed flags into the typed settings the library takes; ``run`` is the whole
-  ``main`` of an entry point: it validates the settings before TensorFlow is imported, and reports a
-  ``SettingsError`` (or a missing input file) as the message plus one line pointing at ``--helpfull``.
+A tool is a settings dataclass and a function that takes it::
+
+    @dataclasses.dataclass
+    class ToolSettings(cli.Settings):                      # no TensorFlow in a settings module
+        output_dir: Optional[str] = cli.setting(None, "Where to write the result.")
+        format: str = cli.setting("native", "Output layout.", choices=("native", "release"))
+        def required(self): return ("output_dir",)        # errors()/validate(): every problem at once
+
+    def main(s: ToolSettings): ...                         # imports TensorFlow, does the work
+
+    if __name__ == "__main__":
+        cli.run(ToolSettings, main)                        # or "module:function", imported after validation
+
+* **Flags from the settings, each once.** ``define_flags`` defines one absl flag per field: its name, its default
+  (the field's), its type (the annotation: bool, int, float, str, Optional of one), its help and, with
+  ``choices``, an enum flag — all from the field (``setting(default, help, choices=...)``). A subclass that only
+  changes a default inherits the help. Fields declared ``positional`` are command-line arguments after the flags
+  (``python -m xlnet_tf.cli.jobs finetune JOB.yaml``), read from absl's remaining argv. Original flag names a
+  tool keeps accepting are declared by the settings class in ``ORIGINAL_FLAGS``: ``Alias`` (sets another
+  setting) or ``Ignored`` (accepted, no effect). ``setting``, ``setting_of`` (a field shared by classes that do
+  not inherit it), ``Settings``, ``Alias`` and ``Ignored`` live in ``xlnet_tf.training.settings`` (the library's
+  settings declare their flags without depending on this module) and are re-exported here.
+* **``--config_file``** (every tool): a YAML mapping of flag names to values, applied after parsing to the flags
+  not given on the command line (the command line wins). An unknown key or a bad value is an error naming the
+  file and the key. No tool applies a config file the user did not name.
+* **``run``** is a tool's whole ``main``: parses the flags, applies the config file, builds and validates the
+  settings (before TensorFlow is imported: settings modules never import it), calls the target (it returns None,
+  an exit status, or a run's report, logged as the last line), and ends the process at once when it is done
+  (``_exit_now``: skips the interpreter teardown, where live tf.data iterators can block for a minute).
+* **Errors.** A usage error prints ``<prog>: error: <message>`` and one line pointing at ``--helpfull``, and
+  exits 1: a bad flag (unknown, bad value, wrong type), a bad ``--config_file``, and every error the user caused
+  (``USER_ERRORS``), also when the library raises it mid-run. The hierarchy:
+
+  - ``xlnet_tf.errors.InputError`` (a ``ValueError``): an input the user gave cannot be used; the message names
+    it (flag, file, file:line). The library raises it (or a subclass) for bad files, bad values and unreadable
+    checkpoints. Subclasses: ``SettingsError`` (``xlnet_tf.training.settings``: settings that contradict each
+    other or name missing inputs, raised by ``validate()`` before any work), ``JobError`` (a job file),
+    ``SquadFileError`` (a SQuAD file).
+  - ``OSError``s that name a path the user gave (``FileNotFoundError``, ``FileExistsError``,
+    ``NotADirectoryError``, ``IsADirectoryError``, ``PermissionError``) and absl's ``flags.Error``.
+
+  Anything else is a bug and keeps its traceback (and a non-zero exit).
+
+``FlagDefiner``, ``define_common_flags`` and ``define_finetune_flags`` are the previous way (a flag's help written
+next to its definition instead of with the field), kept only for run_classifier.py and run_squad.py until they
+define their flags from their settings classes too; then they go.
 """
 
 from __future__ import annotations
@@ -16,115 +54,98 @@ import dataclasses
 import importlib
 import os
 import sys
-from typing import Callable, Optional
+import types
+import typing
+from typing import Callable, Optional, Union
 
 import yaml
 from absl import app, flags, logging
 
-from xlnet_tf.training.settings import DECAY_METHODS, DTYPES, STRATEGIES, SettingsError
+from xlnet_tf.errors import InputError
+from xlnet_tf.training.settings import (Alias, FinetuneSettings, Ignored, RunSettings, Settings, SettingsError,
+                                        setting, setting_of)
+
+__all__ = ["Alias", "Ignored", "InputError", "Settings", "SettingsError", "USER_ERRORS", "apply_config_file",
+           "define_flags", "run", "setting", "setting_of", "settings_from_flags", "summary", "usage_error"]
 
 FLAGS = flags.FLAGS
-_FROM_SETTINGS = object()
+CONFIG_FILE_HELP = ("YAML file of flag values (names without --); flags on the command line override it. "
+                    "Default: none.")
+# What a user caused: reported as one line, without a traceback (see the module docstring).
+USER_ERRORS = (InputError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+               PermissionError, flags.Error)
+_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+           str: flags.DEFINE_string}
 
 
-class FlagDefiner:
-    """Defines absl flags whose defaults are the field defaults of ``settings_cls`` (a flag that is no field, such
-    as an alias or an unused original flag, names its ``default``). Each flag is a key flag of the running script,
-    so ``--help`` lists it with the script's own."""
+# -- defining flags -------------------------------------------------------------------------------------------------
 
-    def __init__(self, settings_cls, flag_values: flags.FlagValues = FLAGS):
-        self.settings_cls = settings_cls
-        self.flag_values = flag_values
-        self._defaults = {f.name: f.default for f in dataclasses.fields(settings_cls)}
-
-    def _define(self, define, name, *args, default=_FROM_SETTINGS):
-        if default is _FROM_SETTINGS:
-            if name not in self._defaults:
-                raise KeyError(f"--{name} is no field of {self.settings_cls.__name__}: give its default")
-            default = self._defaults[name]
-        define(name, default, *args, flag_values=self.flag_values)
-        self.flag_values.register_key_flag_for_module(sys.argv[0], self.flag_values[name])
-
-    def string(self, name: str, help: str, **default):
-        self._define(flags.DEFINE_string, name, help, **default)
-
-    def integer(self, name: str, help: str, **default):
-        self._define(flags.DEFINE_integer, name, help, **default)
-
-    def float(self, name: str, help: str, **default):
-        self._define(flags.DEFINE_float, name, help, **default)
-
-    def boolean(self, name: str, help: str, **default):
-        self._define(flags.DEFINE_bool, name, help, **default)
-
-    def enum(self, name: str, values, help: str, **default):
-        self._define(flags.DEFINE_enum, name, values, help, **default)
+def field_metadata(settings_cls, name: str) -> dict:
+    """The ``setting`` metadata (help, choices, positional) of field ``name``: the nearest class in the MRO that
+    declares it with a help (a subclass overriding only the default keeps its base's help)."""
+    for klass in settings_cls.__mro__:
+        field = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if field is not None and field.metadata.get("help"):
+            return dict(field.metadata)
+    raise TypeError(f"{settings_cls.__name__}.{name} has no help: declare it with setting(default, help)")
 
 
-def define_common_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
-    """The flags of every entry point (``RunSettings``' fields and ``--config_file``); returns the definer for the
-    entry point's own flags."""
-    d = FlagDefiner(settings_cls, flag_values)
-    # Run configuration.
-    d.string("config_file", "YAML file of flag values (names without --); flags on the command line override it. "
-             "Default: none.", default=None)
-    d.enum("strategy", STRATEGIES, "tf.distribute strategy.")
-    d.string("tpu", "TPU name or grpc:// address (with --strategy=tpu).")
-    d.enum("dtype", DTYPES, "Precision policy (mixed_bfloat16 on TPU and AMX CPUs, mixed_float16 with dynamic "
-           "loss scaling on GPU).")
-    d.integer("seed", "Seed of weight initialisation, dropout, data order and factorization orders.")
-    d.string("model_dir", "Checkpoints, TensorBoard summaries and results; a rerun with the same --model_dir "
-             "resumes from its last checkpoint.")
-    # Model.
-    d.string("model_config_path", "xlnet_config.json of the model shape.")
-    d.string("init_checkpoint", "Warm start: the original TF1 release checkpoint (xlnet_model.ckpt) or a native "
-             "checkpoint.")
-    d.string("spiece_model_file", "SentencePiece model of the model (and data).")
-    d.boolean("uncased", "Lower-case text (uncased models; must match the data).")
-    d.float("dropout", "Dropout rate.")
-    d.float("dropatt", "Attention dropout rate.")
-    d.integer("clamp_len", "Clamp relative distances (-1 = off).")
-    # Optimisation and checkpoints.
-    d.integer("train_batch_size", "Global training batch size (all replicas; per micro-batch with "
-              "--grad_accum_steps; RACE: questions of 4 sequences).")
-    d.integer("train_steps", "Total optimizer steps.")
-    d.integer("iterations", "Steps per host loop (one tf.function call; pretraining memory restarts per loop).")
-    d.integer("save_steps", "Checkpoint every N steps (default: at the end).")
-    d.integer("max_save", "Checkpoints kept (0 = all).")
-    d.float("learning_rate", "Peak learning rate.")
-    d.integer("warmup_steps", "Linear warmup steps.")
-    d.enum("decay_method", DECAY_METHODS, "Decay after warmup.")
-    d.float("min_lr_ratio", "Final learning rate / peak.")
-    d.float("weight_decay", "Decoupled weight decay (LayerNorm and biases excluded).")
-    d.float("adam_epsilon", "Adam epsilon.")
-    d.float("clip", "Global gradient-norm clip (<= 0: off).")
-    return d
+def _kind(annotation) -> type:
+    """bool, int, float or str from a field annotation (``Optional`` of one of them)."""
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0] if len(args) == 1 else annotation
+    if annotation not in _DEFINE:
+        raise TypeError(f"no flag type for {annotation!r} (settings fields are bool, int, float or str)")
+    return annotation
 
 
-def define_finetune_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
-    """The common flags plus those run_classifier.py and run_squad.py share (``FinetuneSettings``' fields and
-    the original aliases ``--use_tpu`` and ``--use_bfloat16``)."""
-    d = define_common_flags(settings_cls, flag_values)
-    d.boolean("use_tpu", "Original flag: same as --strategy=tpu.", default=False)
-    d.boolean("use_bfloat16", "Original flag: same as --dtype=mixed_bfloat16.", default=False)
-    # Stages.
-    d.boolean("do_train", "Fine-tune.")
-    d.boolean("do_eval", "Evaluate (the task's official metrics), logged, written to the model directory and to "
-              "TensorBoard.")
-    d.boolean("do_predict", "Write predictions.")
-    d.string("export_dir", "Write a TF Serving SavedModel of the fine-tuned model here.")
-    d.string("predict_ckpt", "Checkpoint for eval/predict/export (default: the latest in --model_dir).")
-    # Data and outputs.
-    d.string("output_dir", "Cached encoded features (default: in --model_dir).")
-    d.boolean("overwrite_data", "Re-encode the data even if cached features exist.")
-    d.string("predict_dir", "Prediction files (default: <model_dir>/predict).")
-    d.integer("max_seq_length", "Sequence length (tokens, incl. <sep>/<cls>).")
-    d.integer("shuffle_buffer", "Training shuffle buffer.")
-    d.integer("predict_batch_size", "Global prediction batch size.")
-    d.float("lr_layer_decay_rate", "Layer-wise learning rates: layer l of L trains at lr * rate^(L-1-l), the "
-            "embeddings at lr * rate^L, the heads at lr.")
-    return d
+def _define(flag_values: flags.FlagValues, kind: type, name: str, default, help: str,  # noqa: A002
+            choices=None) -> None:
+    if choices is not None:
+        flags.DEFINE_enum(name, default, [str(c) for c in choices], help, flag_values=flag_values)
+    else:
+        _DEFINE[kind](name, default, help, flag_values=flag_values)
+    # A key flag of the running program: --help lists it with the program's own.
+    flag_values.register_key_flag_for_module(sys.argv[0], flag_values[name])
 
+
+def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, *, fields_of=None) -> None:
+    """Defines ``--config_file``, one flag per field of ``settings_cls`` (positional fields excepted) and its
+    ``ORIGINAL_FLAGS``. ``fields_of``: only the fields (and original flags) of this base class, with
+    ``settings_cls``' defaults (the previous way's common flags)."""
+    hints = typing.get_type_hints(settings_cls)
+    only = {f.name for f in dataclasses.fields(fields_of)} if fields_of else None
+    if "config_file" not in flag_values:
+        _define(flag_values, str, "config_file", None, CONFIG_FILE_HELP)
+    for field in dataclasses.fields(settings_cls):
+        if only is not None and field.name not in only:
+            continue
+        meta = field_metadata(settings_cls, field.name)
+        if meta.get("positional"):
+            continue
+        if field.default is dataclasses.MISSING:
+            raise TypeError(f"{settings_cls.__name__}.{field.name} has no default: a flag needs one")
+        _define(flag_values, _kind(hints[field.name]), field.name, field.default, meta["help"], meta.get("choices"))
+    for name, original in (fields_of or settings_cls).ORIGINAL_FLAGS.items():
+        if isinstance(original, Alias):
+            if original.value is not None:  # a switch: --use_tpu
+                _define(flag_values, bool, name, False, original.help)
+            else:  # another name of a setting: --record_info_dir=D
+                _define(flag_values, _kind(hints[original.target]), name, None, original.help)
+        elif isinstance(original, Ignored):
+            kind = original.kind or (str if original.default is None else type(original.default))
+            _define(flag_values, kind, name, original.default, original.help)
+        else:
+            raise TypeError(f"{settings_cls.__name__}.ORIGINAL_FLAGS[{name!r}]: an Alias or Ignored, not {original!r}")
+
+
+def positional_fields(settings_cls) -> list:
+    """The fields read from the command-line arguments after the flags, in order."""
+    return [f.name for f in dataclasses.fields(settings_cls) if f.metadata.get("positional")]
+
+
+# -- from flags to settings -----------------------------------------------------------------------------------------
 
 def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dict:
     """Sets every flag named in the YAML file ``path`` unless it was given on the command line.
@@ -136,11 +157,13 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
         return {}
     if not os.path.exists(path):
         raise flags.ValidationError(f"--config_file={path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8") as f:
             values = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
-            raise flags.ValidationError(f"--config_file={path}: not valid YAML ({e})") from None
+    except yaml.YAMLError as e:
+        raise flags.ValidationError(f"--config_file={path}: not valid YAML ({' '.join(str(e).split())})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise flags.ValidationError(f"--config_file={path}: cannot read it ({e})") from None
     if not isinstance(values, dict):
         raise flags.ValidationError(f"--config_file={path}: expected a mapping of flag names to values")
     applied = {}
@@ -158,62 +181,103 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
     return applied
 
 
-def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS):
-    """``settings_cls`` from the parsed flags (one flag per field), after the original alias flags: ``--use_tpu``
-    (``--strategy=tpu``), ``--use_bfloat16`` (``--dtype=mixed_bfloat16``), ``--record_info_dir`` (``--data_dir``)."""
+def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, args=()):
+    """``settings_cls`` from the parsed flags (one flag per field), after its ``ORIGINAL_FLAGS`` aliases; ``args``
+    (the command-line arguments after the flags) fill its positional fields, in order."""
     values = flag_values.flag_values_dict()
-    if values.get("use_tpu"):
-        values["strategy"] = "tpu"
-    if values.get("use_bfloat16"):
-        values["dtype"] = "mixed_bfloat16"
-    if not values.get("data_dir") and values.get("record_info_dir"):
-        values["data_dir"] = values["record_info_dir"]
+    for name, original in settings_cls.ORIGINAL_FLAGS.items():
+        if not isinstance(original, Alias) or name not in values:
+            continue
+        if original.value is not None:
+            if values[name]:
+                values[original.target] = original.value
+        elif values[name] not in (None, "") and values.get(original.target) in (None, ""):
+            values[original.target] = values[name]
+    positional, args = positional_fields(settings_cls), list(args)
+    if len(args) < len(positional):
+        raise SettingsError(f"missing argument(s): {' '.join(n.upper() for n in positional[len(args):])}")
+    if len(args) > len(positional):
+        raise SettingsError(f"unexpected argument(s): {' '.join(args[len(positional):])}")
+    for name, value in zip(positional, args):
+        choices = field_metadata(settings_cls, name).get("choices")
+        if choices is not None and value not in choices:
+            raise SettingsError(f"{name.upper()}={value!r} must be one of {', '.join(choices)}")
+        values[name] = value
     unset = [f.name for f in dataclasses.fields(settings_cls) if f.name not in values]
     if unset:
         raise KeyError(f"{settings_cls.__name__} fields without a flag: {unset}")
     return settings_cls.from_values(values)
 
 
-def usage_error(message) -> None:
-    """Exits with ``message`` and one line pointing at ``--helpfull`` (not the whole help)."""
-    program = os.path.basename(sys.argv[0])
+# -- running a tool -------------------------------------------------------------------------------------------------
+
+def _program() -> tuple:
+    """(the name in messages, the command that runs it): run_pretrain.py, python -m xlnet_tf.cli.export, or a
+    console script's name."""
     main = sys.modules.get("__main__")
-    if getattr(main, "__spec__", None) is not None and main.__spec__.name.startswith("xlnet_tf."):
-        program = f"-m {main.__spec__.name}"  # python -m xlnet_tf.cli.export: argv[0] is the module's file path
-    sys.stderr.write(f"{program.removeprefix('-m ')}: error: {message}\n"
-                     f"See `python {program} --helpfull` for every flag.\n")
-    sys.exit(1)
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name.startswith("xlnet_tf."):  # python -m: argv[0] is the module's file path
+        return spec.name, f"python -m {spec.name}"
+    name = os.path.basename(sys.argv[0])
+    return name, f"python {name}" if name.endswith(".py") else name
 
 
-def run(settings_cls, target: str, defaults_for: Optional[Callable[[flags.FlagValues], dict]] = None) -> None:
-    """Runs an entry point: ``app.run`` of a ``main`` that applies ``--config_file``, then ``defaults_for(flags)``
-    to the flags neither given nor in the file (e.g. run_race.py's defaults with --task_name=race), builds and
-    validates ``settings_cls`` (before TensorFlow is imported), and calls ``target`` ("module:function") with it."""
+def usage_error(message) -> None:
+    """Ends the process with ``message`` and one line pointing at ``--helpfull`` (not the whole help), exit 1."""
+    name, command = _program()
+    sys.stdout.flush()
+    sys.stderr.write(f"{name}: error: {message}\nSee `{command} --helpfull` for every flag.\n")
+    _exit_now(1)
+
+
+def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Callable] = None,
+        with_given: bool = False) -> None:
+    """Runs a tool: parses the flags (defining them from ``settings_cls`` unless the tool did), applies
+    ``--config_file``, then ``defaults_for(flags)`` to the flags neither given nor in the file (e.g.
+    run_classifier.py's RACE defaults), builds and validates the settings before TensorFlow is imported, and calls
+    ``target(settings)`` (``target(settings, given)`` with ``with_given``: the names of the settings given on the
+    command line or in the file). ``target``: a function, or "module:function" (imported after the settings are
+    checked). Its result: a run's report (a dict, logged as the last line) or the exit status (an int)."""
 
     # TensorFlow's C++ INFO lines (CUDA probing, oneDNN notices, "Local rendezvous is aborting with status:
     # OUT_OF_RANGE" at the end of every evaluation) say nothing a user can act on; warnings and errors stay.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if "config_file" not in FLAGS:  # run_classifier.py and run_squad.py define theirs at import
+        define_flags(settings_cls)
+
+    def parse(argv):
+        try:
+            return FLAGS(argv)
+        except flags.Error as e:
+            usage_error(e)
 
     def main(argv):
-        del argv
         try:
             applied = apply_config_file(FLAGS, FLAGS.config_file)
             for name, value in (defaults_for(FLAGS) if defaults_for else {}).items():
                 if not FLAGS[name].present and name not in applied:
                     FLAGS[name].value = value
-            settings = settings_from_flags(settings_cls, FLAGS).validate()
-            module, function = target.split(":")
-            result = getattr(importlib.import_module(module), function)(settings)
-        except (SettingsError, FileNotFoundError, flags.Error) as e:
+            settings = settings_from_flags(settings_cls, FLAGS, argv[1:]).validate()
+            function = target
+            if isinstance(target, str):
+                module, name = target.split(":")
+                function = getattr(importlib.import_module(module), name)
+            if with_given:
+                given = {f.name for f in dataclasses.fields(settings_cls)
+                         if f.name in FLAGS and FLAGS[f.name].present} | set(applied)
+                result = function(settings, given)
+            else:
+                result = function(settings)
+        except USER_ERRORS as e:
             usage_error(e)
-        if result is not None:
+        if isinstance(result, dict):
             logging.info("done: %s", summary(result))
-        _exit_now()
+        _exit_now(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 
-    app.run(main)
+    app.run(main, flags_parser=parse)
 
 
-def _exit_now() -> None:
+def _exit_now(code: int = 0) -> None:
     """Ends a finished run's process at once. Everything is written by now (checkpoints synchronously, TensorBoard
     flushed after every report); what is skipped is the interpreter's teardown, where each tf.data iterator still
     alive can block for up to a minute (TensorFlow 2.20: its autotuning thread may miss the cancellation and
@@ -221,7 +285,7 @@ def _exit_now() -> None:
     logging.flush()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def summary(result: dict) -> str:
@@ -244,3 +308,54 @@ def summary(result: dict) -> str:
     if result.get("export"):
         parts.append(f"exported {result['export']}")
     return "; ".join(parts) or "nothing to do (no --do_train, --do_eval, --do_predict or --export_dir)"
+
+
+# -- the previous way (run_classifier.py and run_squad.py until they are converted; then remove) ----------------------
+
+class FlagDefiner:
+    """Defines absl flags whose defaults are the field defaults of ``settings_cls`` and whose help is written here
+    (a flag that is no field names its ``default``). Superseded by ``define_flags``."""
+
+    _FROM_SETTINGS = object()
+
+    def __init__(self, settings_cls, flag_values: flags.FlagValues = FLAGS):
+        self.settings_cls = settings_cls
+        self.flag_values = flag_values
+        self._defaults = {f.name: f.default for f in dataclasses.fields(settings_cls)}
+
+    def _define(self, define, name, *args, default=_FROM_SETTINGS):
+        if default is self._FROM_SETTINGS:
+            if name not in self._defaults:
+                raise KeyError(f"--{name} is no field of {self.settings_cls.__name__}: give its default")
+            default = self._defaults[name]
+        define(name, default, *args, flag_values=self.flag_values)
+        self.flag_values.register_key_flag_for_module(sys.argv[0], self.flag_values[name])
+
+    def string(self, name: str, help: str, **default):  # noqa: A002
+        self._define(flags.DEFINE_string, name, help, **default)
+
+    def integer(self, name: str, help: str, **default):  # noqa: A002
+        self._define(flags.DEFINE_integer, name, help, **default)
+
+    def float(self, name: str, help: str, **default):  # noqa: A002
+        self._define(flags.DEFINE_float, name, help, **default)
+
+    def boolean(self, name: str, help: str, **default):  # noqa: A002
+        self._define(flags.DEFINE_bool, name, help, **default)
+
+    def enum(self, name: str, values, help: str, **default):  # noqa: A002
+        self._define(flags.DEFINE_enum, name, values, help, **default)
+
+
+def define_common_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
+    """``--config_file`` and the flags of ``RunSettings``' fields (defaults: ``settings_cls``'); returns a definer
+    for the entry point's own flags. Superseded by ``define_flags``."""
+    define_flags(settings_cls, flag_values, fields_of=RunSettings)
+    return FlagDefiner(settings_cls, flag_values)
+
+
+def define_finetune_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
+    """The common flags plus ``FinetuneSettings``' fields and original flags (``--use_tpu``, ``--use_bfloat16``).
+    Superseded by ``define_flags``."""
+    define_flags(settings_cls, flag_values, fields_of=FinetuneSettings)
+    return FlagDefiner(settings_cls, flag_values)

@@ -5,32 +5,67 @@
 The ids match the released spiece.model: <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <pad>=5 <mask>=6 <eod>=7 <eop>=8.
 """
 
+from __future__ import annotations
+
+import dataclasses
 import glob
+from typing import Optional
 
-from absl import app, flags, logging
+from absl import logging
 
-flags.DEFINE_string("input", None, "Comma-separated globs of text files, one sentence per line.")
-flags.DEFINE_string("model_prefix", None, "Output prefix: writes <prefix>.model and <prefix>.vocab.")
-flags.DEFINE_integer("vocab_size", 32000, "Vocabulary size (the released models use 32000).")
-flags.DEFINE_float("character_coverage", 0.99995, "SentencePiece character coverage (the original's value).")
-flags.DEFINE_integer("input_sentence_size", 10_000_000, "Sentences sampled for training.")
-flags.DEFINE_bool("uncased", False, "Lower-case the text before training.")
-FLAGS = flags.FLAGS
+from xlnet_tf.cli import flags as cli
+from xlnet_tf.errors import InputError
+from xlnet_tf.training.settings import Settings, setting
 
 
-def main(argv):
-    del argv
-    if not FLAGS.input or not FLAGS.model_prefix:
-        raise app.UsageError("--input and --model_prefix are required")
-    files = sorted(f for pattern in FLAGS.input.split(",") for f in glob.glob(pattern.strip()))
-    if not files:
-        raise app.UsageError(f"--input={FLAGS.input} matches no file")
+@dataclasses.dataclass
+class TrainSpmSettings(Settings):
+    input: Optional[str] = setting(None, "Comma-separated globs of text files, one sentence per line.")
+    model_prefix: Optional[str] = setting(None, "Output prefix: writes <prefix>.model and <prefix>.vocab.")
+    vocab_size: int = setting(32000, "Vocabulary size (the released models use 32000).")
+    character_coverage: float = setting(0.99995, "SentencePiece character coverage (the original's value).")
+    input_sentence_size: int = setting(10_000_000, "Sentences sampled for training.")
+    uncased: bool = setting(False, "Lower-case the text before training.")
+
+    @property
+    def files(self) -> list:
+        return sorted(f for pattern in (self.input or "").split(",") if pattern.strip()
+                      for f in glob.glob(pattern.strip()))
+
+    def required(self) -> tuple:
+        return ("input", "model_prefix")
+
+    def errors(self) -> list:
+        errors = super().errors()
+        if self.input and not self.files:
+            errors.append(f"--input={self.input} matches no file")
+        if self.vocab_size <= len("<unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>".split()):
+            errors.append(f"--vocab_size={self.vocab_size} leaves no room beyond XLNet's 9 special symbols")
+        if not 0 < self.character_coverage <= 1:
+            errors.append(f"--character_coverage={self.character_coverage} must be in (0, 1]")
+        if self.input_sentence_size <= 0:
+            errors.append(f"--input_sentence_size={self.input_sentence_size} must be positive")
+        return errors
+
+
+def main(s: TrainSpmSettings) -> None:
+    """The command: trains the model on the files of ``--input``."""
     from xlnet_tf.tokenization import train_sentencepiece
 
-    path = train_sentencepiece(files, FLAGS.model_prefix, FLAGS.vocab_size, FLAGS.character_coverage,
-                               FLAGS.input_sentence_size, lower=FLAGS.uncased)
-    logging.info("wrote %s (vocab %d, from %d files)", path, FLAGS.vocab_size, len(files))
+    files = s.files
+    try:
+        path = train_sentencepiece(files, s.model_prefix, s.vocab_size, s.character_coverage,
+                                   s.input_sentence_size, lower=s.uncased)
+    except RuntimeError as e:
+        # SentencePiece's trainer reports a vocabulary the text cannot fill (or one smaller than its characters)
+        # as an INTERNAL RuntimeError with a C++ traceback: the flag to change is ours.
+        message = str(e)
+        if "Vocabulary size" not in message:
+            raise
+        detail = " ".join(message[message.index("Vocabulary size"):].split())
+        raise InputError(f"--vocab_size={s.vocab_size} does not fit the text of --input={s.input}: {detail}") from None
+    logging.info("wrote %s (vocab %d, from %d files)", path, s.vocab_size, len(files))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(TrainSpmSettings, main)

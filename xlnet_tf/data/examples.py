@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 from absl import logging
 
+from xlnet_tf.errors import InputError
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE
 
 # More targets than this fraction of the sequence is legal, but rarely what a user meant: warned about.
@@ -71,8 +72,8 @@ class ExampleSettings:
     def num_predict_new(self) -> int:
         return self.num_predict // 2
 
-    def validate(self) -> None:
-        """Raises ValueError naming the flag for settings that cannot produce examples (instead of hanging)."""
+    def errors(self) -> list:
+        """Why these settings cannot produce examples (instead of hanging), each naming the flag."""
         errors = []
         if self.seq_len < 8:
             errors.append(f"--seq_len={self.seq_len} must be at least 8")
@@ -102,8 +103,13 @@ class ExampleSettings:
             if self.num_predict_new > self.tot_len:
                 errors.append(f"--num_predict={self.num_predict}: the new part gets {self.num_predict_new} "
                               f"targets but holds only seq_len-reuse_len-3={self.tot_len} text tokens")
+        return errors
+
+    def validate(self) -> None:
+        """Raises an InputError (a ValueError) listing ``errors()``; warns about a surprising ``num_predict``."""
+        errors = self.errors()
         if errors:
-            raise ValueError("impossible data settings:\n  " + "\n  ".join(errors))
+            raise InputError("impossible data settings:\n  " + "\n  ".join(errors))
         if self.num_predict > self.seq_len * MAX_TARGET_FRACTION:
             logging.warning("--num_predict=%d makes %.0f%% of the %d tokens prediction targets (the original "
                             "predicts 85 of 512, 17%%): most of the context the targets are predicted from is gone",

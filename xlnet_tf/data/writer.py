@@ -1,6 +1,6 @@
 """Writes XLNet pretraining TFRecords from raw text, as the original ``data_utils.py`` but resumable and parallel.
 
-    python -m xlnet_tf.cli.create_data --input_glob='corpus/*.txt' --sp_path=spiece.model \\
+    python -m xlnet_tf.cli.create_data --input_glob='corpus/*.txt' --spiece_model_file=spiece.model \\
         --save_dir=proc_data --seq_len=512 --reuse_len=256 --bsz_per_host=32 --num_core_per_host=8 \\
         --num_predict=85 --bi_data --num_workers=8
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
+from xlnet_tf.errors import InputError
 from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported by the shard writers
@@ -64,9 +65,9 @@ class WriterConfig:
     batches_per_shard: int = 500
     max_line_bytes: int = 200_000
 
-    def validate(self) -> None:
-        self.settings.validate()
-        errors = []
+    def errors(self) -> list:
+        """Every reason these settings cannot work, each naming the flag."""
+        errors = self.settings.errors()
         if not 0 <= self.task < self.num_task:
             errors.append(f"--task={self.task} must be in [0, --num_task={self.num_task})")
         if self.pass_id < 0:
@@ -78,9 +79,15 @@ class WriterConfig:
         if self.max_line_bytes < 1:
             errors.append(f"--max_line_bytes={self.max_line_bytes} must be >= 1")
         if not self.sp_path or not os.path.exists(self.sp_path):
-            errors.append(f"--sp_path={self.sp_path!r}: SentencePiece model not found")
+            errors.append(f"--spiece_model_file={self.sp_path!r}: SentencePiece model not found")
+        return errors
+
+    def validate(self) -> None:
+        """Raises an InputError listing ``errors()`` (then the example settings' warnings)."""
+        errors = self.errors()
         if errors:
-            raise ValueError("impossible data settings:\n  " + "\n  ".join(errors))
+            raise InputError("impossible data settings:\n  " + "\n  ".join(errors))
+        self.settings.validate()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -250,7 +257,7 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     done = mf._read_json(side)
     diff = [k for k in job.sidecar if done.get(k) != job.sidecar[k]]
     if diff:
-        raise ValueError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
+        raise InputError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
                          f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "
                          "delete the old shards")
     return True
@@ -342,7 +349,7 @@ def run(cfg: WriterConfig) -> dict:
     s = cfg.settings
     files = list_input_files(cfg.input_glob)
     if not files:
-        raise ValueError(f"--input_glob={cfg.input_glob!r} matches no file")
+        raise InputError(f"--input_glob={cfg.input_glob!r} matches no file")
     task_files = files[cfg.task::cfg.num_task]  # interleaved, as the original
     tokenizer = XLNetTokenizer(cfg.sp_path, lower=cfg.uncased)
     params = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, bsz_per_host=s.bsz_per_host,
@@ -397,7 +404,7 @@ def run(cfg: WriterConfig) -> dict:
     total_batches = ex.num_host_batches(rows.shape[1], s)
     if total_batches == 0:
         if cfg.num_task == 1:
-            raise ValueError(_no_records_message(cfg, report))
+            raise InputError(_no_records_message(cfg, report))
         log.warning("task %d: %s", cfg.task, _no_records_message(cfg, report))
     input_sha = hashlib.sha256("".join(t.sha256 for t in tokenized).encode()).hexdigest()
     identity = dict(params=params, seed=cfg.seed, original_span_bug=s.original_span_bug, input_sha256=input_sha,
@@ -447,7 +454,7 @@ def run(cfg: WriterConfig) -> dict:
     mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)
     manifest = mf.merge_parts(cfg.save_dir, cfg.split)
     if manifest["complete"] and manifest["num_records"] == 0:
-        raise ValueError(f"no writer task produced a record; this task's input: {_no_records_message(cfg, report)}")
+        raise InputError(f"no writer task produced a record; this task's input: {_no_records_message(cfg, report)}")
     mf.write_json_atomic(os.path.join(cfg.save_dir, mf.manifest_name(cfg.split)), manifest)
     log.info("task %d done: %d records in %d shards (%.1f s); manifest: %d records, complete=%s", cfg.task,
              sum(x["num_records"] for x in shards), len(shards), time.time() - t0, manifest["num_records"],
@@ -473,68 +480,3 @@ def _remove_stale_temps(cfg: WriterConfig) -> None:
         if name.startswith(prefix) and ".tmp-" in name:
             log.info("removing unfinished %s", name)
             os.remove(os.path.join(d, name))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------------------
-
-def _define_flags():
-    from absl import flags
-
-    flags.DEFINE_string("input_glob", "data/example/*.txt", "Input text files: comma-separated globs.")
-    flags.DEFINE_string("sp_path", "", "SentencePiece model (XLNet special ids).")
-    flags.DEFINE_string("spiece_model_file", None, "Alias of --sp_path.")
-    flags.DEFINE_string("save_dir", "proc_data/example", "Output directory.")
-    flags.DEFINE_integer("seq_len", 512, "Sequence length.")
-    flags.DEFINE_integer("reuse_len", 256, "Leading tokens of a segment that later segments see as memory.")
-    flags.DEFINE_integer("bsz_per_host", 32, "Examples per host batch (one training step of one host).")
-    flags.DEFINE_integer("num_core_per_host", 1, "Replicas (cores/GPUs) per host that split a host batch.")
-    flags.DEFINE_bool("bi_data", True, "Every core also reads its rows backward.")
-    flags.DEFINE_integer("mask_alpha", 6, "Context size per predicted span unit (with mask_beta).")
-    flags.DEFINE_integer("mask_beta", 1, "Predicted tokens per mask_alpha tokens of context.")
-    flags.DEFINE_integer("num_predict", 85, "Prediction targets per example (exact).")
-    flags.DEFINE_bool("uncased", False, "Lower-case the text (must match the SentencePiece model).")
-    flags.DEFINE_bool("use_eod", True, "Insert <eod> at blank lines (document ends).")
-    flags.DEFINE_integer("pass_id", 0, "Pass over the data: passes sample different masks and random B's.")
-    flags.DEFINE_integer("num_task", 1, "Number of tasks (machines) sharing the input files.")
-    flags.DEFINE_integer("task", 0, "This task's id in [0, num_task).")
-    flags.DEFINE_enum("split", "train", ["train", "dev", "test"], "Split name of the written data.")
-    flags.DEFINE_bool("original_span_bug", False, "Count span lengths in pieces, as the released code did by "
-                      "mistake, instead of words as the paper describes.")
-    flags.DEFINE_integer("num_workers", max(1, os.cpu_count() or 1), "Processes for tokenising and writing.")
-    flags.DEFINE_integer("batches_per_shard", 500, "Host batches per output shard.")
-    flags.DEFINE_integer("seed", 0, "Random seed (masks, A/B choice); output is deterministic for a seed.")
-    flags.DEFINE_integer("max_line_bytes", 200_000, "Longer lines are skipped and reported.")
-
-
-def main(argv):
-    from absl import app, flags, logging
-
-    del argv
-    F = flags.FLAGS
-    logging.get_absl_handler().setFormatter(_pylogging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.setLevel(_pylogging.INFO)
-    sp_path = F.spiece_model_file or F.sp_path
-    settings = ex.ExampleSettings(seq_len=F.seq_len, reuse_len=F.reuse_len, bsz_per_host=F.bsz_per_host,
-                                  num_core_per_host=F.num_core_per_host, bi_data=F.bi_data,
-                                  mask_alpha=F.mask_alpha, mask_beta=F.mask_beta, num_predict=F.num_predict,
-                                  original_span_bug=F.original_span_bug)
-    cfg = WriterConfig(input_glob=F.input_glob, sp_path=sp_path, save_dir=F.save_dir, settings=settings,
-                       uncased=F.uncased, use_eod=F.use_eod, pass_id=F.pass_id, task=F.task, num_task=F.num_task,
-                       split=F.split, seed=F.seed, num_workers=F.num_workers,
-                       batches_per_shard=F.batches_per_shard, max_line_bytes=F.max_line_bytes)
-    try:
-        run(cfg)
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
-
-
-if __name__ == "__main__":
-    from absl import app
-
-    # Run the imported module, not __main__, so that worker functions pickle by their importable name.
-    from xlnet_tf.data import writer as _module
-
-    _module._define_flags()
-    app.run(_module.main)

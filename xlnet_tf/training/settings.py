@@ -1,18 +1,20 @@
-"""Typed run settings: what pretraining and fine-tuning share (``RunSettings``) and what each adds.
+"""Typed settings: how a setting is declared, what pretraining and fine-tuning share (``RunSettings``) and what
+each adds.
 
-Field names are the flag names of the entry points, and field defaults are the flags' defaults: the command-line
-layer (``xlnet_tf.cli.flags``) defines the flags from these classes and builds them from the parsed flags. The
-library takes these objects, never the flags. ``validate()`` reports every inconsistency at once as a
-``SettingsError`` (a ``ValueError``) before any work; this module does not import TensorFlow, so an entry point
-checks its settings before TensorFlow loads.
+Field names are the flag names of the command-line tools, field defaults the flags' defaults, and each field
+carries its help text (``setting``): ``xlnet_tf.cli.flags`` defines one flag per field from these classes and
+builds them from the parsed flags. The library takes these objects, never the flags. ``validate()`` reports every
+inconsistency at once as a ``SettingsError`` (an ``xlnet_tf.errors.InputError``) before any work; this module
+does not import TensorFlow, so a tool checks its settings before TensorFlow loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Collection, Mapping, Optional
 
+from xlnet_tf.errors import InputError
 from xlnet_tf.objectives import OBJECTIVES
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
@@ -20,8 +22,46 @@ DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAY_METHODS = ("poly", "cos")
 
 
-class SettingsError(ValueError):
-    """Settings, or inputs they name, that cannot work; the entry points report it as a usage error."""
+class SettingsError(InputError):
+    """Settings, or inputs they name, that cannot work; the tools report it as a usage error."""
+
+
+def setting(default, help: str, *, choices: Optional[Collection] = None, positional: bool = False):  # noqa: A002
+    """A settings field with its flag's help and, for ``choices`` (values, or a registry whose keys are read when
+    the flag is defined), an enum flag. ``positional``: a command-line argument, not a flag (``python -m
+    xlnet_tf.cli.jobs finetune JOB.yaml``). A subclass that only changes a default writes a plain default: the
+    help is the base class's."""
+    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, positional=positional))
+
+
+def setting_of(settings_cls, name: str, default=dataclasses.MISSING):
+    """The field ``name`` of ``settings_cls`` again (its help, choices and, unless given, default), for a settings
+    class that has it without inheriting it: one definition, one default."""
+    field = {f.name: f for f in dataclasses.fields(settings_cls)}[name]
+    return dataclasses.field(default=field.default if default is dataclasses.MISSING else default,
+                             metadata=field.metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class Alias:
+    """An original flag name kept for old command lines (declared in a settings class's ``ORIGINAL_FLAGS``): a
+    flag of ``target``'s type that sets ``target`` when given (``Alias("data_dir", ...)`` for
+    ``--record_info_dir``), or, with ``value``, a boolean switch that sets ``target`` to ``value``
+    (``Alias("strategy", ..., value="tpu")`` for ``--use_tpu``)."""
+
+    target: str
+    help: str
+    value: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Ignored:
+    """An original flag that is accepted and has no effect (declared in ``ORIGINAL_FLAGS``); ``kind`` is its type
+    where ``default`` does not say it (None)."""
+
+    default: Any
+    help: str
+    kind: Optional[type] = None
 
 
 def checkpoint_exists(path: str) -> bool:
@@ -30,54 +70,25 @@ def checkpoint_exists(path: str) -> bool:
 
 
 @dataclasses.dataclass
-class RunSettings:
-    """What every run has: model, machines, precision, optimisation, checkpoints."""
+class Settings:
+    """Base of every tool's settings: ``errors()`` lists every problem (naming the flags), ``validate()`` raises
+    them together as one ``SettingsError``."""
 
-    model_dir: Optional[str] = None
-    model_config_path: Optional[str] = None
-    init_checkpoint: Optional[str] = None
-    spiece_model_file: Optional[str] = None
-    uncased: bool = False
-    strategy: str = "one_device"
-    tpu: Optional[str] = None
-    dtype: str = "float32"
-    seed: int = 0
-    dropout: float = 0.1
-    dropatt: float = 0.1
-    clamp_len: int = -1
-    # Optimisation and checkpoints.
-    train_batch_size: Optional[int] = 8
-    train_steps: Optional[int] = 1000
-    iterations: int = 1000
-    save_steps: Optional[int] = None
-    max_save: int = 5
-    learning_rate: float = 1e-5
-    warmup_steps: int = 0
-    decay_method: str = "poly"
-    min_lr_ratio: float = 0.0
-    weight_decay: float = 0.0
-    adam_epsilon: float = 1e-8
-    clip: float = 1.0
-
-    # Global batch sizes: positive, and divisible by the replicas of the strategy.
-    BATCH_SIZES: ClassVar[tuple] = ("train_batch_size",)
+    # Original flag names the tool keeps accepting: {name: Alias | Ignored}.
+    ORIGINAL_FLAGS: ClassVar[Mapping] = {}
 
     @classmethod
     def from_values(cls, values: Mapping):
         """The settings named in ``values`` (other keys are ignored; missing fields keep their defaults)."""
         return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
-    # -- what subclasses say about themselves --------------------------------------------------------------
     def required(self) -> tuple:
         """Flags that must be set."""
-        return ("model_dir", "model_config_path")
+        return ()
 
     def input_files(self) -> tuple:
         """Flags naming files that must exist when set."""
-        return ("model_config_path", "spiece_model_file")
-
-    def trains(self) -> bool:
-        return True
+        return ()
 
     def errors(self) -> list:
         """Every inconsistency, as messages naming the flags."""
@@ -85,6 +96,66 @@ class RunSettings:
         errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
                    if getattr(self, name) and not os.path.exists(getattr(self, name))]
+        return errors
+
+    def validate(self):
+        """Raises ``SettingsError`` naming every problem; returns the settings."""
+        errors = self.errors()
+        if errors:
+            raise SettingsError("; ".join(errors))
+        return self
+
+
+@dataclasses.dataclass
+class RunSettings(Settings):
+    """What every run has: model, machines, precision, optimisation, checkpoints."""
+
+    model_dir: Optional[str] = setting(None, "Checkpoints, TensorBoard summaries and results; a rerun with the same "
+                                       "--model_dir resumes from its last checkpoint.")
+    model_config_path: Optional[str] = setting(None, "xlnet_config.json of the model shape.")
+    init_checkpoint: Optional[str] = setting(None, "Warm start: the original TF1 release checkpoint "
+                                             "(xlnet_model.ckpt) or a native checkpoint.")
+    spiece_model_file: Optional[str] = setting(None, "SentencePiece model of the model (and data).")
+    uncased: bool = setting(False, "Lower-case text (uncased models; must match the data).")
+    strategy: str = setting("one_device", "tf.distribute strategy.", choices=STRATEGIES)
+    tpu: Optional[str] = setting(None, "TPU name or grpc:// address (with --strategy=tpu).")
+    dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and AMX CPUs, mixed_float16 with "
+                         "dynamic loss scaling on GPU).", choices=DTYPES)
+    seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.")
+    dropout: float = setting(0.1, "Dropout rate.")
+    dropatt: float = setting(0.1, "Attention dropout rate.")
+    clamp_len: int = setting(-1, "Clamp relative distances (-1 = off).")
+    # Optimisation and checkpoints.
+    train_batch_size: Optional[int] = setting(8, "Global training batch size (all replicas; per micro-batch with "
+                                              "--grad_accum_steps; RACE: questions of 4 sequences).")
+    train_steps: Optional[int] = setting(1000, "Total optimizer steps.")
+    iterations: int = setting(1000, "Steps per host loop (one tf.function call; pretraining memory restarts per "
+                              "loop).")
+    save_steps: Optional[int] = setting(None, "Checkpoint every N steps (default: at the end).")
+    max_save: int = setting(5, "Checkpoints kept (0 = all).")
+    learning_rate: float = setting(1e-5, "Peak learning rate.")
+    warmup_steps: int = setting(0, "Linear warmup steps.")
+    decay_method: str = setting("poly", "Decay after warmup.", choices=DECAY_METHODS)
+    min_lr_ratio: float = setting(0.0, "Final learning rate / peak.")
+    weight_decay: float = setting(0.0, "Decoupled weight decay (LayerNorm and biases excluded).")
+    adam_epsilon: float = setting(1e-8, "Adam epsilon.")
+    clip: float = setting(1.0, "Global gradient-norm clip (<= 0: off).")
+
+    # Global batch sizes: positive, and divisible by the replicas of the strategy.
+    BATCH_SIZES: ClassVar[tuple] = ("train_batch_size",)
+
+    # -- what subclasses say about themselves --------------------------------------------------------------
+    def required(self) -> tuple:
+        return ("model_dir", "model_config_path")
+
+    def input_files(self) -> tuple:
+        return ("model_config_path", "spiece_model_file")
+
+    def trains(self) -> bool:
+        return True
+
+    def errors(self) -> list:
+        errors = super().errors()
         for name, allowed in (("strategy", STRATEGIES), ("dtype", DTYPES), ("decay_method", DECAY_METHODS)):
             if getattr(self, name) not in allowed:
                 errors.append(f"--{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
@@ -105,13 +176,6 @@ class RunSettings:
                 errors.append(f"--warmup_steps={self.warmup_steps} must be below --train_steps={self.train_steps}")
         return errors
 
-    def validate(self):
-        """Raises ``SettingsError`` naming every problem; returns the settings."""
-        errors = self.errors()
-        if errors:
-            raise SettingsError("; ".join(errors))
-        return self
-
     # -- derived -----------------------------------------------------------------------------------------
     @property
     def checkpoint_every(self) -> int:
@@ -125,30 +189,49 @@ class RunSettings:
 
 
 @dataclasses.dataclass
-class PretrainSettings(RunSettings):
+class PretrainDataSettings:
+    """The shape of pretraining data, shared by run_pretrain.py (which must match the data it reads, and writes
+    it from ``input_glob`` when ``data_dir`` holds none) and ``python -m xlnet_tf.cli.create_data`` (which writes
+    it): one definition and one default each, so data written with the defaults trains with the defaults. The
+    shape has no default: a run names its model's."""
+
+    input_glob: Optional[str] = setting(None, "Text files (comma-separated globs; one sentence per line, a blank "
+                                        "line between documents) to write the pretraining data from; "
+                                        "run_pretrain.py writes them only if --data_dir holds no data yet.")
+    num_core_per_host: Optional[int] = setting(None, "Replicas (cores/GPUs) per host that split a host batch: "
+                                               "the data is laid out for them (default: run_pretrain.py: the "
+                                               "strategy's replicas; create_data: 1).")
+    seq_len: Optional[int] = setting(None, "Sequence length.")
+    reuse_len: Optional[int] = setting(None, "Leading tokens of a sequence cached as memory for the next step.")
+    num_predict: Optional[int] = setting(None, "Predicted tokens per sequence (exact).")
+    bi_data: bool = setting(False, "Bidirectional data: every core also reads its rows backward (half of each "
+                            "batch; data and training must agree).")
+    mask_alpha: int = setting(6, "Span masking: context tokens per predicted span unit (with --mask_beta).")
+    mask_beta: int = setting(1, "Span masking: predicted tokens per --mask_alpha tokens of context.")
+
+
+@dataclasses.dataclass
+class PretrainSettings(RunSettings, PretrainDataSettings):
     """run_pretrain.py: a pretraining objective (XLNet's permutation LM by default) on the TFRecords in
     ``data_dir``."""
 
-    objective: str = "plm"
-    data_dir: Optional[str] = None
-    input_glob: Optional[str] = None
-    num_core_per_host: Optional[int] = None
-    seq_len: Optional[int] = None
-    reuse_len: Optional[int] = None
-    mem_len: int = 0
-    perm_size: Optional[int] = None
-    num_predict: Optional[int] = None
-    bi_data: bool = False
-    mask_alpha: int = 6
-    mask_beta: int = 1
-    same_length: bool = False
-    grad_accum_steps: int = 1
-    jit_compile: bool = False
+    objective: str = setting("plm", "Pretraining objective: plm (XLNet's permutation LM), pmlm (UniLMv2's "
+                             "pseudo-masked LM) or mpnet (MPNet); every one trains the same network (see "
+                             "docs/objectives.md).", choices=OBJECTIVES)
+    data_dir: Optional[str] = setting(None, "Directory of pretraining data (written by python -m "
+                                      "xlnet_tf.cli.create_data, or from --input_glob).")
+    mem_len: int = setting(0, "Transformer-XL memory length (0 = none).")
+    perm_size: Optional[int] = setting(None, "Local permutation block size (default: reuse_len).")
+    same_length: bool = setting(False, "Same attention length for every position ('uni' only).")
+    grad_accum_steps: int = setting(1, "Micro-batches per optimizer step (train_batch_size is per micro-batch).")
+    jit_compile: bool = setting(False, "Compile the training step with XLA.")
     # Defaults of run_pretrain.py where they differ: the shape flags have none (a run names its model).
     train_batch_size: Optional[int] = None
     train_steps: Optional[int] = None
     learning_rate: float = 1e-4
     min_lr_ratio: float = 0.001
+
+    ORIGINAL_FLAGS: ClassVar[Mapping] = {"record_info_dir": Alias("data_dir", "Original name of --data_dir.")}
 
     def required(self) -> tuple:
         return super().required() + ("data_dir", "train_batch_size", "seq_len", "reuse_len", "num_predict",
@@ -178,19 +261,26 @@ class PretrainSettings(RunSettings):
 class FinetuneSettings(RunSettings):
     """What run_classifier.py and run_squad.py share: the stages to run, cached features, outputs."""
 
-    output_dir: Optional[str] = None
-    overwrite_data: bool = False
-    predict_dir: Optional[str] = None
-    export_dir: Optional[str] = None
-    max_seq_length: int = 128
-    shuffle_buffer: int = 2048
-    do_train: bool = False
-    do_eval: bool = False
-    do_predict: bool = False
-    predict_ckpt: Optional[str] = None
-    lr_layer_decay_rate: float = 1.0
-    predict_batch_size: int = 128
+    output_dir: Optional[str] = setting(None, "Cached encoded features (default: in --model_dir).")
+    overwrite_data: bool = setting(False, "Re-encode the data even if cached features exist.")
+    predict_dir: Optional[str] = setting(None, "Prediction files (default: <model_dir>/predict).")
+    export_dir: Optional[str] = setting(None, "Write a TF Serving SavedModel of the fine-tuned model here.")
+    max_seq_length: int = setting(128, "Sequence length (tokens, incl. <sep>/<cls>).")
+    shuffle_buffer: int = setting(2048, "Training shuffle buffer.")
+    do_train: bool = setting(False, "Fine-tune.")
+    do_eval: bool = setting(False, "Evaluate (the task's official metrics), logged, written to the model "
+                            "directory and to TensorBoard.")
+    do_predict: bool = setting(False, "Write predictions.")
+    predict_ckpt: Optional[str] = setting(None, "Checkpoint for eval/predict/export (default: the latest in "
+                                          "--model_dir).")
+    lr_layer_decay_rate: float = setting(1.0, "Layer-wise learning rates: layer l of L trains at lr * "
+                                         "rate^(L-1-l), the embeddings at lr * rate^L, the heads at lr.")
+    predict_batch_size: int = setting(128, "Global prediction batch size.")
 
+    ORIGINAL_FLAGS: ClassVar[Mapping] = {
+        "use_tpu": Alias("strategy", "Original flag: same as --strategy=tpu.", value="tpu"),
+        "use_bfloat16": Alias("dtype", "Original flag: same as --dtype=mixed_bfloat16.", value="mixed_bfloat16"),
+    }
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "predict_batch_size")
     STAGES: ClassVar[tuple] = ("do_train", "do_eval", "do_predict", "export_dir")
 

@@ -1,0 +1,13 @@
+"""The error the library raises for what a user caused (no TensorFlow, no dependencies: every layer imports it).
+
+``InputError`` (a ``ValueError``) means: an input the user gave cannot be used — a flag value, settings that
+contradict each other, a missing or malformed file, an unreadable checkpoint, a job file. Its message names the
+input (the flag, the file, file:line) and says what is wrong, so the command-line tools print it as one line
+instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
+(``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file). Anything else
+that escapes a tool is a bug and keeps its traceback.
+"""
+
+
+class InputError(ValueError):
+    """An input a user gave (flag, file, checkpoint) cannot be used; the message names it."""
