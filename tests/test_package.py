@@ -44,3 +44,23 @@ def test_no_import_cycles():
 
     cycles = sorted(name for name in graph if reaches(name, name, set()))
     assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_module_names_say_what_a_module_is():
+    """No two modules of the package share a base name (``export.py`` next to ``finetune/export.py`` was one)."""
+    seen = {}
+    for path in ROOT.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: where for name, where in seen.items() if len(where) > 1}
+
+
+def test_no_private_keras_modules():
+    """The package uses Keras 3's public API: no ``keras.src`` import (its layout changes between minor versions)."""
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("keras.src")]
+    assert not offenders
