@@ -14,7 +14,8 @@ run_race.py defaults apply to flags not set explicitly). Batch sizes are global 
 """
 
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import SUMMARY_TYPES, ClassifierSettings
+from xlnet_tf.config import SUMMARY_TYPES
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
 
 define = cli.define_finetune_flags(ClassifierSettings)
 define.string("task_name", "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, rte, wnli, imdb, "

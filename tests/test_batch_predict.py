@@ -16,7 +16,7 @@ import tensorflow as tf
 from classifier_helpers import REPO, SPIECE, make_flags
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
-from xlnet_tf.finetuning import runner
+from xlnet_tf.finetuning import runner, serving as exporter
 
 SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
                                                   encoding="utf-8").read().splitlines()[1:]]
@@ -167,9 +167,6 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
 
 def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
     """``python -m xlnet_tf.cli.export``'s layout: ``serving_default`` takes the sentences (tokenized in the graph)."""
-    from xlnet_tf.finetuning import serving as exporter
-    if not hasattr(exporter, "export_serving"):
-        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetuning.serving.export_serving)")
     settings, _, model, bundle = fine_tuned
     exporter.export_serving(model, str(tmp_path / "export"), runner.serving_info(settings, bundle, 5), SPIECE)
     pattern = write_shards(tmp_path / "in", shards=1, rows=24)
@@ -243,10 +240,7 @@ def test_squad_questions_from_the_raw_text_export(tmp_path):
     """A SQuAD export's serving_default (question, context -> answer): a SQuAD file's questions are streamed with
     their ids, and each answer is the export's own for that question."""
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetuning import serving as exporter
     from xlnet_tf.models.heads import XLNetSquad
-    if not hasattr(exporter, "export_serving"):
-        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetuning.serving.export_serving)")
     config = XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0,
                          dropatt=0.0)
     model = XLNetSquad(config, start_n_top=3, end_n_top=2)

@@ -12,9 +12,7 @@ import numpy as np
 from absl import logging
 
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
-
-SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4  # the original's SEG_ID_*; 3 (SEP) is unused
+from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
 
 
 def pack_sequence(tokens_a: list[int], tokens_b: Optional[list[int]], max_seq_length: int):

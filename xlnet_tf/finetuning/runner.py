@@ -100,7 +100,7 @@ def evaluate_outputs(bundle: TaskBundle, outputs: dict) -> dict:
         result = task_metrics.multiple_choice_metrics(logits, labels, outputs["level"], race_data.LEVELS)
     else:
         result = task_metrics.classification_metrics(logits, labels, bundle.metric_names)
-    result["loss"] = task_metrics.cross_entropy(logits, labels.astype(np.int64))
+    result["loss"] = task_metrics.mean_softmax_cross_entropy(logits, labels.astype(np.int64))
     return result
 
 

@@ -8,10 +8,9 @@ import dataclasses
 import os
 from typing import ClassVar, Optional
 
+from xlnet_tf.config import SUMMARY_TYPES
 from xlnet_tf.tasks import classifier_data
 from xlnet_tf.training.settings import FinetuneSettings
-
-SUMMARY_TYPES = ("last", "first", "mean")
 
 
 @dataclasses.dataclass

@@ -36,8 +36,6 @@ from absl import logging
 from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 from xlnet_tf.training.settings import SettingsError
-
-SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
 UNIQUE_ID_BASE = 1_000_000_000
 CACHE_VERSION = 1
 
