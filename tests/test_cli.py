@@ -10,7 +10,8 @@ from absl import flags
 
 from classifier_helpers import REPO
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
 
@@ -58,7 +59,7 @@ def test_settings_from_flags_needs_a_flag_for_every_field():
 
 
 @pytest.mark.parametrize("script,settings_cls", [("run_pretrain", "xlnet_tf.training.settings.PretrainSettings"),
-                                                 ("run_squad", "xlnet_tf.finetuning.task_settings.SquadSettings"),
+                                                 ("run_squad", "xlnet_tf.tasks.squad.SquadSettings"),
                                                  ("run_classifier", "xlnet_tf.finetuning.task_settings.ClassifierSettings")])
 def test_every_setting_has_a_flag_and_aliases_apply(script, settings_cls):
     """Each entry point defines a flag for every field of its settings, without importing TensorFlow;

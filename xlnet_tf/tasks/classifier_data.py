@@ -24,8 +24,6 @@ from absl import logging
 
 from xlnet_tf.finetuning import records
 
-SPLITS = ("train", "dev", "test")
-
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
