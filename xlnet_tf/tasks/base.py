@@ -12,7 +12,7 @@
   ``outputs_from_text``, ``preprocessor_kwargs`` (``XLNetPreprocessor`` arguments), ``serves_inputs`` (recognising
   an export that records no kind);
 * batch prediction (``xlnet_tf.batch.prediction``; ``meta`` is the export's ``metadata.json``):
-  ``batch_text_inputs`` (where a row's one or two texts go), ``input_formats``/``input_format_of`` (file formats
+  ``batch_prediction`` (False: not for its exports), ``batch_text_inputs`` (where a row's one or two texts go), ``input_formats``/``input_format_of`` (file formats
   of its own, e.g. SQuAD files), ``encode_ids`` (rows for a token-id signature), ``batch_outputs``,
   ``batch_row`` (the output line), ``batch_identity`` (recorded in the summary: labels, regression).
 
