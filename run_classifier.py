@@ -10,15 +10,22 @@
 
 Flags keep the original run_classifier.py / run_race.py names and defaults (with --task_name=race the
 run_race.py defaults apply to flags not set explicitly). Batch sizes are global (all replicas).
+``--task_module`` (a dotted module name or a .py file) loads task families of your own (``xlnet_tf.tasks``);
+their tasks are then ``--task_name`` values like the built-in ones.
 ``--config_file`` (YAML of flag values) is applied first; flags on the command line override it.
 """
 
+from xlnet_tf import tasks
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import SUMMARY_TYPES, ClassifierSettings
+from xlnet_tf.config import SUMMARY_TYPES
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
 
 define = cli.define_finetune_flags(ClassifierSettings)
-define.string("task_name", "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, rte, wnli, imdb, "
-              "yelp2, yelp5 or race.")
+TASKS = [name for family in tasks.families() if family.settings_class is ClassifierSettings
+         for name in family.task_names()]
+define.string("task_name", f"{', '.join(TASKS)}, or a task of a --task_module.")
+define.string("task_module", "Task families of your own: a module (dotted name, or the path of a .py file) that "
+              "registers them (xlnet_tf.tasks.register).")
 define.string("data_dir", "Task data in its official layout.")
 define.string("eval_split", "dev or test.")
 define.integer("eval_batch_size", "Global eval batch size.")
@@ -33,7 +40,7 @@ define.enum("summary_type", SUMMARY_TYPES, "How a sequence is summarised.")
 define.boolean("use_summ_proj", "tanh projection of the summary (as pretrained XLNet heads).")
 define.string("cls_scope", "Classifier head scope (default: the task name).")
 define.boolean("is_regression", "Regression task (implied by --task_name=sts-b).")
-# RACE.
+# RACE (the multiple_choice family).
 define.integer("max_qa_length", "RACE: question+option tokens kept (from the end).")
 define.boolean("high_only", "RACE: high-school passages only.")
 define.boolean("middle_only", "RACE: middle-school passages only.")
@@ -42,10 +49,17 @@ define.integer("num_hosts", "Original flag, unused (hosts come from the strategy
 define.integer("num_core_per_host", "Original flag, unused (replicas come from --strategy).", default=None)
 define.float("predict_threshold", "Original flag, unused.", default=0)
 
-# run_race.py's defaults where they differ from run_classifier.py's.
-RACE_DEFAULTS = dict(max_seq_length=512, train_steps=12000, learning_rate=2e-5, adam_epsilon=1e-6,
-                     eval_batch_size=32)
+
+def task_defaults(flags) -> dict:
+    """The flag defaults of --task_name's family (e.g. run_race.py's for race); none for an unknown task, which
+    the settings check reports."""
+    try:
+        tasks.load_module(flags.task_module)
+        family = tasks.for_task(flags.task_name)
+    except ValueError:
+        return {}
+    return family.flag_defaults(family.canonical_task(flags.task_name))
+
 
 if __name__ == "__main__":
-    cli.run(ClassifierSettings, "xlnet_tf.finetuning.runner:run",
-            defaults_for=lambda flags: RACE_DEFAULTS if (flags.task_name or "").lower() == "race" else {})
+    cli.run(ClassifierSettings, "xlnet_tf.finetuning.runner:run", defaults_for=task_defaults)

@@ -20,7 +20,7 @@ official SQuAD v2 metrics (EM, F1, HasAns/NoAns, best no-answer threshold), logg
 """
 
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import SquadSettings
+from xlnet_tf.tasks.squad import SquadSettings
 
 define = cli.define_finetune_flags(SquadSettings)
 # Preprocessing.
@@ -46,4 +46,4 @@ define.float("init_range", "Unused ('uniform' init is not supported).", default=
 define.boolean("init_global_vars", "Unused (kept for command-line compatibility).", default=False)
 
 if __name__ == "__main__":
-    cli.run(SquadSettings, "xlnet_tf.finetuning.squad_runner:run")
+    cli.run(SquadSettings, "xlnet_tf.finetuning.runner:run")

@@ -18,6 +18,7 @@ Memory: ``python -m xlnet_tf.cli.predict`` in a child process per input size, it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import filecmp
 import json
 import os
@@ -58,7 +59,7 @@ def build(config_path: str, work: str, max_seq_length: int):
     tokenizer, checkpoint)."""
     import tensorflow as tf
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetuning import serving as export, runner
+    from xlnet_tf.finetuning import serving as export
     from xlnet_tf.finetuning.task_settings import ClassifierSettings
 
     config = json.load(open(config_path))
@@ -71,16 +72,13 @@ def build(config_path: str, work: str, max_seq_length: int):
     s = ClassifierSettings(task_name="sst-2", model_config_path=shape_path, spiece_model_file=SPIECE,
                            model_dir=os.path.join(work, "model"), max_seq_length=max_seq_length, do_predict=True,
                            dropout=0.0, dropatt=0.0)
-    tokenizer = runner.XLNetTokenizer(SPIECE)
-    bundle = runner._make_task(s, tokenizer, runner.load_model_config(s, tokenizer.vocab_size))
+    bundle = s.family().task(s)
+    tokenizer = bundle.tokenizer
     model = bundle.build_model()
-    model({k: v[None] for k, v in bundle.dummy.items()}, training=False)
+    model({k: v[None] for k, v in bundle.dummy_features.items()}, training=False)
     checkpoint = tf.train.Checkpoint(model=model).save(os.path.join(s.model_dir, "model"))
     shutil.rmtree(os.path.join(work, "export"), ignore_errors=True)
-    if hasattr(export, "export_serving"):  # versioned: raw-text serving_default + serve_ids
-        export.export_serving(model, os.path.join(work, "export"), runner.serving_info(s, bundle, 1), SPIECE)
-    else:  # the older flat export: ids serving_default
-        export.export_saved_model(model, os.path.join(work, "export", "1"), "classification", bundle.labels, SPIECE)
+    export.export_serving(model, os.path.join(work, "export"), bundle.serving_info(1), SPIECE)
     return model, s, bundle, tokenizer, checkpoint
 
 
@@ -92,7 +90,8 @@ def throughput(args) -> None:
     warm = write_shards(os.path.join(work, "warm"), args.batch_size, 1)
     data = write_shards(os.path.join(work, "rows"), args.rows, 2)
     predictors = {"checkpoint (Keras, fast kernels)": bp.KerasPredictor(
-        model, tokenizer, args.seq, bundle.labels, False, identity=dict(checkpoint=checkpoint))}
+        model, bundle.family, dataclasses.asdict(bundle.serving_info(1)), tokenizer, args.seq,
+        identity=dict(checkpoint=checkpoint))}
     export = os.path.join(work, "model_base", "export")
     text = bp.SavedModelPredictor(export, "auto")  # the exported length is the run's (args.seq)
     if text.takes_text:

@@ -16,7 +16,7 @@ import tensorflow as tf
 from classifier_helpers import REPO, SPIECE, make_flags
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
-from xlnet_tf.finetuning import runner
+from xlnet_tf.finetuning import runner, serving as exporter
 
 SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
                                                   encoding="utf-8").read().splitlines()[1:]]
@@ -63,12 +63,11 @@ def save_ids_export(model, export_dir, labels):
 
 
 def build_model(settings):
-    """The SST-2 classifier of ``settings`` (random weights), built; and its task bundle."""
-    tokenizer = runner.XLNetTokenizer(SPIECE)
-    bundle = runner._make_task(settings, tokenizer, runner.load_model_config(settings, tokenizer.vocab_size))
-    model = bundle.build_model()
-    model({k: v[None] for k, v in bundle.dummy.items()}, training=False)
-    return model, bundle
+    """The SST-2 classifier of ``settings`` (random weights), built; and its task (``xlnet_tf.tasks``)."""
+    task = settings.family().task(settings)
+    model = task.build_model()
+    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+    return model, task
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +166,8 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
 
 def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
     """``python -m xlnet_tf.cli.export``'s layout: ``serving_default`` takes the sentences (tokenized in the graph)."""
-    from xlnet_tf.finetuning import serving as exporter
-    if not hasattr(exporter, "export_serving"):
-        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetuning.serving.export_serving)")
     settings, _, model, bundle = fine_tuned
-    exporter.export_serving(model, str(tmp_path / "export"), runner.serving_info(settings, bundle, 5), SPIECE)
+    exporter.export_serving(model, str(tmp_path / "export"), bundle.serving_info(5), SPIECE)
     pattern = write_shards(tmp_path / "in", shards=1, rows=24)
     text = bp.SavedModelPredictor(str(tmp_path / "export"))
     ids = bp.SavedModelPredictor(str(tmp_path / "export"), signature="serve_ids")
@@ -243,10 +239,7 @@ def test_squad_questions_from_the_raw_text_export(tmp_path):
     """A SQuAD export's serving_default (question, context -> answer): a SQuAD file's questions are streamed with
     their ids, and each answer is the export's own for that question."""
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.finetuning import serving as exporter
     from xlnet_tf.models.heads import XLNetSquad
-    if not hasattr(exporter, "export_serving"):
-        pytest.skip("needs the versioned raw-text export (xlnet_tf.finetuning.serving.export_serving)")
     config = XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0,
                          dropatt=0.0)
     model = XLNetSquad(config, start_n_top=3, end_n_top=2)
@@ -254,7 +247,7 @@ def test_squad_questions_from_the_raw_text_export(tmp_path):
         max_query_length=16, doc_stride=16, max_answer_length=8, start_n_top=3, end_n_top=2, n_best_size=5))
     exporter.export_serving(model, str(tmp_path / "export"), info, SPIECE)
     predictor = bp.SavedModelPredictor(str(tmp_path / "export"))
-    assert (predictor.squad, predictor.pair, predictor.takes_text) == (True, True, True)
+    assert (predictor.family.name, predictor.pair, predictor.takes_text) == ("squad", True, True)
     squad_file = os.path.join(REPO, "tests", "fixtures", "squad", "dev-v2.0.json")
     summary = bp.predict_shards(predictor, squad_file, str(tmp_path / "out"), bp.Fields.parse("question,context"),
                                 batch_size=4)

@@ -22,7 +22,8 @@ from xlnet_tf.cli.export import ExportSettings
 from xlnet_tf.cli.jobs import JobsSettings
 from xlnet_tf.cli.predict import PredictSettings
 from xlnet_tf.cli.train_spm import TrainSpmSettings
-from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
 
 TOOL_SETTINGS = [PretrainSettings, ExportSettings, PredictSettings, JobsSettings, CreateDataSettings,

@@ -59,8 +59,8 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
 def squad_run(tmp_path_factory):
     """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
     dev file and --export_dir, as a user runs them."""
-    from xlnet_tf.finetuning import squad_runner
-    from xlnet_tf.finetuning.task_settings import SquadSettings
+    from xlnet_tf.finetuning import runner
+    from xlnet_tf.tasks.squad import SquadSettings
 
     tmp = tmp_path_factory.mktemp("squad_export")
     settings = SquadSettings(
@@ -70,7 +70,7 @@ def squad_run(tmp_path_factory):
         predict_file=os.path.join(FIXTURES, "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64,
         max_query_length=16, doc_stride=24, max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2,
         learning_rate=1e-3, predict_batch_size=16, dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
-    squad_runner.run(settings)
+    runner.run(settings)
     dev = squad_data.read_squad_file(settings.predict_file, False)
     read = {}
     for name in ("predictions.json", "null_odds.json"):

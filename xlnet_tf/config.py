@@ -20,6 +20,9 @@ CHECKPOINT_KEYS = ("d_head", "d_inner", "d_model", "ff_activation", "n_head", "n
 # Run-time knobs (the original RunConfig): free to change for the same weights.
 RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "attn_type", "dropout",
                 "dropatt", "initializer_range")
+# How a fine-tuning head summarises a sequence (models.heads.SequenceSummary; --summary_type). Here, not in
+# heads.py, so that settings validation has it without importing TensorFlow.
+SUMMARY_TYPES = ("last", "first", "mean")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,10 +25,9 @@ import unicodedata
 import keras
 import tensorflow as tf
 
-from xlnet_tf.finetuning.records import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
-from xlnet_tf.tasks.squad_data import SEG_ID_CLS as SQUAD_SEG_CLS, SEG_ID_P as SQUAD_SEG_P, \
-    SEG_ID_PAD as SQUAD_SEG_PAD, SEG_ID_Q as SQUAD_SEG_Q
-from xlnet_tf.tokenization import CLS_ID, SEP_ID, SPECIAL_SYMBOLS, SPIECE_UNDERLINE
+from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, SPECIAL_SYMBOLS, \
+    SPIECE_UNDERLINE, SQUAD_SEG_ID_CLS as SQUAD_SEG_CLS, SQUAD_SEG_ID_P as SQUAD_SEG_P, \
+    SQUAD_SEG_ID_PAD as SQUAD_SEG_PAD, SQUAD_SEG_ID_Q as SQUAD_SEG_Q
 
 
 def _char_class(predicate) -> str:

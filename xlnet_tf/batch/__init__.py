@@ -3,6 +3,14 @@
 TensorFlow loads; ``prediction`` imports them from here."""
 
 SUMMARY_FILE = "predict_summary.json"
-FORMATS = ("auto", "tsv", "jsonl", "squad")
+
+def _formats() -> tuple:
+    from xlnet_tf import tasks  # TensorFlow-free: the registry and the families' modules import it lazily
+
+    # The two generic formats and those of the task families (e.g. SQuAD files).
+    return ("auto", "tsv", "jsonl") + tuple(name for family in tasks.families() for name in family.input_formats())
+
+
+FORMATS = _formats()
 SIGNATURES = ("auto", "serving_default", "serve_ids")
 DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length

@@ -15,6 +15,9 @@ The job file::
         seeds: [1, 2, 3]             # optional: one run per seed, named rte.seed1 ... (else the --seed flag)
         metric: accuracy             # optional: the metric of the table (default: the task's main one)
 
+Runs of a task family of your own name its module like any flag (``task_module: my_tasks.py`` under defaults or
+in a run entry; run_classifier.py loads it).
+
 Each run is a subprocess (``python run_classifier.py --config_file=<model_dir>/job_flags.yaml``, output in
 ``<model_dir>/job.log``): a crash or an out-of-memory kill ends that run only, and no TensorFlow state carries
 over. A run is *done* once its process exits 0 (``<model_dir>/job_done.json``); a rerun of the job skips done
@@ -49,8 +52,9 @@ from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 JOB_KEYS = ("output_dir", "defaults", "runs", "script")
 RUN_KEYS = ("name", "seeds", "metric")  # the job's own keys in a run entry; every other key is a flag
 FLAGS_FILE, LOG_FILE, DONE_FILE = "job_flags.yaml", "job.log", "job_done.json"
-MAIN_METRICS = ("mcc", "pearson", "accuracy")  # the task's main metric: the first one its results have
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The task's main metric: what its report names (main_metric); in reports that name none, the first of these.
+MAIN_METRICS = ("mcc", "pearson", "accuracy")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 
 class JobError(InputError):
@@ -228,7 +232,7 @@ def read_result(run: Run) -> dict:
         metrics = report["best_metrics"]
         found = re.search(r"-(\d+)$", report.get("best_checkpoint", ""))
         step = int(found.group(1)) if found else step
-    metric = run.metric or next((m for m in MAIN_METRICS if m in metrics), None)
+    metric = run.metric or report.get("main_metric") or next((m for m in MAIN_METRICS if m in metrics), None)
     if metric not in metrics:
         return dict(task=report.get("task"), metric=metric, value=None, best_step=step,
                     note=f"no metric {metric!r} in {path} (it has: {', '.join(metrics)})")

@@ -12,6 +12,7 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   input order (``{"line": 7, "id": ..., "prediction": "1", "probabilities": [0.1, 0.9]}``; regression:
   ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
+  What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch_row``).
 * **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
   written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
   other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).
@@ -24,7 +25,9 @@ sends the raw strings (``sentence``, ``sentence2``) to ``serving_default`` if it
 here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_model_file``; the fine-tuning run's
 ``max_seq_length`` from its ``metadata.json``) for ``serve_ids``, or for a ``serving_default`` that takes ids
 (``input_ids``, ``segment_ids``, ``padding_mask``). A SQuAD export's raw-text ``serving_default`` (``question``,
-``context``) answers SQuAD files' questions (``--text_fields=question,context``; docs/batch.md).
+``context``) answers SQuAD files' questions (``--text_fields=question,context``; docs/batch.md). The task family
+of an export is the one of the ``kind`` its ``metadata.json`` records (``--task_module`` loads a family of your
+own); an export that records none is recognised by its signature's inputs.
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ from absl import logging
 # Defined in the package (no TensorFlow there) so the command line checks flags before TensorFlow loads.
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE  # noqa: F401
 from xlnet_tf.errors import InputError
+from xlnet_tf import tasks
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
+from xlnet_tf.tasks.base import MetadataInfo, Row
 
 OUTPUT_SUFFIX = ".predictions.jsonl"
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
-SQUAD_INPUTS = ("question", "context")  # the raw-text serving_default of a SQuAD export
 
 
 # --- inputs ------------------------------------------------------------------------------------------------------
@@ -85,31 +89,25 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
     return files
 
 
-def shard_format(path: str, input_format: str = "auto", squad: bool = False) -> str:
-    """The format of a shard: ``input_format``, or by its name (a ``*.json`` file is a SQuAD file for a SQuAD
-    model, JSON Lines otherwise)."""
+def _family_formats() -> dict:
+    """Input formats of the registered task families: name -> reader(path) of ``Row``s."""
+    return {name: reader for family in tasks.families() for name, reader in family.input_formats().items()}
+
+
+def shard_format(path: str, input_format: str = "auto", family=None) -> str:
+    """The format of a shard: ``input_format``, or by its name (a format of the model's task ``family``, e.g. a
+    ``*.json`` file is a SQuAD file for a SQuAD model; else TSV or JSON Lines)."""
     if input_format != "auto":
         return input_format
     if path.endswith(".tsv"):
         return "tsv"
-    if path.endswith(".json") and squad:
-        return "squad"
+    own = family.input_format_of(path) if family is not None else None
+    if own:
+        return own
     if path.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     raise InputError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, SQuAD files *.json, "
                      "or set --input_format)")
-
-
-@dataclasses.dataclass
-class Row:
-    """One input line: a usable row (``text_a`` set) or a skipped one (``problem`` set). ``end`` is the byte offset
-    after the line (progress)."""
-    line: int
-    end: int
-    text_a: str = ""
-    text_b: str = ""
-    id: str = ""
-    problem: str = ""
 
 
 def check_header(path: str, fmt: str, fields: Fields) -> None:
@@ -121,40 +119,13 @@ def check_header(path: str, fmt: str, fields: Fields) -> None:
         break
 
 
-def read_squad_rows(path: str) -> Iterator[Row]:
-    """The questions of a SQuAD file (``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question"}]}]}]}``),
-    as rows: ``text_a`` the question, ``text_b`` its context, ``id`` the question's id, ``line`` its position in the
-    file (1-based). The file is one JSON document, so it is read whole (SQuAD 2.0 dev: 4 MB); its questions are
-    streamed. Progress (``end``) is the share of the questions, in bytes of the file."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        raw = f.read()
-    try:
-        data = json.loads(raw)["data"]
-        paragraphs = [p for article in data for p in article["paragraphs"]]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
-    except (KeyError, TypeError) as e:
-        raise InputError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
-    total = sum(len(p.get("qas", [])) for p in paragraphs) or 1
-    k = 0
-    for paragraph in paragraphs:
-        for qa in paragraph.get("qas", []):
-            k += 1
-            end = len(raw) * k // total
-            question, context = qa.get("question"), paragraph.get("context")
-            if not isinstance(question, str) or not isinstance(context, str):
-                yield Row(k, end, problem="question or context is not a string")
-            elif not question.strip() or not context.strip():
-                yield Row(k, end, problem="empty question or context")
-            else:
-                yield Row(k, end, question, context, str(qa.get("id", k)))
-
-
 def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
     """Streams the rows of one shard, line by line (1-based line numbers; TSV line 1 is the header). Blank lines
-    are ignored. A TSV header without a named field is an error naming the file. SQuAD files: ``read_squad_rows``."""
-    if fmt == "squad":
-        yield from read_squad_rows(path)
+    are ignored. A TSV header without a named field is an error naming the file. A task family's own format (e.g.
+    SQuAD files): its reader, whose rows carry their ids."""
+    readers = _family_formats()
+    if fmt in readers:
+        yield from readers[fmt](path)
         return
     wanted = [n for n in (fields.text_a, fields.text_b, fields.id) if n]
     columns = None
@@ -208,18 +179,23 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
 # --- models --------------------------------------------------------------------------------------------------------
 
 class Predictor(abc.ABC):
-    """What the engine needs of a model. ``takes_text``: batches carry the raw strings (``text_a``, ``text_b``
-    [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32 [B, L]);
-    ``__call__(batch)`` returns ``probabilities`` [B, C] (classification) or ``score`` [B] (regression) as numpy.
-    ``identity`` names the model and settings (a resumed job must use the same)."""
+    """What the engine needs of a model. ``family``: its task family (``xlnet_tf.tasks``), which formats the rows;
+    ``meta``: what the export records for clients (``metadata.json``). ``takes_text``: batches carry the raw strings
+    (``text_a``, ``text_b`` [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask``
+    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch_outputs`` (numpy). ``identity`` names the
+    model and settings, ``described`` what it predicts (the family's ``batch_identity``; a resumed job must use
+    the same)."""
+    family = None
+    meta: dict = {}
     takes_text: bool = False
-    squad: bool = False  # a SQuAD model: question + context in, ``text``/``start_char``/``end_char``/``null_odds`` out
     pair: Optional[bool] = None  # the model reads sentence pairs (None: unknown)
     tokenizer = None
     max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
-    labels: Optional[list] = None
-    regression: bool = False
     identity: dict = {}
+    described: dict = {}
+
+    def _describe(self, output_names) -> None:
+        self.described = self.family.batch_identity(self.meta, output_names)
 
     @abc.abstractmethod
     def __call__(self, batch: dict) -> dict:
@@ -227,26 +203,25 @@ class Predictor(abc.ABC):
 
 
 class KerasPredictor(Predictor):
-    """A restored ``XLNetClassifier`` (the checkpoint path; the fast kernels apply). Runs on the default device."""
+    """A restored task model (the checkpoint path; the fast kernels apply) of ``family``, fed token ids; ``meta``:
+    the ``ServingInfo`` (as a dict) an export of it would record. Runs on the default device."""
 
-    def __init__(self, model, tokenizer, max_seq_length: int, labels: Optional[list], regression: bool,
-                 identity: dict, pair: Optional[bool] = None):
-        self.tokenizer, self.max_seq_length, self.labels = tokenizer, max_seq_length, labels
-        self.regression, self.identity, self.pair = regression, identity, pair
-        spec = tf.TensorSpec([None, max_seq_length], tf.int32)
+    def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict):
+        self.family, self.meta, self.tokenizer, self.max_seq_length = family, meta, tokenizer, max_seq_length
+        self.identity, self.pair = identity, meta.get("pair")
+        info = MetadataInfo(meta)
+        spec = family.ids_spec(info)
+        names = list(spec)
 
-        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, max_seq_length], tf.float32)])
-        def forward(input_ids, segment_ids, padding_mask):
-            logits = model({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
-                           training=False)["logits"]
-            logits = tf.cast(logits, tf.float32)
-            return {"score": logits[:, 0]} if regression else {"probabilities": tf.nn.softmax(logits, axis=-1)}
+        @tf.function(input_signature=[tf.TensorSpec([None, max_seq_length], s.dtype) for s in spec.values()])
+        def forward(*features):
+            return family.outputs_from_ids(model, dict(zip(names, features)), info)
 
-        self._forward = forward
+        self._forward, self._names = forward, names
+        self._describe(())
 
     def __call__(self, batch):
-        out = self._forward(batch["input_ids"], batch["segment_ids"], batch["padding_mask"])
-        return {k: v.numpy() for k, v in out.items()}
+        return self.family.batch_outputs(self._forward(*[batch[k] for k in self._names]), self.meta)
 
 
 def resolve_saved_model(path: str) -> tuple:
@@ -299,22 +274,24 @@ class SavedModelPredictor(Predictor):
         self._fn = signatures[signature]
         self._inputs = inputs_of(signature)
         self.takes_text = is_text(signature)
-        self.squad = set(self._inputs) == set(SQUAD_INPUTS)
-        self._text_inputs = SQUAD_INPUTS if self.squad else ("sentence", "sentence2")
-        expected = {"sentence"} if self.takes_text else {"input_ids", "segment_ids", "padding_mask"}
-        if not self.squad and (not expected <= set(self._inputs) or not set(self._inputs) <= expected | {"sentence2"}):
-            raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch prediction "
-                             "needs sentence[, sentence2] (text) or input_ids, segment_ids, padding_mask [batch, seq] "
-                             "(a classifier or regression export), or question and context (a SQuAD export's raw-text "
-                             "serving_default)")
-        if not self.takes_text and self._inputs["input_ids"].shape.rank != 2:
-            raise InputError(f"{self.path}: signature {signature!r} takes [batch, choices, seq] inputs (multiple "
-                             "choice); batch prediction handles classification and regression exports")
-        meta = self._read_metadata()
-        self.labels = meta.get("labels")
-        self.regression = meta.get("kind") == "regression" or "score" in self._fn.structured_outputs
+        meta = self.meta = self._read_metadata()
+        self.family = self._family(meta, signature)
+        if self.takes_text:
+            self._text_inputs = self.family.batch_text_inputs(meta)
+            if self._text_inputs[0] not in self._inputs or not set(self._inputs) <= set(self._text_inputs):
+                raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch "
+                                 f"prediction of a {self.family.name} export sends {', '.join(self._text_inputs)}")
+        else:
+            ids = ("input_ids", "segment_ids", "padding_mask")
+            if set(self._inputs) != set(ids) or self._inputs["input_ids"].shape.rank != 2:
+                shapes = {k: v.shape.as_list() for k, v in self._inputs.items()}
+                raise InputError(f"{self.path}: signature {signature!r} takes {shapes}; batch prediction from token "
+                                 f"ids needs {', '.join(ids)} [batch, seq] (a classification or regression export; "
+                                 "other exports: their raw-text serving_default)")
+        self._describe(self._fn.structured_outputs)
         # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
-        self.pair = self._text_inputs[1] in self._inputs if self.takes_text else meta.get("pair")
+        self.pair = (len(self._text_inputs) > 1 and self._text_inputs[1] in self._inputs if self.takes_text
+                     else meta.get("pair"))
         if not self.takes_text and max_seq_length is None:
             # The fine-tuning run's length, as the export records it; a shorter or longer one changes predictions.
             max_seq_length = meta.get("max_seq_length")
@@ -337,6 +314,20 @@ class SavedModelPredictor(Predictor):
         self.identity = dict(saved_model=self.path, version=self.version, signature=signature,
                              max_seq_length=None if self.takes_text else max_seq_length,
                              spiece_sha256=self.tokenizer.fingerprint() if self.tokenizer else None)
+
+    def _family(self, meta: dict, signature: str):
+        """The export's task family: that of the kind it records, else the one whose signature takes these inputs."""
+        if meta.get("kind"):
+            family = tasks.for_kind(meta["kind"])
+        else:
+            family = tasks.for_signature(self._inputs)
+            if family is None:
+                raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)} and the export "
+                                 "records no kind (assets.extra/metadata.json): no task family serves these inputs")
+        if not family.batch_prediction:
+            raise InputError(f"{self.path}: a {family.name} export; batch prediction handles "
+                             f"{', '.join(f.name for f in tasks.families() if f.batch_prediction)} exports")
+        return family
 
     def _read_metadata(self) -> dict:
         """What the export's ``assets.extra/`` says for clients: ``metadata.json`` (kind, labels, lower_case,
@@ -366,20 +357,11 @@ class SavedModelPredictor(Predictor):
 
     def __call__(self, batch):
         if self.takes_text:
-            first, second = self._text_inputs
-            args = {first: batch["text_a"]}
-            if second in self._inputs:
-                args[second] = batch["text_b"]
+            args = {name: batch[key] for name, key in zip(self._text_inputs, ("text_a", "text_b"))
+                    if name in self._inputs}
         else:
             args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
-        out = self._fn(**args)
-        if self.squad:
-            return {k: out[k].numpy() for k in ("text", "start_char", "end_char", "null_odds")}
-        if self.regression:
-            score = out["score"] if "score" in out else out["logits"][:, 0]
-            return {"score": score.numpy()}
-        probs = out["probabilities"] if "probabilities" in out else tf.nn.softmax(out["logits"], axis=-1)
-        return {"probabilities": probs.numpy()}
+        return self.family.batch_outputs(self._fn(**args), self.meta)
 
 
 # --- the engine -------------------------------------------------------------------------------------------------
@@ -393,20 +375,11 @@ class ShardStats:
     skipped_rows: list = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass
-class _Example:
-    """What ``classifier_data.encode_example`` reads of an example."""
-    text_a: str
-    text_b: Optional[str]
-
-
 def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int,
                   stats: ShardStats) -> tf.data.Dataset:
     """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
     (``text_a``, ``text_b`` string [B], or ``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32
     [B, L]). Skipped rows are counted in ``stats``, never batched."""
-    from xlnet_tf.tasks.classifier_data import encode_example
-
     L = predictor.max_seq_length
     meta = {"line": tf.TensorSpec([], tf.int64), "end": tf.TensorSpec([], tf.int64), "id": tf.TensorSpec([], tf.string)}
     if predictor.takes_text:
@@ -426,8 +399,8 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
             if predictor.takes_text:
                 item.update(text_a=row.text_a, text_b=row.text_b)
             else:
-                example = _Example(row.text_a, row.text_b if fields.text_b else None)
-                ids, segs, mask, cut = encode_example(predictor.tokenizer, example, L)
+                ids, segs, mask, cut = predictor.family.encode_ids(
+                    predictor.tokenizer, row.text_a, row.text_b if fields.text_b else None, L)
                 stats.truncated += cut
                 item.update(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
                             padding_mask=np.asarray(mask, np.float32))
@@ -448,16 +421,7 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool
         row = {"line": int(line)}
         if with_id:
             row["id"] = ids[i].decode("utf-8")
-        if predictor.squad:  # run_squad.py's answer ("" for none) and where it is in the context (characters)
-            row.update(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
-                       end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
-        elif predictor.regression:
-            row["prediction"] = round(float(outputs["score"][i]), 6)
-        else:
-            probs = outputs["probabilities"][i]
-            k = int(np.argmax(probs))
-            row["prediction"] = predictor.labels[k] if predictor.labels else k
-            row["probabilities"] = [round(float(p), 6) for p in probs]
+        row.update(predictor.family.batch_row(outputs, i, predictor.meta))
         lines.append(json.dumps(row, ensure_ascii=False))
     return lines
 
@@ -528,7 +492,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
         raise InputError(f"{flag}: the model reads {wanted}")
     shards = list_shards(input_glob, glob_flag)
-    formats = {path: shard_format(path, input_format, predictor.squad) for path in shards}
+    formats = {path: shard_format(path, input_format, predictor.family) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
@@ -536,7 +500,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
                          f"same output ({', '.join(clashes)}); predict them into separate --output_dir")
     tf.io.gfile.makedirs(output_dir)
     settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
-                    id_field=fields.id, labels=predictor.labels, regression=predictor.regression)
+                    id_field=fields.id, **predictor.described)
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
     previous = {}
     if tf.io.gfile.exists(summary_path) and not overwrite:
@@ -569,6 +533,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         check_header(path, formats[path], fields)
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
     summary = dict(settings=settings, input_glob=input_glob, shards=records)
+    own_formats = _family_formats()
 
     def write_summary():
         totals = {k: sum(s[k] for s in summary["shards"]) for k in ("rows", "skipped", "truncated")}
@@ -590,7 +555,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
 
         def write(f):
             for batch in dataset:
-                with_id = fields.id is not None or formats[path] == "squad"  # SQuAD questions have their ids
+                with_id = fields.id is not None or formats[path] in own_formats  # e.g. SQuAD questions' ids
                 lines = _format_rows(batch, predictor(batch), predictor, with_id)
                 f.write("\n".join(lines) + "\n")
                 stats.rows += len(lines)

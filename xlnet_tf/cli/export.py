@@ -15,8 +15,9 @@
 Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve in bfloat16, ``--predict_ckpt``
 for another checkpoint); without a record (a model directory of an older xlnet_tf, or a fine-tuned TF1 checkpoint
 given as ``--predict_ckpt``) ``--task_name``, ``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and
-``--max_seq_length`` say what the model is. ``--config_file`` (YAML of flag values) works as in the other
-entry points. The layouts: docs/serving.md.
+``--max_seq_length`` say what the model is. A run of a task family of your own records its ``--task_module``,
+which is loaded again (``--task_module`` names it where the record's path no longer holds). ``--config_file`` (YAML
+of flag values) works as in the other entry points. The layouts: docs/serving.md.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ import os
 from typing import Optional
 
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.errors import InputError
 from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, setting
 
 FORMATS = ("saved_model", "release")
 # Flags that override the fine-tuning run's record when given.
-RECORDED = ("task_name", "model_config_path", "spiece_model_file", "uncased", "max_seq_length", "dtype")
+RECORDED = ("task_name", "task_module", "model_config_path", "spiece_model_file", "uncased", "max_seq_length",
+            "dtype")
 # Settings of the run that an export does not use (and whose paths may no longer exist).
 _UNUSED = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file")
 
@@ -50,6 +51,8 @@ class ExportSettings(Settings):
     task_name: Optional[str] = setting(None, "The fine-tuned task (a run_classifier.py task, race or squad); "
                                        "default: the run's record. Without one and no record: the pretrained "
                                        "network (--format=release only).")
+    task_module: Optional[str] = setting(None, "Module of a task family of your own (dotted name or .py file); "
+                                         "default: the run's record.")
     model_config_path: Optional[str] = setting(None, "xlnet_config.json (default: the run's record).")
     spiece_model_file: Optional[str] = setting(None, "SentencePiece model (default: the run's record).")
     uncased: bool = setting(False, "Lower-case text (default: the run's record).")
@@ -83,42 +86,38 @@ class ExportSettings(Settings):
 
 
 def task_settings(s: ExportSettings, given: set):
-    """The fine-tuning settings (``ClassifierSettings``/``SquadSettings``) to rebuild the model from: the run's
-    record in ``--model_dir`` with the flags in ``given`` on top, or the flags alone. None for a pretraining run
-    (no record, no ``--task_name``)."""
-    from xlnet_tf.finetuning.serving import read_run_record
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+    """The fine-tuning settings (the task family's settings class) to rebuild the model from: the run's record in
+    ``--model_dir`` with the flags in ``given`` on top, or the flags alone. None for a pretraining run (no record,
+    no ``--task_name``)."""
+    from xlnet_tf import tasks
+    from xlnet_tf.finetuning.serving import RUN_RECORD, read_run_record
 
-    try:
-        record = read_run_record(s.model_dir)
-    except ValueError as e:  # a damaged finetune_settings.json: read_run_record names it
-        raise InputError(str(e)) from None
+    tasks.load_module(s.task_module)
+    record = read_run_record(s.model_dir)
     values = dict(record["settings"]) if record else {}
-    recorded_task = "squad" if record and record["runner"] == "squad" else values.get("task_name")
+    if values.get("task_module") and not s.task_module:
+        tasks.load_module(values["task_module"], f"{os.path.join(s.model_dir, RUN_RECORD)}: task_module")
+    recorded = tasks.family_of_record(record) if record else None
+    recorded_task = recorded.task_name_of(values) if recorded else None
     if "task_name" in given and record and (s.task_name or "").lower() != (recorded_task or "").lower():
         raise SettingsError(f"--task_name={s.task_name}, but --model_dir={s.model_dir} was fine-tuned on "
                             f"{recorded_task} (its finetune_settings.json)")
     task = recorded_task or s.task_name
     if not task:
         return None
+    family = recorded or tasks.for_task(task)
     for name in _UNUSED:
         values.pop(name, None)
     values.update({n: getattr(s, n) for n in RECORDED if n in given and getattr(s, n) is not None})
     values.update(model_dir=s.model_dir, export_dir=s.export_dir, predict_ckpt=s.predict_ckpt, do_train=False,
                   do_eval=False, do_predict=False)
     values.setdefault("dtype", "float32")
-    if task.lower() == "squad":
-        values.pop("task_name", None)
-        return SquadSettings.from_values(values).validate()
-    values["task_name"] = task
-    return ClassifierSettings.from_values(values).validate()
+    return family.settings_for_export(values, task).validate()
 
 
 def export(s: ExportSettings, given: set = frozenset()) -> str:
     """Writes the export ``s`` asks for and returns its directory (``given``: the flags set explicitly)."""
-    from xlnet_tf.finetuning import runner, squad_runner
     from xlnet_tf.finetuning.serving import export_serving, write_release
-    from xlnet_tf.finetuning.task_settings import SquadSettings
     from xlnet_tf.training.setup import checkpoint_step
 
     settings = task_settings(s, given)
@@ -128,15 +127,12 @@ def export(s: ExportSettings, given: set = frozenset()) -> str:
                                 "--task_name: a pretrained model has no task head to serve (fine-tune it, or "
                                 "--format=release for the pretrained weights)")
         return _export_pretrained(s)
-    if isinstance(settings, SquadSettings):
-        model, checkpoint, config = squad_runner.restored_model(settings)
-        info = squad_runner.serving_info(settings, checkpoint_step(checkpoint))
-    else:
-        model, bundle, checkpoint, config = runner.restored_model(settings)
-        info = runner.serving_info(settings, bundle, checkpoint_step(checkpoint))
+    task = settings.family().task(settings)
+    model, checkpoint = task.restored_model()
     if s.format == "release":
-        return write_release(model, s.export_dir, config, settings.spiece_model_file)
-    return export_serving(model, s.export_dir, info, settings.spiece_model_file)
+        return write_release(model, s.export_dir, task.model_config, settings.spiece_model_file)
+    return export_serving(model, s.export_dir, task.serving_info(checkpoint_step(checkpoint)),
+                          settings.spiece_model_file)
 
 
 def _export_pretrained(s: ExportSettings) -> str:

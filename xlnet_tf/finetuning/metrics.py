@@ -30,7 +30,8 @@ def regression_metrics(scores: np.ndarray, labels: np.ndarray) -> dict:
     return out
 
 
-def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+def mean_softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The evaluation loss of a classifier: the mean over the examples of ``-log softmax(logits)[label]``."""
     if not len(labels):
         return 0.0
     shifted = logits - logits.max(axis=-1, keepdims=True)

@@ -12,9 +12,8 @@ import numpy as np
 from absl import logging
 
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
-
-SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4  # the original's SEG_ID_*; 3 (SEP) is unused
+from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
+from xlnet_tf.errors import InputError
 
 
 def pack_sequence(tokens_a: list[int], tokens_b: Optional[list[int]], max_seq_length: int):
@@ -95,7 +94,7 @@ def cached_meta(path: str, expected: dict) -> Optional[dict]:
         return None
     diff = {k: (meta.get(k), v) for k, v in expected.items() if meta.get(k) != v}
     if diff:
-        raise ValueError(f"{path}: cached features were written with different settings "
+        raise InputError(f"{path}: cached features were written with different settings "
                          f"({', '.join(f'{k}: cached {a!r} != now {b!r}' for k, (a, b) in diff.items())}); "
                          "rerun with --overwrite_data")
     return meta
@@ -117,7 +116,7 @@ def cache_features(path: str, expected: dict, overwrite: bool,
     meta, rows = encode()
     if not meta["num_examples"]:
         skipped = meta.get("skipped", [])
-        raise ValueError(f"{meta.get('source', path)}: no usable examples ({meta.get('num_skipped', 0)} rows "
+        raise InputError(f"{meta.get('source', path)}: no usable examples ({meta.get('num_skipped', 0)} rows "
                          f"skipped{', e.g. ' + '; '.join(skipped[:3]) if skipped else ''})")
     truncated = 0
 

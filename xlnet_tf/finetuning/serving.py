@@ -1,6 +1,6 @@
-"""TF Serving exports of fine-tuned models: one writer for the classifier, regression, multiple-choice (RACE) and
-SQuAD models, used by ``run_classifier.py --export_dir``, ``run_squad.py --export_dir`` and ``python -m
-xlnet_tf.cli.export``.
+"""TF Serving exports of fine-tuned models: one writer for every task family (``xlnet_tf.tasks``: the family of
+``ServingInfo.kind`` says what the signatures take and return), used by ``run_classifier.py --export_dir``,
+``run_squad.py --export_dir``, ``python -m xlnet_tf.cli.export`` and the Keras text models' ``export``.
 
 Layout (what TF Serving expects under a model's base path)::
 
@@ -16,9 +16,12 @@ renamed into place; an existing version is never replaced.
 Signatures (all traced with the plain kernels: stock TensorFlow ops only, no custom C++ kernels, no XLA):
 
 * ``serving_default``: raw text in (the in-graph ``XLNetPreprocessor``: the fine-tuning run's SentencePiece model,
-  lower-casing and ``max_seq_length``, truncation as in training); see ``TEXT_SIGNATURES``.
-* ``serve_ids``: the encoded layout (``input_ids``/``segment_ids`` int32, ``padding_mask`` float32, [batch, seq]
-  or [batch, choices, seq]; SQuAD adds ``p_mask`` and ``cls_index``), any batch size and length.
+  lower-casing and ``max_seq_length``, truncation as in training); the inputs are the family's ``text_inputs``
+  (classification: ``sentence`` [and ``sentence2``]; multiple choice: ``article``, ``question``, ``options``;
+  SQuAD: ``question``, ``context``), the outputs its ``outputs_from_text``.
+* ``serve_ids``: the encoded layout of the family's ``ids_spec`` (``input_ids``/``segment_ids`` int32,
+  ``padding_mask`` float32, [batch, seq] or [batch, choices, seq]; SQuAD adds ``p_mask`` and ``cls_index``), any
+  batch size and length.
 * ``metadata``: no inputs; ``kind``, ``task``, ``labels``, ``max_seq_length``, ``lower_case``, ``global_step``,
   ``version`` (and SQuAD's window and beam settings) as tensors, the same values as ``assets.extra/metadata.json``.
 """
@@ -36,27 +39,20 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf import kernels
-from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
+from xlnet_tf import kernels, tasks
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
+from xlnet_tf.errors import InputError
 
-KINDS = ("classification", "regression", "multiple_choice", "squad")
 # The file a fine-tuning run leaves in its --model_dir so that an export needs nothing but that directory.
 RUN_RECORD = "finetune_settings.json"
 METADATA_FILE = "metadata.json"
-# The inputs of serving_default per kind (all tf.string): name -> shape.
-TEXT_SIGNATURES = {
-    "classification": {"sentence": [None], "sentence2": [None]},
-    "regression": {"sentence": [None], "sentence2": [None]},
-    "multiple_choice": {"article": [None], "question": [None], "options": [None, None]},
-    "squad": {"question": [None], "context": [None]},
-}
 
 
 @dataclasses.dataclass
 class ServingInfo:
     """What a client of an export must know, written into it (``metadata`` signature, ``metadata.json``).
 
+    ``kind``: one of a registered family's ``serving_kinds`` (``xlnet_tf.tasks.for_kind``).
     ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
     ``squad``: SQuAD's ``max_query_length``, ``doc_stride``, ``max_answer_length``, ``start_n_top``,
     ``end_n_top``; ``max_qa_length``: RACE's question+option budget.
@@ -73,23 +69,31 @@ class ServingInfo:
     squad: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        tasks.for_kind(self.kind)  # a ValueError naming the kinds known
+
+    @property
+    def family(self):
+        return tasks.for_kind(self.kind)
 
     def to_json(self, version: int) -> dict:
         return dict(dataclasses.asdict(self), version=version, format="xlnet_tf.serving/1")
 
 
 # -- the run record ---------------------------------------------------------------------------------------------
-def write_run_record(model_dir: str, runner: str, settings) -> str:
-    """Records ``settings`` (a ``ClassifierSettings``/``SquadSettings``) in ``model_dir/finetune_settings.json``,
-    with the model config and SentencePiece paths made absolute, so that ``python -m xlnet_tf.cli.export
-    --model_dir=...`` rebuilds the same model and preprocessing without flags. ``runner``: classifier | squad."""
+def write_run_record(model_dir: str, family, settings) -> str:
+    """Records ``settings`` (a ``ClassifierSettings``/``SquadSettings``) and the task ``family`` in
+    ``model_dir/finetune_settings.json``, with the model config, SentencePiece and task module paths made absolute,
+    so that ``python -m xlnet_tf.cli.export --model_dir=...`` rebuilds the same model and preprocessing without
+    flags. ``runner`` (classifier | squad: the family's entry point) is what older records have."""
     values = dataclasses.asdict(settings)
     for name in ("model_config_path", "spiece_model_file"):
         if values.get(name):
             values[name] = os.path.abspath(values[name])
-    return write_json_atomic(os.path.join(model_dir, RUN_RECORD), {"runner": runner, "settings": values})
+    module = values.get("task_module")
+    if module and (module.endswith(".py") or os.sep in module):
+        values["task_module"] = os.path.abspath(module)
+    return write_json_atomic(os.path.join(model_dir, RUN_RECORD),
+                             {"runner": family.run_record_runner, "family": family.name, "settings": values})
 
 
 def read_run_record(model_dir: str) -> Optional[dict]:
@@ -100,10 +104,10 @@ def read_run_record(model_dir: str) -> Optional[dict]:
     try:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
-        if record.get("runner") not in ("classifier", "squad") or not isinstance(record.get("settings"), dict):
-            raise ValueError("expected {'runner': 'classifier' | 'squad', 'settings': {...}}")
+        if not isinstance(record.get("runner"), str) or not isinstance(record.get("settings"), dict):
+            raise InputError("expected {'runner': 'classifier' | 'squad', 'family': ..., 'settings': {...}}")
     except ValueError as e:
-        raise ValueError(f"{path}: damaged run record ({e}); delete it and pass the task's flags") from None
+        raise InputError(f"{path}: damaged run record ({e}); delete it and pass the task's flags") from None
     return record
 
 
@@ -131,39 +135,30 @@ def next_version(export_dir: str, global_step: int) -> int:
 
 
 # -- signatures -------------------------------------------------------------------------------------------------
-def ids_spec(kind: str) -> dict:
-    """The ``serve_ids`` inputs: name -> TensorSpec ([batch, seq]; [batch, choices, seq] for multiple choice)."""
-    shape = [None] * (3 if kind == "multiple_choice" else 2)
-    spec = dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
-                segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
-                padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
-    if kind == "squad":
-        spec.update(p_mask=tf.TensorSpec([None, None], tf.float32, "p_mask"),
-                    cls_index=tf.TensorSpec([None], tf.int32, "cls_index"))
-    return spec
-
-
 class ServingModule(tf.Module):
     """The exported object: ``model`` (inference mode), the ``preprocessor`` (an ``XLNetPreprocessor``, or None
-    for an export without raw-text signature) and the metadata, with the three signature functions."""
+    for an export without raw-text signature) and the metadata, with the three signature functions; what the
+    signatures take and return is the task family's (``info.family``)."""
 
     def __init__(self, model, info: ServingInfo, version: int, preprocessor=None):
         super().__init__(name="xlnet_serving")
         self.model, self.preprocessor, self.info = model, preprocessor, info
-        kind = info.kind
+        family = info.family
         # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
         # (keyed by code object) can hand one module's traced branch to another's.
-        names = list(ids_spec(kind))
-        self.serve_ids = tf.function(lambda *t: self._outputs_from_ids(dict(zip(names, t))),
-                                     input_signature=list(ids_spec(kind).values()), autograph=False)
+        ids = family.ids_spec(info)
+        names = list(ids)
+        self.serve_ids = tf.function(lambda *t: family.outputs_from_ids(self.model, dict(zip(names, t)), info),
+                                     input_signature=list(ids.values()), autograph=False)
         if preprocessor is not None:
-            text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in TEXT_SIGNATURES[kind].items()
-                    if n != "sentence2" or info.pair}
-            serve = {"multiple_choice": self._choices_from_text, "squad": self._answers_from_text}.get(
-                kind, self._labels_from_text)
-            self.serve_text = tf.function(self._checked(serve, list(text)), input_signature=list(text.values()),
+            text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in family.text_inputs(info).items()}
+            texts = list(text)
+
+            def serve(*values):
+                return family.outputs_from_text(self.model, self.preprocessor, dict(zip(texts, values)), info)
+            self.serve_text = tf.function(self._checked(serve, texts), input_signature=list(text.values()),
                                           autograph=False)
-        constants = dict(kind=kind, task=info.task, labels=list(info.labels or []),
+        constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
                          global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair)
         constants.update(info.squad)
@@ -171,24 +166,6 @@ class ServingModule(tf.Module):
         def metadata():
             return {k: tf.constant(v, tf.string) if k == "labels" else tf.constant(v) for k, v in constants.items()}
         self.metadata = tf.function(metadata, input_signature=[], autograph=False)
-
-    # -- from encoded inputs -------------------------------------------------------------------------------
-    def _outputs_from_ids(self, features: dict) -> dict:
-        outputs = self.model(features, training=False)
-        kind = self.info.kind
-        if kind == "squad":
-            return {k: outputs[k] for k in INFERENCE_OUTPUTS}
-        logits = outputs["logits"]
-        if kind == "regression":
-            return {"score": logits[:, 0], "logits": logits}
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        result = {"logits": logits, "probabilities": probabilities}
-        best = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        if kind == "classification":
-            result["label"] = tf.gather(tf.constant(list(self.info.labels), tf.string), best)
-        else:
-            result["choice"] = best
-        return result
 
     # -- from raw text (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD) ------
     @staticmethod
@@ -202,20 +179,6 @@ class ServingModule(tf.Module):
             with tf.control_dependencies(checks):
                 return serve(*[tf.identity(t) for t in texts])
         return checked
-
-    def _labels_from_text(self, sentence, sentence2=None):
-        return self._outputs_from_ids(self.preprocessor(sentence, sentence2))
-
-    def _choices_from_text(self, article, question, options):
-        with tf.control_dependencies([tf.debugging.assert_positive(
-                tf.shape(options)[1], message="options must hold at least one choice per question")]):
-            options = tf.identity(options)
-        return self._outputs_from_ids(self.preprocessor.multiple_choice(article, question, options))
-
-    def _answers_from_text(self, question, context):
-        from xlnet_tf.tasks.squad_answers import best_answers
-
-        return best_answers(self.model, self.preprocessor, question, context, self.info.squad)
 
 
 def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str] = None,
@@ -256,13 +219,8 @@ def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
         return None
     from xlnet_tf.preprocessing import XLNetPreprocessor
 
-    kwargs = {}
-    if info.kind == "multiple_choice":
-        kwargs["max_qa_length"] = info.max_qa_length
-    if info.kind == "squad":
-        kwargs.update(max_query_length=info.squad["max_query_length"], doc_stride=info.squad["doc_stride"])
     return XLNetPreprocessor.from_file(spiece_model_file, seq_length=info.max_seq_length,
-                                       lower_case=info.lower_case, **kwargs)
+                                       lower_case=info.lower_case, **info.family.preprocessor_kwargs(info))
 
 
 def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str]) -> str:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.config import XLNetConfig
+from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
 from xlnet_tf.layers.masks import large_negative
 from xlnet_tf.models.xlnet import XLNetModel, _as_config
-
-SUMMARY_TYPES = ("last", "first", "mean")
 
 
 def _dense(units, config, name, activation=None, use_bias=True, dtype=None):

@@ -23,8 +23,7 @@ from typing import Optional
 from absl import logging
 
 from xlnet_tf.finetuning import records
-
-SPLITS = ("train", "dev", "test")
+from xlnet_tf.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +107,7 @@ ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli": "mnli_matched", "mnli-m": "
 def get_task(name: str) -> TaskSpec:
     key = ALIASES.get(name.lower(), name.lower())
     if key not in TASKS:
-        raise ValueError(f"--task_name={name!r}: unknown task; known: {', '.join(sorted(TASKS))}, race "
+        raise InputError(f"--task_name={name!r}: unknown task; known: {', '.join(sorted(TASKS))}, race "
                          f"(aliases: {', '.join(sorted(ALIASES))})")
     return TASKS[key]
 
@@ -135,10 +134,10 @@ def _read_rows(path: str, delimiter: str):
             for row in reader:
                 yield reader.line_num, row
         except csv.Error as e:
-            raise ValueError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
+            raise InputError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
                              f"({e})") from None
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+            raise InputError(f"{path}: not UTF-8 text ({e})") from None
 
 
 def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
@@ -146,7 +145,7 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
     from official.nlp.data import classifier_data_lib as lib
 
     if split not in task.files:
-        raise ValueError(f"task {task.name} has no {split!r} split (it has: {', '.join(task.files)})")
+        raise InputError(f"task {task.name} has no {split!r} split (it has: {', '.join(task.files)})")
     path = os.path.join(data_dir, task.files[split])
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: {task.name} {split} data not found (expected the official layout: "
@@ -185,15 +184,15 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
                 try:
                     label = float(raw)
                 except ValueError:
-                    raise ValueError(f"{where}: label {raw!r} is not a number ({task.name} is a regression "
+                    raise InputError(f"{where}: label {raw!r} is not a number ({task.name} is a regression "
                                      "task)") from None
                 low, high = task.label_range or (-math.inf, math.inf)
                 if not (math.isfinite(label) and low <= label <= high):
-                    raise ValueError(f"{where}: score {raw!r} is outside {task.name}'s range [{low:g}, {high:g}] "
+                    raise InputError(f"{where}: score {raw!r} is outside {task.name}'s range [{low:g}, {high:g}] "
                                      "(a corrupted file, or a wrong --task_name?)")
             else:
                 if raw not in labels:
-                    raise ValueError(f"{where}: label {raw!r} is not in task {task.name}'s label set {labels} "
+                    raise InputError(f"{where}: label {raw!r} is not in task {task.name}'s label set {labels} "
                                      "(wrong --task_name or a corrupted file?)")
                 label = raw
         guid = row[columns.index].strip() if columns.index is not None else str(len(examples))

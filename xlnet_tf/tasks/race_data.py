@@ -21,6 +21,7 @@ import numpy as np
 from absl import logging
 
 from xlnet_tf.finetuning import records
+from xlnet_tf.errors import InputError
 
 NUM_CHOICES = 4
 LEVELS = ("middle", "high")
@@ -61,15 +62,15 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                 with open(path, encoding="utf-8") as f:
                     data = json.load(f)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"{path}: not a RACE JSON file ({e})") from None
+                raise InputError(f"{path}: not a RACE JSON file ({e})") from None
             if not isinstance(data, dict):
-                raise ValueError(f"{path}: expected a JSON object with article/questions/options/answers")
+                raise InputError(f"{path}: expected a JSON object with article/questions/options/answers")
             missing = [k for k in ("article", "questions", "options", "answers") if k not in data]
             if missing:
-                raise ValueError(f"{path}: missing key(s) {missing}")
+                raise InputError(f"{path}: missing key(s) {missing}")
             questions, options, answers = data["questions"], data["options"], data["answers"]
             if not (len(questions) == len(options) == len(answers)):
-                raise ValueError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
+                raise InputError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
                                  f"{len(answers)} answers (must be equal)")
             file_id = str(data.get("id", name))
             for i, (question, opts, answer) in enumerate(zip(questions, options, answers)):
@@ -82,7 +83,7 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                                    f"expected {NUM_CHOICES}")
                     continue
                 if answer not in tuple(ANSWERS):
-                    raise ValueError(f"{where}: answer {answer!r} is not one of {list(ANSWERS)}")
+                    raise InputError(f"{where}: answer {answer!r} is not one of {list(ANSWERS)}")
                 examples.append(RaceExample(f"{file_id}-{i}", data["article"],
                                             [qa_text(question, str(o)) for o in opts],
                                             ANSWERS.index(answer), LEVELS.index(level)))

@@ -1,12 +1,11 @@
-"""The SQuAD task around ``XLNetSquad``: the original loss, the fine-tuning task, and the in-graph answer selection
-of its TF Serving export (``best_answers``)."""
+"""SQuAD around ``XLNetSquad``: the original loss and the in-graph answer selection of its TF Serving export
+(``best_answers``); the squad family's helpers (``xlnet_tf.tasks.squad``)."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
 from xlnet_tf.models.heads import XLNetSquad
-from xlnet_tf.finetuning.trainer import FinetuneTask
 
 # The head's inference outputs (the serve_ids signature of a SQuAD export).
 INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
@@ -15,7 +14,7 @@ INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_prob
 def squad_loss(features, outputs):
     """The original loss per example: 1/2 (CE_start + CE_end) + 1/2 BCE(cls_logits, is_impossible).
 
-    Returns ``(sum over the batch, batch size)`` as ``FinetuneTask.loss_fn`` expects (the loop divides by the
+    Returns ``(sum over the batch, batch size)`` as ``Task.loss`` returns it (the loop divides by the
     global batch, so the result is the original's batch mean)."""
     start = tf.cast(features["start_positions"], tf.int32)
     end = tf.cast(features["end_positions"], tf.int32)
@@ -25,12 +24,6 @@ def squad_loss(features, outputs):
                                                   logits=outputs["cls_logits"])
     per_example = 0.5 * (start_ce + end_ce) + 0.5 * bce
     return tf.reduce_sum(per_example), tf.cast(tf.shape(per_example)[0], tf.float32)
-
-
-def squad_task(config, start_n_top: int = 5, end_n_top: int = 5, dtype: str = "float32") -> FinetuneTask:
-    return FinetuneTask(build_model=lambda: XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top,
-                                                       dtype=dtype),
-                        loss_fn=squad_loss)
 
 
 def best_answers(model: XLNetSquad, preprocessor, question, context, settings: dict) -> dict:

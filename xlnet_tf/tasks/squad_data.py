@@ -36,8 +36,7 @@ from absl import logging
 from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 from xlnet_tf.training.settings import SettingsError
-
-SEG_ID_P, SEG_ID_Q, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 3
+from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
 CACHE_VERSION = 1
 
@@ -230,7 +229,7 @@ def convert_examples_to_features(examples: list, tokenizer: XLNetTokenizer, max_
     from official.nlp.data import squad_lib_sp  # imports tf_keras internally (data utilities only)
 
     if max_seq_length - max_query_length - 3 < 1:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the paragraph after "
+        raise InputError(f"max_seq_length={max_seq_length} leaves no room for the paragraph after "
                          f"max_query_length={max_query_length} and 3 special tokens")
     proxy = type("Tokenizer", (), {})()
     proxy.sp_model = _XLNetPieces(tokenizer.sp)

@@ -154,8 +154,3 @@ def evaluate(data: list, predictions: dict, null_odds: Optional[dict] = None) ->
             predictions, f1_raw, null_odds, qid_to_has_ans)
     return out
 
-
-def apply_null_threshold(predictions: dict, null_odds: dict, threshold: float) -> dict:
-    """Predictions with "" wherever ``null_odds > threshold`` (for a SQuAD 2.0 submission)."""
-    return collections.OrderedDict((k, "" if null_odds.get(k, 0.0) > threshold else v)
-                                   for k, v in predictions.items())

@@ -162,8 +162,7 @@ class _TextTaskModel(keras.Model):
 
         pre = self.preprocessor
         kind = self._serving_kind()
-        if kind == "classification" and labels is None:
-            labels = [str(i) for i in range(self.network.num_labels)]
+        labels = self._serving_labels(labels)
         step = int(self.optimizer.iterations.numpy()) if getattr(self, "optimizer", None) is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
@@ -172,6 +171,9 @@ class _TextTaskModel(keras.Model):
 
     def _serving_squad(self) -> dict:
         return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks
+
+    def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
+        return labels  # the class names of the export's ``label`` output, where it has one
 
     def get_config(self):
         return dict(super().get_config(), preprocessor=keras.saving.serialize_keras_object(self.preprocessor),
@@ -226,6 +228,11 @@ class XLNetTextClassifier(_TextTaskModel):
 
     def _serving_kind(self) -> str:
         return "regression" if self.network.regression else "classification"
+
+    def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
+        if labels is None and not self.network.regression:
+            return [str(i) for i in range(self.network.num_labels)]
+        return labels
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -409,7 +416,7 @@ class XLNetTextSquad(_TextTaskModel):
         return "squad"
 
     def _serving_squad(self) -> dict:
-        from xlnet_tf.finetuning.task_settings import SquadSettings
+        from xlnet_tf.tasks.squad import SquadSettings
 
         pre, network = self.preprocessor, self.network
         # n_best_size: run_squad.py's default, recorded as its export does (the served answer does not use it).

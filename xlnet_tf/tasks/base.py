@@ -1,0 +1,440 @@
+"""The shape of a task family: ``TaskFamily`` (what the registry holds) and ``Task`` (one run's task).
+
+``TaskFamily`` hooks, grouped by who calls them (a family overrides what differs from the defaults):
+
+* settings (before TensorFlow loads): ``task_names``/``aliases`` (the ``--task_name`` values it runs),
+  ``settings_class`` and ``entry_point`` (run_classifier.py's ``ClassifierSettings`` unless it has its own),
+  ``flag_defaults`` (entry-point defaults of its tasks, e.g. run_race.py's), ``settings_errors``;
+  ``run_record_runner``, ``task_name_of`` and ``settings_for_export`` (rebuilding a run from its record);
+* fine-tuning: ``task(settings)`` returns the run's ``Task`` (below);
+* serving (``xlnet_tf.finetuning.serving``): ``serving_kinds`` (the ``kind`` its exports record),
+  ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``), ``outputs_from_ids``,
+  ``outputs_from_text``, ``preprocessor_kwargs`` (``XLNetPreprocessor`` arguments), ``serves_inputs`` (recognising
+  an export that records no kind);
+* batch prediction (``xlnet_tf.batch.prediction``; ``meta`` is the export's ``metadata.json``):
+  ``batch_prediction`` (False: not for its exports), ``batch_text_inputs`` (where a row's one or two texts go), ``input_formats``/``input_format_of`` (file formats
+  of its own, e.g. SQuAD files), ``encode_ids`` (rows for a token-id signature), ``batch_outputs``,
+  ``batch_row`` (the output line), ``batch_identity`` (recorded in the summary: labels, regression).
+
+``Task`` hooks are what the generic runner (``xlnet_tf.finetuning.runner``) calls for the stages train, eval,
+predict and export; ``RecordsTask`` implements them for tasks whose examples are encoded once into TFRecords
+(classification, RACE, a user's sequence task), leaving ``prepare``, ``feature_spec``, ``dummy_features``,
+``build_model``, ``loss``, ``metrics`` and ``write_prediction_files`` to the family.
+
+No TensorFlow at import: families are looked up while the settings are checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Callable, Iterator, Optional
+
+from absl import logging
+from xlnet_tf.errors import InputError
+
+
+@dataclasses.dataclass
+class Row:
+    """One input line of batch prediction: a usable row (``text_a`` set) or a skipped one (``problem`` set). ``end``
+    is the byte offset after the line (progress)."""
+    line: int
+    end: int
+    text_a: str = ""
+    text_b: str = ""
+    id: str = ""
+    problem: str = ""
+
+
+class TaskFamily:
+    """A kind of fine-tuning task; see the module docstring for the hooks. Subclasses set ``name`` and implement
+    ``task``, ``text_inputs``, ``outputs_from_ids`` and (for batch prediction) ``batch_outputs`` and
+    ``batch_row``."""
+
+    name: str = ""
+    entry_point: str = "run_classifier.py"  # the script that fine-tunes the family's tasks
+    run_record_runner: str = "classifier"  # "runner" of the run record (finetune_settings.json)
+    batch_prediction: bool = True  # python -m xlnet_tf.cli.predict handles its exports
+
+    # -- settings ----------------------------------------------------------------------------------------------
+    @property
+    def settings_class(self):
+        """The settings dataclass of ``entry_point``."""
+        from xlnet_tf.finetuning.task_settings import ClassifierSettings
+        return ClassifierSettings
+
+    def task_names(self) -> tuple:
+        """The ``--task_name`` values (lower case) of this family."""
+        return (self.name,)
+
+    def aliases(self) -> dict:
+        """Other ``--task_name`` spellings: alias -> task name."""
+        return {}
+
+    def canonical_task(self, task_name: str) -> Optional[str]:
+        """``task_name`` as this family names it (lower case, aliases resolved), or None if it is not one of its."""
+        key = task_name.lower()
+        key = self.aliases().get(key, key)
+        return key if key in self.task_names() else None
+
+    def flag_defaults(self, task_name: str) -> dict:
+        """Flag values of the entry point that differ for this task (applied to flags the user did not set)."""
+        return {}
+
+    def settings_errors(self, settings) -> list:
+        """What is wrong with ``settings`` for this family, as messages naming the flags (no TensorFlow here)."""
+        return []
+
+    def task_name_of(self, values: dict) -> Optional[str]:
+        """The task a run record's settings ``values`` fine-tuned."""
+        return values.get("task_name")
+
+    def settings_for_export(self, values: dict, task_name: str):
+        """The settings to rebuild a run's model from (its record's ``values`` with the export's flags on top)."""
+        return self.settings_class.from_values(dict(values, task_name=task_name))
+
+    # -- fine-tuning ---------------------------------------------------------------------------------------------
+    def task(self, settings) -> "Task":
+        """The ``Task`` of a run with ``settings`` (validated)."""
+        raise NotImplementedError(f"{type(self).__name__}.task")
+
+    # -- serving -------------------------------------------------------------------------------------------------
+    def serving_kinds(self) -> tuple:
+        """The ``kind`` values its exports record (``ServingInfo.kind``)."""
+        return (self.name,)
+
+    def text_inputs(self, info) -> dict:
+        """The raw-text ``serving_default`` inputs for ``info`` (a ``ServingInfo``): name -> shape (tf.string)."""
+        raise NotImplementedError(f"{type(self).__name__}.text_inputs")
+
+    def ids_spec(self, info) -> dict:
+        """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq]."""
+        import tensorflow as tf
+
+        shape = [None, None]
+        return dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
+                    segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
+                    padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        """What the export returns for encoded ``features`` (the model in inference mode)."""
+        raise NotImplementedError(f"{type(self).__name__}.outputs_from_ids")
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        """What ``serving_default`` returns for the raw ``texts`` (name -> tf.string tensor, ``text_inputs``
+        order); by default ``outputs_from_ids`` of ``preprocessor(*texts)``."""
+        return self.outputs_from_ids(model, preprocessor(*texts.values()), info)
+
+    def preprocessor_kwargs(self, info) -> dict:
+        """``XLNetPreprocessor`` arguments besides the SentencePiece model, ``seq_length`` and ``lower_case``."""
+        return {}
+
+    def serves_inputs(self, names: set) -> bool:
+        """Whether a signature taking ``names`` is one of this family's (an export that records no kind)."""
+        return False
+
+    # -- batch prediction ----------------------------------------------------------------------------------------
+    def batch_text_inputs(self, meta: dict) -> tuple:
+        """The raw-text signature inputs that a row's first and (if any) second text go to."""
+        return tuple(self.text_inputs(MetadataInfo(meta)))[:2]
+
+    def input_formats(self) -> dict:
+        """Input file formats of its own: name -> reader(path) -> iterator of ``Row`` (each with its id)."""
+        return {}
+
+    def input_format_of(self, path: str) -> Optional[str]:
+        """The format of an input file, by its name, if it is one of ``input_formats`` (else None)."""
+        return None
+
+    def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
+        """(input_ids, segment_ids, padding_mask, truncated) of a row for a token-id signature."""
+        raise InputError(f"batch prediction of a {self.name} export needs its raw-text serving_default (token ids "
+                         "are not built outside the graph for this task)")
+
+    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+        """The predictions of one batch as numpy arrays, from a signature's (or ``outputs_from_ids``') outputs."""
+        raise NotImplementedError(f"{type(self).__name__}.batch_outputs")
+
+    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+        """The fields of example ``i``'s output line (after ``line`` and ``id``)."""
+        raise NotImplementedError(f"{type(self).__name__}.batch_row")
+
+    def batch_identity(self, meta: dict, output_names) -> dict:
+        """What a batch-prediction summary records of the model's outputs (a rerun must predict the same), after
+        the model's identity and the fields: by default its labels, and (the summary's layout) no regression."""
+        return dict(labels=meta.get("labels"), regression=False)
+
+
+class MetadataInfo:
+    """A ``ServingInfo``-like view (attributes) of an export's metadata.json, which an older export may lack keys of
+    (the defaults here): what batch prediction hands to the serving hooks."""
+
+    def __init__(self, meta: dict):
+        self.__dict__.update(dict(kind=None, task="", max_seq_length=None, lower_case=False, labels=None, pair=False,
+                                  global_step=0, max_qa_length=128, squad={}), **meta)
+
+
+# -- a run's task ------------------------------------------------------------------------------------------------
+
+def data_summary(meta: dict) -> dict:
+    """Counts of a split's encoding, for logs and reports."""
+    return {k: meta.get(k, 0) for k in ("num_examples", "num_skipped", "num_truncated")} | {
+        "skipped_examples": meta.get("skipped", [])[:20]}
+
+
+class Task:
+    """One fine-tuning run's task: the hooks the generic runner calls, bound to the run's settings.
+
+    The runner's order: ``prepare_only`` (stop if it did all), ``training_data`` -> ``train`` with
+    ``build_model``/``loss``; ``restore`` for inference; ``predicts_input_files`` (``--do_predict`` on input files
+    of any size); ``eval_data`` -> ``infer`` -> ``write_predictions`` (if ``writes_predictions``) and ``metrics`` ->
+    ``write_eval`` (if ``evaluates``); ``serving_info`` for the export.
+    """
+
+    name: str = ""
+    main_metric: str = "accuracy"  # the metric that picks the best checkpoint (--eval_all_ckpt)
+
+    def __init__(self, family: TaskFamily, settings):
+        self.family, self.settings = family, settings
+
+    # -- what the task needs -------------------------------------------------------------------------------------
+    @functools.cached_property
+    def tokenizer(self):
+        from xlnet_tf.tokenization import XLNetTokenizer
+        return XLNetTokenizer(self.settings.spiece_model_file, lower=self.settings.uncased)
+
+    @functools.cached_property
+    def model_config(self):
+        from xlnet_tf.training.setup import load_model_config
+        s = self.settings
+        return load_model_config(s, self.tokenizer.vocab_size, f"--spiece_model_file={s.spiece_model_file}")
+
+    @property
+    def predict_dir(self) -> str:
+        return self.settings.predict_dir or os.path.join(self.settings.model_dir, "predict")
+
+    # -- stages ----------------------------------------------------------------------------------------------------
+    def prepare_only(self) -> bool:
+        """Runs a data-preparation-only invocation (run_squad.py --do_prepro) and returns True, else False."""
+        return False
+
+    def training_data(self, num_replicas: int) -> tuple:
+        """``(dataset_fn, summary)``: ``dataset_fn(input_context, start_step)`` gives shuffled, repeated
+        per-replica batches (``train_batch_size // num_replicas``); ``summary`` goes into the run's result."""
+        raise NotImplementedError(f"{type(self).__name__}.training_data")
+
+    def build_model(self):
+        """The task model (a fresh Keras model; called inside the strategy scope)."""
+        raise NotImplementedError(f"{type(self).__name__}.build_model")
+
+    def loss(self, features: dict, outputs: dict) -> tuple:
+        """(sum of per-example losses, number of examples) of a per-replica batch (the loop divides by the global
+        count)."""
+        raise NotImplementedError(f"{type(self).__name__}.loss")
+
+    def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
+        """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
+        ``--init_checkpoint`` if it is a fine-tuned checkpoint (the original's TF1 layout with this task's head, or
+        a native one). Returns the checkpoint read."""
+        import tensorflow as tf
+
+        from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
+        from xlnet_tf.training.settings import SettingsError
+        from xlnet_tf.training.setup import read_model, restore_for_inference
+
+        s = self.settings
+        if checkpoint_path or tf.train.latest_checkpoint(s.model_dir):
+            return restore_for_inference(model, s.model_dir, checkpoint_path)
+        if not s.init_checkpoint:
+            raise FileNotFoundError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
+                                    "--init_checkpoint: train first (--do_train) or point at a fine-tuned checkpoint")
+        prefix = resolve_checkpoint(s.init_checkpoint)
+        if is_tf1_checkpoint(prefix):
+            load_original_checkpoint(model, prefix)  # names every missing head variable if it is not fine-tuned
+        else:
+            try:
+                read_model(model, prefix)
+            except ValueError as e:
+                raise SettingsError(f"--init_checkpoint: not a fine-tuned checkpoint of this task: {e}") from None
+        return prefix
+
+    def restored_model(self) -> tuple:
+        """``(model, checkpoint)``: the task model restored for inference from ``--predict_ckpt`` (else as
+        ``restore``)."""
+        model = self.build_model()
+        return model, self.restore(model, self.settings.predict_ckpt)
+
+    def predicts_input_files(self) -> bool:
+        """Whether ``--do_predict`` runs over input files of any size (``--predict_input_glob``, streamed by
+        ``xlnet_tf.batch.prediction`` with the family's batch hooks) instead of the eval split."""
+        return bool(getattr(self.settings, "predict_input_glob", None))
+
+    def eval_data(self):
+        """The examples ``--do_eval``/``--do_predict`` run on (an object ``infer`` and the writers understand)."""
+        raise NotImplementedError(f"{type(self).__name__}.eval_data")
+
+    def check_eval_data(self) -> None:
+        """Before training: fail now, not after it, if the eval data is unusable."""
+
+    def infer(self, strategy, model, data):
+        """The model's predictions on ``data`` (host values)."""
+        raise NotImplementedError(f"{type(self).__name__}.infer")
+
+    def writes_predictions(self, predicting: bool) -> bool:
+        """Whether the eval/predict stage writes prediction files (``predicting``: --do_predict on the eval data)."""
+        return predicting
+
+    def evaluates(self, data, evaluating: bool) -> bool:
+        """Whether the eval/predict stage computes metrics (``evaluating``: --do_eval)."""
+        return evaluating
+
+    def metrics(self, data, outputs) -> dict:
+        """The task's metrics of ``outputs`` against the labels of ``data``."""
+        raise NotImplementedError(f"{type(self).__name__}.metrics")
+
+    def write_eval_summaries(self, step: int, metrics: dict) -> None:
+        """TensorBoard scalars of an evaluation."""
+        from xlnet_tf.finetuning.trainer import write_eval_summaries
+        write_eval_summaries(self.settings.model_dir, step, metrics, f"eval_{self.eval_split}")
+
+    @property
+    def eval_split(self) -> str:
+        return getattr(self.settings, "eval_split", "dev")
+
+    def write_eval(self, metrics: dict, step: int, checkpoint: str, data, all_checkpoints: Optional[dict] = None
+                   ) -> dict:
+        """Writes the evaluation report (``<model_dir>/eval_results.<split>.json``: task, split, step, checkpoint,
+        metrics, main metric, data counts; with ``all_checkpoints`` (--eval_all_ckpt) the best checkpoint by
+        ``main_metric`` and every one's metrics) and TensorBoard summaries; returns the report."""
+        from xlnet_tf.io_utils import write_json_atomic
+
+        s, split = self.settings, self.eval_split
+        report = dict(task=self.name, split=split, step=step, checkpoint=checkpoint, metrics=metrics,
+                      main_metric=self.main_metric, data=self.data_summary(data))
+        if all_checkpoints:
+            best = max(all_checkpoints, key=lambda c: all_checkpoints[c][self.main_metric])
+            report.update(best_checkpoint=best, best_metrics=all_checkpoints[best],
+                          all_checkpoints=dict(all_checkpoints))
+        self.write_eval_summaries(step, metrics)
+        write_json_atomic(os.path.join(s.model_dir, f"eval_results.{split}.json"), report)
+        logging.info("eval %s %s at step %d: %s | data %s", self.name, split, step,
+                     {k: round(v, 4) for k, v in metrics.items()}, self.data_summary(data))
+        return report
+
+    def write_predictions(self, data, outputs, step: int, checkpoint: str) -> list:
+        """Writes the prediction files of ``outputs`` into the predict directory; returns their paths."""
+        raise NotImplementedError(f"{type(self).__name__}.write_predictions")
+
+    def data_summary(self, data) -> dict:
+        return {}
+
+    def serving_info(self, step: int):
+        """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``)."""
+        raise NotImplementedError(f"{type(self).__name__}.serving_info")
+
+
+@dataclasses.dataclass
+class EncodedSplit:
+    """A split encoded into the TFRecord cache (``finetuning.records.cache_features``): its path and meta."""
+    split: str
+    path: str
+    meta: dict
+
+
+class RecordsTask(Task):
+    """A task whose examples are encoded once into a TFRecord cache of fixed-size features (the left-padded XLNet
+    layout of ``finetuning.records``) with ``is_real_example`` and ``example_index`` columns: the train, eval and
+    predict stages are done here. A family implements:
+
+    * ``prepare(split) -> (path, meta)``: the cache of ``split`` (``records.cache_features``); ``meta`` has the
+      counts (``num_examples``, ``num_skipped``, ``num_truncated``, ``skipped``) and the examples' ``guids``;
+    * ``feature_spec`` (``{name: (shape, tf dtype)}``) and ``dummy_features`` (a padding example, numpy values);
+    * ``build_model``, ``loss``, ``metrics(data, outputs)``, ``write_prediction_files(outputs, guids, split)``;
+    * optionally ``keep`` (feature columns the metrics need besides ``label``) and ``main_metric``.
+    """
+
+    keep: tuple = ()
+
+    def prepare(self, split: str) -> tuple:
+        raise NotImplementedError(f"{type(self).__name__}.prepare")
+
+    @property
+    def feature_spec(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__}.feature_spec")
+
+    @property
+    def dummy_features(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__}.dummy_features")
+
+    def write_prediction_files(self, outputs: dict, guids: list, split: str) -> list:
+        raise NotImplementedError(f"{type(self).__name__}.write_prediction_files")
+
+    def encoded(self, split: str) -> EncodedSplit:
+        return EncodedSplit(split, *self.prepare(split))
+
+    def data_summary(self, data: EncodedSplit) -> dict:
+        return data_summary(data.meta)
+
+    def training_data(self, num_replicas: int) -> tuple:
+        from xlnet_tf.finetuning import records
+
+        s = self.settings
+        data = self.encoded("train")
+        logging.info("train data: %s", data_summary(data.meta))
+        per_replica = s.train_batch_size // num_replicas
+
+        def dataset_fn(ctx, start_step):
+            return records.train_dataset(data.path, self.feature_spec, ctx, per_replica, s.shuffle_buffer,
+                                         s.seed + start_step)
+        return dataset_fn, {"data": data_summary(data.meta)}
+
+    def check_eval_data(self) -> None:
+        s = self.settings
+        if s.do_eval or s.do_predict:  # e.g. a bad label in the eval data is an error now, not after training
+            self.prepare(self.eval_split)
+
+    def eval_data(self) -> EncodedSplit:
+        return self.encoded(self.eval_split)
+
+    def infer(self, strategy, model, data: EncodedSplit) -> dict:
+        """Model outputs and the kept columns for the real examples of ``data``, in file order."""
+        import numpy as np
+
+        from xlnet_tf.finetuning import records
+        from xlnet_tf.finetuning.trainer import predict
+
+        s = self.settings
+        batch = getattr(s, "eval_batch_size", s.predict_batch_size) if s.do_eval else s.predict_batch_size
+        dataset = records.eval_dataset(data.path, self.feature_spec, self.dummy_features, data.meta["num_records"],
+                                       batch)
+        outputs = predict(strategy, model, dataset, keep=("label", "is_real_example", "example_index") + self.keep)
+        real = outputs["is_real_example"] == 1
+        order = np.argsort(outputs["example_index"][real], kind="stable")
+        return {k: v[real][order] for k, v in outputs.items()}
+
+    def write_predictions(self, data: EncodedSplit, outputs: dict, step: int, checkpoint: str) -> list:
+        """The family's prediction files, plus ``<task>.<split>.summary.json`` (step, checkpoint, files, counts)."""
+        from xlnet_tf.io_utils import write_json_atomic
+
+        guids = [data.meta["guids"][i] for i in outputs["example_index"]]
+        written = self.write_prediction_files(outputs, guids, data.split)
+        write_json_atomic(os.path.join(self.predict_dir, f"{self.name}.{data.split}.summary.json"),
+                          dict(task=self.name, split=data.split, step=step, checkpoint=checkpoint, files=written,
+                               data=data_summary(data.meta)))
+        if data.meta.get("num_skipped"):
+            logging.warning("%d %s rows were skipped and have no prediction (see %s)", data.meta["num_skipped"],
+                            data.split, data.meta.get("skipped", [])[:3])
+        logging.info("predictions: %s", written)
+        return written
+
+
+def weighted_loss(per_example, features: dict) -> tuple:
+    """(sum, count) of per-example losses over the real examples (``is_real_example``; all if absent)."""
+    import tensorflow as tf
+
+    weights = tf.cast(features.get("is_real_example", tf.ones_like(per_example)), tf.float32)
+    return tf.reduce_sum(per_example * weights), tf.reduce_sum(weights)
+
+
+Reader = Callable[[str], Iterator[Row]]

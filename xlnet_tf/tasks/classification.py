@@ -1,0 +1,215 @@
+"""Sequence classification and regression: GLUE (every task, official TSV layouts), IMDB and Yelp.
+
+One family, two serving kinds: ``classification`` (labels, softmax probabilities) and ``regression`` (STS-B: one
+score). Regression is a mode of the family, not a family of its own, because everything but the head's width, the
+loss, the metrics and the outputs is shared (data layout, encoding, serving inputs); an export records its kind
+(``regression`` for STS-B, as exports always have), and both kinds resolve to this family.
+
+Data reading and encoding: ``classifier_data`` (tasks, TSV/CSV/IMDB readers, the feature cache). Head:
+``models.heads.XLNetClassifier`` under the original scopes ``classification_{--cls_scope or task}`` and
+``regression_{task}``. Loss: softmax cross-entropy, or the squared error for regression. Metrics:
+``finetuning.metrics`` (accuracy, F1, MCC; Pearson/Spearman), the main one MCC (CoLA), Pearson (STS-B), else
+accuracy. Predictions: the GLUE submission TSV (``index<TAB>prediction``) and ``{task}.{split}.logits.json``.
+Serving: ``sentence`` (and ``sentence2`` for pair tasks) -> ``label``, ``probabilities``, ``logits``; regression
+``score``, ``logits``. Batch prediction rows: ``prediction`` (label) and ``probabilities``, or the score.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from xlnet_tf.tasks import classifier_data
+from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
+
+CLASSIFICATION, REGRESSION = "classification", "regression"
+MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
+TEXT_INPUTS = ("sentence", "sentence2")
+IDS_INPUTS = {"input_ids", "segment_ids", "padding_mask"}
+
+
+def _regression(meta: dict, output_names=()) -> bool:
+    """An export's kind says it; an export that records none: its ``score`` output."""
+    return meta.get("kind") == REGRESSION or "score" in output_names
+
+
+class ClassificationFamily(TaskFamily):
+    name = CLASSIFICATION
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    def task_names(self) -> tuple:
+        return tuple(classifier_data.TASKS)
+
+    def aliases(self) -> dict:
+        return dict(classifier_data.ALIASES)
+
+    def settings_errors(self, s) -> list:
+        spec = classifier_data.get_task(s.task_name)
+        if s.is_regression and not spec.regression:
+            return [f"--is_regression=True but --task_name={s.task_name} is a classification task"]
+        return []
+
+    def task(self, settings) -> "ClassificationTask":
+        return ClassificationTask(self, settings)
+
+    # -- serving -------------------------------------------------------------------------------------------------
+    def serving_kinds(self) -> tuple:
+        return (CLASSIFICATION, REGRESSION)
+
+    def text_inputs(self, info) -> dict:
+        return {name: [None] for name in (TEXT_INPUTS if info.pair else TEXT_INPUTS[:1])}
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        import tensorflow as tf
+
+        logits = model(features, training=False)["logits"]
+        if info.kind == REGRESSION:
+            return {"score": logits[:, 0], "logits": logits}
+        best = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": tf.gather(tf.constant(list(info.labels), tf.string), best)}
+
+    def serves_inputs(self, names: set) -> bool:
+        return names in ({"sentence"}, set(TEXT_INPUTS), IDS_INPUTS)
+
+    # -- batch prediction ------------------------------------------------------------------------------------------
+    def batch_text_inputs(self, meta: dict) -> tuple:
+        return TEXT_INPUTS
+
+    def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
+        return classifier_data.encode_example(tokenizer, _Example(text_a, text_b), max_seq_length)
+
+    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+        import tensorflow as tf
+
+        if _regression(meta, outputs):
+            score = outputs["score"] if "score" in outputs else outputs["logits"][:, 0]
+            return {"score": tf.cast(score, tf.float32).numpy()}
+        probs = (outputs["probabilities"] if "probabilities" in outputs
+                 else tf.nn.softmax(tf.cast(outputs["logits"], tf.float32), axis=-1))
+        return {"probabilities": tf.cast(probs, tf.float32).numpy()}
+
+    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+        import numpy as np
+
+        if "score" in outputs:
+            return {"prediction": round(float(outputs["score"][i]), 6)}
+        probs = outputs["probabilities"][i]
+        k = int(np.argmax(probs))
+        labels = meta.get("labels")
+        return {"prediction": labels[k] if labels else k, "probabilities": [round(float(p), 6) for p in probs]}
+
+    def batch_identity(self, meta: dict, output_names) -> dict:
+        return dict(labels=meta.get("labels"), regression=_regression(meta, output_names))
+
+
+class _Example:
+    """What ``classifier_data.encode_example`` reads of an example."""
+
+    def __init__(self, text_a: str, text_b: Optional[str]):
+        self.text_a, self.text_b = text_a, text_b
+
+
+class ClassificationTask(RecordsTask):
+    """A GLUE/IMDB/Yelp task of a run_classifier.py run."""
+
+    def __init__(self, family, settings):
+        super().__init__(family, settings)
+        self.spec = classifier_data.get_task(settings.task_name)
+        self.name = self.spec.name
+        self.regression = self.spec.regression
+        self.labels = self.spec.label_list()
+        self.main_metric = next((MAIN_METRIC[m] for m in self.spec.metrics if m in MAIN_METRIC), "accuracy")
+
+    @property
+    def output_dir(self) -> str:
+        return self.settings.output_dir or os.path.join(self.settings.model_dir, "features")
+
+    def prepare(self, split: str) -> tuple:
+        s = self.settings
+        return classifier_data.prepare_features(self.spec, s.data_dir, split, self.tokenizer, s.max_seq_length,
+                                                self.output_dir, s.overwrite_data)
+
+    @property
+    def feature_spec(self) -> dict:
+        return classifier_data.feature_spec(self.settings.max_seq_length, self.regression)
+
+    @property
+    def dummy_features(self) -> dict:
+        return classifier_data.dummy_features(self.settings.max_seq_length, self.regression)
+
+    def build_model(self):
+        from xlnet_tf.models.heads import XLNetClassifier
+
+        s = self.settings
+        # Head names as the original: classification_{cls_scope or task}, regression_{task}.
+        scope = self.name if self.regression else (s.cls_scope or self.name)
+        return XLNetClassifier(self.model_config, num_labels=len(self.labels or [1]), task_scope=scope,
+                               regression=self.regression, summary_type=s.summary_type,
+                               use_summ_proj=s.use_summ_proj, dtype=s.dtype)
+
+    def loss(self, features: dict, outputs: dict) -> tuple:
+        import tensorflow as tf
+
+        logits = outputs["logits"]
+        if self.regression:
+            per_example = tf.square(logits[:, 0] - tf.cast(features["label"], tf.float32))
+        else:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.cast(features["label"], tf.int32), logits=logits)
+        return weighted_loss(per_example, features)
+
+    def metrics(self, data, outputs: dict) -> dict:
+        import numpy as np
+
+        from xlnet_tf.finetuning import metrics
+
+        logits, labels = outputs["logits"], outputs["label"]
+        if self.regression:
+            result = metrics.regression_metrics(logits[:, 0], labels.astype(np.float64))
+            result["loss"] = result["mse"]
+            return result
+        result = metrics.classification_metrics(logits, labels, self.spec.metrics)
+        result["loss"] = metrics.mean_softmax_cross_entropy(logits, labels.astype(np.int64))
+        return result
+
+    def predictions(self, logits) -> list:
+        import numpy as np
+
+        if self.regression:
+            return [float(x) for x in logits[:, 0]]
+        return [self.labels[i] for i in np.argmax(logits, axis=-1)]
+
+    def write_prediction_files(self, outputs: dict, guids: list, split: str) -> list:
+        """GLUE submission TSV (``index<TAB>prediction``; label strings, or the score for regression) and
+        ``{task}.{split}.logits.json``."""
+        from xlnet_tf.io_utils import write_text_atomic
+
+        logits = outputs["logits"]
+        predictions = self.predictions(logits)
+        lines = ["index\tprediction"] + [f"{g}\t{p:.6f}" if isinstance(p, float) else f"{g}\t{p}"
+                                         for g, p in zip(guids, predictions)]
+        return [write_text_atomic(os.path.join(self.predict_dir, f"{self.spec.submission or self.name}.tsv"),
+                                  "\n".join(lines) + "\n"),
+                write_logits(self.predict_dir, self.name, split, guids, logits, predictions)]
+
+    def reads_pairs(self) -> bool:
+        """Whether the task's examples are sentence pairs (its labelled files have a second text column)."""
+        return self.spec.labeled is not None and self.spec.labeled.text_b is not None
+
+    def serving_info(self, step: int):
+        from xlnet_tf.finetuning.serving import ServingInfo
+
+        s = self.settings
+        return ServingInfo(kind=REGRESSION if self.regression else CLASSIFICATION, task=self.name,
+                           max_seq_length=s.max_seq_length, lower_case=s.uncased, labels=self.labels,
+                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length)
+
+
+def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:
+    """``{task}.{split}.logits.json``: ``[{"index", "logits", "prediction"}]`` per example."""
+    from xlnet_tf.io_utils import write_json_atomic
+
+    return write_json_atomic(os.path.join(predict_dir, f"{task}.{split}.logits.json"),
+                             [{"index": g, "logits": [float(x) for x in row], "prediction": p}
+                              for g, row, p in zip(guids, logits, predictions)])

@@ -1,0 +1,395 @@
+"""Span extraction: SQuAD 1.1 and 2.0 (run_squad.py).
+
+Settings: ``SquadSettings`` (run_squad.py's flags, the original names and defaults). Data: ``squad_data`` (the
+SQuAD JSON reader, squad_lib_sp's windowing into ``P <sep> Q <sep> <cls>`` features, training shards written by
+``--do_prepro`` or on first use, the cached eval features). Head: ``models.heads.XLNetSquad``; loss and the in-graph
+answer of exports: ``squad_answers``. Predictions and metrics: ``squad_postprocess`` (the original's beam
+post-processing; predictions.json, nbest_predictions.json, null_odds.json; the official SQuAD v2 metrics with
+XLNet's best-threshold keys, written to ``<predict_dir>/eval_results.json`` whenever the file has answers).
+Serving: ``question``, ``context`` -> ``text``, ``start_char``, ``end_char``, ``null_odds``; token ids (with
+``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files' questions (``*.json``) or rows of
+question and context; rows ``prediction``, ``start_char``, ``end_char``, ``null_odds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import ClassVar, Iterator, Optional
+
+from absl import logging
+
+from xlnet_tf.tasks.base import Row, Task, TaskFamily
+from xlnet_tf.training.settings import FinetuneSettings, SettingsError
+from xlnet_tf.errors import InputError
+
+KIND = "squad"
+TEXT_INPUTS = ("question", "context")
+ANSWER_OUTPUTS = ("text", "start_char", "end_char", "null_odds")
+
+
+@dataclasses.dataclass
+class SquadSettings(FinetuneSettings):
+    """run_squad.py's settings (no TensorFlow here: checked before it loads)."""
+
+    do_prepro: bool = False
+    num_proc: int = 1
+    proc_id: int = 0
+    init: str = "normal"
+    init_std: float = 0.02
+    train_file: Optional[str] = None
+    predict_file: Optional[str] = None
+    max_query_length: int = 64
+    doc_stride: int = 128
+    max_answer_length: int = 64
+    n_best_size: int = 5
+    start_n_top: int = 5
+    end_n_top: int = 5
+    target_eval_key: str = "best_f1"
+    # The original run_squad.py's defaults where they differ (its published XLNet-Large recipe).
+    do_train: bool = True
+    max_seq_length: int = 512
+    train_batch_size: int = 48
+    train_steps: int = 8000
+    learning_rate: float = 3e-5
+    adam_epsilon: float = 1e-6
+    lr_layer_decay_rate: float = 0.75
+    predict_batch_size: int = 32
+
+    STAGES: ClassVar[tuple] = ("do_prepro",) + FinetuneSettings.STAGES
+
+    def family(self):
+        from xlnet_tf import tasks
+        return tasks.get(KIND)
+
+    def required(self) -> tuple:
+        names = ()
+        if self.do_prepro or self.do_train or self.do_eval or self.do_predict:
+            names += ("spiece_model_file",)
+        if self.do_prepro or self.do_train:
+            names += ("train_file",)
+        if self.do_eval or self.do_predict:
+            names += ("predict_file",)
+        return names if self.do_prepro else names + ("model_config_path", "model_dir")
+
+    def input_files(self) -> tuple:
+        return super().input_files() + ("train_file", "predict_file")
+
+    def trains(self) -> bool:
+        return self.do_train and not self.do_prepro
+
+    def errors(self) -> list:
+        errors = super().errors()
+        if self.do_prepro and not (self.output_dir or self.model_dir):
+            errors.append("--do_prepro needs --output_dir (or --model_dir)")
+        if self.max_seq_length - self.max_query_length - 3 < 1:
+            errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for the paragraph after "
+                          f"--max_query_length={self.max_query_length} and 3 special tokens")
+        if self.doc_stride <= 0 or self.max_query_length <= 0 or self.max_answer_length <= 0:
+            errors.append("--doc_stride, --max_query_length and --max_answer_length must be positive")
+        elif self.doc_stride > self.max_seq_length - self.max_query_length - 3 >= 1:
+            errors.append(f"--doc_stride={self.doc_stride} exceeds the paragraph window (--max_seq_length="
+                          f"{self.max_seq_length} - --max_query_length={self.max_query_length} - 3 = "
+                          f"{self.max_seq_length - self.max_query_length - 3} tokens): the tokens between windows "
+                          "would never be seen")
+        if not 0 <= self.proc_id < self.num_proc:
+            errors.append(f"--proc_id={self.proc_id} must be in [0, --num_proc={self.num_proc})")
+        if min(self.start_n_top, self.end_n_top, self.n_best_size) <= 0:
+            errors.append("--start_n_top, --end_n_top and --n_best_size must be positive")
+        if max(self.start_n_top, self.end_n_top) > self.max_seq_length:
+            errors.append("--start_n_top/--end_n_top cannot exceed --max_seq_length")
+        if self.init != "normal":
+            errors.append("--init=uniform is not supported (use --init=normal with --init_std)")
+        return errors
+
+    @property
+    def features_dir(self) -> str:
+        return self.output_dir or os.path.join(self.model_dir, "data")
+
+
+class SquadFamily(TaskFamily):
+    name = KIND
+    entry_point = "run_squad.py"
+    run_record_runner = KIND
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    @property
+    def settings_class(self):
+        return SquadSettings
+
+    def task_name_of(self, values: dict) -> Optional[str]:
+        return KIND
+
+    def settings_for_export(self, values: dict, task_name: str):
+        values = {k: v for k, v in values.items() if k != "task_name"}
+        return SquadSettings.from_values(values)
+
+    def task(self, settings) -> "SquadTask":
+        return SquadTask(self, settings)
+
+    # -- serving -------------------------------------------------------------------------------------------------
+    def text_inputs(self, info) -> dict:
+        return {name: [None] for name in TEXT_INPUTS}
+
+    def ids_spec(self, info) -> dict:
+        import tensorflow as tf
+
+        spec = super().ids_spec(info)
+        spec.update(p_mask=tf.TensorSpec([None, None], tf.float32, "p_mask"),
+                    cls_index=tf.TensorSpec([None], tf.int32, "cls_index"))
+        return spec
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
+
+        outputs = model(features, training=False)
+        return {k: outputs[k] for k in INFERENCE_OUTPUTS}
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        from xlnet_tf.tasks.squad_answers import best_answers
+
+        return best_answers(model, preprocessor, texts["question"], texts["context"], info.squad)
+
+    def preprocessor_kwargs(self, info) -> dict:
+        return {"max_query_length": info.squad["max_query_length"], "doc_stride": info.squad["doc_stride"]}
+
+    def serves_inputs(self, names: set) -> bool:
+        return names == set(TEXT_INPUTS)
+
+    # -- batch prediction ------------------------------------------------------------------------------------------
+    def batch_text_inputs(self, meta: dict) -> tuple:
+        return TEXT_INPUTS
+
+    def input_formats(self) -> dict:
+        return {KIND: read_squad_rows}
+
+    def input_format_of(self, path: str) -> Optional[str]:
+        return KIND if path.endswith(".json") else None
+
+    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+        return {k: outputs[k].numpy() for k in ANSWER_OUTPUTS}
+
+    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+        """run_squad.py's answer ("" for none) and where it is in the context (characters)."""
+        return dict(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
+                    end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
+
+
+def read_squad_rows(path: str) -> Iterator[Row]:
+    """The questions of a SQuAD file (``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question"}]}]}]}``),
+    as rows: ``text_a`` the question, ``text_b`` its context, ``id`` the question's id, ``line`` its position in the
+    file (1-based). The file is one JSON document, so it is read whole (SQuAD 2.0 dev: 4 MB); its questions are
+    streamed. Progress (``end``) is the share of the questions, in bytes of the file."""
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw)["data"]
+        paragraphs = [p for article in data for p in article["paragraphs"]]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
+    except (KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
+    total = sum(len(p.get("qas", [])) for p in paragraphs) or 1
+    k = 0
+    for paragraph in paragraphs:
+        for qa in paragraph.get("qas", []):
+            k += 1
+            end = len(raw) * k // total
+            question, context = qa.get("question"), paragraph.get("context")
+            if not isinstance(question, str) or not isinstance(context, str):
+                yield Row(k, end, problem="question or context is not a string")
+            elif not question.strip() or not context.strip():
+                yield Row(k, end, problem="empty question or context")
+            else:
+                yield Row(k, end, question, context, str(qa.get("id", k)))
+
+
+@dataclasses.dataclass
+class SquadEvalData:
+    """The prediction file read and windowed: ``squad`` (``squad_data.SquadFile``), its features and the ids of
+    the questions skipped while reading or windowing (reason -> ids)."""
+    squad: object
+    features: list
+    skipped: dict
+
+
+class SquadTask(Task):
+    """SQuAD in a run_squad.py run."""
+
+    name = KIND
+
+    def __init__(self, family, settings: SquadSettings):
+        super().__init__(family, settings)
+        self.main_metric = settings.target_eval_key
+
+    @property
+    def feature_settings(self):
+        from xlnet_tf.tasks import squad_data
+
+        s = self.settings
+        return squad_data.FeatureSettings(s.spiece_model_file, s.max_seq_length, s.max_query_length, s.doc_stride,
+                                          s.uncased)
+
+    @functools.cached_property
+    def model_config(self):
+        from xlnet_tf.tokenization import XLNetTokenizer
+        from xlnet_tf.training.setup import load_model_config
+
+        s = self.settings
+        vocab = XLNetTokenizer(s.spiece_model_file).vocab_size if s.spiece_model_file else None
+        return load_model_config(s, vocab, "--spiece_model_file", initializer_range=s.init_std)
+
+    def prepare_only(self) -> bool:
+        from xlnet_tf.tasks import squad_data
+
+        s = self.settings
+        if not s.do_prepro:
+            return False
+        squad_data.prepare_train_shard(s.train_file, s.features_dir, self.feature_settings, s.num_proc, s.proc_id,
+                                       overwrite=s.overwrite_data, seed=s.seed)
+        return True  # as the original: preprocessing only
+
+    def training_data(self, num_replicas: int) -> tuple:
+        from xlnet_tf.tasks import squad_data
+
+        s = self.settings
+        shards = self._training_shards()
+        per_replica = s.train_batch_size // num_replicas
+
+        def dataset_fn(ctx, start_step):
+            return squad_data.train_dataset(shards, per_replica, s.max_seq_length, input_context=ctx,
+                                            shuffle_buffer=s.shuffle_buffer, seed=s.seed + start_step)
+        return dataset_fn, {}
+
+    def _training_shards(self) -> list:
+        """Training shards for the current settings: written now if absent (one shard) or --overwrite_data; cached
+        shards written for another train file or other settings are an error, not silently reused."""
+        from xlnet_tf.tasks import squad_data
+
+        s, output_dir, feature_settings = self.settings, self.settings.features_dir, self.feature_settings
+        shards = squad_data.train_shards(output_dir, feature_settings)
+        if s.overwrite_data:
+            for path in shards:
+                for p in (path, path + ".json"):
+                    if os.path.exists(p):
+                        os.remove(p)
+            shards = []
+        if not shards:
+            squad_data.prepare_train_shard(s.train_file, output_dir, feature_settings, seed=s.seed)
+            return squad_data.train_shards(output_dir, feature_settings)
+        fingerprint = feature_settings.fingerprint(s.train_file)
+        for path in shards:
+            stale = squad_data.stale_fields(path, fingerprint)
+            if stale:
+                raise SettingsError(f"{path}: cached features differ from the current run in {', '.join(stale)}; "
+                                    "rerun --do_prepro or pass --overwrite_data")
+        return shards
+
+    def build_model(self):
+        from xlnet_tf.models.heads import XLNetSquad
+
+        s = self.settings
+        return XLNetSquad(self.model_config, start_n_top=s.start_n_top, end_n_top=s.end_n_top, dtype=s.dtype)
+
+    def loss(self, features: dict, outputs: dict) -> tuple:
+        from xlnet_tf.tasks.squad_answers import squad_loss
+
+        return squad_loss(features, outputs)
+
+    def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
+        from xlnet_tf.training.setup import restore_for_inference
+
+        path = restore_for_inference(model, self.settings.model_dir, checkpoint_path)
+        logging.info("restored %s", path)
+        return path
+
+    def eval_data(self) -> SquadEvalData:
+        from xlnet_tf.tasks import squad_data
+
+        s = self.settings
+        squad, features, skipped = squad_data.prepare_eval_features(s.predict_file, s.features_dir,
+                                                                    self.feature_settings, overwrite=s.overwrite_data)
+        if s.do_eval and not squad.has_answers:
+            raise SettingsError(f"--do_eval: {s.predict_file} has no gold answers (use --do_predict)")
+        return SquadEvalData(squad, features, skipped)
+
+    def infer(self, strategy, model, data: SquadEvalData) -> tuple:
+        """``(predictions, nbest, null_odds)`` keyed by question id, the original's post-processing; questions
+        dropped when reading (empty question, duplicate id) still get an entry: "" / no answer."""
+        from xlnet_tf.finetuning.trainer import predict
+        from xlnet_tf.tasks import squad_data, squad_postprocess
+
+        s = self.settings
+        results = predict(strategy, model, squad_data.eval_dataset(data.features, s.predict_batch_size),
+                          keep=("unique_ids",))
+        predictions, nbest, null_odds = squad_postprocess.compute_predictions(
+            data.squad.examples, data.features, results, s.n_best_size, s.max_answer_length, s.start_n_top,
+            s.end_n_top)
+        for qas_id in [i for reason, ids in data.skipped.items() for i in ids if reason != "duplicate id"]:
+            predictions.setdefault(qas_id, "")
+            nbest.setdefault(qas_id, [])
+            null_odds.setdefault(qas_id, squad_postprocess.SKIPPED_NULL_ODDS)
+        return predictions, nbest, null_odds
+
+    def writes_predictions(self, predicting: bool) -> bool:
+        return True  # as the original: --do_eval writes the prediction files too
+
+    def evaluates(self, data: SquadEvalData, evaluating: bool) -> bool:
+        return data.squad.has_answers  # as the original: metrics whenever the file has answers
+
+    def write_predictions(self, data, outputs: tuple, step: int, checkpoint: str) -> list:
+        from xlnet_tf.tasks import squad_postprocess
+
+        paths = squad_postprocess.write_prediction_files(self.predict_dir, *outputs)
+        logging.info("wrote %s", ", ".join(paths.values()))
+        return list(paths.values())
+
+    def metrics(self, data: SquadEvalData, outputs: tuple) -> dict:
+        from xlnet_tf.tasks import squad_postprocess
+
+        predictions, _, null_odds = outputs
+        metrics = squad_postprocess.evaluate(data.squad.data, predictions, null_odds)
+        metrics["skipped_examples"] = sum(len(ids) for ids in data.skipped.values())
+        return metrics
+
+    def write_eval_summaries(self, step: int, metrics: dict) -> None:
+        from xlnet_tf.finetuning.trainer import write_eval_summaries
+        write_eval_summaries(self.settings.model_dir, step, metrics)
+
+    def write_eval(self, metrics: dict, step: int, checkpoint: str, data: SquadEvalData,
+                   all_checkpoints: Optional[dict] = None) -> dict:
+        """``<predict_dir>/eval_results.json`` (the metrics, step, checkpoint, skipped questions by reason), the
+        TensorBoard summaries, the headline log lines and the metrics as one JSON line on stdout (as the
+        original)."""
+        from xlnet_tf.io_utils import write_json_atomic
+        from xlnet_tf.tasks import squad_postprocess
+
+        s = self.settings
+        write_json_atomic(os.path.join(self.predict_dir, squad_postprocess.EVAL_RESULTS),
+                          dict(metrics, step=step, checkpoint=checkpoint,
+                               skipped={k: len(v) for k, v in data.skipped.items()}), indent=4)
+        self.write_eval_summaries(step, metrics)
+        logging.info("=" * 80)
+        logging.info("Result | step %d | %s", step, " | ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+        logging.info("%s = %.4f", s.target_eval_key, metrics.get(s.target_eval_key, float("nan")))
+        logging.info("=" * 80)
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}))
+        return dict(task=self.name, split=os.path.basename(s.predict_file), step=step, checkpoint=checkpoint,
+                    metrics=metrics, main_metric=self.main_metric)
+
+    def serving_info(self, step: int):
+        """What a SQuAD export records: the windowing and the post-processing settings of ``--do_predict``."""
+        from xlnet_tf.finetuning.serving import ServingInfo
+
+        s = self.settings
+        return ServingInfo(kind=KIND, task=self.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
+                           global_step=step, squad=dict(max_query_length=s.max_query_length,
+                                                        doc_stride=s.doc_stride,
+                                                        max_answer_length=s.max_answer_length,
+                                                        start_n_top=s.start_n_top, end_n_top=s.end_n_top,
+                                                        n_best_size=s.n_best_size))
