@@ -17,37 +17,7 @@ their tasks are then ``--task_name`` values like the built-in ones.
 
 from xlnet_tf import tasks
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.config import SUMMARY_TYPES
 from xlnet_tf.finetuning.task_settings import ClassifierSettings
-
-define = cli.define_finetune_flags(ClassifierSettings)
-TASKS = [name for family in tasks.families() if family.settings_class is ClassifierSettings
-         for name in family.task_names()]
-define.string("task_name", f"{', '.join(TASKS)}, or a task of a --task_module.")
-define.string("task_module", "Task families of your own: a module (dotted name, or the path of a .py file) that "
-              "registers them (xlnet_tf.tasks.register).")
-define.string("data_dir", "Task data in its official layout.")
-define.string("eval_split", "dev or test.")
-define.integer("eval_batch_size", "Global eval batch size.")
-define.string("predict_input_glob", "--do_predict over these files instead of --eval_split's: comma-separated "
-              "globs (local or gs://) of *.tsv (header row) or *.jsonl, streamed; one <name>.predictions.jsonl per "
-              "file in --predict_dir, resumable (docs/batch.md).")
-define.string("predict_text_fields", "With --predict_input_glob: text column(s)/key(s), 'a' or 'a,b' for pairs.")
-define.string("predict_id_field", "With --predict_input_glob: column/key copied to each output row as 'id'.")
-define.boolean("eval_all_ckpt", "Evaluate every checkpoint in model_dir and report the best.")
-# Head.
-define.enum("summary_type", SUMMARY_TYPES, "How a sequence is summarised.")
-define.boolean("use_summ_proj", "tanh projection of the summary (as pretrained XLNet heads).")
-define.string("cls_scope", "Classifier head scope (default: the task name).")
-define.boolean("is_regression", "Regression task (implied by --task_name=sts-b).")
-# RACE (the multiple_choice family).
-define.integer("max_qa_length", "RACE: question+option tokens kept (from the end).")
-define.boolean("high_only", "RACE: high-school passages only.")
-define.boolean("middle_only", "RACE: middle-school passages only.")
-# Original flags without effect here.
-define.integer("num_hosts", "Original flag, unused (hosts come from the strategy).", default=1)
-define.integer("num_core_per_host", "Original flag, unused (replicas come from --strategy).", default=None)
-define.float("predict_threshold", "Original flag, unused.", default=0)
 
 
 def task_defaults(flags) -> dict:

@@ -22,28 +22,5 @@ official SQuAD v2 metrics (EM, F1, HasAns/NoAns, best no-answer threshold), logg
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.tasks.squad import SquadSettings
 
-define = cli.define_finetune_flags(SquadSettings)
-# Preprocessing.
-define.boolean("do_prepro", "Perform preprocessing only.")
-define.integer("num_proc", "Number of preprocessing processes.")
-define.integer("proc_id", "Process id for preprocessing.")
-define.string("train_file", "Path of train file (SQuAD JSON).")
-define.string("predict_file", "Path of prediction file (SQuAD JSON).")
-define.integer("max_query_length", "Max query length.")
-define.integer("doc_stride", "Doc stride.")
-define.integer("max_answer_length", "Max answer length.")
-# Initialisation of the head.
-define.enum("init", ["normal", "uniform"], "Initialization method (only 'normal' is supported).")
-define.float("init_std", "Initialization std when init is normal.")
-# Prediction.
-define.integer("n_best_size", "n best size for predictions.")
-define.integer("start_n_top", "Beam size for span start.")
-define.integer("end_n_top", "Beam size for span end.")
-define.string("target_eval_key", "Metric logged as the headline result.")
-# Original flags without effect here.
-define.string("summary_type", "Unused by SQuAD (kept for command-line compatibility).", default="last")
-define.float("init_range", "Unused ('uniform' init is not supported).", default=0.1)
-define.boolean("init_global_vars", "Unused (kept for command-line compatibility).", default=False)
-
 if __name__ == "__main__":
     cli.run(SquadSettings, "xlnet_tf.finetuning.runner:run")

@@ -10,8 +10,9 @@ from classifier_helpers import DEFAULTS, REPO
 _DUMP = """
 import json, sys
 from absl import flags
-import run_classifier
-from xlnet_tf.cli.flags import apply_config_file
+from xlnet_tf.cli.flags import apply_config_file, define_flags
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
+define_flags(ClassifierSettings)
 flags.FLAGS(["x"])
 defaults = {name: flags.FLAGS[name].default for name in flags.FLAGS}
 applied = apply_config_file(flags.FLAGS, "configs/finetune_sentiment_tiny.yaml")

@@ -26,8 +26,8 @@ from xlnet_tf.finetuning.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
 
-TOOL_SETTINGS = [PretrainSettings, ExportSettings, PredictSettings, JobsSettings, CreateDataSettings,
-                 ConvertSettings, TrainSpmSettings]
+TOOL_SETTINGS = [PretrainSettings, ClassifierSettings, SquadSettings, ExportSettings, PredictSettings, JobsSettings,
+                 CreateDataSettings, ConvertSettings, TrainSpmSettings]
 
 
 def parsed(settings_cls, *argv, define=cli.define_flags):
@@ -119,20 +119,11 @@ def test_original_flags_declared_by_the_settings_apply():
     assert cli.settings_from_flags(PretrainSettings, values).data_dir == "E"
     values, _ = parsed(CreateDataSettings, "--sp_path=m.model")
     assert cli.settings_from_flags(CreateDataSettings, values).spiece_model_file == "m.model"
-    values = flags.FlagValues()
-    _finished(cli.define_finetune_flags(ClassifierSettings, values))
-    values(["prog", "--use_tpu", "--use_bfloat16"])
+    values, _ = parsed(ClassifierSettings, "--use_tpu", "--use_bfloat16", "--num_hosts=4")
     s = cli.settings_from_flags(ClassifierSettings, values)
     assert (s.strategy, s.dtype) == ("tpu", "mixed_bfloat16")
-
-
-def _finished(definer):
-    """The run_classifier.py flags that the previous way defines in the script (here with throwaway help)."""
-    for field in dataclasses.fields(definer.settings_cls):
-        if field.name not in definer.flag_values:
-            kind = {bool: definer.boolean, int: definer.integer, float: definer.float}.get(type(field.default),
-                                                                                          definer.string)
-            kind(field.name, "-")
+    values, _ = parsed(SquadSettings, "--init_range=0.5", "--summary_type=first")  # accepted, without effect
+    assert cli.settings_from_flags(SquadSettings, values) == SquadSettings()
 
 
 def test_positional_arguments_come_from_the_command_line():
@@ -148,13 +139,11 @@ def test_positional_arguments_come_from_the_command_line():
         cli.settings_from_flags(PretrainSettings, parsed(PretrainSettings)[0], ["stray"])
 
 
-def test_the_previous_way_keeps_run_classifier_and_run_squad_working():
-    values, _ = parsed(SquadSettings, define=cli.define_finetune_flags)
+def test_run_squad_keeps_the_original_defaults():
+    values, _ = parsed(SquadSettings)
     for name in ("learning_rate", "do_train", "lr_layer_decay_rate", "train_batch_size", "max_seq_length"):
         assert values[name].default == getattr(SquadSettings(), name)
-    assert values["do_train"].help == "Fine-tune."  # FinetuneSettings' help
-    with pytest.raises(KeyError, match="fields without a flag.*do_prepro"):  # run_squad.py defines the rest
-        cli.settings_from_flags(SquadSettings, values)
+    assert values["do_train"].default is True and values["do_train"].help == "Fine-tune."  # FinetuneSettings' help
 
 
 def test_settings_errors_are_reported_together():
@@ -185,9 +174,10 @@ def test_tools_check_their_settings_before_tensorflow_loads():
         import sys
         from absl import flags
         from xlnet_tf.cli import convert, create_data, export, flags as cli, jobs, predict, train_spm
-        from xlnet_tf.finetuning.task_settings import ClassifierSettings, SquadSettings
+        from xlnet_tf.finetuning.task_settings import ClassifierSettings
+        from xlnet_tf.tasks.squad import SquadSettings
         from xlnet_tf.training.settings import PretrainSettings
-        for settings_cls in (PretrainSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,
+        for settings_cls in (PretrainSettings, ClassifierSettings, SquadSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,
                              create_data.CreateDataSettings, convert.ConvertSettings, train_spm.TrainSpmSettings):
             values = flags.FlagValues()
             cli.define_flags(settings_cls, values)

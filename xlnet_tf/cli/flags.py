@@ -42,10 +42,6 @@ A tool is a settings dataclass and a function that takes it::
     ``NotADirectoryError``, ``IsADirectoryError``, ``PermissionError``) and absl's ``flags.Error``.
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
-
-``FlagDefiner``, ``define_common_flags`` and ``define_finetune_flags`` are the previous way (a flag's help written
-next to its definition instead of with the field), kept only for run_classifier.py and run_squad.py until they
-define their flags from their settings classes too; then they go.
 """
 
 from __future__ import annotations
@@ -62,8 +58,7 @@ import yaml
 from absl import app, flags, logging
 
 from xlnet_tf.errors import InputError
-from xlnet_tf.training.settings import (Alias, FinetuneSettings, Ignored, RunSettings, Settings, SettingsError,
-                                        setting, setting_of)
+from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
 
 __all__ = ["Alias", "Ignored", "InputError", "Settings", "SettingsError", "USER_ERRORS", "apply_config_file",
            "define_flags", "run", "setting", "setting_of", "settings_from_flags", "summary", "usage_error"]
@@ -110,24 +105,19 @@ def _define(flag_values: flags.FlagValues, kind: type, name: str, default, help:
     flag_values.register_key_flag_for_module(sys.argv[0], flag_values[name])
 
 
-def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, *, fields_of=None) -> None:
+def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> None:
     """Defines ``--config_file``, one flag per field of ``settings_cls`` (positional fields excepted) and its
-    ``ORIGINAL_FLAGS``. ``fields_of``: only the fields (and original flags) of this base class, with
-    ``settings_cls``' defaults (the previous way's common flags)."""
+    ``ORIGINAL_FLAGS``."""
     hints = typing.get_type_hints(settings_cls)
-    only = {f.name for f in dataclasses.fields(fields_of)} if fields_of else None
-    if "config_file" not in flag_values:
-        _define(flag_values, str, "config_file", None, CONFIG_FILE_HELP)
+    _define(flag_values, str, "config_file", None, CONFIG_FILE_HELP)
     for field in dataclasses.fields(settings_cls):
-        if only is not None and field.name not in only:
-            continue
         meta = field_metadata(settings_cls, field.name)
         if meta.get("positional"):
             continue
         if field.default is dataclasses.MISSING:
             raise TypeError(f"{settings_cls.__name__}.{field.name} has no default: a flag needs one")
         _define(flag_values, _kind(hints[field.name]), field.name, field.default, meta["help"], meta.get("choices"))
-    for name, original in (fields_of or settings_cls).ORIGINAL_FLAGS.items():
+    for name, original in settings_cls.ORIGINAL_FLAGS.items():
         if isinstance(original, Alias):
             if original.value is not None:  # a switch: --use_tpu
                 _define(flag_values, bool, name, False, original.help)
@@ -242,8 +232,7 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
     # TensorFlow's C++ INFO lines (CUDA probing, oneDNN notices, "Local rendezvous is aborting with status:
     # OUT_OF_RANGE" at the end of every evaluation) say nothing a user can act on; warnings and errors stay.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    if "config_file" not in FLAGS:  # run_classifier.py and run_squad.py define theirs at import
-        define_flags(settings_cls)
+    define_flags(settings_cls)
 
     def parse(argv):
         try:
@@ -308,54 +297,3 @@ def summary(result: dict) -> str:
     if result.get("export"):
         parts.append(f"exported {result['export']}")
     return "; ".join(parts) or "nothing to do (no --do_train, --do_eval, --do_predict or --export_dir)"
-
-
-# -- the previous way (run_classifier.py and run_squad.py until they are converted; then remove) ----------------------
-
-class FlagDefiner:
-    """Defines absl flags whose defaults are the field defaults of ``settings_cls`` and whose help is written here
-    (a flag that is no field names its ``default``). Superseded by ``define_flags``."""
-
-    _FROM_SETTINGS = object()
-
-    def __init__(self, settings_cls, flag_values: flags.FlagValues = FLAGS):
-        self.settings_cls = settings_cls
-        self.flag_values = flag_values
-        self._defaults = {f.name: f.default for f in dataclasses.fields(settings_cls)}
-
-    def _define(self, define, name, *args, default=_FROM_SETTINGS):
-        if default is self._FROM_SETTINGS:
-            if name not in self._defaults:
-                raise KeyError(f"--{name} is no field of {self.settings_cls.__name__}: give its default")
-            default = self._defaults[name]
-        define(name, default, *args, flag_values=self.flag_values)
-        self.flag_values.register_key_flag_for_module(sys.argv[0], self.flag_values[name])
-
-    def string(self, name: str, help: str, **default):  # noqa: A002
-        self._define(flags.DEFINE_string, name, help, **default)
-
-    def integer(self, name: str, help: str, **default):  # noqa: A002
-        self._define(flags.DEFINE_integer, name, help, **default)
-
-    def float(self, name: str, help: str, **default):  # noqa: A002
-        self._define(flags.DEFINE_float, name, help, **default)
-
-    def boolean(self, name: str, help: str, **default):  # noqa: A002
-        self._define(flags.DEFINE_bool, name, help, **default)
-
-    def enum(self, name: str, values, help: str, **default):  # noqa: A002
-        self._define(flags.DEFINE_enum, name, values, help, **default)
-
-
-def define_common_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
-    """``--config_file`` and the flags of ``RunSettings``' fields (defaults: ``settings_cls``'); returns a definer
-    for the entry point's own flags. Superseded by ``define_flags``."""
-    define_flags(settings_cls, flag_values, fields_of=RunSettings)
-    return FlagDefiner(settings_cls, flag_values)
-
-
-def define_finetune_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> FlagDefiner:
-    """The common flags plus ``FinetuneSettings``' fields and original flags (``--use_tpu``, ``--use_bfloat16``).
-    Superseded by ``define_flags``."""
-    define_flags(settings_cls, flag_values, fields_of=FinetuneSettings)
-    return FlagDefiner(settings_cls, flag_values)

@@ -43,6 +43,8 @@ class PredictSettings(Settings):
                                       "labels.json says, else cased).")
     overwrite: bool = setting(False, "Predict every shard again, even those done.")
     progress_every_s: float = setting(30.0, "Seconds between progress lines.")
+    task_module: Optional[str] = setting(None, "The module (dotted name or .py file) of a task family of your own, "
+                                         "for its exports (xlnet_tf.tasks).")
 
     def required(self) -> tuple:
         return ("saved_model", "input_glob", "output_dir")
@@ -66,8 +68,10 @@ def main(s: PredictSettings) -> None:
     """The command: ``predict_shards`` with the SavedModel."""
     from absl import logging
 
+    from xlnet_tf import tasks
     from xlnet_tf.batch import prediction
 
+    tasks.load_module(s.task_module)
     fields = prediction.Fields.parse(s.text_fields, s.id_field)
     predictor = prediction.SavedModelPredictor(s.saved_model, s.signature, s.spiece_model_file, s.max_seq_length,
                                                s.uncased)

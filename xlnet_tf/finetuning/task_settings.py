@@ -8,38 +8,51 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar, Optional
+from typing import ClassVar, Mapping, Optional
 
 from xlnet_tf import tasks
 from xlnet_tf.config import SUMMARY_TYPES
-from xlnet_tf.training.settings import FinetuneSettings
+from xlnet_tf.training.settings import FinetuneSettings, Ignored, setting
 
 SPLITS = ("train", "dev", "test")
 
 
 @dataclasses.dataclass
 class ClassifierSettings(FinetuneSettings):
-    task_name: Optional[str] = None
-    # A user's module defining (and registering) task families: a dotted module name or a .py file.
-    task_module: Optional[str] = None
-    data_dir: Optional[str] = None
-    summary_type: str = "last"
-    use_summ_proj: bool = True
-    cls_scope: Optional[str] = None
-    is_regression: bool = False
-    max_qa_length: int = 128
-    high_only: bool = False
-    middle_only: bool = False
-    eval_split: str = "dev"
-    eval_all_ckpt: bool = False
-    eval_batch_size: int = 128
+    task_name: Optional[str] = setting(None, "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, "
+                                       "rte, wnli, imdb, yelp2, yelp5, race, or a task of a --task_module.")
+    task_module: Optional[str] = setting(None, "Task families of your own: a module (dotted name, or the path of a "
+                                         ".py file) that registers them (xlnet_tf.tasks.register).")
+    data_dir: Optional[str] = setting(None, "Task data in its official layout.")
+    # Head.
+    summary_type: str = setting("last", "How a sequence is summarised.", choices=SUMMARY_TYPES)
+    use_summ_proj: bool = setting(True, "tanh projection of the summary (as pretrained XLNet heads).")
+    cls_scope: Optional[str] = setting(None, "Classifier head scope (default: the task name).")
+    is_regression: bool = setting(False, "Regression task (implied by --task_name=sts-b).")
+    # RACE (the multiple_choice family).
+    max_qa_length: int = setting(128, "RACE: question+option tokens kept (from the end).")
+    high_only: bool = setting(False, "RACE: high-school passages only.")
+    middle_only: bool = setting(False, "RACE: middle-school passages only.")
+    eval_split: str = setting("dev", "dev or test.")
+    eval_all_ckpt: bool = setting(False, "Evaluate every checkpoint in model_dir and report the best.")
+    eval_batch_size: int = setting(128, "Global eval batch size.")
     max_save: int = 0
     # Batch prediction over large sharded inputs (xlnet_tf.batch.prediction) instead of --eval_split's file.
-    predict_input_glob: Optional[str] = None
-    predict_text_fields: str = "sentence"
-    predict_id_field: Optional[str] = None
+    predict_input_glob: Optional[str] = setting(None, "--do_predict over these files instead of --eval_split's: "
+                                                "comma-separated globs (local or gs://) of *.tsv (header row) or "
+                                                "*.jsonl, streamed; one <name>.predictions.jsonl per file in "
+                                                "--predict_dir, resumable (docs/batch.md).")
+    predict_text_fields: str = setting("sentence", "With --predict_input_glob: text column(s)/key(s), 'a' or 'a,b' "
+                                       "for pairs.")
+    predict_id_field: Optional[str] = setting(None, "With --predict_input_glob: column/key copied to each output row "
+                                              "as 'id'.")
 
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "eval_batch_size", "predict_batch_size")
+    ORIGINAL_FLAGS: ClassVar[Mapping] = dict(
+        FinetuneSettings.ORIGINAL_FLAGS,
+        num_hosts=Ignored(1, "Original flag, unused (hosts come from the strategy)."),
+        num_core_per_host=Ignored(None, "Original flag, unused (replicas come from --strategy).", kind=int),
+        predict_threshold=Ignored(0.0, "Original flag, unused."))
 
     def family(self):
         """The task family of ``--task_name`` (after loading ``--task_module``)."""

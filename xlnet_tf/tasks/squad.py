@@ -17,13 +17,13 @@ import dataclasses
 import functools
 import json
 import os
-from typing import ClassVar, Iterator, Optional
+from typing import ClassVar, Iterator, Mapping, Optional
 
 from absl import logging
 
-from xlnet_tf.tasks.base import Row, Task, TaskFamily
-from xlnet_tf.training.settings import FinetuneSettings, SettingsError
 from xlnet_tf.errors import InputError
+from xlnet_tf.tasks.base import Row, Task, TaskFamily
+from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
 
 KIND = "squad"
 TEXT_INPUTS = ("question", "context")
@@ -34,20 +34,21 @@ ANSWER_OUTPUTS = ("text", "start_char", "end_char", "null_odds")
 class SquadSettings(FinetuneSettings):
     """run_squad.py's settings (no TensorFlow here: checked before it loads)."""
 
-    do_prepro: bool = False
-    num_proc: int = 1
-    proc_id: int = 0
-    init: str = "normal"
-    init_std: float = 0.02
-    train_file: Optional[str] = None
-    predict_file: Optional[str] = None
-    max_query_length: int = 64
-    doc_stride: int = 128
-    max_answer_length: int = 64
-    n_best_size: int = 5
-    start_n_top: int = 5
-    end_n_top: int = 5
-    target_eval_key: str = "best_f1"
+    do_prepro: bool = setting(False, "Perform preprocessing only.")
+    num_proc: int = setting(1, "Number of preprocessing processes.")
+    proc_id: int = setting(0, "Process id for preprocessing.")
+    init: str = setting("normal", "Initialization method (only 'normal' is supported).",
+                        choices=("normal", "uniform"))
+    init_std: float = setting(0.02, "Initialization std when init is normal.")
+    train_file: Optional[str] = setting(None, "Path of train file (SQuAD JSON).")
+    predict_file: Optional[str] = setting(None, "Path of prediction file (SQuAD JSON).")
+    max_query_length: int = setting(64, "Max query length.")
+    doc_stride: int = setting(128, "Doc stride.")
+    max_answer_length: int = setting(64, "Max answer length.")
+    n_best_size: int = setting(5, "n best size for predictions.")
+    start_n_top: int = setting(5, "Beam size for span start.")
+    end_n_top: int = setting(5, "Beam size for span end.")
+    target_eval_key: str = setting("best_f1", "Metric logged as the headline result.")
     # The original run_squad.py's defaults where they differ (its published XLNet-Large recipe).
     do_train: bool = True
     max_seq_length: int = 512
@@ -59,6 +60,11 @@ class SquadSettings(FinetuneSettings):
     predict_batch_size: int = 32
 
     STAGES: ClassVar[tuple] = ("do_prepro",) + FinetuneSettings.STAGES
+    ORIGINAL_FLAGS: ClassVar[Mapping] = dict(
+        FinetuneSettings.ORIGINAL_FLAGS,
+        summary_type=Ignored("last", "Unused by SQuAD (kept for command-line compatibility)."),
+        init_range=Ignored(0.1, "Unused ('uniform' init is not supported)."),
+        init_global_vars=Ignored(False, "Unused (kept for command-line compatibility)."))
 
     def family(self):
         from xlnet_tf import tasks
