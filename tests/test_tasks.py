@@ -1,8 +1,10 @@
-"""Keras task models on raw strings (``xlnet_tf.tasks.text_models``): loaded from a release directory, fine-tuned with ``fit``
-on text from data/sentiment/, predictions on strings equal to the task model on ``encode_example`` features,
-checkpoints written the ways the entry points write them loaded back, multiple choice, MirroredStrategy; SQuAD:
-training labels equal to squad_data's, answers equal to the SavedModel export's."""
+"""Keras task models on raw strings (``xlnet_tf.tasks.text_models``): loaded from a release directory, fine-tuned with
+``fit`` on text from data/sentiment/ (the preprocessor in the tf.data pipeline, token ids in ``call``), predictions
+on strings equal to the task model on ``encode_example`` features, checkpoints written the ways the entry points
+write them loaded back, multiple choice, MirroredStrategy, XLA; SQuAD: training labels equal to squad_data's,
+answers equal to the SavedModel export's, two replicas training as one device."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -76,6 +78,13 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     before = model.network.logit.kernel.numpy().copy()
     history = model.fit(train, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]) and not np.allclose(model.network.logit.kernel.numpy(), before)
+    # The query stream's mask_emb (no gradient in fine-tuning) is left out of training, without marking the
+    # network's variable (the caller's object) untrainable.
+    mask_emb = model.network.xlnet.mask_emb
+    assert mask_emb.trainable and all(w is not mask_emb for w in model.trainable_weights)
+    assert any(w is mask_emb for w in model.non_trainable_weights)
+    assert all(v is not mask_emb for v in model.trainable_variables)
+    np.testing.assert_array_equal(mask_emb.numpy(), tensors["model/transformer/mask_emb/mask_emb"])
 
     examples, texts, labels = _sentiment("dev", 12)
     probabilities = _softmax(model.predict(texts, batch_size=5, verbose=0))  # a Python list of strings
@@ -103,26 +112,33 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     # Pairs: a tuple of two batches, laid out as encode_example lays out text_a/text_b.
     pairs = [classifier_data.read_examples(classifier_data.get_task("mrpc"), os.path.join(FIXTURES, "glue", "MRPC"),
                                            "dev").examples[i] for i in range(4)]
-    got = model((tf.constant([e.text_a for e in pairs]), tf.constant([e.text_b for e in pairs])))
-    np.testing.assert_allclose(_softmax(got), _softmax(model.network(_encoded(tokenizer, pairs))["logits"]),
-                               atol=1e-5)
+    encoded_pairs = _encoded(tokenizer, pairs)
+    got = model.predict(([e.text_a for e in pairs], np.array([e.text_b for e in pairs])), verbose=0)
+    np.testing.assert_allclose(_softmax(got), _softmax(model.network(encoded_pairs)["logits"]), atol=1e-5)
+    # call takes token ids (the preprocessor's dict), as fit/evaluate/predict do when given them.
+    np.testing.assert_allclose(model(model.preprocessor(tf.constant([e.text_a for e in pairs]),
+                                                        tf.constant([e.text_b for e in pairs]))).numpy(), got,
+                               atol=1e-6)
+    np.testing.assert_allclose(model.predict(encoded_pairs, verbose=0), got, atol=1e-6)
+    with pytest.raises(ValueError, match="inputs: XLNetTextClassifier takes token ids"):
+        model(tf.constant(texts))
 
     # The fine-tuned model written as run_classifier.py writes it (native) and in the original's TF1 layout loads
     # back with its head; the .keras file too.
-    eager = model(tf.constant(texts)).numpy()
+    eager = model.predict(texts, verbose=0)
     native = tf.train.Checkpoint(model=model.network).write(str(tmp_path / "native" / "ckpt-4"))
     again = xlnet_tf.XLNetTextClassifier.from_checkpoint(native, num_labels=2, seq_length=SEQ, spiece_model=SPIECE,
                                                          config=os.path.join(folder, "xlnet_config.json"))
-    np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    np.testing.assert_allclose(again.predict(texts, verbose=0), eager, atol=1e-6)
     tf1 = tmp_path / "tf1"
     shutil.copytree(folder, tf1, ignore=shutil.ignore_patterns("xlnet_model.ckpt*"))
     write_tf1_checkpoint({n: v.numpy() for n, v in model.network.tf1_variables().items()},
                          str(tf1 / "xlnet_model.ckpt"))
     again = xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tf1), num_labels=2, seq_length=SEQ)
-    np.testing.assert_allclose(again(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    np.testing.assert_allclose(again.predict(texts, verbose=0), eager, atol=1e-6)
     model.save(str(tmp_path / "model.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "model.keras"))
-    np.testing.assert_allclose(loaded(tf.constant(texts)).numpy(), eager, atol=1e-6)
+    np.testing.assert_allclose(loaded.predict(texts, verbose=0), eager, atol=1e-6)
     # The optimizer comes back too (create_optimizer's XLNetAdamW: schedule, decay exclusions, step, moments).
     assert type(loaded.optimizer) is type(model.optimizer)
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
@@ -143,6 +159,25 @@ def test_fit_and_predict_under_mirrored_strategy(release, tokenizer):
     examples, texts, labels = _sentiment("train", 16)
     history = model.fit(texts, labels, batch_size=8, epochs=1, verbose=0)  # 2 steps, 4 strings per replica
     assert np.isfinite(history.history["loss"][0])
+    examples, texts, _ = _sentiment("dev", 6)
+    np.testing.assert_allclose(_softmax(model.predict(texts, batch_size=4, verbose=0)),
+                               _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
+
+
+def test_text_classifier_trains_with_xla(release, tokenizer):
+    """jit_compile=True: Keras compiles the steps (network, loss, optimizer) with XLA, the strings staying in the
+    tf.data pipeline; validation data as raw strings; predictions equal to the network on encode_example's ids."""
+    folder, _ = release
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                         dropatt=0.0)
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=True)
+    assert model.jit_compile  # Keras turns it off (with a warning) for a model with a layer that cannot compile
+    _, texts, labels = _sentiment("train", 16)
+    before = model.network.logit.kernel.numpy().copy()
+    history = model.fit(texts, labels, batch_size=8, epochs=1, verbose=0, validation_split=0.25)
+    assert np.isfinite(history.history["loss"][0]) and np.isfinite(history.history["val_loss"][0])
+    assert not np.allclose(model.network.logit.kernel.numpy(), before)
     examples, texts, _ = _sentiment("dev", 6)
     np.testing.assert_allclose(_softmax(model.predict(texts, batch_size=4, verbose=0)),
                                _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
@@ -190,9 +225,9 @@ SQUAD = os.path.join(FIXTURES, "squad")
 SQUAD_SETTINGS = dict(seq_length=64, max_query_length=16, doc_stride=24)  # several windows for most contexts
 
 
-def _squad_model(folder):
+def _squad_model(folder, **kwargs):
     return xlnet_tf.XLNetTextSquad.from_checkpoint(folder, max_answer_length=12, start_n_top=3, end_n_top=3,
-                                                   dropout=0.0, dropatt=0.0, **SQUAD_SETTINGS)
+                                                   dropout=0.0, dropatt=0.0, **SQUAD_SETTINGS, **kwargs)
 
 
 def _squad_inputs(examples):
@@ -274,11 +309,12 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
             metadata["end_n_top"]) == (b"squad", 64, 24, 12, 3)
     with pytest.raises(ValueError, match="inputs"):
         model(tf.constant(questions))
-    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():  # not supported yet: an error, not a hang
-        mirrored = _squad_model(release[0])
-        mirrored.compile(keras.optimizers.Adam(1e-3))
-    with pytest.raises(NotImplementedError, match="2 replicas"):
-        mirrored.fit((questions, contexts), labels, verbose=0)
+    # A .keras file gives the same answers (and the window settings) back.
+    model.save(str(tmp_path / "squad.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "squad.keras"))
+    assert (loaded.window_batch_size, loaded.max_answer_length) == (model.window_batch_size, 12)
+    with kernels.use("plain"):
+        assert [t.decode() for t in loaded.predict((questions, contexts), verbose=0)["text"]] == texts
 
     # Written as run_squad.py writes its checkpoints, the fine-tuned model loads back with its head.
     native = tf.train.Checkpoint(model=model.network).write(str(tmp_path / "native" / "ckpt-2"))
@@ -286,3 +322,60 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
         release[0], "xlnet_config.json"), start_n_top=3, end_n_top=3, **SQUAD_SETTINGS)
     for mine, theirs in zip(model.network.weights, again.network.weights):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_squad_fit_under_two_replicas_equals_one_device(release):
+    """Two replicas (a 2-CPU MirroredStrategy) train XLNetTextSquad as one device does, to float32 round-off: every
+    replica gets the same number of windows per step (the last step filled up with windows of weight 0), and the
+    weights divide by the whole step's windows. XLA (jit_compile=True) trains the same too; evaluate and
+    predict agree."""
+    from xlnet_tf.tasks import squad_data
+
+    train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
+    x, y = _squad_inputs(train)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+    keras.utils.set_random_seed(0)
+    initial = _squad_model(release[0]).get_weights()
+
+    def trained(strategy=None, jit_compile=False):
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            model = _squad_model(release[0], window_batch_size=8)  # 4 windows per replica
+            model.set_weights(initial)
+            model.compile(keras.optimizers.SGD(0.1), jit_compile=jit_compile)
+        history = model.fit(data, epochs=1, verbose=0).history["loss"]
+        return model, history, model.evaluate(data, verbose=0)
+
+    one, one_history, one_loss = trained()
+    windows = sum(int(tf.shape(model_windows)[0]) for model_windows in
+                  data.map(lambda x, y: one.training_windows(x, y)["example_index"]))
+    assert windows % 8 and windows > 16  # several steps, the last one filled up
+    moved = [not np.allclose(a, b) for a, b in zip(one.get_weights(), initial)]
+    assert sum(moved) > len(moved) // 2
+    # Reduced on one device, as create_strategy("mirrored") does on CPUs: the collective all-reduce's keys
+    # collide between the MirroredStrategy instances of one process (the test before this one has another).
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    two, two_history, two_loss = trained(mirrored)
+    assert two.distribute_strategy.num_replicas_in_sync == 2
+    for mine, theirs in zip(one.get_weights(), two.get_weights()):
+        np.testing.assert_allclose(theirs, mine, rtol=1e-5, atol=2e-5)  # ~15 steps from round-off apart
+    np.testing.assert_allclose(two_history, one_history, rtol=1e-5)
+    np.testing.assert_allclose(two_loss, one_loss, rtol=1e-5)
+    xla, xla_history, _ = trained(jit_compile=True)
+    assert xla.jit_compile
+    for mine, theirs in zip(one.get_weights(), xla.get_weights()):
+        np.testing.assert_allclose(theirs, mine, rtol=1e-4, atol=1e-4)  # XLA's own fusions, not the C++ kernels
+    np.testing.assert_allclose(xla_history, one_history, rtol=1e-4)
+
+    # Prediction: the same answers on two replicas, and on windows encoded beforehand the head's outputs.
+    questions, contexts = [e.question_text for e in train], [e.paragraph_text for e in train]
+    with kernels.use("plain"):
+        answers = one.predict((questions, contexts), verbose=0)
+        again = two.predict(tf.data.Dataset.from_tensor_slices((questions, contexts)).batch(4), verbose=0)
+    assert again["text"].tolist() == answers["text"].tolist()
+    np.testing.assert_array_equal(again["start_char"], answers["start_char"])
+    np.testing.assert_allclose(again["null_odds"], answers["null_odds"], atol=1e-5)
+    windows = one.preprocess((tf.constant(questions[:3]), tf.constant(contexts[:3])))
+    inputs = {k: windows[k] for k in squad_data.INFERENCE_KEYS}
+    outputs = one.predict(inputs, verbose=0)
+    np.testing.assert_allclose(outputs["cls_logits"], one.network(inputs)["cls_logits"].numpy(), atol=1e-5)

@@ -96,6 +96,17 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     return sorted(n for n in shapes if n not in wanted and not _IGNORED.search(n))
 
 
+def read_model(model, path: str) -> None:
+    """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; a ValueError naming it
+    if it holds another model (different task or shape) or cannot be read."""
+    try:
+        tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:
+        raise ValueError(f"{path}: not a checkpoint of this model ({str(error).strip().splitlines()[0]})") from None
+    except (tf.errors.OpError, IndexError) as error:
+        raise ValueError(f"{path}: unreadable checkpoint ({str(error).strip().splitlines()[0]})") from None
+
+
 def write_tf1_checkpoint(tensors: dict[str, np.ndarray], prefix: str) -> str:
     """Writes ``{tf1_name: array}`` as a TF1-style name-based checkpoint bundle (what the release ships).
 

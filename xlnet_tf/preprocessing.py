@@ -200,7 +200,9 @@ class XLNetPreprocessor(keras.layers.Layer):
         # Keras 3: take strings and keyword tensors as they are (no float conversion, no symbolic build).
         self._convert_input_args = False
         self._allow_non_tensor_positional_args = True
-        self.supports_jit = False  # string ops have no XLA kernels: a model holding the layer is not jit-compiled
+        # supports_jit stays True although string ops have no XLA kernels: the layer runs in tf.data pipelines and
+        # serving graphs, never in a Keras step, and a task model holding it (xlnet_tf.XLNetText*) must be able
+        # to compile its network with XLA (Keras refuses jit_compile for a model with any layer that says no).
         self.built = True
 
     @classmethod

@@ -11,18 +11,23 @@ from xlnet_tf.models.heads import XLNetSquad
 INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
 
 
-def squad_loss(features, outputs):
-    """The original loss per example: 1/2 (CE_start + CE_end) + 1/2 BCE(cls_logits, is_impossible).
-
-    Returns ``(sum over the batch, batch size)`` as ``Task.loss`` returns it (the loop divides by the
-    global batch, so the result is the original's batch mean)."""
+def squad_window_losses(features, outputs):
+    """The original loss of each window [W]: 1/2 (CE_start + CE_end) + 1/2 BCE(cls_logits, is_impossible)."""
     start = tf.cast(features["start_positions"], tf.int32)
     end = tf.cast(features["end_positions"], tf.int32)
     start_ce = -tf.gather(outputs["start_log_probs"], start, batch_dims=1)
     end_ce = -tf.gather(outputs["end_log_probs"], end, batch_dims=1)
     bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(features["is_impossible"], tf.float32),
                                                   logits=outputs["cls_logits"])
-    per_example = 0.5 * (start_ce + end_ce) + 0.5 * bce
+    return 0.5 * (start_ce + end_ce) + 0.5 * bce
+
+
+def squad_loss(features, outputs):
+    """The original loss per example (``squad_window_losses``).
+
+    Returns ``(sum over the batch, batch size)`` as ``Task.loss`` returns it (the loop divides by the
+    global batch, so the result is the original's batch mean)."""
+    per_example = squad_window_losses(features, outputs)
     return tf.reduce_sum(per_example), tf.cast(tf.shape(per_example)[0], tf.float32)
 
 
@@ -46,12 +51,23 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     ``run_squad.py`` skips (empty question or context, a context over ``squad_data.MAX_PARAGRAPH_CHARS``
     characters, no window) answers "" with ``null_odds`` = ``squad_postprocess.SKIPPED_NULL_ODDS``.
     """
-    from xlnet_tf.tasks.squad_data import INFERENCE_KEYS, MAX_PARAGRAPH_CHARS
-    from xlnet_tf.tasks.squad_postprocess import SKIPPED_NULL_ODDS
+    from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
+
+    question, context, skipped = answerable_inputs(question, context)
+    windows = preprocessor.squad(question, tf.where(skipped, "", context))
+    outputs = model({k: windows[k] for k in INFERENCE_KEYS}, training=False)
+    return answers_from_windows(windows, outputs, context, skipped, model.start_n_top, model.end_n_top,
+                                settings["max_answer_length"])
+
+
+def answerable_inputs(question, context):
+    """``(question, context, skipped)`` for ``best_answers``: the texts with invalid UTF-8 replaced (U+FFFD) and
+    whether ``run_squad.py`` skips the question when reading the file (an empty question or context, a context
+    over ``squad_data.MAX_PARAGRAPH_CHARS`` characters), bool [B]. A skipped question's windows are those of an
+    empty context: none."""
+    from xlnet_tf.tasks.squad_data import MAX_PARAGRAPH_CHARS
     from xlnet_tf.preprocessing import _classes
 
-    k1, k2 = model.start_n_top, model.end_n_top
-    batch = tf.shape(question)[0]
     space = _classes()["space"]  # Python's str.isspace, as str.strip uses it
 
     def utf8(x):
@@ -61,10 +77,22 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
         return tf.equal(tf.strings.regex_replace(x, f"^{space}+|{space}+$", ""), "")
 
     question, context = utf8(question), utf8(context)
-    # What run_squad.py skips when reading the file; such a question gets no windows (an empty context).
     skipped = blank(question) | blank(context) | (tf.strings.length(context, unit="UTF8_CHAR") > MAX_PARAGRAPH_CHARS)
-    windows = preprocessor.squad(question, tf.where(skipped, "", context))
-    outputs = model({k: windows[k] for k in INFERENCE_KEYS}, training=False)
+    return question, context, skipped
+
+
+def answers_from_windows(windows: dict, outputs: dict, context, skipped, start_n_top: int, end_n_top: int,
+                         max_answer_length: int) -> dict:
+    """``best_answers``' answer per question from the windows of ``XLNetPreprocessor.squad`` (``example_index``,
+    ``token_start_char``, ``token_end_char``, ``token_is_max_context``, in the windows' order) and the head's
+    inference outputs on them (``INFERENCE_OUTPUTS``, beam ``start_n_top`` x ``end_n_top``). ``context``,
+    ``skipped``: [B] from ``answerable_inputs``; ``example_index`` is the row in them."""
+    from xlnet_tf.tasks.squad_postprocess import SKIPPED_NULL_ODDS
+    from xlnet_tf.preprocessing import _classes
+
+    k1, k2 = start_n_top, end_n_top
+    batch = tf.shape(context)[0]
+    space = _classes()["space"]
     example = tf.cast(windows["example_index"], tf.int32)  # [W]
 
     # The beam, flattened per window in the Python loops' order: start i, then end j ([W, k1 * k2]).
@@ -76,8 +104,7 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     in_paragraph = ((tf.gather(first_char, start, batch_dims=1) >= 0)
                     & (tf.gather(last_char, end, batch_dims=1) >= 0))
     max_context = tf.gather(tf.cast(windows["token_is_max_context"], tf.bool), start, batch_dims=1)
-    valid = (in_paragraph & max_context & (end >= start)
-             & (end - start + 1 <= settings["max_answer_length"]))
+    valid = in_paragraph & max_context & (end >= start) & (end - start + 1 <= max_answer_length)
 
     # Per question: the first candidate (window order, then beam order) with the highest valid score.
     per_window = k1 * k2

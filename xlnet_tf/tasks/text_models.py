@@ -1,10 +1,11 @@
 """Fine-tuning models on raw strings, the Keras way: ``compile``/``fit``/``evaluate``/``predict`` on text.
 
-``XLNetTextClassifier``, ``XLNetTextMultipleChoice`` and ``XLNetTextSquad`` are an ``XLNetPreprocessor``
-(strings -> the fine-tuning layout, in the graph) in front of the very task models ``run_classifier.py`` and
+``XLNetTextClassifier``, ``XLNetTextMultipleChoice`` and ``XLNetTextSquad`` hold an ``XLNetPreprocessor``
+(strings -> the fine-tuning layout, TensorFlow ops) and the very task network ``run_classifier.py`` and
 ``run_squad.py`` train (``xlnet_tf.models.heads.XLNetClassifier`` / ``XLNetMultipleChoice`` / ``XLNetSquad``, kept
-as ``.network``), so the heads, the
-input layout and the checkpoints are shared with the entry points. ``from_checkpoint`` reads a release directory
+as ``.network``), so the heads, the input layout and the checkpoints are shared with the entry points. As in
+keras-hub, ``call`` takes token ids and ``fit``/``evaluate``/``predict`` on strings run the preprocessor in the
+tf.data pipeline; ``export`` joins the two in one serving graph. ``from_checkpoint`` reads a release directory
 (``xlnet_config.json`` + ``xlnet_model.ckpt`` + ``spiece.model``), a directory or prefix of a native checkpoint
 (``xlnet-convert-checkpoint``, ``run_pretrain.py``, ``run_classifier.py``), pretrained (the head starts fresh) or
 fine-tuned (the head is loaded too).
@@ -21,7 +22,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from typing import Optional
 
 import keras
@@ -29,11 +32,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, load_pretrained, resolve_checkpoint
+from xlnet_tf.checkpoint import (is_tf1_checkpoint, load_original_checkpoint, load_pretrained, read_model,
+                                 resolve_checkpoint)
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
 from xlnet_tf.preprocessing import XLNetPreprocessor
-from xlnet_tf.training.setup import read_model
+from xlnet_tf.tasks.squad_answers import answerable_inputs, answers_from_windows, squad_window_losses
+from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
+
+# SQuAD windows: the labels of training, and what the answers are read from after the network.
+LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
+ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_max_context")
 
 
 def load_task_weights(network: keras.Model, path: str) -> str:
@@ -94,60 +103,199 @@ def _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dr
     return preprocessor, config
 
 
-def _string_tensors(x):
-    """Python lists and numpy arrays of strings (also inside a tuple, list or dict of inputs) as tf.string tensors:
-    Keras 3's data adapters take string tensors but not those."""
-    if isinstance(x, dict):
-        return {k: _string_tensors(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)) and x and all(isinstance(v, (str, bytes)) for v in x):
-        return tf.constant(list(x), tf.string)  # a batch of strings
-    if isinstance(x, (list, tuple)) and x and isinstance(x[0], (list, tuple)) and x[0] and \
-            all(isinstance(v, (str, bytes)) for v in x[0]) and isinstance(x, list):
-        return tf.constant(x, tf.string)  # multiple-choice options: a list of lists of strings
-    if isinstance(x, tuple):
-        return tuple(_string_tensors(v) for v in x)
-    if isinstance(x, np.ndarray) and x.dtype.kind in "USO":
-        return tf.constant(x.astype(object) if x.dtype.kind == "U" else x, tf.string)
-    return x
+# Keras' batch size for arrays; the strings of a batch are preprocessed together.
+DEFAULT_BATCH_SIZE = 32
+
+
+def _tensors(value):
+    """Python lists, numpy arrays and tensors (inside tuples and dicts) as tensors, so that tf.data slices them as
+    Keras slices arrays: a list is one array (of strings, numbers, or lists of strings for multiple-choice
+    options), a tuple or dict a structure of arrays."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: _tensors(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_tensors(v) for v in value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
+        value = value.tolist()  # strings (str or bytes) in an object array
+    return tf.convert_to_tensor(value)
+
+
+def _strings(value) -> tf.Tensor:
+    return tf.convert_to_tensor(value.tolist() if isinstance(value, np.ndarray) and value.dtype.kind == "O" else value,
+                                tf.string)
+
+
+def _rows(data) -> int:
+    return int(tf.nest.flatten(data)[0].shape[0])
+
+
+def _array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+    """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
+    rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
+    data = keras.utils.pack_x_y_sample_weight(_tensors(x), _tensors(y), _tensors(sample_weight))
+    dataset = tf.data.Dataset.from_tensor_slices(data)
+    if shuffle:
+        dataset = dataset.shuffle(max(_rows(data), 1), reshuffle_each_iteration=True)
+    return dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
+
+
+def _split_arrays(x, y, sample_weight, validation_split: float):
+    """Keras' ``validation_split`` on arrays: the last ``validation_split`` of the rows (before any shuffling) are
+    the validation data. Returns ``((x, y, sample_weight), (x, y, sample_weight))``."""
+    data = tuple(_tensors(part) for part in (x, y, sample_weight))
+    cut = int(np.floor(_rows(data) * (1.0 - validation_split)))
+
+    def rows(part, take):
+        return None if part is None else tf.nest.map_structure(take, part)
+
+    return (tuple(rows(part, lambda t: t[:cut]) for part in data),
+            tuple(rows(part, lambda t: t[cut:]) for part in data))
+
+
+def _element_x(spec):
+    """The ``x`` of a dataset element (or of its ``element_spec``), by Keras' rule: a tuple is ``(x,)``,
+    ``(x, y)`` or ``(x, y, sample_weight)``, anything else is ``x``."""
+    return keras.utils.unpack_x_y_sample_weight(spec)[0] if isinstance(spec, tuple) else spec
+
+
+def _is_encoded(x) -> bool:
+    """Whether model inputs are token ids already (the preprocessor's dict), not raw strings."""
+    return isinstance(x, dict) and "input_ids" in x
+
+
+@contextlib.contextmanager
+def _end_of_data_expected(steps):
+    """Without a step count Keras reads a dataset of unknown length (SQuAD's windows, a CsvDataset) to its end and
+    then warns that the input 'ran out of data; interrupting training': noise where no count was asked for."""
+    with warnings.catch_warnings():
+        if steps is None:
+            warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+        yield
 
 
 class _TextTaskModel(keras.Model):
-    """A preprocessor in front of a task model: ``call(raw strings) -> logits``. ``fit``/``evaluate``/
-    ``predict`` also take Python lists of strings (and tuples of them)."""
+    """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
+    ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` on raw strings run
+    the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
+    batches to Keras. Token ids (a dict with ``input_ids``) are taken as they are. The step functions hold the
+    network only, so they compile with ``jit_compile=True`` (XLA) and distribute like any Keras model; exports
+    join preprocessor and network in one graph (``finetuning/serving.py``'s ``ServingModule``).
+
+    Inputs of ``fit``/``evaluate``/``predict``: Python lists, numpy arrays or tf.string tensors (tuples or dicts
+    of them, per task), batched ``batch_size`` rows at a time (default 32; ``shuffle`` and ``validation_split``
+    as Keras does for arrays), or a batched ``tf.data.Dataset`` of ``x``, ``(x, y)`` or ``(x, y, sample_weight)``.
+    ``compile(jit_compile="auto")`` (Keras' default) compiles the steps with XLA where there is an accelerator and
+    not on a CPU-only machine, where xlnet_tf's fast CPU kernels (which XLA cannot run) do the work;
+    ``jit_compile=True`` compiles with XLA anywhere."""
 
     def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(preprocessor, XLNetPreprocessor):
             raise ValueError(f"preprocessor: expected an XLNetPreprocessor, got {type(preprocessor).__name__}")
         self.preprocessor, self.network = preprocessor, network
-        # Fine-tuning has no query stream: mask_emb gets no gradient (Keras would warn about it at every fit).
-        network.xlnet.mask_emb.trainable = False
+        self.built = True  # the network creates its variables when constructed: nothing to build from data
 
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Under a tf.distribute strategy Keras 3 (3.15) builds the model from the first batch averaged over the
-        # replicas (strategy.reduce("MEAN")), which fails on strings (AddN has no string kernel). The shapes are all
-        # it needs: build from the first replica's part of that batch instead, taken the same way.
-        if self._distribute_strategy is not None and iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda v: (self._distribute_strategy.experimental_local_results(v)[0]
-                               if isinstance(v, tf.distribute.DistributedValues) else v), next(batches))
-                break
-        return super()._maybe_symbolic_build(data_batch=data_batch)
+    # Fine-tuning has no query stream: the network's mask_emb gets no gradient, so it is left out of what the
+    # optimizer trains (Keras would warn about a missing gradient at every step). The network itself is not
+    # touched: it may be shared with other models.
+    def _unused(self, weight) -> bool:
+        network = getattr(self, "network", None)  # None while keras.Model.__init__ runs
+        return network is not None and weight is network.xlnet.mask_emb
+
+    @property
+    def trainable_weights(self):
+        return [w for w in super().trainable_weights if not self._unused(w)]
+
+    @property
+    def non_trainable_weights(self):
+        return super().non_trainable_weights + [w for w in super().trainable_weights if self._unused(w)]
+
+    @property
+    def trainable_variables(self):  # Keras builds the optimizer from this list (compile, loading a .keras file)
+        return [v for v in super().trainable_variables if not self._unused(v)]
+
+    @property
+    def non_trainable_variables(self):
+        return super().non_trainable_variables + [v for v in super().trainable_variables if self._unused(v)]
 
     def build_from_config(self, config):
-        self.built = True  # the network creates its variables when constructed: nothing to build on loading
+        self.built = True  # see __init__
 
-    def fit(self, x=None, y=None, *args, validation_data=None, **kwargs):
-        if isinstance(validation_data, tuple):
-            validation_data = (_string_tensors(validation_data[0]),) + tuple(validation_data[1:])
-        return super().fit(_string_tensors(x), y, *args, validation_data=validation_data, **kwargs)
+    # -- inputs ----------------------------------------------------------------------------------------------
+    def preprocess(self, x) -> dict:
+        """Raw strings (this task's ``x``: a batch) -> the network's inputs, in TensorFlow ops (tf.data)."""
+        raise NotImplementedError
 
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        return super().evaluate(_string_tensors(x), y, *args, **kwargs)
+    def _token_ids(self, inputs) -> dict:
+        if not _is_encoded(inputs):
+            raise ValueError(f"inputs: {type(self).__name__} takes token ids in call (the dict of its "
+                             "preprocessor: input_ids, segment_ids, padding_mask), got "
+                             f"{type(inputs).__name__}; raw strings go to fit/evaluate/predict, or to "
+                             "model(model.preprocessor(...))")
+        return inputs
 
-    def predict(self, x, *args, **kwargs):
-        return super().predict(_string_tensors(x), *args, **kwargs)
+    def _encode_dataset(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """``dataset`` (batches of ``x``, ``(x, y)`` or ``(x, y, sample_weight)``) with ``x`` encoded (raw strings
+        through ``preprocess``, on the host, in parallel, in order); token ids pass as they are."""
+        spec = dataset.element_spec
+        if _is_encoded(_element_x(spec)):
+            return dataset
+        is_tuple = isinstance(spec, tuple)
+
+        def encode(*element):
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element if is_tuple else element[0])
+            return keras.utils.pack_x_y_sample_weight(self.preprocess(x), y, sample_weight)
+
+        return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    def _arrays(self, x, y=None) -> tuple:
+        """``(x, y)`` with this task's tuples given as lists made tuples (a list is one array for tf.data)."""
+        return x, y
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+        """The encoded pipeline of ``fit``/``evaluate``/``predict``'s data."""
+        if isinstance(x, tf.data.Dataset):
+            if y is not None or sample_weight is not None:
+                raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
+            dataset = x
+        else:
+            dataset = _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
+        return self._encode_dataset(dataset)
+
+    # -- Keras' loops on the encoded pipeline ----------------------------------------------------------------
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        if validation_split and validation_data is None:
+            if isinstance(x, tf.data.Dataset):
+                raise ValueError("validation_split: not supported with a tf.data.Dataset; pass validation_data")
+            (x, y, sample_weight), validation_data = _split_arrays(*self._arrays(x, y), sample_weight,
+                                                                    validation_split)
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            vx, vy, vw = keras.utils.unpack_x_y_sample_weight(validation_data)
+            validation_data = self._dataset(vx, vy, vw, validation_batch_size or batch_size)
+        elif validation_data is not None:
+            validation_data = self._dataset(validation_data)
+        # shuffle=False: the pipeline shuffles arrays itself (Keras would warn that a dataset is not shuffled).
+        with _end_of_data_expected(steps_per_epoch):
+            return super().fit(self._dataset(x, y, sample_weight, batch_size, shuffle), epochs=epochs,
+                               verbose=verbose, callbacks=callbacks, validation_data=validation_data, shuffle=False,
+                               class_weight=class_weight, initial_epoch=initial_epoch,
+                               steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                               validation_freq=validation_freq)
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        with _end_of_data_expected(steps):
+            return super().evaluate(self._dataset(x, y, sample_weight, batch_size), verbose=verbose, steps=steps,
+                                    callbacks=callbacks, return_dict=return_dict, **kwargs)
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        with _end_of_data_expected(steps):
+            return super().predict(self._dataset(x, batch_size=batch_size), verbose=verbose, steps=steps,
+                                   callbacks=callbacks)
 
     def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False) -> str:
         """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the
@@ -215,15 +363,23 @@ class XLNetTextClassifier(_TextTaskModel):
         load_task_weights(network, path)
         return cls(preprocessor, network, name=name)
 
-    def features(self, inputs) -> dict:
-        if isinstance(inputs, dict):
-            return self.preprocessor(inputs["sentence"], inputs.get("sentence2"))
-        if isinstance(inputs, (tuple, list)) and len(inputs) == 2 and not isinstance(inputs[0], str):
-            return self.preprocessor(*inputs)
-        return self.preprocessor(inputs)
+    def preprocess(self, x) -> dict:
+        """Sentences [B] (a tf.string tensor), a pair ``(sentences, second_sentences)``, or a dict with keys
+        ``sentence`` (and ``sentence2``) -> ``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]."""
+        if isinstance(x, dict):
+            if "sentence" not in x:
+                raise ValueError(f"inputs: a dict of strings needs the key 'sentence' (and 'sentence2' for pairs), "
+                                 f"got keys {sorted(x)}")
+            return self.preprocessor(x["sentence"], x.get("sentence2"))
+        if isinstance(x, (tuple, list)):
+            if len(x) != 2:
+                raise ValueError(f"inputs: expected sentences or (sentences, second_sentences), got a tuple of "
+                                 f"{len(x)}")
+            return self.preprocessor(*x)
+        return self.preprocessor(x)
 
     def call(self, inputs, training=None):
-        logits = self.network(self.features(inputs), training=training)["logits"]
+        logits = self.network(self._token_ids(inputs), training=training)["logits"]
         return logits[:, 0] if self.network.regression else logits
 
     def _serving_kind(self) -> str:
@@ -257,15 +413,20 @@ class XLNetTextMultipleChoice(_TextTaskModel):
         load_task_weights(network, path)
         return cls(preprocessor, network, name=name)
 
-    def features(self, inputs) -> dict:
-        if isinstance(inputs, dict):
-            return self.preprocessor.multiple_choice(inputs["article"], inputs["question"], inputs["options"])
-        if not (isinstance(inputs, (tuple, list)) and len(inputs) == 3):
-            raise ValueError(f"inputs: expected (article, question, options), got {type(inputs).__name__}")
-        return self.preprocessor.multiple_choice(*inputs)
+    def preprocess(self, x) -> dict:
+        """``(article, question, options)`` -- [B], [B], [B, C] strings -- or a dict with those keys -> the three
+        inputs, each [B, C, S]."""
+        if isinstance(x, dict):
+            return self.preprocessor.multiple_choice(x["article"], x["question"], x["options"])
+        if not (isinstance(x, (tuple, list)) and len(x) == 3):
+            raise ValueError(f"inputs: expected (article, question, options), got {type(x).__name__}")
+        return self.preprocessor.multiple_choice(*x)
+
+    def _arrays(self, x, y=None) -> tuple:
+        return (tuple(x) if isinstance(x, list) and len(x) == 3 else x), y
 
     def call(self, inputs, training=None):
-        return self.network(self.features(inputs), training=training)["logits"]
+        return self.network(self._token_ids(inputs), training=training)["logits"]
 
     def _serving_kind(self) -> str:
         return "multiple_choice"
@@ -275,35 +436,47 @@ class XLNetTextMultipleChoice(_TextTaskModel):
 class XLNetTextSquad(_TextTaskModel):
     """SQuAD (1.1 and 2.0) on raw strings: ``XLNetPreprocessor.squad`` + ``XLNetSquad``.
 
-    Inputs: ``(questions, contexts)``, tf.string [B] each, as a tuple (or a dict with keys ``question`` and
-    ``context``). Output of ``call``/``predict``: ``run_squad.py --do_predict``'s answer per question, computed in
-    the graph by ``squad_model.best_answers`` (what the SavedModel of ``export`` serves), each [B]: ``text``
-    (string; ``predict`` gives bytes), ``start_char``/``end_char`` (int32, ``context[start_char:end_char] == text``
-    in characters, -1 without an answer span), ``null_odds`` (float32; above a threshold tuned on dev data the
-    question counts as unanswerable, SQuAD 2.0). Each question's context is cut into W >= B windows of
-    ``seq_length`` tokens (``doc_stride`` apart); the answer is the best one over its windows.
+    ``predict((questions, contexts))`` -- tf.string [B] each, as a tuple (or a dict with keys ``question`` and
+    ``context``) -- gives ``run_squad.py --do_predict``'s answer per question, chosen by
+    ``squad_answers.best_answers``' rules (what the SavedModel of ``export`` serves), each [B]: ``text`` (bytes),
+    ``start_char``/``end_char`` (int32, ``context[start_char:end_char] == text`` in characters, -1 without an
+    answer span), ``null_odds`` (float32; above a threshold tuned on dev data the question counts as
+    unanswerable, SQuAD 2.0). Each question's context is cut into W >= B windows of ``seq_length`` tokens
+    (``doc_stride`` apart) in the tf.data pipeline; the network scores them in steps of ``window_batch_size``
+    windows (``call``: the windows' ``input_ids``, ``segment_ids``, ``padding_mask``, ``p_mask``, ``cls_index``
+    -> the head's outputs); the answer is then the best one over a question's windows, outside the network's
+    step. ``predict`` on windows (a dict with ``input_ids``) gives the head's outputs per window.
 
     ``fit``/``evaluate`` take ``((questions, contexts), (answer_starts, answers, is_impossible))``: the answer's
     first character in the context int [B], the answer text tf.string [B] (or its end character, exclusive, int
-    [B]) and is_impossible bool/int/float [B] (SQuAD 2.0; 0 for SQuAD 1.1). Training runs on the windows: each
-    gets the labels of ``squad_data``'s training features (``window_labels``) and the loss is ``squad_loss``'s
-    mean over the batch's windows, as ``run_squad.py`` trains; no ``loss`` is passed to ``compile``. Unlike
-    ``run_squad.py`` nothing is skipped: an answer that no window holds whole trains every window as "no answer".
-    ``fit``/``evaluate`` run on one device: under a multi-replica ``tf.distribute`` strategy they raise
-    (a 2-CPU MirroredStrategy step hung); ``call``/``predict``/``export`` have no such limit.
+    [B]) and is_impossible bool/int/float [B] (SQuAD 2.0; 0 for SQuAD 1.1); or windows already encoded: a dict
+    with ``input_ids``, ``segment_ids``, ``padding_mask``, ``p_mask``, ``cls_index`` [W, ...] and the labels
+    ``start_positions``, ``end_positions``, ``is_impossible`` [W] (in it, or as ``y`` in a dict). Each window
+    gets the labels of ``squad_data``'s training features (``window_labels``); the windows of the questions'
+    batches are regrouped into steps of ``window_batch_size`` windows (``run_squad.py``'s batch sizes count
+    windows too), the last one filled up with windows of weight 0, and the loss is ``squad_loss``'s mean over a
+    step's windows (weighted by a question's ``sample_weight`` if given), as ``run_squad.py`` trains; no ``loss``
+    is passed to ``compile``. Under a multi-replica ``tf.distribute`` strategy every replica gets the same number
+    of windows (``window_batch_size`` rounded up to a multiple of the replicas) and the step computes what one
+    device computes. Unlike ``run_squad.py`` nothing is skipped: an answer that no window holds whole trains
+    every window as "no answer". ``batch_size`` (arrays) counts the questions preprocessed together.
     """
 
     def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, max_answer_length: int = 64,
-                 **kwargs):
+                 window_batch_size: int = DEFAULT_BATCH_SIZE, **kwargs):
         super().__init__(preprocessor, network, **kwargs)
         if not isinstance(max_answer_length, int) or max_answer_length < 1:
             raise ValueError(f"max_answer_length={max_answer_length!r}: must be a positive int")
-        self.max_answer_length = max_answer_length
+        if not isinstance(window_batch_size, int) or window_batch_size < 1:
+            raise ValueError(f"window_batch_size={window_batch_size!r}: must be a positive int")
+        self.max_answer_length, self.window_batch_size = max_answer_length, window_batch_size
+        self.loss_tracker = keras.metrics.Mean(name="loss")
 
     @classmethod
     def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_query_length: int = 64, doc_stride: int = 128,
-                        max_answer_length: int = 64, start_n_top: int = 5, end_n_top: int = 5, config=None,
-                        spiece_model=None, lower_case: bool = False, dropout: float = 0.1, dropatt: float = 0.1,
+                        max_answer_length: int = 64, start_n_top: int = 5, end_n_top: int = 5,
+                        window_batch_size: int = DEFAULT_BATCH_SIZE, config=None, spiece_model=None,
+                        lower_case: bool = False, dropout: float = 0.1, dropatt: float = 0.1,
                         dtype: Optional[str] = None, name: Optional[str] = None) -> "XLNetTextSquad":
         """As ``XLNetTextClassifier.from_checkpoint``; the window and beam settings are ``run_squad.py``'s flags
         (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py`` or of the original's TF1 layout)."""
@@ -311,7 +484,8 @@ class XLNetTextSquad(_TextTaskModel):
                                             max_query_length=max_query_length, doc_stride=doc_stride)
         network = XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top, dtype=dtype)
         load_task_weights(network, path)
-        return cls(preprocessor, network, max_answer_length=max_answer_length, name=name)
+        return cls(preprocessor, network, max_answer_length=max_answer_length, window_batch_size=window_batch_size,
+                   name=name)
 
     @staticmethod
     def _texts(inputs) -> tuple:
@@ -322,45 +496,31 @@ class XLNetTextSquad(_TextTaskModel):
             raise ValueError(f"inputs: expected (questions, contexts), got {type(inputs).__name__}")
         return tuple(inputs)
 
+    def _arrays(self, x, y=None) -> tuple:
+        if isinstance(x, list) and len(x) == 2 and not isinstance(x[0], (str, bytes)):
+            x = tuple(x)
+        if isinstance(y, list) and len(y) == 3 and not isinstance(y[0], (str, bytes, int, float)):
+            y = tuple(y)
+        return x, y
+
     def call(self, inputs, training=None):
-        from xlnet_tf.tasks.squad_answers import best_answers
+        return self.network(self._token_ids(inputs), training=training)
 
-        question, context = self._texts(inputs)
-        return best_answers(self.network, self.preprocessor, question, context,
-                            {"max_answer_length": self.max_answer_length})
-
-    # -- training on raw strings ------------------------------------------------------------------------------
-    @staticmethod
-    def _label_tensors(y):
-        """(answer_starts, answers, is_impossible) given as Python lists or numpy arrays, as tensors: Keras' data
-        adapters take no Python lists, nor numpy labels next to the inputs' string tensors."""
-        if isinstance(y, (tuple, list)) and len(y) == 3:
-            return tuple(tf.convert_to_tensor(_string_tensors(v)) for v in y)
-        return y
-
-    def _check_single_replica(self, method: str) -> None:
-        # Under a 2-CPU MirroredStrategy the replicas' batches hold different numbers of SQuAD windows, and the
-        # optimizer's all-reduce of the gradients then disagrees on shapes between replicas: a hang, or "Shape
-        # mismatch in the collective instance" (densifying the embedding's IndexedSlices gradient was not enough).
-        # An error is better than either. One device (no strategy) is what is tested.
-        if self.distribute_strategy.num_replicas_in_sync > 1:
-            raise NotImplementedError(f"XLNetTextSquad.{method} under a tf.distribute strategy with "
-                                      f"{self.distribute_strategy.num_replicas_in_sync} replicas is not supported "
-                                      "yet; build the model outside strategy.scope(), or train with run_squad.py")
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        self._check_single_replica("fit")
-        return super().fit(x, self._label_tensors(y), *args, **kwargs)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        self._check_single_replica("evaluate")
-        return super().evaluate(x, self._label_tensors(y), *args, **kwargs)
+    # -- the windows ------------------------------------------------------------------------------------------
+    def preprocess(self, x) -> dict:
+        """``(questions, contexts)`` [B] -> their windows (``XLNetPreprocessor.squad``), as ``best_answers`` makes
+        them: invalid UTF-8 replaced, no window for a question ``run_squad.py`` skips."""
+        question, context = self._texts(x)
+        question, context, skipped = answerable_inputs(_strings(question), _strings(context))
+        return self.preprocessor.squad(question, tf.where(skipped, "", context))
 
     def training_windows(self, inputs, labels) -> dict:
         """The windows of ``XLNetPreprocessor.squad`` for ``inputs`` (questions, contexts [B]) with the labels of
         ``labels`` = (answer_starts int [B], answers: text tf.string [B] or end characters (exclusive) int [B],
         is_impossible [B]) per window (``window_labels``): what the train step feeds ``XLNetSquad``."""
         question, context = self._texts(inputs)
+        if isinstance(labels, dict):
+            labels = tuple(labels[k] for k in ("answer_start", "answer", "is_impossible"))
         if not (isinstance(labels, (tuple, list)) and len(labels) == 3):
             raise ValueError("labels: expected (answer_starts, answers, is_impossible), got "
                              f"{type(labels).__name__}")
@@ -378,33 +538,155 @@ class XLNetTextSquad(_TextTaskModel):
         windows.update(window_labels(windows, answer_start, answer_end, tf.cast(is_impossible, tf.bool)))
         return windows
 
-    def _window_loss(self, x, y, training: bool):
-        from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
-        from xlnet_tf.tasks.squad_answers import squad_loss
+    def _labelled_windows(self, x, y, sample_weight) -> dict:
+        """One batch of ``fit``/``evaluate``'s data -> its windows: the network inputs, labels and a weight each."""
+        if _is_encoded(x):
+            windows = dict(x)
+            if y is not None:
+                windows.update(y if isinstance(y, dict) else dict(zip(LABEL_KEYS, y)))
+            missing = [k for k in INFERENCE_KEYS + LABEL_KEYS if k not in windows]
+            if missing:
+                raise ValueError(f"inputs: encoded SQuAD windows lack {', '.join(missing)}")
+            weight = tf.ones(tf.shape(windows["input_ids"])[:1]) if sample_weight is None else sample_weight
+        else:
+            windows = self.training_windows(x, y)
+            weight = tf.ones(tf.shape(windows["example_index"])) if sample_weight is None else tf.gather(
+                tf.reshape(sample_weight, [-1]), windows["example_index"])
+        features = {k: windows[k] for k in INFERENCE_KEYS + LABEL_KEYS}
+        return dict(features, weight=tf.cast(weight, tf.float32))
 
-        windows = self.training_windows(x, y)
-        features = {k: windows[k] for k in INFERENCE_KEYS + ("start_positions", "end_positions", "is_impossible")}
-        total, count = squad_loss(features, self.network(features, training=training))
-        return tf.math.divide_no_nan(total, count)  # the mean over the windows (none: a batch of empty contexts)
+    def _steps(self, windows: tf.data.Dataset, labelled: bool) -> tf.data.Dataset:
+        """Windows regrouped into steps of ``window_batch_size`` (rounded up to a multiple of the replicas, so that
+        each replica gets the same shapes and the gradients' all-reduce agrees), the last step filled up with
+        all-zero windows: weight 0 in training, ``example_index`` -1 in prediction. In training an element is
+        ``(inputs, labels, weights)`` with the weights summing to 1 over the step (across the replicas): each
+        replica's loss is its part of the step's mean, and the summed gradients are one device's."""
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        size = -(-self.window_batch_size // replicas) * replicas
+
+        def fill(name, values):
+            missing = size - tf.shape(values)[0]
+            padding = tf.fill(tf.concat([[missing], tf.shape(values)[1:]], 0),
+                              tf.constant(-1 if name == "example_index" else 0, values.dtype))
+            values = tf.concat([values, padding], axis=0)
+            values.set_shape([size] + values.shape[1:].as_list())
+            return values
+
+        def step(batch):
+            batch = {k: fill(k, v) for k, v in batch.items()}
+            if not labelled:
+                return batch
+            weight = batch.pop("weight")
+            labels = {k: batch.pop(k) for k in LABEL_KEYS}
+            return batch, labels, tf.math.divide_no_nan(weight, tf.reduce_sum(weight))
+
+        return windows.unbatch().batch(size).map(step, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+            tf.data.AUTOTUNE)
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+        """``fit``/``evaluate``'s data as steps of labelled windows (``_steps``)."""
+        if isinstance(x, tf.data.Dataset):
+            if y is not None or sample_weight is not None:
+                raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
+            dataset = x
+        else:
+            dataset = _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
+        is_tuple = isinstance(dataset.element_spec, tuple)
+
+        def windows(*element):
+            return self._labelled_windows(*keras.utils.unpack_x_y_sample_weight(
+                element if is_tuple else element[0]))
+
+        return self._steps(dataset.map(windows, num_parallel_calls=tf.data.AUTOTUNE), labelled=True)
+
+    # -- training: the teacher-forced head and squad_loss, weighted per window ---------------------------------
+    @property
+    def metrics(self):
+        return [self.loss_tracker]
+
+    def _loss(self, x, y, sample_weight, training: bool) -> tuple:
+        """``(loss, weight)`` of this replica's windows: the sum of their losses times their weights (its part of
+        the step's mean), and the sum of their weights (of the step's 1)."""
+        features = dict(x, **y)
+        losses = squad_window_losses(features, self.network(features, training=training))
+        if sample_weight is None:  # windows not from _steps (train_on_batch): their mean
+            sample_weight = tf.fill(tf.shape(losses), 1.0 / tf.cast(tf.size(losses), losses.dtype))
+        weight = tf.cast(sample_weight, losses.dtype)
+        return tf.reduce_sum(losses * weight), tf.reduce_sum(weight)
 
     def train_step(self, data):
         # Keras' train step calls the model on x and a compiled loss on its output; SQuAD's loss needs the
-        # teacher-forced head (the labelled start, per window) instead, so the step is written out here.
-        from keras.src.losses.loss import scale_loss_for_distribution
-
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        # teacher-forced head (the labelled start, per window) instead, so the step is written out here. The
+        # weights already divide by the whole step's windows: the replicas' gradients are summed, not averaged.
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
-            loss = self._window_loss(x, y, training=True)
-            self._loss_tracker.update_state(loss)
-            scaled = self.optimizer.scale_loss(scale_loss_for_distribution(loss))
+            loss, weight = self._loss(x, y, sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(loss)
         variables = self.trainable_weights
         self.optimizer.apply_gradients(zip(tape.gradient(scaled, variables), variables))
+        self._track(loss, weight)
         return self.get_metrics_result()
 
     def test_step(self, data):
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        self._loss_tracker.update_state(self._window_loss(x, y, training=False))
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        self._track(*self._loss(x, y, sample_weight, training=False))
         return self.get_metrics_result()
+
+    def _track(self, loss, weight):
+        # The loss metric sums totals and counts over the replicas: each adds its windows' mean with their share
+        # of the step's weight, so the metric is the mean of the steps' losses with any number of replicas. (The
+        # count must depend on the data: Keras runs the step function once more at the end of a dataset of
+        # unknown length, where only ops independent of the failing get_next execute.)
+        self.loss_tracker.update_state(tf.math.divide_no_nan(loss, weight), sample_weight=weight)
+
+    # -- prediction: the network per window in Keras' loop, the answers from its outputs ---------------------
+    def predict_step(self, data):
+        x = keras.utils.unpack_x_y_sample_weight(data)[0]
+        outputs = dict(self(x, training=False))
+        # The windows' positions and characters pass through, for the answers after the loop.
+        outputs.update({k: x[k] for k in ANSWER_KEYS if k in x})
+        return outputs
+
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        # Keras' own predict below (not _TextTaskModel's, which preprocesses): its data are windows already.
+        if _is_encoded(_element_x(x.element_spec) if isinstance(x, tf.data.Dataset) else x):
+            return keras.Model.predict(self, x, batch_size=batch_size, verbose=verbose, steps=steps,
+                                       callbacks=callbacks)
+        question, context = self._question_texts(x)
+        rows = tf.data.Dataset.from_tensor_slices((tf.range(tf.size(question)), question, context))
+
+        def windows(index, question, context):
+            windows = self.preprocess((question, context))
+            windows["example_index"] = tf.gather(index, windows["example_index"])  # the row in all of x
+            windows["token_is_max_context"] = tf.cast(windows["token_is_max_context"], tf.int32)
+            return {k: windows[k] for k in INFERENCE_KEYS + ANSWER_KEYS}
+
+        encoded = rows.batch(batch_size or DEFAULT_BATCH_SIZE).map(windows, num_parallel_calls=tf.data.AUTOTUNE)
+        with _end_of_data_expected(steps):
+            outputs = keras.Model.predict(self, self._steps(encoded, labelled=False), verbose=verbose, steps=steps,
+                                          callbacks=callbacks)
+        real = outputs["example_index"] >= 0  # not a window filling up the last step
+        outputs = {k: v[real] for k, v in outputs.items()}
+        _, context, skipped = answerable_inputs(question, context)
+        answers = answers_from_windows(outputs, outputs, context, skipped, self.network.start_n_top,
+                                       self.network.end_n_top, self.max_answer_length)
+        return {k: v.numpy() for k, v in answers.items()}
+
+    def _question_texts(self, x) -> tuple:
+        """``predict``'s questions and contexts, all of them: tf.string [N] each (a dataset of batches of
+        ``(questions, contexts)``, ``((questions, contexts),)`` or with labels, is read once)."""
+        if not isinstance(x, tf.data.Dataset):
+            question, context = self._texts(self._arrays(x)[0])
+            return _strings(question), _strings(context)
+        spec = x.element_spec
+        # (questions, contexts) as the whole element: Keras' rule would read (x, y), but one string tensor cannot
+        # be SQuAD's x, so the pair can only be the two texts.
+        pair = isinstance(spec, tuple) and len(spec) == 2 and all(
+            isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in spec)
+        parts = [self._texts(element if pair else _element_x(element)) for element in x]
+        if not parts:
+            raise ValueError("x: the dataset is empty")
+        return tuple(tf.concat([tf.reshape(_strings(p[i]), [-1]) for p in parts], axis=0) for i in (0, 1))
 
     def export(self, export_dir: str, task: str = "squad") -> str:
         """As ``XLNetTextClassifier.export``: the SQuAD layout (``serving_default`` takes ``question`` and
@@ -425,7 +707,8 @@ class XLNetTextSquad(_TextTaskModel):
                     end_n_top=network.end_n_top, n_best_size=SquadSettings.n_best_size)
 
     def get_config(self):
-        return dict(super().get_config(), max_answer_length=self.max_answer_length)
+        return dict(super().get_config(), max_answer_length=self.max_answer_length,
+                    window_batch_size=self.window_batch_size)
 
 
 def window_labels(windows: dict, answer_start: tf.Tensor, answer_end: tf.Tensor, is_impossible: tf.Tensor) -> dict:

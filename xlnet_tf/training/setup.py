@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.checkpoint import load_pretrained
+from xlnet_tf.checkpoint import load_pretrained, read_model  # read_model: re-exported for the runners
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.dropout import seed_states
 from xlnet_tf.training.distribute import create_strategy
@@ -200,17 +200,6 @@ def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] 
         raise FileNotFoundError(f"{model_dir}: no fine-tuned checkpoint to evaluate or predict with")
     read_model(model, path)
     return path
-
-
-def read_model(model, path: str) -> None:
-    """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; a ValueError naming it
-    if it holds another model (different task or shape) or cannot be read."""
-    try:
-        tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
-    except (AssertionError, ValueError) as error:
-        raise ValueError(f"{path}: not a checkpoint of this model ({str(error).strip().splitlines()[0]})") from None
-    except (tf.errors.OpError, IndexError) as error:
-        raise ValueError(f"{path}: unreadable checkpoint ({str(error).strip().splitlines()[0]})") from None
 
 
 def checkpoint_step(path: Optional[str]) -> int:
