@@ -276,8 +276,9 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
     model.compile(keras.optimizers.Adam(1e-3))
     train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
     before = model.network.start_dense.kernel.numpy().copy()
-    history = model.fit(tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(9), epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
+    history = model.fit(tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(9), epochs=1, verbose=0,
+                        validation_data=_squad_inputs(train[:3]))
+    assert np.isfinite(history.history["loss"][0]) and history.history["val_loss"][0] > 0
     assert not np.allclose(model.network.start_dense.kernel.numpy(), before)
     labels = ([max(e.start_position, 0) for e in train[:4]], [e.orig_answer_text for e in train[:4]],
               [e.is_impossible for e in train[:4]])  # Python lists, inputs and labels
@@ -324,6 +325,15 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
+def _assert_same_updates(got, want, initial, rtol):
+    """Each weight array trained to ``want`` (from ``initial``) up to ``rtol`` times the largest change of that
+    array: float32 round-off in a different summation order, grown over the steps (a weighting error would be a
+    difference of the order of the change itself)."""
+    for got_w, want_w, start in zip(got, want, initial):
+        change = np.max(np.abs(want_w - start))
+        assert np.max(np.abs(got_w - want_w)) <= rtol * change + 1e-7, (got_w.shape, change)
+
+
 def test_squad_fit_under_two_replicas_equals_one_device(release):
     """Two replicas (a 2-CPU MirroredStrategy) train XLNetTextSquad as one device does, to float32 round-off: every
     replica gets the same number of windows per step (the last step filled up with windows of weight 0), and the
@@ -357,14 +367,12 @@ def test_squad_fit_under_two_replicas_equals_one_device(release):
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
     two, two_history, two_loss = trained(mirrored)
     assert two.distribute_strategy.num_replicas_in_sync == 2
-    for mine, theirs in zip(one.get_weights(), two.get_weights()):
-        np.testing.assert_allclose(theirs, mine, rtol=1e-5, atol=2e-5)  # ~15 steps from round-off apart
+    _assert_same_updates(two.get_weights(), one.get_weights(), initial, 1e-4)
     np.testing.assert_allclose(two_history, one_history, rtol=1e-5)
     np.testing.assert_allclose(two_loss, one_loss, rtol=1e-5)
     xla, xla_history, _ = trained(jit_compile=True)
     assert xla.jit_compile
-    for mine, theirs in zip(one.get_weights(), xla.get_weights()):
-        np.testing.assert_allclose(theirs, mine, rtol=1e-4, atol=1e-4)  # XLA's own fusions, not the C++ kernels
+    _assert_same_updates(xla.get_weights(), one.get_weights(), initial, 1e-3)  # XLA's fusions, not C++ kernels
     np.testing.assert_allclose(xla_history, one_history, rtol=1e-4)
 
     # Prediction: the same answers on two replicas, and on windows encoded beforehand the head's outputs.

@@ -246,9 +246,15 @@ class _TextTaskModel(keras.Model):
 
         def encode(*element):
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element if is_tuple else element[0])
-            return keras.utils.pack_x_y_sample_weight(self.preprocess(x), y, sample_weight)
+            return keras.utils.pack_x_y_sample_weight(self._preprocessed(x), y, sample_weight)
 
         return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    # The pipelines' heavy functions are traced once per model and input signature, not at every fit/evaluate/
+    # predict call: the preprocessor's graph takes about a second to trace.
+    @tf.function(autograph=False, reduce_retracing=True)
+    def _preprocessed(self, x):
+        return self.preprocess(x)
 
     def _arrays(self, x, y=None) -> tuple:
         """``(x, y)`` with this task's tuples given as lists made tuples (a list is one array for tf.data)."""
@@ -339,11 +345,13 @@ class _TextTaskModel(keras.Model):
 class XLNetTextClassifier(_TextTaskModel):
     """Sequence classification / regression on raw strings: ``XLNetPreprocessor`` + ``XLNetClassifier``.
 
-    Inputs: sentences, a tf.string [B] tensor (or a Python list / numpy array of strings), or sentence pairs as
-    a tuple ``(sentences, second_sentences)`` of two such [B] batches (``fit`` on a ``tf.data`` of
-    ``((a, b), label)``). Output: ``logits`` float32 [B, num_labels] (``tf.nn.softmax`` for probabilities), or
-    the score [B] for regression. Train with ``SparseCategoricalCrossentropy(from_logits=True)`` (classes) or
-    ``MeanSquaredError`` (regression), as ``run_classifier.py`` does.
+    ``fit``/``evaluate``/``predict`` inputs: sentences, a tf.string [B] tensor (or a Python list / numpy array of
+    strings), or sentence pairs as a tuple ``(sentences, second_sentences)`` of two such [B] batches (``fit`` on a
+    ``tf.data`` of ``((a, b), label)``); ``call`` takes what ``preprocessor(sentences[, second_sentences])``
+    gives (``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]). Output: ``logits`` float32 [B, num_labels]
+    (``tf.nn.softmax`` for probabilities), or the score [B] for regression. Train with
+    ``SparseCategoricalCrossentropy(from_logits=True)`` (classes) or ``MeanSquaredError`` (regression), as
+    ``run_classifier.py`` does.
     """
 
     @classmethod
@@ -395,9 +403,10 @@ class XLNetTextClassifier(_TextTaskModel):
 class XLNetTextMultipleChoice(_TextTaskModel):
     """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
 
-    Inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as a tuple, or a dict with those
-    keys. Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on
-    the index of the right option.
+    ``fit``/``evaluate``/``predict`` inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as
+    a tuple, or a dict with those keys; ``call`` takes what ``preprocessor.multiple_choice`` gives (each [B, C,
+    S]). Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on the
+    index of the right option.
     """
 
     @classmethod
@@ -538,6 +547,7 @@ class XLNetTextSquad(_TextTaskModel):
         windows.update(window_labels(windows, answer_start, answer_end, tf.cast(is_impossible, tf.bool)))
         return windows
 
+    @tf.function(autograph=False, reduce_retracing=True)  # traced once (see _preprocessed)
     def _labelled_windows(self, x, y, sample_weight) -> dict:
         """One batch of ``fit``/``evaluate``'s data -> its windows: the network inputs, labels and a weight each."""
         if _is_encoded(x):
@@ -655,13 +665,8 @@ class XLNetTextSquad(_TextTaskModel):
         question, context = self._question_texts(x)
         rows = tf.data.Dataset.from_tensor_slices((tf.range(tf.size(question)), question, context))
 
-        def windows(index, question, context):
-            windows = self.preprocess((question, context))
-            windows["example_index"] = tf.gather(index, windows["example_index"])  # the row in all of x
-            windows["token_is_max_context"] = tf.cast(windows["token_is_max_context"], tf.int32)
-            return {k: windows[k] for k in INFERENCE_KEYS + ANSWER_KEYS}
-
-        encoded = rows.batch(batch_size or DEFAULT_BATCH_SIZE).map(windows, num_parallel_calls=tf.data.AUTOTUNE)
+        encoded = rows.batch(batch_size or DEFAULT_BATCH_SIZE).map(self._answer_windows,
+                                                                   num_parallel_calls=tf.data.AUTOTUNE)
         with _end_of_data_expected(steps):
             outputs = keras.Model.predict(self, self._steps(encoded, labelled=False), verbose=verbose, steps=steps,
                                           callbacks=callbacks)
@@ -671,6 +676,14 @@ class XLNetTextSquad(_TextTaskModel):
         answers = answers_from_windows(outputs, outputs, context, skipped, self.network.start_n_top,
                                        self.network.end_n_top, self.max_answer_length)
         return {k: v.numpy() for k, v in answers.items()}
+
+    @tf.function(autograph=False, reduce_retracing=True)  # traced once (see _preprocessed)
+    def _answer_windows(self, index, question, context) -> dict:
+        """``predict``'s windows of the questions [B] at rows ``index`` [B] of all its inputs."""
+        windows = self.preprocess((question, context))
+        windows["example_index"] = tf.gather(index, windows["example_index"])  # the row in all of x
+        windows["token_is_max_context"] = tf.cast(windows["token_is_max_context"], tf.int32)
+        return {k: windows[k] for k in INFERENCE_KEYS + ANSWER_KEYS}
 
     def _question_texts(self, x) -> tuple:
         """``predict``'s questions and contexts, all of them: tf.string [N] each (a dataset of batches of
