@@ -294,3 +294,29 @@ def test_no_task_kind_comparisons_outside_the_family_modules(tmp_path):
     sample.write_text('if info.kind == "squad":\n    pass\nSIGNATURES = {"regression": 1}\nx = k in ("race",)\n')
     assert kind_branches(sample, names, tmp_path) == ["sample.py:1: squad", "sample.py:3: regression",
                                                       "sample.py:4: race"]
+
+
+def test_a_family_missing_a_hook_is_refused_when_registered():
+    class Incomplete(TaskFamily):  # no outputs_from_ids, text_inputs
+        name = "incomplete"
+
+        def task(self, settings):
+            return None
+
+    try:
+        tasks.register(Incomplete)
+    except ValueError as e:
+        assert "Incomplete does not implement outputs_from_ids, text_inputs" in str(e)
+    else:
+        raise AssertionError("an incomplete family was registered")
+    assert "incomplete" not in [f.name for f in tasks.families()]
+
+    class HalfTask(RecordsTask):  # no prepare, feature_spec, ...
+        pass
+
+    try:
+        HalfTask(LengthBuckets(), None)
+    except TypeError as e:
+        assert "prepare" in str(e) and "write_prediction_files" in str(e)
+    else:
+        raise AssertionError("a task without its hooks was built")

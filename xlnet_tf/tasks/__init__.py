@@ -83,6 +83,10 @@ def register(family):
     _load_builtins()
     given = family
     if isinstance(family, type):
+        missing = sorted(getattr(family, "__abstractmethods__", ()))
+        if missing:
+            raise ValueError(f"tasks.register: {family.__name__} does not implement {', '.join(missing)} "
+                             "(hooks of tasks.base.TaskFamily)")
         family = family()
     # By its hooks, not isinstance(TaskFamily): this module imports no family code (tasks.base imports modules
     # that import the registry).

@@ -26,6 +26,7 @@ No TensorFlow at import: families are looked up while the settings are checked.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import os
@@ -47,7 +48,7 @@ class Row:
     problem: str = ""
 
 
-class TaskFamily:
+class TaskFamily(abc.ABC):
     """A kind of fine-tuning task; see the module docstring for the hooks. Subclasses set ``name`` and implement
     ``task``, ``text_inputs``, ``outputs_from_ids`` and (for batch prediction) ``batch_outputs`` and
     ``batch_row``."""
@@ -95,18 +96,18 @@ class TaskFamily:
         return self.settings_class.from_values(dict(values, task_name=task_name))
 
     # -- fine-tuning ---------------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def task(self, settings) -> "Task":
         """The ``Task`` of a run with ``settings`` (validated)."""
-        raise NotImplementedError(f"{type(self).__name__}.task")
 
     # -- serving -------------------------------------------------------------------------------------------------
     def serving_kinds(self) -> tuple:
         """The ``kind`` values its exports record (``ServingInfo.kind``)."""
         return (self.name,)
 
+    @abc.abstractmethod
     def text_inputs(self, info) -> dict:
         """The raw-text ``serving_default`` inputs for ``info`` (a ``ServingInfo``): name -> shape (tf.string)."""
-        raise NotImplementedError(f"{type(self).__name__}.text_inputs")
 
     def ids_spec(self, info) -> dict:
         """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq]."""
@@ -117,9 +118,9 @@ class TaskFamily:
                     segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
                     padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
 
+    @abc.abstractmethod
     def outputs_from_ids(self, model, features: dict, info) -> dict:
         """What the export returns for encoded ``features`` (the model in inference mode)."""
-        raise NotImplementedError(f"{type(self).__name__}.outputs_from_ids")
 
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
         """What ``serving_default`` returns for the raw ``texts`` (name -> tf.string tensor, ``text_inputs``
@@ -183,7 +184,7 @@ def data_summary(meta: dict) -> dict:
         "skipped_examples": meta.get("skipped", [])[:20]}
 
 
-class Task:
+class Task(abc.ABC):
     """One fine-tuning run's task: the hooks the generic runner calls, bound to the run's settings.
 
     The runner's order: ``prepare_only`` (stop if it did all), ``training_data`` -> ``train`` with
@@ -219,19 +220,19 @@ class Task:
         """Runs a data-preparation-only invocation (run_squad.py --do_prepro) and returns True, else False."""
         return False
 
+    @abc.abstractmethod
     def training_data(self, num_replicas: int) -> tuple:
         """``(dataset_fn, summary)``: ``dataset_fn(input_context, start_step)`` gives shuffled, repeated
         per-replica batches (``train_batch_size // num_replicas``); ``summary`` goes into the run's result."""
-        raise NotImplementedError(f"{type(self).__name__}.training_data")
 
+    @abc.abstractmethod
     def build_model(self):
         """The task model (a fresh Keras model; called inside the strategy scope)."""
-        raise NotImplementedError(f"{type(self).__name__}.build_model")
 
+    @abc.abstractmethod
     def loss(self, features: dict, outputs: dict) -> tuple:
         """(sum of per-example losses, number of examples) of a per-replica batch (the loop divides by the global
         count)."""
-        raise NotImplementedError(f"{type(self).__name__}.loss")
 
     def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
         """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
@@ -270,16 +271,16 @@ class Task:
         ``xlnet_tf.batch.prediction`` with the family's batch hooks) instead of the eval split."""
         return bool(getattr(self.settings, "predict_input_glob", None))
 
+    @abc.abstractmethod
     def eval_data(self):
         """The examples ``--do_eval``/``--do_predict`` run on (an object ``infer`` and the writers understand)."""
-        raise NotImplementedError(f"{type(self).__name__}.eval_data")
 
     def check_eval_data(self) -> None:
         """Before training: fail now, not after it, if the eval data is unusable."""
 
+    @abc.abstractmethod
     def infer(self, strategy, model, data):
         """The model's predictions on ``data`` (host values)."""
-        raise NotImplementedError(f"{type(self).__name__}.infer")
 
     def writes_predictions(self, predicting: bool) -> bool:
         """Whether the eval/predict stage writes prediction files (``predicting``: --do_predict on the eval data)."""
@@ -289,9 +290,9 @@ class Task:
         """Whether the eval/predict stage computes metrics (``evaluating``: --do_eval)."""
         return evaluating
 
+    @abc.abstractmethod
     def metrics(self, data, outputs) -> dict:
         """The task's metrics of ``outputs`` against the labels of ``data``."""
-        raise NotImplementedError(f"{type(self).__name__}.metrics")
 
     def write_eval_summaries(self, step: int, metrics: dict) -> None:
         """TensorBoard scalars of an evaluation."""
@@ -322,16 +323,16 @@ class Task:
                      {k: round(v, 4) for k, v in metrics.items()}, self.data_summary(data))
         return report
 
+    @abc.abstractmethod
     def write_predictions(self, data, outputs, step: int, checkpoint: str) -> list:
         """Writes the prediction files of ``outputs`` into the predict directory; returns their paths."""
-        raise NotImplementedError(f"{type(self).__name__}.write_predictions")
 
     def data_summary(self, data) -> dict:
         return {}
 
+    @abc.abstractmethod
     def serving_info(self, step: int):
         """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``)."""
-        raise NotImplementedError(f"{type(self).__name__}.serving_info")
 
 
 @dataclasses.dataclass
@@ -356,19 +357,23 @@ class RecordsTask(Task):
 
     keep: tuple = ()
 
+    @abc.abstractmethod
     def prepare(self, split: str) -> tuple:
-        raise NotImplementedError(f"{type(self).__name__}.prepare")
+        """``(path, meta)``: the TFRecord cache of ``split`` (see the class docstring)."""
 
     @property
+    @abc.abstractmethod
     def feature_spec(self) -> dict:
-        raise NotImplementedError(f"{type(self).__name__}.feature_spec")
+        """``{name: (shape, tf dtype)}`` of the cached features."""
 
     @property
+    @abc.abstractmethod
     def dummy_features(self) -> dict:
-        raise NotImplementedError(f"{type(self).__name__}.dummy_features")
+        """A padding example (numpy values of ``feature_spec``'s shapes)."""
 
+    @abc.abstractmethod
     def write_prediction_files(self, outputs: dict, guids: list, split: str) -> list:
-        raise NotImplementedError(f"{type(self).__name__}.write_prediction_files")
+        """Writes the task's prediction files of ``outputs`` (rows ``guids`` of ``split``); returns their paths."""
 
     def encoded(self, split: str) -> EncodedSplit:
         return EncodedSplit(split, *self.prepare(split))

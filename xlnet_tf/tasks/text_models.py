@@ -226,7 +226,8 @@ class _TextTaskModel(keras.Model):
     # -- inputs ----------------------------------------------------------------------------------------------
     def preprocess(self, x) -> dict:
         """Raw strings (this task's ``x``: a batch) -> the network's inputs, in TensorFlow ops (tf.data)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}.preprocess: a text task model says how its strings "
+                                  "become the network's inputs")
 
     def _token_ids(self, inputs) -> dict:
         if not _is_encoded(inputs):
@@ -260,15 +261,17 @@ class _TextTaskModel(keras.Model):
         """``(x, y)`` with this task's tuples given as lists made tuples (a list is one array for tf.data)."""
         return x, y
 
-    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
-        """The encoded pipeline of ``fit``/``evaluate``/``predict``'s data."""
+    def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+        """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None:
                 raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
-            dataset = x
-        else:
-            dataset = _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
-        return self._encode_dataset(dataset)
+            return x
+        return _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
+
+    def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+        """The encoded pipeline of ``fit``/``evaluate``/``predict``'s data."""
+        return self._encode_dataset(self._source(x, y, sample_weight, batch_size, shuffle))
 
     # -- Keras' loops on the encoded pipeline ----------------------------------------------------------------
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
@@ -595,12 +598,7 @@ class XLNetTextSquad(_TextTaskModel):
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``'s data as steps of labelled windows (``_steps``)."""
-        if isinstance(x, tf.data.Dataset):
-            if y is not None or sample_weight is not None:
-                raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
-            dataset = x
-        else:
-            dataset = _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
+        dataset = self._source(x, y, sample_weight, batch_size, shuffle)
         is_tuple = isinstance(dataset.element_spec, tuple)
 
         def windows(*element):
@@ -703,7 +701,7 @@ class XLNetTextSquad(_TextTaskModel):
 
     def export(self, export_dir: str, task: str = "squad") -> str:
         """As ``XLNetTextClassifier.export``: the SQuAD layout (``serving_default`` takes ``question`` and
-        ``context`` and answers as ``call``; ``serve_ids`` gives the head's beam), as ``run_squad.py
+        ``context`` and answers as ``predict``; ``serve_ids`` gives the head's beam), as ``run_squad.py
         --export_dir`` writes it."""
         return super().export(export_dir, task=task)
 
