@@ -269,14 +269,22 @@ def test_fused_adamw_kernel_rejects_bad_inputs_by_name():
 
 def test_fused_adamw_library_is_built_once_into_a_shared_cache(monkeypatch, tmp_path):
     """``python -m xlnet_tf.ops`` / first use: one library in $XLNET_TF_OPS_DIR, readable by other users, no
-    temporary files left; a second build reuses it."""
+    temporary files left; a second build reuses it, a changed source builds anew. (A one-function source with
+    TensorFlow's real flags: the caching is under test here; the kernels' own build is every fast-path test's.)"""
     if not _compiler_available():
         pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
     from xlnet_tf import ops
 
+    source = tmp_path / "probe.cc"
+    source.write_text("int xlnet_tf_probe() { return 1; }\n")
+    monkeypatch.setattr(ops, "_SOURCES", [source])
+    monkeypatch.setattr(ops, "_HEADERS", [])
     monkeypatch.setenv("XLNET_TF_OPS_DIR", str(tmp_path / "shared"))
     path = ops.build()
     assert path.parent == tmp_path / "shared" and [p.name for p in path.parent.iterdir()] == [path.name]
     assert path.stat().st_mode & 0o444 == 0o444
     mtime = path.stat().st_mtime_ns
     assert ops.build() == path and path.stat().st_mtime_ns == mtime
+    source.write_text(source.read_text() + "int xlnet_tf_probe2() { return 2; }\n")
+    changed = ops.build()
+    assert changed != path and sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, changed.name])
