@@ -153,7 +153,7 @@ def test_settings_errors_are_reported_together():
     with pytest.raises(SettingsError) as e:
         settings.validate()
     for part in ("--model_config_path=/nonexistent.json: file not found", "--reuse_len=64 exceeds --seq_len=32",
-                 "--warmup_steps=10 must be below --train_steps=10", "--strategy=tpu needs --tpu",
+                 "--warmup_steps=10 must be below --train_steps=10", "--strategy=tpu (--use_tpu) needs --tpu",
                  "--input_glob needs --spiece_model_file"):
         assert part in str(e.value)
     assert isinstance(e.value, ValueError) and isinstance(e.value, cli.InputError)

@@ -4,10 +4,16 @@
 contradict each other, a missing or malformed file, an unreadable checkpoint, a job file. Its message names the
 input (the flag, the file, file:line) and says what is wrong, so the command-line tools print it as one line
 instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
-(``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file). Anything else
+(``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file),
+``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached). Anything else
 that escapes a tool is a bug and keeps its traceback.
 """
 
 
 class InputError(ValueError):
     """An input a user gave (flag, file, checkpoint) cannot be used; the message names it."""
+
+
+class TPUStartupError(InputError):
+    """The TPU named by ``--tpu`` could not be found, reached or initialised in ``--tpu_timeout`` seconds; the
+    message says which step failed and what to check."""

@@ -10,6 +10,21 @@ from xlnet_tf.data.manifest import check_manifest, load_manifest, manifest_name
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
 
+def has_pretraining_data(s: PretrainSettings) -> bool:
+    """Whether ``s.data_dir`` holds written data (else it is written from ``input_glob``); a ``SettingsError`` if
+    it holds none and cannot be written. Cheap: the run checks it before connecting to its devices."""
+    if not s.data_dir:
+        raise SettingsError("missing required flag(s): --data_dir")
+    if os.path.exists(os.path.join(s.data_dir, manifest_name())):
+        return True
+    if not s.input_glob:
+        raise SettingsError(f"--data_dir={s.data_dir} holds no pretraining data; write it with "
+                            "`python -m xlnet_tf.cli.create_data` or pass --input_glob")
+    if not s.spiece_model_file:
+        raise SettingsError("--input_glob needs --spiece_model_file to write the data")
+    return False
+
+
 def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_per_host: int) -> dict:
     """Returns the manifest of ``s.data_dir`` after checking it against the training settings (the data layout:
     ``bsz_per_host`` sequences per host batch, for ``num_core_per_host`` replicas).
@@ -18,16 +33,9 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
     its first run; an interrupted write resumes); that is logged. Mismatched data is a ``SettingsError`` naming
     each field: training on records written for another shape silently breaks memory and masks otherwise.
     """
-    if not s.data_dir:
-        raise SettingsError("missing required flag(s): --data_dir")
     shape = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, num_predict=s.num_predict, bi_data=s.bi_data,
                  bsz_per_host=bsz_per_host, num_core_per_host=num_core_per_host)
-    if not os.path.exists(os.path.join(s.data_dir, manifest_name())):
-        if not s.input_glob:
-            raise SettingsError(f"--data_dir={s.data_dir} holds no pretraining data; write it with "
-                                "`python -m xlnet_tf.cli.create_data` or pass --input_glob")
-        if not s.spiece_model_file:
-            raise SettingsError("--input_glob needs --spiece_model_file to write the data")
+    if not has_pretraining_data(s):
         from xlnet_tf.data import writer
         from xlnet_tf.data.examples import ExampleSettings
 

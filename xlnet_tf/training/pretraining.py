@@ -38,9 +38,10 @@ def pretrain(settings: PretrainSettings) -> dict:
     ``input_glob`` first if it has none), then pretrains; returns the last host loop's metrics."""
     from xlnet_tf.data.reader import pretrain_dataset
     from xlnet_tf.training.distribute import num_hosts
-    from xlnet_tf.training.pretrain_data import ensure_pretraining_data
+    from xlnet_tf.training.pretrain_data import ensure_pretraining_data, has_pretraining_data
 
     s = settings.validate()
+    has_pretraining_data(s)  # before connecting to the devices (a TPU takes minutes)
     strategy = start_run(s)
     replicas = strategy.num_replicas_in_sync
     per_replica = s.train_batch_size // replicas

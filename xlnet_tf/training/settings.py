@@ -118,7 +118,11 @@ class RunSettings(Settings):
     spiece_model_file: Optional[str] = setting(None, "SentencePiece model of the model (and data).")
     uncased: bool = setting(False, "Lower-case text (uncased models; must match the data).")
     strategy: str = setting("one_device", "tf.distribute strategy.", choices=STRATEGIES)
-    tpu: Optional[str] = setting(None, "TPU name or grpc:// address (with --strategy=tpu).")
+    tpu: Optional[str] = setting(None, "With --strategy=tpu: the TPU's name (Cloud TPU), grpc://HOST:8470, or "
+                                 "'local' (a TPU VM's own chips).")
+    tpu_zone: Optional[str] = setting(None, "With a TPU name: its GCE zone (default: from the VM's metadata).")
+    gcp_project: Optional[str] = setting(None, "With a TPU name: its GCP project (default: from the VM's metadata).")
+    tpu_timeout: int = setting(120, "Seconds to find, connect to and initialise the TPU before the run fails.")
     dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and AMX CPUs, mixed_float16 with "
                          "dynamic loss scaling on GPU).", choices=DTYPES)
     seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.")
@@ -141,6 +145,10 @@ class RunSettings(Settings):
     adam_epsilon: float = setting(1e-8, "Adam epsilon.")
     clip: float = setting(1.0, "Global gradient-norm clip (<= 0: off).")
 
+    ORIGINAL_FLAGS: ClassVar[Mapping] = {
+        "use_tpu": Alias("strategy", "Original flag: same as --strategy=tpu.", value="tpu"),
+        "use_bfloat16": Alias("dtype", "Original flag: same as --dtype=mixed_bfloat16.", value="mixed_bfloat16"),
+    }
     # Global batch sizes: positive, and divisible by the replicas of the strategy.
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size",)
 
@@ -159,8 +167,19 @@ class RunSettings(Settings):
         for name, allowed in (("strategy", STRATEGIES), ("dtype", DTYPES), ("decay_method", DECAY_METHODS)):
             if getattr(self, name) not in allowed:
                 errors.append(f"--{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
-        if self.strategy == "tpu" and not self.tpu:
-            errors.append("--strategy=tpu needs --tpu (name, grpc:// address, or 'local')")
+        if self.strategy == "tpu":
+            if not self.tpu:
+                errors.append("--strategy=tpu (--use_tpu) needs --tpu (name, grpc:// address, or 'local')")
+            if self.dtype == "mixed_float16":
+                errors.append("--dtype=mixed_float16 with --strategy=tpu: TPUs compute in bfloat16; use "
+                              "--dtype=mixed_bfloat16 (--use_bfloat16)")
+            if self.tpu_timeout <= 0:
+                errors.append(f"--tpu_timeout={self.tpu_timeout} must be positive")
+        else:
+            stray = [f"--{name}" for name in ("tpu", "tpu_zone", "gcp_project") if getattr(self, name)]
+            if stray:
+                errors.append(f"{', '.join(stray)} given, but --strategy={self.strategy}: add --strategy=tpu "
+                              "(or --use_tpu)")
         for name in self.BATCH_SIZES:
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 errors.append(f"--{name}={getattr(self, name)} must be positive")
@@ -231,7 +250,8 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
     learning_rate: float = 1e-4
     min_lr_ratio: float = 0.001
 
-    ORIGINAL_FLAGS: ClassVar[Mapping] = {"record_info_dir": Alias("data_dir", "Original name of --data_dir.")}
+    ORIGINAL_FLAGS: ClassVar[Mapping] = dict(RunSettings.ORIGINAL_FLAGS,
+                                             record_info_dir=Alias("data_dir", "Original name of --data_dir."))
 
     def required(self) -> tuple:
         return super().required() + ("data_dir", "train_batch_size", "seq_len", "reuse_len", "num_predict",
@@ -277,10 +297,6 @@ class FinetuneSettings(RunSettings):
                                          "rate^(L-1-l), the embeddings at lr * rate^L, the heads at lr.")
     predict_batch_size: int = setting(128, "Global prediction batch size.")
 
-    ORIGINAL_FLAGS: ClassVar[Mapping] = {
-        "use_tpu": Alias("strategy", "Original flag: same as --strategy=tpu.", value="tpu"),
-        "use_bfloat16": Alias("dtype", "Original flag: same as --dtype=mixed_bfloat16.", value="mixed_bfloat16"),
-    }
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "predict_batch_size")
     STAGES: ClassVar[tuple] = ("do_train", "do_eval", "do_predict", "export_dir")
 

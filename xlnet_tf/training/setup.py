@@ -28,8 +28,11 @@ from xlnet_tf.training.settings import RunSettings, SettingsError
 
 
 def start_run(settings: RunSettings) -> tf.distribute.Strategy:
-    """The run's strategy, after checking that its global batch sizes split over the replicas; seeds Keras."""
-    strategy = create_strategy(settings.strategy, settings.tpu)
+    """The run's strategy, after checking that its global batch sizes split over the replicas; seeds Keras. The
+    model config is read first: a bad file fails before the devices are connected (a TPU takes minutes)."""
+    XLNetConfig.from_json(settings.model_config_path)
+    strategy = create_strategy(settings.strategy, settings.tpu, tpu_zone=settings.tpu_zone,
+                               gcp_project=settings.gcp_project, tpu_timeout=settings.tpu_timeout)
     replicas = strategy.num_replicas_in_sync
     for name in settings.BATCH_SIZES:
         if getattr(settings, name) % replicas:
