@@ -183,3 +183,36 @@ def test_checkpoint_names_every_weight_by_its_layer(tmp_path):
     assert "weights/transformer-layer_0-rel_attn-q_kernel/.ATTRIBUTES/VARIABLE_VALUE" in names
     assert "weights/transformer-layer_1-ff-layer_2-kernel/.ATTRIBUTES/VARIABLE_VALUE" in names
     assert not [name for name in names if name.startswith("optimizer/_trainable_variables/")]
+
+
+def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatch):
+    """The first line of a run gives the time of its tracing and compiling, not a rate; later lines give their
+    loop's rate and an ETA from the steady-state step time; a measured CPU peak is raised to an achieved rate
+    above it (MFU never above 100%); the CPU peak is split among one host's replicas, not all workers'."""
+    from xlnet_tf.training import distribute, progress
+
+    clock = iter([0.0, 30.0, 40.0, 50.0, 52.0])  # construction, then four reports
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    lines = []
+    monkeypatch.setattr(progress.logging, "info", lambda message, *args: lines.append(message % args))
+    monkeypatch.setattr(progress.logging, "warning", lambda message, *args: lines.append(message % args))
+    reporter = progress.ProgressReporter(str(tmp_path), total_steps=100, tokens_per_step=1000, flops_per_step=1e9,
+                                         peak_flops=1e9, peak_measured=True)
+    first = reporter.report(1, {"loss": 7.0})
+    assert "tokens_per_sec" not in first and "mfu" not in first
+    assert "first 0m30s incl. tracing and compiling" in lines[-1] and "ETA" not in lines[-1]
+    second = reporter.report(11, {"loss": 6.0})  # 10 steps in 10 s
+    assert second["tokens_per_sec"] == 1000 and second["mfu"] == 1.0
+    assert lines[-1].endswith("1000 tok/s | MFU 100.0% | ETA 1m29s")  # 89 steps at 1 s, not at (30 + 10) / 11 s
+    third = reporter.report(31, {"loss": 5.0})  # 20 steps in 10 s: twice the measured peak
+    assert third["mfu"] == 1.0 and "above the measured peak" in lines[-2]
+    fourth = reporter.report(35, {"loss": 5.0})  # 4 steps in 2 s
+    assert fourth["mfu"] == 1.0 and lines[-1].endswith("ETA 0m42s")  # 65 steps at (52 - 30) s / (35 - 1) steps
+
+    class TwoHosts:  # two workers with one CPU replica each
+        num_replicas_in_sync = 2
+    monkeypatch.setattr(distribute, "num_hosts", lambda strategy: 2)
+    monkeypatch.setattr(progress, "measure_matmul_peak", lambda dtype: 8e10)
+    monkeypatch.setattr(progress.tf.config, "list_logical_devices", lambda kind: [])
+    monkeypatch.setattr(progress.tf.config, "list_physical_devices", lambda kind: [])
+    assert progress.device_peak_flops(TwoHosts(), "float32") == (8e10, "measured CPU matmul")

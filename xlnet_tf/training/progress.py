@@ -23,7 +23,8 @@ _cpu_peak_cache: dict[str, float] = {}
 
 def measure_matmul_peak(dtype: str = "float32", size: int = 2048, seconds: float = 1.0) -> float:
     """Achievable matmul FLOP/s on this host's CPU in ``dtype``: the MFU denominator where no published peak
-    applies (measured, not a datasheet figure)."""
+    applies (measured, not a datasheet figure). The fastest of the matmuls run in ``seconds``: a busy moment
+    (another process, a data pipeline starting) slows some of them, and an average would make MFU exceed 100%."""
     if dtype in _cpu_peak_cache:
         return _cpu_peak_cache[dtype]
     with tf.device("/cpu:0"):
@@ -31,11 +32,12 @@ def measure_matmul_peak(dtype: str = "float32", size: int = 2048, seconds: float
         a = tf.cast(a, dtype)
         matmul = tf.function(lambda x: tf.linalg.matmul(x, x))
         matmul(a).numpy()
-        runs, start = 0, time.perf_counter()
+        fastest, start = float("inf"), time.perf_counter()
         while time.perf_counter() - start < seconds:
+            began = time.perf_counter()
             matmul(a).numpy()
-            runs += 1
-        peak = 2 * size ** 3 * runs / (time.perf_counter() - start)
+            fastest = min(fastest, time.perf_counter() - began)
+        peak = 2 * size ** 3 / fastest
     _cpu_peak_cache[dtype] = peak
     return peak
 
@@ -62,43 +64,60 @@ def device_peak_flops(strategy: tf.distribute.Strategy, compute_dtype: str) -> t
             if fragment in name:
                 return (half_peak if half else fp32_peak), f"{name} datasheet"
         return 0.0, f"{name} (unknown peak)"
-    # CPU replicas share the host's cores: divide the measured host peak among them.
-    replicas = max(strategy.num_replicas_in_sync, 1)
-    return measure_matmul_peak(compute_dtype) / replicas, "measured CPU matmul"
+    # The CPU replicas of one host share its cores: its measured peak is divided among them (not among all the
+    # workers' replicas: each worker is a host of its own).
+    from xlnet_tf.training.distribute import num_hosts
+
+    local_replicas = max(strategy.num_replicas_in_sync // num_hosts(strategy), 1)
+    return measure_matmul_peak(compute_dtype) / local_replicas, "measured CPU matmul"
 
 
 class ProgressReporter:
-    """Logs one line per host loop and writes TensorBoard scalars to ``<model_dir>/train``."""
+    """Logs one line per host loop and writes TensorBoard scalars to ``<model_dir>/train``.
+
+    The first report of a run (or of a resumed run) covers tracing and compilation: it gives its time, not a rate,
+    an MFU or an ETA. Later lines give the rate of their own host loop, and an ETA from the mean step time since
+    that first report. ``peak_flops`` is the whole job's (every replica of every worker); a measured peak
+    (``peak_measured``, CPUs) is raised to the achieved rate if a loop ever beats it, with a warning."""
 
     def __init__(self, model_dir: str, total_steps: int, tokens_per_step: int, flops_per_step: float,
-                 peak_flops: float, start_step: int = 0):
+                 peak_flops: float, start_step: int = 0, *, peak_measured: bool = False):
         self.total_steps, self.tokens_per_step = total_steps, tokens_per_step
-        self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
+        self.flops_per_step, self.peak_flops, self.peak_measured = flops_per_step, peak_flops, peak_measured
         self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
         self._last_time, self._last_step = time.perf_counter(), start_step
+        self._steady_since = None  # (time, step) of the first report
 
     def report(self, step: int, scalars: dict[str, float]) -> dict[str, float]:
         now = time.perf_counter()
-        steps = max(step - self._last_step, 1)
-        seconds_per_step = (now - self._last_time) / steps
+        seconds = now - self._last_time
+        seconds_per_step = seconds / max(step - self._last_step, 1)
         self._last_time, self._last_step = now, step
         scalars = dict(scalars)
-        scalars["tokens_per_sec"] = self.tokens_per_step / seconds_per_step
-        scalars["steps_per_sec"] = 1.0 / seconds_per_step
-        if self.peak_flops > 0:
-            scalars["mfu"] = self.flops_per_step / seconds_per_step / self.peak_flops
-        eta = (self.total_steps - step) * seconds_per_step
+        parts = [f"step {step}/{self.total_steps}"]
+        parts += [f"{k} {v:.4g}" for k, v in scalars.items()]
+        if self._steady_since is None:
+            self._steady_since = (now, step)
+            parts.append(f"first {_duration(seconds)} incl. tracing and compiling")
+        else:
+            scalars["tokens_per_sec"] = self.tokens_per_step / seconds_per_step
+            scalars["steps_per_sec"] = 1.0 / seconds_per_step
+            parts.append(f"{scalars['tokens_per_sec']:.0f} tok/s")
+            if self.peak_flops > 0:
+                achieved = self.flops_per_step / seconds_per_step
+                if achieved > self.peak_flops and self.peak_measured:
+                    logging.warning("achieved %.3g FLOP/s, above the measured peak %.3g: MFU is against the "
+                                    "achieved rate from now on", achieved, self.peak_flops)
+                    self.peak_flops = achieved
+                scalars["mfu"] = achieved / self.peak_flops
+                parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
+            since, since_step = self._steady_since
+            parts.append(f"ETA {_duration((self.total_steps - step) * (now - since) / max(step - since_step, 1))}")
         with self.writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
         self.writer.flush()
-        parts = [f"step {step}/{self.total_steps}"]
-        parts += [f"{k} {v:.4g}" for k, v in scalars.items() if k not in ("steps_per_sec", "mfu", "tokens_per_sec")]
-        parts.append(f"{scalars['tokens_per_sec']:.0f} tok/s")
-        if "mfu" in scalars:
-            parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
-        parts.append(f"ETA {_duration(eta)}")
-        logging.info(" | ".join(parts))
+        logging.info("%s", " | ".join(parts))
         return scalars
 
 

@@ -120,7 +120,8 @@ class Training:
                      "peak %.3g FLOP/s per replica (%s)", self.start_step, s.train_steps, replicas, global_batch,
                      micro_batches or 1, seq_len, s.dtype, peak, peak_source)
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
-                                    global_batch * flops_per_sequence, peak * replicas, self.start_step)
+                                    global_batch * flops_per_sequence, peak * replicas, self.start_step,
+                                    peak_measured=peak_source.startswith("measured"))
         return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
                               train_steps=s.train_steps, iterations=s.steps_per_loop, save_steps=s.checkpoint_every,
                               manager=self.manager, reporter=reporter, optimizer=self.optimizer)
