@@ -21,13 +21,14 @@ from xlnet_tf.cli.create_data import CreateDataSettings
 from xlnet_tf.cli.export import ExportSettings
 from xlnet_tf.cli.jobs import JobsSettings
 from xlnet_tf.cli.predict import PredictSettings
+from xlnet_tf.cli.serving_ops import ServingOpsSettings
 from xlnet_tf.cli.train_spm import TrainSpmSettings
 from xlnet_tf.finetuning.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
 
 TOOL_SETTINGS = [PretrainSettings, ClassifierSettings, SquadSettings, ExportSettings, PredictSettings, JobsSettings,
-                 CreateDataSettings, ConvertSettings, TrainSpmSettings]
+                 CreateDataSettings, ConvertSettings, TrainSpmSettings, ServingOpsSettings]
 
 
 def parsed(settings_cls, *argv, define=cli.define_flags):
@@ -233,6 +234,9 @@ TOOLS = {
     "train_spm": (["-m", "xlnet_tf.cli.train_spm"], ("--vocab_size=1.5", "flag --vocab_size=1.5: invalid literal"),
                   ["--input=/nonexistent/*.txt"], "--input=/nonexistent/*.txt matches no file",
                   "SentencePiece character coverage"),
+    "serving_ops": (["-m", "xlnet_tf.cli.serving_ops"], ("--saved_modle=x", "Unknown command line flag 'saved_modle'"),
+                    ["--saved_model=/nonexistent/export/1"], "--saved_model=/nonexistent/export/1: no such directory",
+                    "an export's version directory"),
 }
 
 

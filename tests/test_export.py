@@ -190,3 +190,28 @@ def test_bad_requests_multiple_choice(tmp_path):
     assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 300
     assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0
     assert "at least one choice" in reply["calls"][0]["message"]  # no options: a clear InvalidArgumentError
+
+
+# The kernel libraries TF Serving's stock model server links: tensorflow_serving/model_servers/BUILD puts
+# "@org_tensorflow_text//tensorflow_text:ops_lib" in SUPPORTED_TENSORFLOW_OPS (server_lib's deps), and
+# tensorflow_text/BUILD's ops_lib depends on ":<library>_cc" for each of these (tensorflow/text, 2.20 branch).
+TF_SERVING_TEXT_LIBRARIES = {
+    "boise_offset_converter", "byte_splitter", "constrained_sequence_op", "fast_bert_normalizer",
+    "fast_sentencepiece_tokenizer", "fast_wordpiece_tokenizer", "mst_ops", "ngrams_op", "normalize_ops",
+    "phrase_tokenizer", "regex_split_ops", "sentence_breaking_ops", "sentencepiece_mobile_tokenizer",
+    "sentencepiece_tokenizer", "split_merge_from_logits_tokenizer", "split_merge_tokenizer",
+    "state_based_sentence_breaker_op", "text_similarity_metric_ops", "trimmer_ops", "unicode_script_tokenizer",
+    "utf8_binarize_op", "whitespace_tokenizer", "whitespace_tokenizer_v2", "wordpiece_tokenizer"}
+
+
+def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server(run):
+    """python -m xlnet_tf.cli.serving_ops lists each op beyond TensorFlow's with its tensorflow-text library; every
+    one is a library TF Serving's model server links, so the stock server loads the export (TF versions equal)."""
+    done = subprocess.run([PYTHON, "-m", "xlnet_tf.cli.serving_ops", f"--saved_model={run['export']}"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-2000:]
+    ops = dict(line.split("\t") for line in done.stdout.strip().splitlines())
+    assert {"SentencepieceOp", "NormalizeUTF8"} <= set(ops)  # the tokenizer and the text cleaning, at least
+    libraries = {library.removeprefix("tensorflow-text ") for library in ops.values()}
+    assert libraries <= TF_SERVING_TEXT_LIBRARIES, ops

@@ -249,3 +249,36 @@ def write_release(model, export_dir: str, config, spiece_model_file: Optional[st
         if spiece_model_file:
             shutil.copy(spiece_model_file, os.path.join(tmp, "spiece.model"))
     return export_dir
+
+
+def custom_ops(saved_model_dir: str) -> dict:
+    """The ops of the SavedModel at ``saved_model_dir`` that TensorFlow does not define, each mapped to the
+    tensorflow-text kernel library that does (``sentencepiece_tokenizer``, ``normalize_ops``, ...; its build target
+    is ``//tensorflow_text:<library>_cc``), or to None if none does."""
+    import glob
+
+    import tensorflow_text
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(saved_model_dir, "saved_model.pb")
+    if not tf.io.gfile.exists(path):
+        raise InputError(f"{saved_model_dir}: no saved_model.pb (give an export's version directory)")
+    saved = saved_model_pb2.SavedModel()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        saved.ParseFromString(f.read())
+    ops = set()
+    for graph in saved.meta_graphs:
+        ops.update(node.op for node in graph.graph_def.node)
+        for function in graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    # tf.raw_ops has every op TensorFlow itself registers; tensorflow-text's kernels come as op libraries, one per
+    # feature, whose modules name their ops.
+    foreign = sorted(op for op in ops if not hasattr(tf.raw_ops, op))
+    libraries = sorted(glob.glob(os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops", "_*.so")))
+    found = {}
+    for library in libraries:
+        module = tf.load_op_library(library)
+        name = os.path.basename(library)[1:-len(".so")]
+        # A namespaced op ("TFText>FastSentencepieceTokenize") is wrapped with "_" for ">".
+        found.update({op: name for op in foreign if op not in found and hasattr(module, op.replace(">", "_"))})
+    return {op: found.get(op) for op in foreign}
