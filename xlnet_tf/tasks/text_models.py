@@ -10,6 +10,10 @@ tf.data pipeline; ``export`` joins the two in one serving graph. ``from_checkpoi
 (``xlnet-convert-checkpoint``, ``run_pretrain.py``, ``run_classifier.py``), pretrained (the head starts fresh) or
 fine-tuned (the head is loaded too).
 
+These classes live here, not in their families' modules: a family module is imported while flags are checked,
+before TensorFlow loads, and a Keras model cannot be. A family needs no text model; one that wants the Keras API
+on strings subclasses ``_TextTaskModel`` with its ``preprocess`` and ``call``.
+
 Example::
 
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint("xlnet_cased_L-12_H-768_A-12", num_labels=2,
