@@ -10,18 +10,23 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from test_pretraining_loop import CONFIG, PREDICT, SEQ, make_dataset_fn, synthetic_examples  # noqa: E402
+from xlnet_tf.errors import WorkerLostError  # noqa: E402
 from xlnet_tf.training.distribute import create_strategy  # noqa: E402
 from xlnet_tf.training.pretraining import run_pretraining  # noqa: E402
 from xlnet_tf.training.settings import PretrainSettings  # noqa: E402
 
 
-def main(model_dir, out_path):
+def main(model_dir, out_path, train_steps=3, iterations=3, save_steps=None):
     strategy = create_strategy("multi_worker")
     keras.utils.set_random_seed(0)
-    settings = PretrainSettings(model_dir=model_dir, train_steps=3, train_batch_size=2 * strategy.num_replicas_in_sync,
-                                seq_len=SEQ,
-                                num_predict=PREDICT, iterations=3, learning_rate=3e-3, warmup_steps=1)
-    metrics = run_pretraining(strategy, CONFIG, settings, make_dataset_fn(synthetic_examples(32), 2))
+    settings = PretrainSettings(model_dir=model_dir, train_steps=train_steps,
+                                train_batch_size=2 * strategy.num_replicas_in_sync, seq_len=SEQ, num_predict=PREDICT,
+                                iterations=iterations, save_steps=save_steps, learning_rate=3e-3, warmup_steps=1)
+    try:
+        metrics = run_pretraining(strategy, CONFIG, settings, make_dataset_fn(synthetic_examples(32), 2))
+    except WorkerLostError as e:  # what the entry points print as their one line
+        print(f"error: {e}", flush=True)
+        sys.exit(1)
     with open(out_path, "w") as f:
         json.dump({"step": metrics["step"], "loss": metrics["loss"],
                    "replicas": strategy.num_replicas_in_sync}, f)
@@ -29,4 +34,4 @@ def main(model_dir, out_path):
 
 if __name__ == "__main__":
     tf.get_logger().setLevel("ERROR")
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))

@@ -21,17 +21,23 @@ def _free_ports(n):
     return ports
 
 
-@pytest.mark.multiprocess
-def test_two_workers_train_in_lockstep(tmp_path):
+def _start_workers(tmp_path, *args):
+    """Two workers of one job (TF_CONFIG on two free local ports), sharing ``tmp_path/model``: worker 1 saves into
+    model/.worker-1 (TF's convention)."""
     workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
     procs = []
     for index in range(2):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                    TF_CONFIG=json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
-        model_dir = str(tmp_path / "model")  # shared: worker 1 saves into model/.worker-1 (TF's convention)
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "multiworker_main.py"), model_dir,
-                                       str(tmp_path / f"out{index}.json")], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "multiworker_main.py"),
+                                       str(tmp_path / "model"), str(tmp_path / f"out{index}.json"), *map(str, args)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+@pytest.mark.multiprocess
+def test_two_workers_train_in_lockstep(tmp_path):
+    procs = _start_workers(tmp_path)
     outputs = []
     for p in procs:
         try:
@@ -48,3 +54,37 @@ def test_two_workers_train_in_lockstep(tmp_path):
     assert abs(results[0]["loss"] - results[1]["loss"]) < 1e-6
     assert os.path.exists(tmp_path / "model" / "checkpoint")
     assert os.path.exists(tmp_path / "model" / ".worker-1" / "checkpoint")
+
+
+@pytest.mark.multiprocess
+def test_a_killed_worker_stops_the_others_with_one_line_and_a_rerun_resumes(tmp_path):
+    """SIGKILL of worker 1 mid-run: worker 0 stops within the coordination service's heartbeat timeout, non-zero,
+    naming the lost task and the step a rerun resumes from; rerunning both workers resumes from that checkpoint."""
+    import re
+    import signal
+    import time
+
+    procs = _start_workers(tmp_path, 100000, 2, 4)  # endless, a checkpoint every 4 steps
+    first = tmp_path / "model" / "xlnet_model-8.index"
+    deadline = time.monotonic() + 300
+    while not first.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+        time.sleep(0.5)
+    assert first.exists(), procs[0].communicate()[0][-3000:] if procs[0].poll() is not None else "no checkpoint"
+    procs[1].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    try:
+        out, _ = procs[0].communicate(timeout=150)
+    finally:
+        for p in procs:
+            p.kill()
+    assert time.monotonic() - killed < 150 and procs[0].returncode == 1, out[-3000:]
+    line = [entry for entry in out.splitlines() if entry.startswith("error: ")]
+    assert len(line) == 1 and "lost worker 1 of the multi-worker job" in line[0], out[-3000:]
+    resume = int(re.search(r"resume from step (\d+)", line[0]).group(1))
+    assert resume >= 8 and resume % 4 == 0
+
+    procs = _start_workers(tmp_path, resume + 2, 2, 4)
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+    assert json.loads((tmp_path / "out0.json").read_text())["step"] == resume + 2

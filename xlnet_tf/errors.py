@@ -5,8 +5,9 @@ contradict each other, a missing or malformed file, an unreadable checkpoint, a 
 input (the flag, the file, file:line) and says what is wrong, so the command-line tools print it as one line
 instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
 (``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file),
-``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached). Anything else
-that escapes a tool is a bug and keeps its traceback.
+``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached). ``WorkerLostError`` is not the user's
+doing but is reported the same way: a lost worker ends a multi-worker run. Anything else that escapes a tool is a
+bug and keeps its traceback.
 """
 
 
@@ -17,3 +18,8 @@ class InputError(ValueError):
 class TPUStartupError(InputError):
     """The TPU named by ``--tpu`` could not be found, reached or initialised in ``--tpu_timeout`` seconds; the
     message says which step failed and what to check."""
+
+
+class WorkerLostError(RuntimeError):
+    """A multi-worker run stopped because another worker stopped answering (killed, preempted, out of memory):
+    not a bug here, and a rerun of every worker resumes from the last checkpoint; the message says from which."""

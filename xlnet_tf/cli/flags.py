@@ -40,6 +40,8 @@ A tool is a settings dataclass and a function that takes it::
     ``SquadFileError`` (a SQuAD file).
   - ``OSError``s that name a path the user gave (``FileNotFoundError``, ``FileExistsError``,
     ``NotADirectoryError``, ``IsADirectoryError``, ``PermissionError``) and absl's ``flags.Error``.
+  - ``xlnet_tf.errors.WorkerLostError``: another worker of a multi-worker run was lost; the line says how to
+    resume (no ``--helpfull`` pointer: no flag is wrong).
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
 """
@@ -57,7 +59,7 @@ from typing import Callable, Optional, Union
 import yaml
 from absl import app, flags, logging
 
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, WorkerLostError
 from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
 
 __all__ = ["Alias", "Ignored", "InputError", "Settings", "SettingsError", "USER_ERRORS", "apply_config_file",
@@ -67,8 +69,8 @@ FLAGS = flags.FLAGS
 CONFIG_FILE_HELP = ("YAML file of flag values (names without --); flags on the command line override it. "
                     "Default: none.")
 # What a user caused: reported as one line, without a traceback (see the module docstring).
-USER_ERRORS = (InputError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-               PermissionError, flags.Error)
+USER_ERRORS = (InputError, WorkerLostError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               IsADirectoryError, PermissionError, flags.Error)
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
            str: flags.DEFINE_string}
 
@@ -216,7 +218,8 @@ def usage_error(message) -> None:
     """Ends the process with ``message`` and one line pointing at ``--helpfull`` (not the whole help), exit 1."""
     name, command = _program()
     sys.stdout.flush()
-    sys.stderr.write(f"{name}: error: {message}\nSee `{command} --helpfull` for every flag.\n")
+    hint = "" if isinstance(message, WorkerLostError) else f"See `{command} --helpfull` for every flag.\n"
+    sys.stderr.write(f"{name}: error: {message}\n{hint}")
     _exit_now(1)
 
 

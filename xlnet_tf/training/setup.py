@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable, Optional
 
 import keras
@@ -19,8 +20,9 @@ from absl import logging
 
 from xlnet_tf.checkpoint import load_pretrained, read_model  # read_model: re-exported for the runners
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import WorkerLostError
 from xlnet_tf.layers.dropout import seed_states
-from xlnet_tf.training.distribute import create_strategy
+from xlnet_tf.training.distribute import create_strategy, num_hosts
 from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.optimization import create_optimizer
 from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
@@ -122,9 +124,29 @@ class Training:
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
                                     global_batch * flops_per_sequence, peak * replicas, self.start_step,
                                     peak_measured=peak_source.startswith("measured"))
-        return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
-                              train_steps=s.train_steps, iterations=s.steps_per_loop, save_steps=s.checkpoint_every,
-                              manager=self.manager, reporter=reporter, optimizer=self.optimizer)
+        try:
+            return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
+                                  train_steps=s.train_steps, iterations=s.steps_per_loop,
+                                  save_steps=s.checkpoint_every, manager=self.manager, reporter=reporter,
+                                  optimizer=self.optimizer)
+        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as error:
+            if num_hosts(strategy) < 2:
+                raise
+            raise WorkerLostError(lost_worker_message(error, self.manager.latest_checkpoint)) from None
+
+
+def lost_worker_message(error: tf.errors.OpError, checkpoint: Optional[str]) -> str:
+    """One line for a collective that failed because a peer stopped answering: which task(s), and from which step
+    a rerun of every worker resumes. TensorFlow names the tasks (``/job:worker/replica:0/task:1``) after "unhealthy"
+    when the coordination service noticed the missing heartbeats."""
+    text = error.message or str(error)
+    tail = text[text.find("unhealthy"):] if "unhealthy" in text else text
+    tasks = sorted(set(re.findall(r"/job:(\w+)/replica:\d+/task:(\d+)", tail)))
+    who = ", ".join(f"{job} {task}" for job, task in tasks) if tasks else "another worker"
+    resume = (f"step {checkpoint_step(checkpoint)} ({checkpoint})" if checkpoint else
+              "the start (no checkpoint was written yet)")
+    return (f"lost {who} of the multi-worker job ({type(error).__name__}); the others stop too. Rerun every worker "
+            f"with the same flags to resume from {resume}")
 
 
 def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, build_model: Callable[[], keras.Model],
