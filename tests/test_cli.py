@@ -20,6 +20,7 @@ from xlnet_tf.cli.convert import ConvertSettings
 from xlnet_tf.cli.create_data import CreateDataSettings
 from xlnet_tf.cli.export import ExportSettings
 from xlnet_tf.cli.jobs import JobsSettings
+from xlnet_tf.cli.launch import LaunchSettings
 from xlnet_tf.cli.predict import PredictSettings
 from xlnet_tf.cli.serving_ops import ServingOpsSettings
 from xlnet_tf.cli.train_spm import TrainSpmSettings
@@ -28,7 +29,8 @@ from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
 
 TOOL_SETTINGS = [PretrainSettings, ClassifierSettings, SquadSettings, ExportSettings, PredictSettings, JobsSettings,
-                 CreateDataSettings, ConvertSettings, TrainSpmSettings, ServingOpsSettings]
+                 CreateDataSettings, ConvertSettings, TrainSpmSettings, ServingOpsSettings,
+                 LaunchSettings]
 
 
 def parsed(settings_cls, *argv, define=cli.define_flags):

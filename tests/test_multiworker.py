@@ -37,17 +37,13 @@ def _start_workers(tmp_path, *args):
 
 @pytest.mark.multiprocess
 def test_two_workers_train_in_lockstep(tmp_path):
-    procs = _start_workers(tmp_path)
-    outputs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        outputs.append(out)
-        assert p.returncode == 0, out[-3000:]
+    """Started by python -m xlnet_tf.cli.launch (TF_CONFIG per worker, {worker} in the command)."""
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=2", "--",
+                           sys.executable, os.path.join(HERE, "multiworker_main.py"), str(tmp_path / "model"),
+                           str(tmp_path / "out{worker}.json")], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=os.path.dirname(HERE))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {line[:len("[worker 0]")] for line in done.stdout.splitlines()} <= {"[worker 0]", "[worker 1]"}
     results = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(2)]
     assert [r["step"] for r in results] == [3, 3]
     assert [r["replicas"] for r in results] == [2, 2]

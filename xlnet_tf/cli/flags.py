@@ -186,6 +186,10 @@ def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, arg
         elif values[name] not in (None, "") and values.get(original.target) in (None, ""):
             values[original.target] = values[name]
     positional, args = positional_fields(settings_cls), list(args)
+    if positional and field_metadata(settings_cls, positional[-1]).get("positional") == "rest":
+        fixed = len(positional) - 1
+        values[positional[-1]] = tuple(args[fixed:])
+        positional, args = positional[:fixed], args[:fixed]
     if len(args) < len(positional):
         raise SettingsError(f"missing argument(s): {' '.join(n.upper() for n in positional[len(args):])}")
     if len(args) > len(positional):

@@ -26,10 +26,11 @@ class SettingsError(InputError):
     """Settings, or inputs they name, that cannot work; the tools report it as a usage error."""
 
 
-def setting(default, help: str, *, choices: Optional[Collection] = None, positional: bool = False):  # noqa: A002
+def setting(default, help: str, *, choices: Optional[Collection] = None, positional=False):  # noqa: A002
     """A settings field with its flag's help and, for ``choices`` (values, or a registry whose keys are read when
     the flag is defined), an enum flag. ``positional``: a command-line argument, not a flag (``python -m
-    xlnet_tf.cli.jobs finetune JOB.yaml``). A subclass that only changes a default writes a plain default: the
+    xlnet_tf.cli.jobs finetune JOB.yaml``); ``positional="rest"`` (the last field): every remaining argument, as a
+    tuple (a command to run, after ``--``). A subclass that only changes a default writes a plain default: the
     help is the base class's."""
     return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, positional=positional))
 
