@@ -36,7 +36,8 @@ class _Preemption:
 
 
 def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
-                   save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer) -> dict:
+                   save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer,
+                   agree=bool) -> dict:
     """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm, {name: metric})`` until ``train_steps``
     (the metrics are reported with the loss), in host loops of
     at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
@@ -44,7 +45,8 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
 
     The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
     over), so the starting loss is seen at once. SIGTERM finishes the current host loop, checkpoints and returns
-    (``preempted``: True). A non-finite loss raises ``FloatingPointError`` before anything is saved, so the last
+    (``preempted``: True); ``agree(requested)`` makes that decision common to every worker of a multi-worker job
+    (any worker's SIGTERM stops all of them at the same step, each saving). A non-finite loss raises ``FloatingPointError`` before anything is saved, so the last
     checkpoint is the last good one. Returns the last report's metrics.
     """
     metrics = {"step": start_step}
@@ -74,10 +76,12 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                 state = run(1, state)
                 steps -= 1
             run(steps, state)
-            if step % save_steps == 0 or step == train_steps or preemption.requested:
+            preempted = agree(preemption.requested)
+            if step % save_steps == 0 or step == train_steps or preempted:
                 logging.info("saved %s", manager.save(checkpoint_number=step))
-            if preemption.requested:
-                logging.warning("stopped for preemption at step %d; rerun the same command to resume", step)
+            if preempted:
+                logging.warning("stopped for preemption at step %d; rerun the same command (every worker's) to "
+                                "resume", step)
                 metrics["preempted"] = True
                 break
     return metrics

@@ -124,11 +124,22 @@ class Training:
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
                                     global_batch * flops_per_sequence, peak * replicas, self.start_step,
                                     peak_measured=peak_source.startswith("measured"))
+        agree = bool
+        if num_hosts(strategy) > 1:
+            # A SIGTERM reaches one worker; every worker must save at the same step and stop (a worker that stopped
+            # alone would leave the others waiting in a collective). One all-reduce of the flags per host loop.
+            @tf.function
+            def anyone(requested):
+                flags = strategy.run(tf.identity, args=(requested,))
+                return strategy.reduce(tf.distribute.ReduceOp.MAX, flags, axis=None)
+
+            def agree(requested: bool) -> bool:
+                return bool(anyone(tf.constant(int(requested))).numpy())
         try:
             return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
                                   train_steps=s.train_steps, iterations=s.steps_per_loop,
                                   save_steps=s.checkpoint_every, manager=self.manager, reporter=reporter,
-                                  optimizer=self.optimizer)
+                                  optimizer=self.optimizer, agree=agree)
         except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as error:
             if num_hosts(strategy) < 2:
                 raise
