@@ -330,8 +330,9 @@ class SquadTask(Task):
         from xlnet_tf.tasks import squad_data, squad_postprocess
 
         s = self.settings
-        results = predict(strategy, model, squad_data.eval_dataset(data.features, s.predict_batch_size),
-                          keep=("unique_ids",))
+        results = squad_data.results_by_unique_id(data.features, predict(
+            strategy, model, squad_data.eval_dataset(data.features, s.predict_batch_size), keep=("feature_index",),
+            jit_compile=s.jit_compile))
         predictions, nbest, null_odds = squad_postprocess.compute_predictions(
             data.squad.examples, data.features, results, s.n_best_size, s.max_answer_length, s.start_n_top,
             s.end_n_top)

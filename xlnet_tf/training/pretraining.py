@@ -32,6 +32,11 @@ from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
 
+# The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
+# accelerator as uint8: a quarter of float32, exact for 0/1 (the model only tests ``> 0``, in the step), and a plain
+# numeric type of every device's transfers (TPU's supported types list it beside bool; XLA compiles it as u8).
+PERM_MASK_WIRE_DTYPE = tf.uint8
+
 
 def pretrain(settings: PretrainSettings) -> dict:
     """What run_pretrain.py does: checks the settings, the strategy and the data in ``data_dir`` (writing it from
@@ -57,7 +62,7 @@ def pretrain(settings: PretrainSettings) -> dict:
         batches_per_step = (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * s.grad_accum_steps
         return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
                                 s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step,
-                                objective=s.objective)
+                                objective=s.objective, perm_mask_dtype=PERM_MASK_WIRE_DTYPE)
 
     try:
         return run_pretraining(strategy, model_config, s, dataset_fn)
