@@ -146,3 +146,18 @@ def test_squad_steps_compile_static(tmp_path):
     results = squad_data.results_by_unique_id(data.features, {"feature_index": index, "x": np.arange(len(index))})
     assert list(results["unique_ids"]) == [f.unique_id for f in data.features]
     assert list(results["x"]) == list(range(len(data.features)))
+
+
+def test_run_classifier_with_jit_compile_trains_as_without(tmp_path):
+    """``--jit_compile``: fine-tuning and evaluation through XLA give what the plain run gives (to XLA's fusions)."""
+    from xlnet_tf.finetuning.runner import run
+
+    results = []
+    for jit in (False, True):
+        keras.utils.set_random_seed(0)
+        results.append(run(make_flags(tmp_path / str(jit), task_name="sts-b", do_train=True, do_eval=True,
+                                      data_dir=os.path.join(FIXTURES, "glue", "STS-B"), max_seq_length=24,
+                                      eval_batch_size=5, jit_compile=jit)))
+    plain, xla = (r["eval"]["metrics"] for r in results)
+    for key in ("pearson", "mse"):
+        assert xla[key] == pytest.approx(plain[key], rel=1e-3, abs=1e-4), key
