@@ -470,26 +470,33 @@ def eval_dataset(features: list, batch_size: int) -> tf.data.Dataset:
     """Global batches of the evaluation features, in order, padded to whole batches (static shapes: what XLA and
     TPUs need) with copies of the first feature marked ``feature_index`` -1; real rows carry their index in
     ``features`` (int32), by which the host matches results back to ``unique_ids`` (``results_by_unique_id``): the
-    int64 ids stay on the host."""
+    int64 ids stay on the host. No features: no batches."""
     count = len(features)
     rows = list(range(count)) + [0] * (-count % batch_size if count else 0)
+
+    def column(name, dtype):
+        return np.array([getattr(features[i], name) for i in rows], dtype) if rows else np.zeros([0], dtype)
+
     columns = {
         "feature_index": np.array(list(range(count)) + [-1] * (len(rows) - count), np.int32),
-        "input_ids": np.array([features[i].input_ids for i in rows], np.int32).reshape(len(rows), -1),
-        "segment_ids": np.array([features[i].segment_ids for i in rows], np.int32).reshape(len(rows), -1),
-        "padding_mask": np.array([features[i].padding_mask for i in rows], np.float32).reshape(len(rows), -1),
-        "p_mask": np.array([features[i].p_mask for i in rows], np.float32).reshape(len(rows), -1),
-        "cls_index": np.array([features[i].cls_index for i in rows], np.int32),
+        "input_ids": column("input_ids", np.int32),
+        "segment_ids": column("segment_ids", np.int32),
+        "padding_mask": column("padding_mask", np.float32),
+        "p_mask": column("p_mask", np.float32),
+        "cls_index": column("cls_index", np.int32),
     }
     return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size, drop_remainder=True)
 
 
 def results_by_unique_id(features: list, results: dict) -> dict:
-    """``results`` of ``eval_dataset``'s batches (arrays with a ``feature_index`` column) without the padding rows,
-    with the features' ``unique_ids`` (int64, on the host) added: what ``squad_postprocess.compute_predictions``
-    takes."""
-    index = np.asarray(results["feature_index"]).reshape(-1)
+    """``results`` of ``eval_dataset``'s batches (arrays with a ``feature_index`` column; none for no features)
+    without the padding rows, with the features' ``unique_ids`` (int64, on the host) added: what
+    ``squad_postprocess.compute_predictions`` takes."""
+    from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
+
+    index = np.asarray(results.get("feature_index", np.zeros([0], np.int32))).reshape(-1)
     real = index >= 0
-    out = {k: np.asarray(v)[real] for k, v in results.items() if k != "feature_index"}
+    out = {k: np.zeros([0]) for k in INFERENCE_OUTPUTS}
+    out.update({k: np.asarray(v)[real] for k, v in results.items() if k != "feature_index"})
     out["unique_ids"] = np.array([features[i].unique_id for i in index[real]], np.int64)
     return out
