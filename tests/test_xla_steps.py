@@ -161,3 +161,17 @@ def test_run_classifier_with_jit_compile_trains_as_without(tmp_path):
     plain, xla = (r["eval"]["metrics"] for r in results)
     for key in ("pearson", "mse"):
         assert xla[key] == pytest.approx(plain[key], rel=1e-3, abs=1e-4), key
+
+
+def test_jit_compile_over_several_cpu_replicas_is_refused_in_one_line():
+    """TensorFlow runs a compiled step of the second CPU device's replica on the first device, away from its
+    variables (a raw InvalidArgumentError mid-run): refused before any work instead."""
+    from xlnet_tf.training.distribute import check_jit_compile, create_strategy
+    from xlnet_tf.training.settings import SettingsError
+
+    mirrored = create_strategy("mirrored")
+    assert mirrored.num_replicas_in_sync == 2
+    with pytest.raises(SettingsError, match="--jit_compile with --strategy=mirrored over 2 CPU devices"):
+        check_jit_compile(mirrored, True)
+    check_jit_compile(mirrored, False)
+    check_jit_compile(create_strategy("one_device"), True)

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.flops import train_flops_per_sequence
+from xlnet_tf.training.distribute import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
 from xlnet_tf.training.setup import setup_training
@@ -41,6 +42,7 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     ``settings.train_batch_size // replicas`` sequences of ``settings.max_seq_length``.
     """
     s = settings
+    check_jit_compile(strategy, s.jit_compile)
     # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
     # network of any task model, and a fine-tuned checkpoint restores everything.
     training = setup_training(strategy, s, task.build_model, checkpoint_name="model",
@@ -93,6 +95,7 @@ def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, k
     """Runs ``model`` over ``dataset`` (global batches, finite; whole batches for static shapes) and returns numpy
     arrays, concatenated in order: the model's outputs plus the feature columns named in ``keep`` (e.g. example
     ids). ``jit_compile``: the per-replica step compiled with XLA (plain kernels)."""
+    check_jit_compile(strategy, jit_compile)
     dist = strategy.experimental_distribute_dataset(dataset)
     fn = make_predict_step(model, keep, jit_compile)
 

@@ -28,6 +28,7 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
 from xlnet_tf.objectives import get_objective
+from xlnet_tf.training.distribute import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
@@ -84,6 +85,7 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     ``target_mask``. ``settings.train_batch_size`` is global (all replicas), per micro-batch.
     """
     s, c = settings, model_config
+    check_jit_compile(strategy, s.jit_compile)
     objective = get_objective(s.objective)
     if c.mem_len and c.reuse_len is None:
         raise ValueError("mem_len > 0 needs reuse_len (the part of each segment that becomes memory)")
