@@ -489,14 +489,11 @@ def eval_dataset(features: list, batch_size: int) -> tf.data.Dataset:
 
 
 def results_by_unique_id(features: list, results: dict) -> dict:
-    """``results`` of ``eval_dataset``'s batches (arrays with a ``feature_index`` column; none for no features)
-    without the padding rows, with the features' ``unique_ids`` (int64, on the host) added: what
-    ``squad_postprocess.compute_predictions`` takes."""
-    from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
-
-    index = np.asarray(results.get("feature_index", np.zeros([0], np.int32))).reshape(-1)
+    """``results`` of ``eval_dataset``'s batches (arrays with a ``feature_index`` column) without the padding rows,
+    with the features' ``unique_ids`` (int64, on the host) added: what ``squad_postprocess.compute_predictions``
+    takes."""
+    index = np.asarray(results["feature_index"]).reshape(-1).astype(np.int64)
     real = index >= 0
-    out = {k: np.zeros([0]) for k in INFERENCE_OUTPUTS}
-    out.update({k: np.asarray(v)[real] for k, v in results.items() if k != "feature_index"})
+    out = {k: np.asarray(v)[real] for k, v in results.items() if k != "feature_index"}
     out["unique_ids"] = np.array([features[i].unique_id for i in index[real]], np.int64)
     return out

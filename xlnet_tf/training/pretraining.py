@@ -48,6 +48,7 @@ def pretrain(settings: PretrainSettings) -> dict:
 
     s = settings.validate()
     strategy = start_run(s)
+    check_jit_compile(strategy, s.jit_compile)  # before any data is written
     replicas = strategy.num_replicas_in_sync
     per_replica = s.train_batch_size // replicas
     if s.bi_data and per_replica % 2:
