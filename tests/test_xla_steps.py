@@ -166,7 +166,8 @@ def test_run_classifier_with_jit_compile_trains_as_without(tmp_path):
 def test_jit_compile_over_several_cpu_replicas_is_refused_in_one_line():
     """TensorFlow runs a compiled step of the second CPU device's replica on the first device, away from its
     variables (a raw InvalidArgumentError mid-run): refused before any work instead."""
-    from xlnet_tf.training.distribute import check_jit_compile, create_strategy
+    from xlnet_tf.training.distribute import create_strategy
+    from xlnet_tf.training.xla import check_jit_compile
     from xlnet_tf.training.settings import SettingsError
 
     mirrored = create_strategy("mirrored")

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import FinetuneTask, train
-from xlnet_tf.training.distribute import check_jit_compile
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.setup import checkpoint_step, start_run
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.flops import train_flops_per_sequence
-from xlnet_tf.training.distribute import check_jit_compile
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
 from xlnet_tf.training.setup import setup_training

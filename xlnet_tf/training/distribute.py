@@ -31,21 +31,6 @@ def create_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy
     raise ValueError(f"--strategy must be one of {STRATEGIES}, got {name!r}")
 
 
-def check_jit_compile(strategy: tf.distribute.Strategy, jit_compile: bool) -> None:
-    """``--jit_compile`` with several CPU replicas in one process is refused (a ``SettingsError``): TensorFlow
-    places an XLA-compiled step of the second CPU device's replica on the first one, which cannot reach that
-    replica's variables (XLA's known issue "tf.Variable on a different device"). GPU and TPU replicas, and one CPU
-    replica per worker, compile."""
-    from xlnet_tf.training.settings import SettingsError
-
-    devices = strategy.extended.worker_devices
-    if jit_compile and len(devices) > 1 and any("CPU" in tf.DeviceSpec.from_string(d).device_type.upper()
-                                                for d in devices):
-        raise SettingsError(f"--jit_compile with --strategy=mirrored over {len(devices)} CPU devices: XLA cannot run "
-                            "a replica's step on another CPU device's variables; use one CPU replica per process "
-                            "(--strategy=one_device or multi_worker) or leave out --jit_compile")
-
-
 def num_hosts(strategy: tf.distribute.Strategy) -> int:
     """Input pipelines (hosts/workers) of ``strategy``: each reads its own share of the data."""
     if isinstance(strategy, tf.distribute.TPUStrategy):
@@ -55,4 +40,3 @@ def num_hosts(strategy: tf.distribute.Strategy) -> int:
         return 1
     spec = resolver.cluster_spec().as_dict()
     return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
-

@@ -28,7 +28,7 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
 from xlnet_tf.objectives import get_objective
-from xlnet_tf.training.distribute import check_jit_compile
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
