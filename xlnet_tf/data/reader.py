@@ -49,7 +49,8 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     ``num_predict`` are then not used, nor checked against the data).
 
     ``perm_mask_dtype``: float32 by default; ``tf.bool`` or ``tf.uint8`` makes the largest tensor 4x smaller to
-    build and to copy to the accelerator (the model only tests ``perm_mask > 0``).
+    build and to copy to the accelerator (the model only tests ``perm_mask > 0``); run_pretrain.py reads uint8
+    (``xlnet_tf.training.pretraining.PERM_MASK_WIRE_DTYPE``).
 
     ``skip_batches``: per-replica batches of this pipeline already consumed (resuming at a training step:
     ``step * replicas_per_worker * grad_accum_steps``). Whole files are skipped by their manifest record counts,

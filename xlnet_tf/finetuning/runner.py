@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import FinetuneTask, train
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.setup import checkpoint_step, start_run
 
 
@@ -27,6 +28,7 @@ def run(settings) -> Optional[dict]:
     if task.prepare_only():
         return None
     strategy = start_run(s)
+    check_jit_compile(strategy, s.jit_compile)  # before the data is encoded
     result, model = {}, None
 
     if s.do_train:

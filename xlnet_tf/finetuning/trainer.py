@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.flops import train_flops_per_sequence
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
 from xlnet_tf.training.setup import setup_training
@@ -41,6 +42,7 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     ``settings.train_batch_size // replicas`` sequences of ``settings.max_seq_length``.
     """
     s = settings
+    check_jit_compile(strategy, s.jit_compile)
     # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
     # network of any task model, and a fine-tuned checkpoint restores everything.
     training = setup_training(strategy, s, task.build_model, checkpoint_name="model",
@@ -49,17 +51,9 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     if training.finished():
         return model, {"step": training.start_step}
 
-    def replica_step(features, state):
-        context = tf.distribute.get_replica_context()
-        with tf.GradientTape() as tape:
-            outputs = model(features, training=True)
-            loss_sum, count = task.loss_fn(features, outputs)
-            global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-            loss = loss_sum / tf.maximum(global_count, 1.0)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        norm = apply_gradients_across_replicas(optimizer, grads, model.trainable_variables, s.clip)
-        return state, context.all_reduce(tf.distribute.ReduceOp.SUM, loss), norm
+    replica_step = make_replica_step(model, optimizer, task.loss_fn, s.clip)
+    if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
+        replica_step = tf.function(replica_step, jit_compile=True)
 
     c = model.config
     flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0)
@@ -67,17 +61,46 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
                                  flops_per_sequence=flops)
 
 
-def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, keep: tuple[str, ...] = ()):
-    """Runs ``model`` over ``dataset`` (global batches, finite) and returns numpy arrays, concatenated in order:
-    the model's outputs plus the feature columns named in ``keep`` (e.g. example ids)."""
+def make_replica_step(model, optimizer, loss_fn: Callable, clip: float):
+    """One optimizer step of one replica: ``step(features, state) -> (state, loss, grad_norm)``, the loss the
+    global-batch mean of ``loss_fn(features, outputs)`` (sum, count). Call inside ``strategy.run``."""
+
+    def replica_step(features, state):
+        context = tf.distribute.get_replica_context()
+        with tf.GradientTape() as tape:
+            outputs = model(features, training=True)
+            loss_sum, count = loss_fn(features, outputs)
+            global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+            loss = loss_sum / tf.maximum(global_count, 1.0)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        norm = apply_gradients_across_replicas(optimizer, grads, model.trainable_variables, clip)
+        return state, context.all_reduce(tf.distribute.ReduceOp.SUM, loss), norm
+
+    return replica_step
+
+
+def make_predict_step(model, keep: tuple[str, ...] = (), jit_compile: bool = False):
+    """The model in inference mode on one replica's batch: its outputs plus the feature columns ``keep``."""
+
+    def fn(features):
+        outputs = dict(model(features, training=False))
+        outputs.update({k: features[k] for k in keep})
+        return outputs
+    return tf.function(fn, jit_compile=True) if jit_compile else fn
+
+
+def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, keep: tuple[str, ...] = (),
+            jit_compile: bool = False):
+    """Runs ``model`` over ``dataset`` (global batches, finite; whole batches for static shapes) and returns numpy
+    arrays, concatenated in order: the model's outputs plus the feature columns named in ``keep`` (e.g. example
+    ids). ``jit_compile``: the per-replica step compiled with XLA (plain kernels)."""
+    check_jit_compile(strategy, jit_compile)
     dist = strategy.experimental_distribute_dataset(dataset)
+    fn = make_predict_step(model, keep, jit_compile)
 
     @tf.function
     def step(features):
-        def fn(f):
-            outputs = dict(model(f, training=False))
-            outputs.update({k: f[k] for k in keep})
-            return outputs
         return strategy.run(fn, args=(features,))
 
     collected: dict[str, list] = {}

@@ -413,7 +413,8 @@ class RecordsTask(Task):
         batch = getattr(s, "eval_batch_size", s.predict_batch_size) if s.do_eval else s.predict_batch_size
         dataset = records.eval_dataset(data.path, self.feature_spec, self.dummy_features, data.meta["num_records"],
                                        batch)
-        outputs = predict(strategy, model, dataset, keep=("label", "is_real_example", "example_index") + self.keep)
+        outputs = predict(strategy, model, dataset, keep=("label", "is_real_example", "example_index") + self.keep,
+                          jit_compile=s.jit_compile)
         real = outputs["is_real_example"] == 1
         order = np.argsort(outputs["example_index"][real], kind="stable")
         return {k: v[real][order] for k, v in outputs.items()}

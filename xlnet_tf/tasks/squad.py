@@ -326,12 +326,19 @@ class SquadTask(Task):
     def infer(self, strategy, model, data: SquadEvalData) -> tuple:
         """``(predictions, nbest, null_odds)`` keyed by question id, the original's post-processing; questions
         dropped when reading (empty question, duplicate id) still get an entry: "" / no answer."""
+        import numpy as np
+
         from xlnet_tf.finetuning.trainer import predict
         from xlnet_tf.tasks import squad_data, squad_postprocess
+        from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 
         s = self.settings
-        results = predict(strategy, model, squad_data.eval_dataset(data.features, s.predict_batch_size),
-                          keep=("unique_ids",))
+        if data.features:
+            raw = predict(strategy, model, squad_data.eval_dataset(data.features, s.predict_batch_size),
+                          keep=("feature_index",), jit_compile=s.jit_compile)
+        else:  # every question skipped: no batches, each question answers ""
+            raw = {k: np.zeros([0]) for k in INFERENCE_OUTPUTS + ("feature_index",)}
+        results = squad_data.results_by_unique_id(data.features, raw)
         predictions, nbest, null_odds = squad_postprocess.compute_predictions(
             data.squad.examples, data.features, results, s.n_best_size, s.max_answer_length, s.start_n_top,
             s.end_n_top)

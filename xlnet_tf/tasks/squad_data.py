@@ -467,13 +467,33 @@ INFERENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_ind
 
 
 def eval_dataset(features: list, batch_size: int) -> tf.data.Dataset:
-    """Global batches of the evaluation features, in order, with ``unique_ids`` to match results back."""
+    """Global batches of the evaluation features, in order, padded to whole batches (static shapes: what XLA and
+    TPUs need) with copies of the first feature marked ``feature_index`` -1; real rows carry their index in
+    ``features`` (int32), by which the host matches results back to ``unique_ids`` (``results_by_unique_id``): the
+    int64 ids stay on the host. No features: no batches."""
+    count = len(features)
+    rows = list(range(count)) + [0] * (-count % batch_size if count else 0)
+
+    def column(name, dtype):
+        return np.array([getattr(features[i], name) for i in rows], dtype) if rows else np.zeros([0], dtype)
+
     columns = {
-        "unique_ids": np.array([f.unique_id for f in features], np.int64),
-        "input_ids": np.array([f.input_ids for f in features], np.int32),
-        "segment_ids": np.array([f.segment_ids for f in features], np.int32),
-        "padding_mask": np.array([f.padding_mask for f in features], np.float32),
-        "p_mask": np.array([f.p_mask for f in features], np.float32),
-        "cls_index": np.array([f.cls_index for f in features], np.int32),
+        "feature_index": np.array(list(range(count)) + [-1] * (len(rows) - count), np.int32),
+        "input_ids": column("input_ids", np.int32),
+        "segment_ids": column("segment_ids", np.int32),
+        "padding_mask": column("padding_mask", np.float32),
+        "p_mask": column("p_mask", np.float32),
+        "cls_index": column("cls_index", np.int32),
     }
-    return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size)
+    return tf.data.Dataset.from_tensor_slices(columns).batch(batch_size, drop_remainder=True)
+
+
+def results_by_unique_id(features: list, results: dict) -> dict:
+    """``results`` of ``eval_dataset``'s batches (arrays with a ``feature_index`` column) without the padding rows,
+    with the features' ``unique_ids`` (int64, on the host) added: what ``squad_postprocess.compute_predictions``
+    takes."""
+    index = np.asarray(results["feature_index"]).reshape(-1).astype(np.int64)
+    real = index >= 0
+    out = {k: np.asarray(v)[real] for k, v in results.items() if k != "feature_index"}
+    out["unique_ids"] = np.array([features[i].unique_id for i in index[real]], np.int64)
+    return out

@@ -28,9 +28,15 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
 from xlnet_tf.objectives import get_objective
+from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
+
+# The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
+# accelerator as uint8: a quarter of float32, exact for 0/1 (the model only tests ``> 0``, in the step), and a plain
+# numeric type of every device's transfers (TPU's supported types list it beside bool; XLA compiles it as u8).
+PERM_MASK_WIRE_DTYPE = tf.uint8
 
 
 def pretrain(settings: PretrainSettings) -> dict:
@@ -43,6 +49,7 @@ def pretrain(settings: PretrainSettings) -> dict:
     s = settings.validate()
     has_pretraining_data(s)  # before connecting to the devices (a TPU takes minutes)
     strategy = start_run(s)
+    check_jit_compile(strategy, s.jit_compile)  # before any data is written
     replicas = strategy.num_replicas_in_sync
     per_replica = s.train_batch_size // replicas
     if s.bi_data and per_replica % 2:
@@ -58,7 +65,7 @@ def pretrain(settings: PretrainSettings) -> dict:
         batches_per_step = (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * s.grad_accum_steps
         return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
                                 s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step,
-                                objective=s.objective)
+                                objective=s.objective, perm_mask_dtype=PERM_MASK_WIRE_DTYPE)
 
     try:
         return run_pretraining(strategy, model_config, s, dataset_fn)
@@ -80,6 +87,7 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     ``target_mask``. ``settings.train_batch_size`` is global (all replicas), per micro-batch.
     """
     s, c = settings, model_config
+    check_jit_compile(strategy, s.jit_compile)
     objective = get_objective(s.objective)
     if c.mem_len and c.reuse_len is None:
         raise ValueError("mem_len > 0 needs reuse_len (the part of each segment that becomes memory)")

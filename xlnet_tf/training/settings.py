@@ -297,6 +297,8 @@ class FinetuneSettings(RunSettings):
     lr_layer_decay_rate: float = setting(1.0, "Layer-wise learning rates: layer l of L trains at lr * "
                                          "rate^(L-1-l), the embeddings at lr * rate^L, the heads at lr.")
     predict_batch_size: int = setting(128, "Global prediction batch size.")
+    jit_compile: bool = setting(False, "Compile the training and evaluation/prediction steps with XLA (the plain "
+                                "kernels; as on TPU).")
 
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "predict_batch_size")
     STAGES: ClassVar[tuple] = ("do_train", "do_eval", "do_predict", "export_dir")
