@@ -131,10 +131,10 @@ class Training:
             @tf.function
             def anyone(requested):
                 flags = strategy.run(tf.identity, args=(requested,))
-                return strategy.reduce(tf.distribute.ReduceOp.MAX, flags, axis=None)
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None)
 
             def agree(requested: bool) -> bool:
-                return bool(anyone(tf.constant(int(requested))).numpy())
+                return int(anyone(tf.constant(int(requested))).numpy()) > 0
         try:
             return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
                                   train_steps=s.train_steps, iterations=s.steps_per_loop,
