@@ -389,3 +389,37 @@ def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer):
     inputs = {k: windows[k] for k in squad_data.INFERENCE_KEYS}
     outputs = one.predict(inputs, verbose=0)
     np.testing.assert_allclose(outputs["cls_logits"], one.network(inputs)["cls_logits"].numpy(), atol=1e-5)
+
+
+def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_is_asked(release, tmp_path):
+    """A fine-tuned checkpoint whose head does not fit (other labels, regression, another task) is not loaded
+    silently as a backbone under a random head: an error names its head; new_head=True starts a new head on its
+    network. Empty inputs are an error, not a crash."""
+    from xlnet_tf.models.heads import XLNetClassifier
+
+    folder, _ = release
+    tuned = tmp_path / "sst2"
+    shutil.copytree(folder, tuned, ignore=shutil.ignore_patterns("xlnet_model.ckpt*"))
+    config = xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG)
+    head = XLNetClassifier(config, num_labels=2, task_scope="sst-2")
+    head({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32),
+          "padding_mask": np.zeros((1, 4), np.float32)})
+    write_tf1_checkpoint({name: v.numpy() for name, v in head.tf1_variables().items()},
+                         str(tuned / "xlnet_model.ckpt"))
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tuned), num_labels=2, seq_length=SEQ,
+                                                         task_scope="sst-2")
+    np.testing.assert_array_equal(model.network.logit.kernel.numpy(), head.logit.kernel.numpy())  # loaded whole
+    for build in (lambda **kw: xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tuned), num_labels=3,
+                                                                            task_scope="sst-2", **kw),
+                  lambda **kw: xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tuned), regression=True,
+                                                                            task_scope="sst-2", **kw),
+                  lambda **kw: xlnet_tf.XLNetTextSquad.from_checkpoint(str(tuned), seq_length=SEQ, max_query_length=8,
+                                                                       doc_stride=8, **kw)):
+        with pytest.raises(ValueError, match="fine-tuned for another task: its head .*classification_sst-2.*"
+                                             "new_head=True"):
+            build()
+        assert build(new_head=True).network.xlnet is not None
+    with pytest.raises(ValueError, match="x: no examples"):
+        model.predict([])
+    with pytest.raises(ValueError, match="x: no examples"):
+        model.predict(np.array([], dtype=object))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from typing import Optional
 
@@ -49,11 +50,14 @@ LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
 ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_max_context")
 
 
-def load_task_weights(network: keras.Model, path: str) -> str:
-    """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``): the whole model if the
-    checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or ``run_classifier.py``'s),
-    else only the network (a pretrained release, conversion or pretraining checkpoint; the head keeps its fresh
-    initialisation). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if neither fits."""
+def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -> str:
+    """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``, ``XLNetSquad``): the
+    whole model if the checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or
+    ``run_classifier.py``'s), else only the network (a pretrained release, conversion or pretraining checkpoint;
+    the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
+    labels, regression) is refused, naming its head's weights, unless ``new_head``: a new head on its network
+    (e.g. RTE from an MNLI model). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if
+    neither fits."""
     prefix = resolve_checkpoint(path)
     try:
         if is_tf1_checkpoint(prefix):
@@ -63,10 +67,29 @@ def load_task_weights(network: keras.Model, path: str) -> str:
         return "fine-tuned"
     except ValueError as whole:
         reason = str(whole).strip().splitlines()[-1].strip()
+    heads = head_variables(prefix)
+    if heads and not new_head:
+        raise ValueError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
+                         f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
+                         f"({reason}); pass new_head=True to start a new head on its network")
     load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
     logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
                  type(network).__name__, reason)
     return "pretrained"
+
+
+def head_variables(prefix: str) -> list:
+    """The variables of a task head in the checkpoint ``prefix``: neither the network's (``transformer``) nor
+    pretraining's (LM bias, objective), nor training state (optimizer, step, dropout seeds)."""
+    names = [name for name, _ in tf.train.list_variables(prefix)]
+    if is_tf1_checkpoint(prefix):
+        return [n for n in names if n.startswith("model/") and not n.startswith(("model/transformer/",
+                                                                                   "model/lm_loss/"))]
+    # Native checkpoints: the model's weights are saved as "weights/<original name, - for />" (optimizer slots
+    # repeat the names under them).
+    found = (re.search(r"(?:^|/)(weights/(?!transformer-)[^/]+)", name) for name in names
+             if not name.startswith("optimizer/"))
+    return sorted({match.group(1) for match in found if match})
 
 
 def _locate(path: str, config, spiece_model) -> tuple:
@@ -139,6 +162,8 @@ def _array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False
     """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
     rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
     data = keras.utils.pack_x_y_sample_weight(_tensors(x), _tensors(y), _tensors(sample_weight))
+    if _rows(data) == 0:
+        raise ValueError("x: no examples (an empty batch)")
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
         dataset = dataset.shuffle(max(_rows(data), 1), reshuffle_each_iteration=True)
@@ -366,16 +391,17 @@ class XLNetTextClassifier(_TextTaskModel):
                         spiece_model=None, lower_case: bool = False, regression: bool = False,
                         task_scope: str = "task", summary_type: str = "last", use_summ_proj: bool = True,
                         dropout: float = 0.1, dropatt: float = 0.1, dtype: Optional[str] = None,
-                        name: Optional[str] = None) -> "XLNetTextClassifier":
+                        name: Optional[str] = None, new_head: bool = False) -> "XLNetTextClassifier":
         """A classifier from a checkpoint (see ``load_task_weights``): a release directory, a native checkpoint's
         directory or prefix. ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
         (a path or the proto's bytes) default to the files next to the checkpoint. ``task_scope`` names the head
         of a fine-tuned TF1 checkpoint (``model/classification_{task_scope}/...``, the original's task name);
-        ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults)."""
+        ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults). A checkpoint fine-tuned
+        for another task is refused unless ``new_head=True`` (its network, a new head)."""
         preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt)
         network = XLNetClassifier(config, num_labels=num_labels, task_scope=task_scope, regression=regression,
                                   summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
-        load_task_weights(network, path)
+        load_task_weights(network, path, new_head)
         return cls(preprocessor, network, name=name)
 
     def preprocess(self, x) -> dict:
@@ -420,13 +446,14 @@ class XLNetTextMultipleChoice(_TextTaskModel):
     def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_qa_length: Optional[int] = None,
                         config=None, spiece_model=None, lower_case: bool = False, summary_type: str = "last",
                         use_summ_proj: bool = True, dropout: float = 0.1, dropatt: float = 0.1,
-                        dtype: Optional[str] = None, name: Optional[str] = None) -> "XLNetTextMultipleChoice":
+                        dtype: Optional[str] = None, name: Optional[str] = None,
+                        new_head: bool = False) -> "XLNetTextMultipleChoice":
         """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
         question+option tokens kept)."""
         preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_qa_length=max_qa_length)
         network = XLNetMultipleChoice(config, summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
-        load_task_weights(network, path)
+        load_task_weights(network, path, new_head)
         return cls(preprocessor, network, name=name)
 
     def preprocess(self, x) -> dict:
@@ -493,13 +520,14 @@ class XLNetTextSquad(_TextTaskModel):
                         max_answer_length: int = 64, start_n_top: int = 5, end_n_top: int = 5,
                         window_batch_size: int = DEFAULT_BATCH_SIZE, config=None, spiece_model=None,
                         lower_case: bool = False, dropout: float = 0.1, dropatt: float = 0.1,
-                        dtype: Optional[str] = None, name: Optional[str] = None) -> "XLNetTextSquad":
+                        dtype: Optional[str] = None, name: Optional[str] = None,
+                        new_head: bool = False) -> "XLNetTextSquad":
         """As ``XLNetTextClassifier.from_checkpoint``; the window and beam settings are ``run_squad.py``'s flags
         (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py`` or of the original's TF1 layout)."""
         preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_query_length=max_query_length, doc_stride=doc_stride)
         network = XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top, dtype=dtype)
-        load_task_weights(network, path)
+        load_task_weights(network, path, new_head)
         return cls(preprocessor, network, max_answer_length=max_answer_length, window_batch_size=window_batch_size,
                    name=name)
 
@@ -665,6 +693,8 @@ class XLNetTextSquad(_TextTaskModel):
             return keras.Model.predict(self, x, batch_size=batch_size, verbose=verbose, steps=steps,
                                        callbacks=callbacks)
         question, context = self._question_texts(x)
+        if int(tf.size(question)) == 0:
+            raise ValueError("x: no questions (an empty batch)")
         rows = tf.data.Dataset.from_tensor_slices((tf.range(tf.size(question)), question, context))
 
         encoded = rows.batch(batch_size or DEFAULT_BATCH_SIZE).map(self._answer_windows,
