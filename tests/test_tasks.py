@@ -423,3 +423,17 @@ def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_i
         model.predict([])
     with pytest.raises(ValueError, match="x: no examples"):
         model.predict(np.array([], dtype=object))
+
+
+def test_classifier_refuses_labels_that_are_not_its_classes(release):
+    """Keras would train on int(1.7) = 1; the classifier knows its classes and refuses fractions and out-of-range
+    labels, as arrays (at once) and in a tf.data pipeline (when the batch is read)."""
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(release[0], num_labels=2, seq_length=SEQ)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for labels in ([0.5, 1.0], [0, 2], [-1, 0]):
+        with pytest.raises(ValueError, match=r"y: class labels must be whole numbers in \[0, 2\)"):
+            model.fit(["good", "bad"], np.array(labels), epochs=1, verbose=0)
+        data = tf.data.Dataset.from_tensor_slices((["good", "bad"], labels)).batch(2)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"class labels must be whole numbers in \[0, 2\)"):
+            model.fit(data, epochs=1, verbose=0)
+    model.fit(["good", "bad"], np.array([1.0, 0.0]), epochs=1, verbose=0)  # whole floats are classes

@@ -93,7 +93,8 @@ def test_entry_points_check_inputs_before_the_tpu_and_fail_in_one_line(tmp_path)
     unreachable TPU ends in one line, exit 1, no traceback, within seconds of TensorFlow's start."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     common = [sys.executable, "run_pretrain.py", f"--model_dir={tmp_path / 'm'}", f"--model_config_path={TINY}",
-              "--seq_len=16", "--reuse_len=8", "--num_predict=4", "--train_batch_size=8", "--train_steps=2", "--use_tpu",
+              "--seq_len=16", "--reuse_len=8", "--num_predict=4", "--train_batch_size=8", "--train_steps=2",
+              "--use_tpu",
               f"--tpu=grpc://127.0.0.1:{_free_port()}"]
     start = time.monotonic()
     proc = subprocess.run(common + [f"--data_dir={tmp_path / 'empty'}"], cwd=REPO, env=env, capture_output=True,

@@ -276,7 +276,7 @@ class _TextTaskModel(keras.Model):
 
         def encode(*element):
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(element if is_tuple else element[0])
-            return keras.utils.pack_x_y_sample_weight(self._preprocessed(x), y, sample_weight)
+            return keras.utils.pack_x_y_sample_weight(self._preprocessed(x), self._checked_labels(y), sample_weight)
 
         return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
@@ -290,13 +290,21 @@ class _TextTaskModel(keras.Model):
         """``(x, y)`` with this task's tuples given as lists made tuples (a list is one array for tf.data)."""
         return x, y
 
+    def _checked_labels(self, y):
+        """``y`` as the loss may take it; a task with class labels refuses others (in the pipeline: an error when
+        the batch is read)."""
+        return y
+
     def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None:
                 raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
             return x
-        return _array_dataset(*self._arrays(x, y), sample_weight, batch_size, shuffle)
+        x, y = self._arrays(x, y)
+        if y is not None and not isinstance(y, (dict, tuple)):
+            self._checked_labels(_tensors(y))  # arrays: refused now, not when the pipeline reaches the row
+        return _array_dataset(x, y, sample_weight, batch_size, shuffle)
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """The encoded pipeline of ``fit``/``evaluate``/``predict``'s data."""
@@ -422,6 +430,21 @@ class XLNetTextClassifier(_TextTaskModel):
     def call(self, inputs, training=None):
         logits = self.network(self._token_ids(inputs), training=training)["logits"]
         return logits[:, 0] if self.network.regression else logits
+
+    def _checked_labels(self, y):
+        # Keras would truncate 1.7 to class 1 and train on it: a classifier knows its classes, so it refuses.
+        if y is None or self.network.regression or isinstance(y, dict):
+            return y
+        y = tf.convert_to_tensor(y)
+        value = tf.cast(y, tf.float64)
+        valid = tf.reduce_all((value == tf.round(value)) & (value >= 0) & (value < self.network.num_labels))
+        message = f"y: class labels must be whole numbers in [0, {self.network.num_labels})"
+        if tf.executing_eagerly():  # arrays, checked before the pipeline is built
+            if not bool(valid):
+                raise ValueError(f"{message}, got {y.numpy().tolist()[:8]}")
+            return y
+        with tf.control_dependencies([tf.debugging.Assert(valid, [message, y], summarize=8)]):
+            return tf.identity(y)
 
     def _serving_kind(self) -> str:
         return "regression" if self.network.regression else "classification"

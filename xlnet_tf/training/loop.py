@@ -46,8 +46,9 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
     over), so the starting loss is seen at once. SIGTERM finishes the current host loop, checkpoints and returns
     (``preempted``: True); ``agree(requested)`` makes that decision common to every worker of a multi-worker job
-    (any worker's SIGTERM stops all of them at the same step, each saving). A non-finite loss raises ``FloatingPointError`` before anything is saved, so the last
-    checkpoint is the last good one. Returns the last report's metrics.
+    (any worker's SIGTERM stops all of them at the same step, each saving). A non-finite loss raises
+    ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
+    report's metrics.
     """
     metrics = {"step": start_step}
     step = start_step
