@@ -57,6 +57,7 @@ from typing import Callable, Optional, Union
 import yaml
 from absl import app, flags, logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
 
@@ -145,10 +146,12 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
     """
     if not path:
         return {}
-    if not os.path.exists(path):
+    # A URI (gs://...) is read through tf.io.gfile: the one case where TensorFlow loads before the settings
+    # are checked (the file holds them).
+    if not io_utils.exists(path):
         raise flags.ValidationError(f"--config_file={path}: file not found")
     try:
-        with open(path, encoding="utf-8") as f:
+        with io_utils.open(path, encoding="utf-8") as f:
             values = yaml.safe_load(f) or {}
     except yaml.YAMLError as e:
         raise flags.ValidationError(f"--config_file={path}: not valid YAML ({' '.join(str(e).split())})") from None

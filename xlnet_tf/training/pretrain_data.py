@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.data.manifest import check_manifest, load_manifest, manifest_name
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
@@ -22,7 +21,7 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
         raise SettingsError("missing required flag(s): --data_dir")
     shape = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, num_predict=s.num_predict, bi_data=s.bi_data,
                  bsz_per_host=bsz_per_host, num_core_per_host=num_core_per_host)
-    if not os.path.exists(os.path.join(s.data_dir, manifest_name())):
+    if not io_utils.exists(io_utils.join(s.data_dir, manifest_name())):
         if not s.input_glob:
             raise SettingsError(f"--data_dir={s.data_dir} holds no pretraining data; write it with "
                                 "`python -m xlnet_tf.cli.create_data` or pass --input_glob")
