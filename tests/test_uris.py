@@ -130,3 +130,49 @@ def test_pretrain_finetune_export_predict_on_ram():
                                         model_dir=job.runs[0].model_dir, log="")])
     assert io_utils.read_json(f"{root}/job/results.json")["runs"][0]["status"] == "pending"
     assert io_utils.exists(f"{root}/job/a/{job_runner.FLAGS_FILE}") and job_runner.flags_changed(job.runs[0]) == []
+
+
+def _tool(command, args, cwd):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, *command, *[f"--{k}={v}" for k, v in args.items()]], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stderr
+
+
+@pytest.mark.multiprocess
+def test_command_line_tools_with_file_uris(tmp_path):
+    """data -> pretrain -> fine-tune -> export -> batch predict, every path a file:// URI, run from an empty
+    working directory: a path taken by a non-gfile API would leave a ``file:`` directory there or fail."""
+    work, root = tmp_path / "cwd", tmp_path / "store"
+    work.mkdir()
+    uri = f"file://{root}"
+    spiece, config = put(SPIECE, f"{uri}/in/spiece.model"), put(TINY, f"{uri}/in/tiny.json")
+    with open(CORPUS, encoding="utf-8") as f:
+        io_utils.write_text_atomic(f"{uri}/in/corpus/a.txt", "".join(f.readlines()[:300]))
+    for name in os.listdir(os.path.join(FIXTURES, "glue", "SST-2")):
+        put(os.path.join(FIXTURES, "glue", "SST-2", name), f"{uri}/glue/SST-2/{name}")
+    shape = dict(seq_len=16, reuse_len=8, num_predict=3)
+    _tool(["-m", "xlnet_tf.cli.create_data"], dict(
+        input_glob=f"{uri}/in/corpus/*.txt", save_dir=f"{uri}/data", spiece_model_file=spiece, bsz_per_host=4,
+        num_core_per_host=1, num_workers=1, **shape), work)
+    _tool([os.path.join(REPO, "run_pretrain.py")], dict(
+        config_file="", model_config_path=config, spiece_model_file=spiece, data_dir=f"{uri}/data",
+        model_dir=f"{uri}/pretrain", train_batch_size=4, perm_size=8, mem_len=8, train_steps=2, iterations=2,
+        **shape), work)
+    _tool([os.path.join(REPO, "run_classifier.py")], dict(
+        task_name="sst-2", data_dir=f"{uri}/glue/SST-2", output_dir=f"{uri}/features", model_config_path=config,
+        spiece_model_file=spiece, init_checkpoint=f"{uri}/pretrain", model_dir=f"{uri}/ft", max_seq_length=24,
+        train_batch_size=4, train_steps=2, iterations=2, do_train=True), work)
+    _tool(["-m", "xlnet_tf.cli.export"], dict(model_dir=f"{uri}/ft", export_dir=f"{uri}/serving"), work)
+    io_utils.write_text_atomic(f"{uri}/batch/part-0.tsv", "id\tsentence\nr0\tA fine film.\nr1\tDull.\n")
+    _tool(["-m", "xlnet_tf.cli.predict"], dict(
+        saved_model=f"{uri}/serving", input_glob=f"{uri}/batch/*.tsv", output_dir=f"{uri}/predictions",
+        id_field="id", batch_size=2), work)
+    rows = [json.loads(line) for line in (root / "predictions" / "part-0.tsv.predictions.jsonl").read_text()
+            .splitlines()]
+    assert [r["id"] for r in rows] == ["r0", "r1"] and all(r["prediction"] in ("0", "1") for r in rows)
+    assert (root / "data" / "manifest.json").exists() and (root / "ft" / "finetune_settings.json").exists()
+    assert os.listdir(root / "serving") == ["2"] and (root / "serving" / "2" / "saved_model.pb").exists()
+    assert os.listdir(work) == []  # nothing written relative to the working directory ("file:/...")
