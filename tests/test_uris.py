@@ -176,3 +176,13 @@ def test_command_line_tools_with_file_uris(tmp_path):
     assert (root / "data" / "manifest.json").exists() and (root / "ft" / "finetune_settings.json").exists()
     assert os.listdir(root / "serving") == ["2"] and (root / "serving" / "2" / "saved_model.pb").exists()
     assert os.listdir(work) == []  # nothing written relative to the working directory ("file:/...")
+
+
+@pytest.mark.multiprocess
+def test_a_missing_uri_is_one_line_naming_the_flag(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_tf.cli.export", f"--model_dir=file://{tmp_path}/none",
+         f"--export_dir=file://{tmp_path}/out"], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"error: --model_dir=file://{tmp_path}/none: not a directory" in done.stderr

@@ -250,6 +250,11 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
                 if not FLAGS[name].present and name not in applied:
                     FLAGS[name].value = value
             settings = settings_from_flags(settings_cls, FLAGS, argv[1:]).validate()
+            if any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values()):
+                # URIs (gs://...) are checked with tf.io.gfile: the local checks passed without TensorFlow, now
+                # it loads (the tool needs it next anyway) and the same checks run on the URIs.
+                importlib.import_module("tensorflow")
+                settings.validate()
             function = target
             if isinstance(target, str):
                 module, name = target.split(":")
