@@ -14,10 +14,15 @@ is a copy and a delete: still atomic for one file (an object appears whole when 
 object is removed after), not for a directory, which is many objects. So a directory (``atomic_path``) is built
 under a temporary name and its files are then moved into place one by one, the files named in ``last`` moved last:
 the file a reader takes as "this directory is complete" — ``saved_model.pb`` of an export version (TF Serving and
-``xlnet_tf.cli.predict`` load a version once it is there), ``xlnet_model.ckpt.index`` of a release, a checkpoint's
-``.index`` (``tf.train.Checkpoint`` writes it last itself). A directory replaced on an object store is removed
+``xlnet_tf.cli.predict`` load a version once it is there), ``xlnet_model.ckpt.index`` of a release, ``checkpoint``
+of a converted checkpoint directory (training checkpoints are TensorFlow's: ``CheckpointManager`` writes the
+``checkpoint`` state file after the bundle). A directory replaced on an object store is removed
 before the new one is moved in (local disks swap it in one rename). Writers of one path are not locked against
 each other here: each export takes a fresh version number and refuses one that appeared meanwhile.
+
+ram:// (TensorFlow's in-memory filesystem, used by the tests) matches names by prefix: its listing of "a" includes
+the entries of a sibling "a.b", and a checkpoint prefix counts as a directory. ``listdir`` and ``walk`` drop such
+entries there; ``checkpoint.resolve_checkpoint`` tests for ``<prefix>.index`` first.
 """
 
 from __future__ import annotations
