@@ -23,7 +23,8 @@ def resolve_checkpoint(path: str) -> str:
     """A checkpoint prefix from a prefix, a directory (latest checkpoint, or the release's ``xlnet_model.ckpt``)
     or a file of the bundle (``xlnet_model.ckpt.index``)."""
     path = os.fspath(path)
-    if os.path.isdir(path):
+    # A prefix with its .index is a checkpoint even where isdir() matches prefixes (ram://'s isdir does).
+    if tf.io.gfile.isdir(path) and not tf.io.gfile.exists(path + ".index"):
         latest = tf.train.latest_checkpoint(path)
         if latest:
             return latest
@@ -52,10 +53,18 @@ def _unreadable(prefix: str, error: Exception) -> InputError:
                       f"{message}")
 
 
+def checkpoint_reader(path: str) -> tf.train.CheckpointReader:
+    """``tf.train.load_checkpoint(path)``, reading a prefix that has its ``.index`` directly (load_checkpoint
+    takes a prefix for a directory where isdir() matches prefixes, as on ram://)."""
+    if tf.io.gfile.exists(path + ".index"):
+        return tf.compat.v1.train.NewCheckpointReader(path)
+    return tf.train.load_checkpoint(path)
+
+
 def open_checkpoint(prefix: str) -> tf.train.CheckpointReader:
-    """``tf.train.load_checkpoint`` with a ValueError naming the checkpoint if it cannot be read."""
+    """``checkpoint_reader`` with a ValueError naming the checkpoint if it cannot be read."""
     try:
-        return tf.train.load_checkpoint(prefix)
+        return checkpoint_reader(prefix)
     except _UNREADABLE as error:
         raise _unreadable(prefix, error) from None
 
@@ -175,7 +184,7 @@ def pretraining_objective(path: str):
     """The objective a pretraining checkpoint records ('plm', 'pmlm', 'mpnet'), or None (another checkpoint).
     Fine-tuning does not need it: every objective trains the same network."""
     try:
-        value = tf.train.load_checkpoint(resolve_checkpoint(path)).get_tensor(
+        value = checkpoint_reader(resolve_checkpoint(path)).get_tensor(
             "model/objective/.ATTRIBUTES/VARIABLE_VALUE")
     except (tf.errors.NotFoundError, ValueError):
         return None

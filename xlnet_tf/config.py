@@ -13,6 +13,7 @@ import os
 from typing import Any, Optional
 
 from xlnet_tf.errors import InputError
+from xlnet_tf import io_utils
 from xlnet_tf.io_utils import write_json_atomic
 
 # Keys of the original release's xlnet_config.json: they are tied to the checkpoint.
@@ -110,7 +111,7 @@ class XLNetConfig:
         """
         path = os.fspath(path)
         try:
-            with open(path, encoding="utf-8") as f:
+            with io_utils.open(path, encoding="utf-8") as f:
                 values = json.load(f)
         except json.JSONDecodeError as e:
             raise InputError(f"{path}: not valid JSON ({e})") from None

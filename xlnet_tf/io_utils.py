@@ -1,42 +1,331 @@
-"""Writing outputs atomically: a reader (or a resumed run) never sees half a file or half a directory."""
+"""The package's file I/O: every path may be a local path or a URI (``gs://bucket/x``, ``file:///x``, ``ram://x``,
+any filesystem ``tf.io.gfile`` knows), and outputs are written atomically: a reader (or a resumed run) never sees
+half a file or half a directory.
+
+Plain local paths are served by ``os``/``shutil`` (no TensorFlow needed: the settings layer and the job runner
+check local files before TensorFlow loads); every path with a scheme goes through ``tf.io.gfile`` (imported on
+first use). ``probe`` answers "does it exist" without importing TensorFlow: for a URI it says "not known yet"
+(None) until TensorFlow is loaded, so the tools check URIs after it loads, with the same messages.
+
+Atomic writes. A file is written under a temporary name next to the target (``.<name>.tmp-*``: a killed
+writer's leftovers are recognisable) and renamed over it. On a local disk (a plain path or ``file://``) the file
+is fsynced first and the rename is atomic, for files and directories alike. On object stores (``gs://``) a rename
+is a copy and a delete: still atomic for one file (an object appears whole when its upload ends, and the temporary
+object is removed after), not for a directory, which is many objects. So a directory (``atomic_path``) is built
+under a temporary name and its files are then moved into place one by one, the files named in ``last`` moved last:
+the file a reader takes as "this directory is complete" — ``saved_model.pb`` of an export version (TF Serving and
+``xlnet_tf.cli.predict`` load a version once it is there), ``xlnet_model.ckpt.index`` of a release, ``checkpoint``
+of a converted checkpoint directory (training checkpoints are TensorFlow's: ``CheckpointManager`` writes the
+``checkpoint`` state file after the bundle). A directory replaced on an object store is removed
+before the new one is moved in (local disks swap it in one rename). Writers of one path are not locked against
+each other here: each export takes a fresh version number and refuses one that appeared meanwhile.
+
+ram:// (TensorFlow's in-memory filesystem, used by the tests) matches names by prefix: its listing of "a" includes
+the entries of a sibling "a.b", and a checkpoint prefix counts as a directory. ``listdir`` and ``walk`` drop such
+entries there; ``checkpoint.resolve_checkpoint`` tests for ``<prefix>.index`` first.
+"""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import io
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
+import uuid
+from typing import Iterator, Optional
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def _gfile():
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def is_uri(path: str) -> bool:
+    """True for a path with a scheme (gs://, file://, ram://, ...): served by tf.io.gfile."""
+    return bool(_SCHEME.match(str(path)))
+
+
+def local_path(path: str) -> Optional[str]:
+    """The operating-system path of a plain path or a ``file://`` URI; None for other filesystems."""
+    path = str(path)
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return None if is_uri(path) else path
+
+
+def abspath(path: str) -> str:
+    """An absolute path (``~`` expanded) for a local path; a URI unchanged (os.path.abspath would mangle it)."""
+    return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))
+
+
+join = os.path.join  # posix joining keeps a scheme: join("gs://b/x", "y") == "gs://b/x/y"
+dirname = os.path.dirname
+basename = os.path.basename
+
+
+def relpath(path: str, start: str) -> str:
+    """``path`` relative to the directory ``start`` below which it lies."""
+    return path[len(start):].lstrip("/") if is_uri(path) else os.path.relpath(path, start)
+
+
+def probe(path: str, kind: str = "exists") -> Optional[bool]:
+    """Whether ``path`` exists (``kind`` "exists"), is a directory ("dir") or a file ("file"), without importing
+    TensorFlow: None for a URI while TensorFlow is not loaded (check it again later)."""
+    if is_uri(path) and "tensorflow" not in sys.modules:
+        return None
+    return {"exists": exists, "dir": isdir, "file": isfile}[kind](path)
+
+
+def exists(path: str) -> bool:
+    return _gfile().exists(path) if is_uri(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+    return _gfile().isdir(path) if is_uri(path) else os.path.isdir(path)
+
+
+def isfile(path: str) -> bool:
+    return exists(path) and not isdir(path)
+
+
+def makedirs(path: str) -> None:
+    """Creates ``path`` and its parents (no error if it exists)."""
+    if is_uri(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path or ".", exist_ok=True)
+
+
+def listdir(path: str) -> list:
+    """Entry names (no trailing "/") of the directory ``path``, sorted."""
+    if not is_uri(path):
+        return sorted(os.listdir(path))
+    gfile = _gfile()
+    names = [n.rstrip("/") for n in gfile.listdir(path)]
+    if path.startswith("ram://"):  # ram:// lists by name prefix: "a" gets ".b/x" of a sibling "a.b" too
+        names = [n for n in names if gfile.exists(join(path, n))]
+    return sorted(names)
+
+
+def glob(pattern: str) -> list:
+    """Paths matching ``pattern``, sorted (the scheme kept)."""
+    if is_uri(pattern):
+        return sorted(_gfile().glob(pattern))
+    import glob as _glob
+
+    return sorted(_glob.glob(os.path.expanduser(pattern)))
+
+
+def walk(path: str) -> Iterator[tuple]:
+    """(directory, subdirectory names, file names) for ``path`` and every directory below it, top-down."""
+    if not is_uri(path):
+        yield from os.walk(path)
+        return
+    names = listdir(path)
+    subdirs = [n for n in names if isdir(join(path, n))]
+    yield path, subdirs, [n for n in names if n not in subdirs]
+    for name in subdirs:
+        yield from walk(join(path, name))
+
+
+def stat(path: str) -> tuple:
+    """(size in bytes, modification time in ns; 0 where the filesystem keeps none, as ram://) of a file."""
+    if is_uri(path):
+        st = _gfile().stat(path)
+        return int(st.length), int(st.mtime_nsec)
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def getsize(path: str) -> int:
+    return stat(path)[0]
+
+
+class _RawGFile(io.RawIOBase):
+    """A GFile opened for reading, as the raw stream under io.TextIOWrapper (encodings, errors=, newline=)."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        data = self._f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self):
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+
+def open(path: str, mode: str = "r", encoding: Optional[str] = None, errors: Optional[str] = None,  # noqa: A001
+         newline: Optional[str] = None):
+    """``builtins.open`` for a local path; a ``tf.io.gfile.GFile`` for a URI, read through io.BufferedReader (and
+    a TextIOWrapper for text) so that ``readline(size)``, ``errors=`` and ``newline=`` work as with ``open``.
+    Writing a URI creates the parent directory first (ram:// lists only directories that were made)."""
+    if not is_uri(path):
+        kwargs = {} if "b" in mode else dict(encoding=encoding or "utf-8", errors=errors, newline=newline)
+        return builtins.open(path, mode, **kwargs)
+    gfile = _gfile()
+    if "r" not in mode:
+        parent = dirname(path)
+        if parent and not gfile.exists(parent):
+            gfile.makedirs(parent)
+    if "r" not in mode:
+        return gfile.GFile(path, mode.replace("t", ""))
+    raw = io.BufferedReader(_RawGFile(gfile.GFile(path, "rb")), buffer_size=1 << 20)
+    if "b" in mode:
+        return raw
+    return io.TextIOWrapper(raw, encoding=encoding or "utf-8", errors=errors, newline=newline)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_text(path: str) -> str:
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read()
+
+
+def read_json(path: str):
+    with open(path, "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def remove(path: str) -> None:
+    """Removes the file ``path`` (no error if it is already gone)."""
+    if is_uri(path):
+        gfile = _gfile()
+        if gfile.exists(path):
+            gfile.remove(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def rmtree(path: str) -> None:
+    """Removes the directory ``path`` and everything below it (no error if it is gone)."""
+    if not is_uri(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    import tensorflow as tf
+
+    try:
+        tf.io.gfile.rmtree(path)
+    except tf.errors.NotFoundError:  # gone already (or, on ram://, an entry its prefix listing invented)
+        pass
+
+
+def copy(src: str, dst: str) -> None:
+    """Copies the file ``src`` to ``dst`` (replacing it; the parent of ``dst`` is created)."""
+    makedirs(dirname(dst) or ".")
+    if is_uri(src) or is_uri(dst):
+        _gfile().copy(src, dst, overwrite=True)
+    else:
+        shutil.copyfile(src, dst)
+
+
+def rename(src: str, dst: str) -> None:
+    """Moves the file ``src`` over ``dst``: atomic on a local disk; a copy and a delete on an object store."""
+    if is_uri(src) or is_uri(dst):
+        _gfile().rename(src, dst, overwrite=True)
+    else:
+        os.replace(src, dst)
+
+
+def _tmp_name(path: str, tag: str = "tmp") -> str:
+    return join(dirname(path), f".{basename(path)}.{tag}-{uuid.uuid4().hex[:12]}")
+
+
+def _move_tree(src: str, dst: str, last=()) -> None:
+    """Moves the files below ``src`` to the same places below ``dst``, those named in ``last`` after all others
+    (file by file: an object store has no directory rename; ram:// loses the files of a renamed directory)."""
+    files = []
+    for d, _, names in walk(src):
+        rel = relpath(d, src)
+        for name in names:
+            files.append(name if rel in ("", ".") else join(rel, name))
+    files.sort(key=lambda f: (basename(f) in last, f))
+    makedirs(dst)
+    for rel in files:
+        target = join(dst, rel)
+        makedirs(dirname(target))
+        rename(join(src, rel), target)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str):
+def atomic_path(path: str, last=()):
     """Yields a temporary path next to ``path`` (for a file or a directory); on success it is renamed to ``path``,
-    replacing any previous one. On failure nothing at ``path`` changes and the temporary output is removed."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
-    target = os.path.join(tmp, "out")
+    replacing any previous one. On failure nothing at ``path`` changes and the temporary output is removed.
+    ``last``: file names that a reader takes as "complete", moved last where a directory cannot be renamed at once
+    (object stores: see the module docstring)."""
+    local = local_path(path)
+    if local is not None and is_uri(path):  # file://: the local disk's atomic rename
+        with atomic_path(local, last) as tmp:
+            yield tmp
+        return
+    parent = dirname(abspath(path))
+    makedirs(parent)
+    if is_uri(path):
+        tmp = _tmp_name(path)
+        makedirs(tmp)
+    else:
+        tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+    target = join(tmp, "out")
     try:
         yield target
-        if os.path.isdir(target) and os.path.isdir(path):
-            old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
-            os.replace(path, os.path.join(old, "out"))
-            os.replace(target, path)
-            shutil.rmtree(old, ignore_errors=True)
+        if not is_uri(path):
+            if os.path.isdir(target) and os.path.isdir(path):
+                old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
+                os.replace(path, os.path.join(old, "out"))
+                os.replace(target, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(target, path)
+        elif isdir(target):
+            if exists(path):
+                rmtree(path) if isdir(path) else remove(path)
+            _move_tree(target, path, last)
         else:
-            os.replace(target, path)
+            if isdir(path):
+                rmtree(path)
+            rename(target, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        rmtree(tmp)
 
 
 def atomic_write(path: str, write_fn, mode: str = "w") -> str:
     """Writes ``path`` through ``write_fn(file)`` atomically (``mode`` "w" for text, "wb" for bytes): into a
     temporary file ``.<name>.tmp-*`` next to it (a killed writer's leftovers are recognisable by that name), synced
-    to disk, then renamed over ``path``. The file gets the usual permissions (0666 less the umask)."""
-    parent = os.path.dirname(os.path.abspath(path))
+    to disk where the disk is local, then renamed over ``path``. A local file gets the usual permissions (0666 less
+    the umask)."""
+    local = local_path(path)
+    if local is None:  # an object store or ram://: a temporary object renamed (copied) over the target
+        makedirs(dirname(path))
+        tmp = _tmp_name(path)
+        try:
+            with _gfile().GFile(tmp, mode) as f:
+                write_fn(f)
+            rename(tmp, path)
+        except BaseException:
+            remove(tmp)
+            raise
+        return path
+    parent = os.path.dirname(os.path.abspath(local))
     os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(local)}.tmp-")
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -45,7 +334,7 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> str:
             write_fn(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, local)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -55,6 +344,10 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> str:
 
 def write_text_atomic(path: str, text: str) -> str:
     return atomic_write(path, lambda f: f.write(text))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> str:
+    return atomic_write(path, lambda f: f.write(data), mode="wb")
 
 
 def write_json_atomic(path: str, obj, indent: int = 2, sort_keys: bool = False) -> str:

@@ -15,6 +15,7 @@ from typing import Iterable
 
 import sentencepiece as spm
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 
 SPIECE_UNDERLINE = "\u2581"
@@ -51,13 +52,15 @@ class XLNetTokenizer:
 
     def __init__(self, model_file: str, lower: bool = False):
         model_file = os.fspath(model_file)
-        if not os.path.exists(model_file):
+        if not io_utils.exists(model_file):
             raise FileNotFoundError(f"{model_file}: SentencePiece model not found")
         self.model_file = model_file
         self.lower = lower
         self.sp = spm.SentencePieceProcessor()
+        # Loaded from its bytes: SentencePiece reads local files only, the model may be a URI (gs://...).
+        self.model_proto = io_utils.read_bytes(model_file)
         try:
-            self.sp.Load(model_file)
+            self.sp.LoadFromSerializedProto(self.model_proto)
         except (OSError, RuntimeError) as error:  # sentencepiece raises OSError for a file it cannot parse
             raise InputError(f"{model_file}: not a SentencePiece model ({error})") from None
         check_special_ids(self.sp, model_file)
@@ -96,12 +99,12 @@ class XLNetTokenizer:
 
     def fingerprint(self) -> str:
         """SHA-256 of the model file: recorded in data manifests so mismatched vocabularies are caught."""
-        return file_sha256(self.model_file)
+        return hashlib.sha256(self.model_proto).hexdigest()
 
 
 def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with io_utils.open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -123,17 +126,20 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
 
     Text goes through ``preprocess_text`` first (as the original data pipeline feeds it), one line per sentence.
     The model and vocab are written under temporary names and renamed, so a killed run leaves no partial model.
+    Inputs and ``model_prefix`` may be URIs (the trainer itself works in a local temporary directory).
     """
     for path in input_files:
-        if not os.path.exists(path):
+        if not io_utils.exists(path):
             raise FileNotFoundError(f"{path}: input file not found")
-    out_dir = os.path.dirname(os.path.abspath(model_prefix))
-    os.makedirs(out_dir, exist_ok=True)
+    local_out = io_utils.local_path(model_prefix)
+    out_dir = os.path.dirname(os.path.abspath(local_out)) if local_out is not None else None
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".spm-") as tmp:
         text_path = os.path.join(tmp, "input.txt")
         with open(text_path, "w", encoding="utf-8") as out:
             for path in input_files:
-                with open(path, encoding="utf-8", errors="replace") as f:
+                with io_utils.open(path, encoding="utf-8", errors="replace") as f:
                     for line in f:
                         line = preprocess_text(line, lower=lower)
                         if line:
@@ -147,9 +153,12 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
             user_defined_symbols=["<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac"],
             num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
         for ext in (".model", ".vocab"):
-            os.replace(tmp_prefix + ext, model_prefix + ext)
+            if local_out is not None:
+                os.replace(tmp_prefix + ext, local_out + ext)
+            else:  # one object each: it appears whole
+                io_utils.copy(tmp_prefix + ext, model_prefix + ext)
     model_path = model_prefix + ".model"
     sp = spm.SentencePieceProcessor()
-    sp.Load(model_path)
+    sp.LoadFromSerializedProto(io_utils.read_bytes(model_path))
     check_special_ids(sp, model_path)
     return model_path

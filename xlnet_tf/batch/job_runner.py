@@ -32,6 +32,7 @@ No TensorFlow in this process: it only starts and watches the runs. The command 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -41,11 +42,13 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Optional
 
 import yaml
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
 
@@ -86,11 +89,11 @@ class Job:
 
 def load_job(path: str) -> Job:
     """Reads and checks a job file (see the module docstring); expands seeds into runs."""
+    if not io_utils.exists(path):
+        raise JobError(f"{path}: job file not found")
     try:
-        with open(path, encoding="utf-8") as f:
+        with io_utils.open(path, encoding="utf-8") as f:
             spec = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise JobError(f"{path}: job file not found") from None
     except yaml.YAMLError as e:
         raise JobError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(spec, dict):
@@ -176,9 +179,9 @@ def dump_flags(flags: dict) -> str:
 def flags_changed(run: Run) -> list:
     """The flags whose values differ from those the run's model_dir was started with ([] if none, or new)."""
     path = os.path.join(run.model_dir, FLAGS_FILE)
-    if not os.path.exists(path):
+    if not io_utils.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
+    with io_utils.open(path, encoding="utf-8") as f:
         before = yaml.safe_load(f) or {}
     return sorted(k for k in set(before) | set(run.flags) if before.get(k) != run.flags.get(k))
 
@@ -190,7 +193,7 @@ def prepare_run(run: Run) -> Optional[str]:
     if changed:
         return (f"its flags changed since it started ({', '.join(changed)}); {run.model_dir} holds the earlier "
                 "run: rename the run, or delete that directory to start it afresh")
-    if not os.path.exists(os.path.join(run.model_dir, FLAGS_FILE)):
+    if not io_utils.exists(os.path.join(run.model_dir, FLAGS_FILE)):
         write_text_atomic(os.path.join(run.model_dir, FLAGS_FILE), dump_flags(run.flags))
     return None
 
@@ -216,6 +219,27 @@ def start_run(run: Run, script: str, log) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
+@contextlib.contextmanager
+def _run_log(path: str):
+    """The run's log, opened for appending and reading: the file itself on a local disk; for another filesystem
+    (gs://) a local temporary file (the child writes to a file descriptor) whose text is appended to ``path``
+    when the run ends."""
+    local = io_utils.local_path(path)
+    if local is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+        with open(local, "a+", encoding="utf-8", errors="replace") as log:
+            yield log
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        try:
+            yield log
+        finally:
+            log.flush()
+            log.seek(0)
+            before = io_utils.read_bytes(path) if io_utils.exists(path) else b""
+            io_utils.write_bytes_atomic(path, before + log.read().encode("utf-8"))
+
+
 # --- results ----------------------------------------------------------------------------------------------------
 
 def read_result(run: Run) -> dict:
@@ -223,9 +247,9 @@ def read_result(run: Run) -> dict:
     with --eval_all_ckpt the best checkpoint's). {} if it has none."""
     split = run.flags.get("eval_split", "dev")
     path = os.path.join(run.model_dir, f"eval_results.{split}.json")
-    if not os.path.exists(path):
+    if not io_utils.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
+    with io_utils.open(path, encoding="utf-8") as f:
         report = json.load(f)
     metrics, step = report["metrics"], report.get("step")
     if report.get("best_metrics"):
@@ -304,17 +328,17 @@ def select_runs(job: Job, only: Optional[list] = None) -> list:
 def run_job(job: Job, only: Optional[list] = None) -> dict:
     """Runs (or resumes) the job's runs in order; returns the results written."""
     selected = select_runs(job, only)
-    os.makedirs(job.output_dir, exist_ok=True)
+    io_utils.makedirs(job.output_dir)
     previous = {}
     results_path = os.path.join(job.output_dir, "results.json")
-    if os.path.exists(results_path):
-        with open(results_path, encoding="utf-8") as f:
+    if io_utils.exists(results_path):
+        with io_utils.open(results_path, encoding="utf-8") as f:
             previous = {r["run"]: r for r in json.load(f).get("runs", [])}
     rows = []
     for run in job.runs:
         row = dict(run=run.name, group=run.group, task=run.flags.get("task_name"), seed=run.seed,
                    model_dir=run.model_dir, log=os.path.join(run.model_dir, LOG_FILE), status="pending")
-        if os.path.exists(os.path.join(run.model_dir, DONE_FILE)) and not flags_changed(run):
+        if io_utils.exists(os.path.join(run.model_dir, DONE_FILE)) and not flags_changed(run):
             row.update(status="done", **read_result(run))
         elif run.name in previous and previous[run.name]["status"] in ("failed", "interrupted"):
             row.update(status=previous[run.name]["status"], reason=previous[run.name].get("reason"))
@@ -336,15 +360,18 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
                 print(f"[jobs] {run.name}: FAILED: {problem}", flush=True)
                 write_results(job, rows)
                 continue
-            resuming = os.path.exists(os.path.join(run.model_dir, "checkpoint"))
+            resuming = io_utils.exists(os.path.join(run.model_dir, "checkpoint"))
             print(f"[jobs] {run.name}: {'resuming' if resuming else 'starting'} ({run.model_dir})", flush=True)
             row.update(status="running", reason=None, started=_now())
             write_results(job, rows)
             started = time.monotonic()
-            with open(row["log"], "a", encoding="utf-8") as log:
+            with _run_log(row["log"]) as log:
                 offset = log.tell()
                 forward.child = start_run(run, job.script, log)
                 returncode = forward.child.wait()
+                log.flush()
+                log.seek(offset)
+                new_log = log.read()
             row["seconds"] = round(time.monotonic() - started, 1)
             # A run stopped by a forwarded SIGTERM checkpoints and may still exit 0 (preemption): not done.
             if returncode == 0 and not forward.received:
@@ -353,9 +380,7 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
                 print(f"[jobs] {run.name}: done in {row['seconds']:.0f}s: {row.get('metric')} "
                       f"{_fmt(row.get('value'))}", flush=True)
             else:
-                with open(row["log"], encoding="utf-8", errors="replace") as f:
-                    f.seek(offset)
-                    reason = failure_reason(f.read(), returncode)
+                reason = failure_reason(new_log, returncode)
                 if forward.received:  # exit 0: it checkpointed and stopped (preemption)
                     reason = (f"interrupted by signal {signal.Signals(forward.received).name}"
                               + ("" if returncode == 0 else f" ({reason})"))

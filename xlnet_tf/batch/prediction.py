@@ -36,7 +36,6 @@ import abc
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from typing import Callable, Iterator, Optional
 
@@ -349,11 +348,7 @@ class SavedModelPredictor(Predictor):
             raise FileNotFoundError(f"{self.path}: signature {self.signature!r} takes token ids and "
                                     f"{'no' if not models else 'more than one'} SentencePiece model is in "
                                     "assets.extra/: give --spiece_model_file")
-        if "://" not in models[0]:
-            return models[0]
-        local = os.path.join(tempfile.mkdtemp(prefix="xlnet_spiece-"), os.path.basename(models[0]))
-        tf.io.gfile.copy(models[0], local)  # SentencePiece reads local files only
-        return local
+        return models[0]  # XLNetTokenizer reads it through tf.io.gfile
 
     def __call__(self, batch):
         if self.takes_text:
@@ -427,20 +422,8 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool
 
 
 def _write_output(path: str, write_fn: Callable) -> None:
-    """Atomic: local files through ``io_utils.atomic_write``; remote ones (gs://) written under a temporary name
-    in the same directory and renamed."""
-    if "://" not in path:
-        atomic_write(path, write_fn)
-        return
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            write_fn(f)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
-        raise
+    """Atomic (``io_utils.atomic_write``: a temporary name in the same directory, renamed)."""
+    atomic_write(path, write_fn)
 
 
 def _remove_stale_temporaries(output_dir: str, names: list) -> None:

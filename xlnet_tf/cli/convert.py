@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from typing import Optional
 
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.training.settings import Settings, setting
+from xlnet_tf.training.settings import Settings, path_missing, setting
 
 
 @dataclasses.dataclass
@@ -47,14 +46,14 @@ class ConvertSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.release_dir and not os.path.isdir(self.release_dir):
+        if self.release_dir and path_missing(self.release_dir, "dir"):
             errors.append(f"--release_dir={self.release_dir}: not a directory")
         elif not (self.release_dir or (self.checkpoint and self.model_config_path)):
             errors.append("give --release_dir, or both --checkpoint and --model_config_path")
-        elif not os.path.exists(self.config_path):
+        elif path_missing(self.config_path):
             flag = "--model_config_path" if self.model_config_path else "--release_dir"
             errors.append(f"{flag}: {self.config_path} does not exist")
-        if self.output_dir and os.path.exists(self.output_dir):
+        if self.output_dir and io_utils.probe(self.output_dir):
             errors.append(f"--output_dir={self.output_dir} already exists; refusing to overwrite it")
         return errors
 
@@ -66,30 +65,24 @@ def convert(checkpoint: str, config_path: str, output_dir: str, spiece_model: st
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models.xlnet import XLNetPretrainer
 
-    if os.path.exists(output_dir):
+    if io_utils.exists(output_dir):
         raise FileExistsError(f"--output_dir {output_dir} already exists; refusing to overwrite it")
     config = XLNetConfig.from_json(config_path)
     model = XLNetPretrainer(config)
     unused = load_original_checkpoint(model, checkpoint)
     if unused:
         logging.warning("checkpoint variables not used by XLNet: %s", ", ".join(unused))
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".convert-", dir=parent)
-    try:
-        native_checkpoint(model).write(os.path.join(tmp, "xlnet_model-1"))
-        with open(os.path.join(tmp, "checkpoint"), "w", encoding="utf-8") as f:
-            f.write('model_checkpoint_path: "xlnet_model-1"\nall_model_checkpoint_paths: "xlnet_model-1"\n')
-        config.to_json(os.path.join(tmp, "xlnet_config.json"), checkpoint_keys_only=True)
-        if spiece_model and os.path.exists(spiece_model):
-            shutil.copy(spiece_model, os.path.join(tmp, "spiece.model"))
-        os.rename(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    # Built under a temporary name and moved into place, the "checkpoint" file (what finds the checkpoint) last.
+    with io_utils.atomic_path(output_dir, last=("checkpoint",)) as tmp:
+        native_checkpoint(model).write(io_utils.join(tmp, "xlnet_model-1"))
+        io_utils.write_text_atomic(io_utils.join(tmp, "checkpoint"), 'model_checkpoint_path: "xlnet_model-1"\n'
+                                   'all_model_checkpoint_paths: "xlnet_model-1"\n')
+        config.to_json(io_utils.join(tmp, "xlnet_config.json"), checkpoint_keys_only=True)
+        if spiece_model and io_utils.exists(spiece_model):
+            io_utils.copy(spiece_model, io_utils.join(tmp, "spiece.model"))
     n_params = sum(int(v.numpy().size) for v in model.weights)
     logging.info("wrote %s (%d parameters)", output_dir, n_params)
-    return os.path.join(output_dir, "xlnet_model-1")
+    return io_utils.join(output_dir, "xlnet_model-1")
 
 
 def main(s: ConvertSettings) -> None:

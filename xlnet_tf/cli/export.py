@@ -26,8 +26,9 @@ import dataclasses
 import os
 from typing import Optional
 
+from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, setting
+from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, path_missing, setting
 
 FORMATS = ("saved_model", "release")
 # Flags that override the fine-tuning run's record when given.
@@ -69,15 +70,15 @@ class ExportSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.model_dir and not os.path.isdir(self.model_dir):
+        if self.model_dir and path_missing(self.model_dir, "dir"):
             errors.append(f"--model_dir={self.model_dir}: not a directory")
         if self.format not in FORMATS:
             errors.append(f"--format={self.format!r} must be one of {', '.join(FORMATS)}")
         if self.dtype is not None and self.dtype not in DTYPES:
             errors.append(f"--dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         out = self.export_dir
-        if self.format == "release" and out and os.path.isdir(out) and os.listdir(out):
-            held = ("already holds a release" if os.path.exists(os.path.join(out, "xlnet_model.ckpt.index"))
+        if self.format == "release" and out and io_utils.probe(out, "dir") and io_utils.listdir(out):
+            held = ("already holds a release" if io_utils.exists(io_utils.join(out, "xlnet_model.ckpt.index"))
                     else "is not empty")
             errors.append(f"--export_dir={self.export_dir} {held}; --format=release writes a new or empty directory")
         if self.max_seq_length is not None and self.max_seq_length < 4:

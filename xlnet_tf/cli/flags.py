@@ -59,6 +59,7 @@ from typing import Callable, Optional, Union
 import yaml
 from absl import app, flags, logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError, WorkerLostError
 from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
 
@@ -147,10 +148,12 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
     """
     if not path:
         return {}
-    if not os.path.exists(path):
+    # A URI (gs://...) is read through tf.io.gfile: the one case where TensorFlow loads before the settings
+    # are checked (the file holds them).
+    if not io_utils.exists(path):
         raise flags.ValidationError(f"--config_file={path}: file not found")
     try:
-        with open(path, encoding="utf-8") as f:
+        with io_utils.open(path, encoding="utf-8") as f:
             values = yaml.safe_load(f) or {}
     except yaml.YAMLError as e:
         raise flags.ValidationError(f"--config_file={path}: not valid YAML ({' '.join(str(e).split())})") from None
@@ -254,6 +257,11 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
                 if not FLAGS[name].present and name not in applied:
                     FLAGS[name].value = value
             settings = settings_from_flags(settings_cls, FLAGS, argv[1:]).validate()
+            if any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values()):
+                # URIs (gs://...) are checked with tf.io.gfile: the local checks passed without TensorFlow, now
+                # it loads (the tool needs it next anyway) and the same checks run on the URIs.
+                importlib.import_module("tensorflow")
+                settings.validate()
             function = target
             if isinstance(target, str):
                 module, name = target.split(":")

@@ -9,12 +9,11 @@ Inputs, outputs, resuming, bad rows and which signature is used: ``xlnet_tf.batc
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Optional
 
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.training.settings import Settings, setting
+from xlnet_tf.training.settings import Settings, path_missing, setting
 
 
 @dataclasses.dataclass
@@ -54,8 +53,7 @@ class PredictSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        local = self.saved_model and "://" not in self.saved_model
-        if local and not os.path.isdir(self.saved_model):
+        if self.saved_model and path_missing(self.saved_model, "dir"):
             errors.append(f"--saved_model={self.saved_model}: no such directory")
         if self.batch_size <= 0:
             errors.append(f"--batch_size={self.batch_size} must be positive")

@@ -8,11 +8,11 @@ The ids match the released spiece.model: <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <p
 from __future__ import annotations
 
 import dataclasses
-import glob
 from typing import Optional
 
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.errors import InputError
 from xlnet_tf.training.settings import Settings, setting
@@ -30,7 +30,7 @@ class TrainSpmSettings(Settings):
     @property
     def files(self) -> list:
         return sorted(f for pattern in (self.input or "").split(",") if pattern.strip()
-                      for f in glob.glob(pattern.strip()))
+                      for f in io_utils.glob(pattern.strip()))
 
     def required(self) -> tuple:
         return ("input", "model_prefix")

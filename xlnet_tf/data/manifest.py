@@ -36,7 +36,7 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 
 def _read_json(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
+    with io_utils.open(path, encoding="utf-8") as f:
         try:
             return json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -47,8 +47,8 @@ def _read_json(path: str) -> dict:
 def merge_parts(save_dir: str, split: str = "train") -> dict:
     """Builds the manifest from the task parts on disk: shards ordered by (pass, task, shard index)."""
     parts_dir = os.path.join(save_dir, "parts")
-    names = sorted(n for n in os.listdir(parts_dir) if n.startswith(f"{split}-pass") and n.endswith(".json")) \
-        if os.path.isdir(parts_dir) else []
+    names = [n for n in io_utils.listdir(parts_dir) if n.startswith(f"{split}-pass") and n.endswith(".json")] \
+        if io_utils.isdir(parts_dir) else []
     parts = [_read_json(os.path.join(parts_dir, n)) for n in names]
     if not parts:
         raise ValueError(f"{save_dir}: no finished writer task for split '{split}' (no parts/{split}-*.json)")
@@ -84,7 +84,7 @@ def merge_parts(save_dir: str, split: str = "train") -> dict:
 def load_manifest(data_dir: str, split: str = "train") -> dict:
     """Reads ``data_dir``'s manifest; shard paths are made absolute. Raises ValueError if tasks are missing."""
     path = os.path.join(data_dir, manifest_name(split))
-    if not os.path.exists(path):
+    if not io_utils.exists(path):
         raise FileNotFoundError(f"{path}: no data manifest; write data with "
                                 "`python -m xlnet_tf.cli.create_data --save_dir=...`")
     manifest = _read_json(path)
@@ -110,11 +110,10 @@ def _check_shard_files(manifest_path: str, shards: list) -> None:
     for shard in shards:
         if not shard["num_records"]:
             continue
-        try:
-            size = os.path.getsize(shard["path"])
-        except FileNotFoundError:
+        if not io_utils.exists(shard["path"]):
             problems.append(f"{shard['path']}: missing")
             continue
+        size = io_utils.getsize(shard["path"])
         if shard.get("bytes") is not None and size != shard["bytes"]:
             problems.append(f"{shard['path']}: {size} bytes, written with {shard['bytes']} (truncated or replaced)")
     if problems:

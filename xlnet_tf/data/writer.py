@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import glob
 import hashlib
 import logging as _pylogging
 import multiprocessing
 import os
+import tempfile
 import time
 from typing import Optional
 
 import numpy as np
 
+from xlnet_tf import io_utils
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.errors import InputError
@@ -78,7 +79,7 @@ class WriterConfig:
             errors.append(f"--batches_per_shard={self.batches_per_shard} must be >= 1")
         if self.max_line_bytes < 1:
             errors.append(f"--max_line_bytes={self.max_line_bytes} must be >= 1")
-        if not self.sp_path or not os.path.exists(self.sp_path):
+        if not self.sp_path or io_utils.probe(self.sp_path) is False:  # a URI: checked once TensorFlow loads
             errors.append(f"--spiece_model_file={self.sp_path!r}: SentencePiece model not found")
         return errors
 
@@ -145,8 +146,8 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
             sids.append(int(not sent_id))
 
     try:
-        f = open(path, "rb")
-    except OSError as e:
+        f = io_utils.open(path, "rb")
+    except Exception as e:  # noqa: BLE001  OSError, or tf.errors.OpError for a URI
         bad(0, f"cannot open file: {e}")
         return out
     with f:
@@ -252,7 +253,7 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     settings is refused (it would silently mix two datasets)."""
     path = os.path.join(save_dir, job.file)
     side = path + ".json"
-    if not (os.path.exists(path) and os.path.exists(side)):
+    if not (io_utils.exists(path) and io_utils.exists(side)):
         return False
     done = mf._read_json(side)
     diff = [k for k in job.sidecar if done.get(k) != job.sidecar[k]]
@@ -287,13 +288,14 @@ def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, sent_rows: np.nd
             num_batches += 1
             if progress is not None:
                 progress(len(batch))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
+        with open(io_utils.local_path(tmp), "rb") as f:
+            os.fsync(f.fileno())
     sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
-                   bytes=os.path.getsize(tmp))
+                   bytes=io_utils.getsize(tmp))
     # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
     mf.write_json_atomic(path + ".json", sidecar)
-    os.replace(tmp, path)
+    io_utils.rename(tmp, path)
     return sidecar
 
 
@@ -335,7 +337,7 @@ class _Progress:
 
 def list_input_files(input_glob: str) -> list[str]:
     return sorted({f for pattern in input_glob.split(",") if pattern.strip()
-                   for f in glob.glob(pattern.strip()) if os.path.isfile(f)})
+                   for f in io_utils.glob(pattern.strip()) if io_utils.isfile(f)})
 
 
 def _spawn_pool(n: int, initializer, initargs):
@@ -359,7 +361,7 @@ def run(cfg: WriterConfig) -> dict:
     writer_info = dict(seed=cfg.seed, original_span_bug=s.original_span_bug, batches_per_shard=cfg.batches_per_shard,
                        split=cfg.split, pass_id=cfg.pass_id, task=cfg.task, max_line_bytes=cfg.max_line_bytes,
                        input_glob=cfg.input_glob, sp_path=cfg.sp_path)
-    os.makedirs(os.path.join(cfg.save_dir, "tfrecords"), exist_ok=True)
+    io_utils.makedirs(io_utils.join(cfg.save_dir, "tfrecords"))
     log.info("task %d/%d, pass %d: %d of %d input files", cfg.task, cfg.num_task, cfg.pass_id, len(task_files),
              len(files))
 
@@ -426,7 +428,11 @@ def run(cfg: WriterConfig) -> dict:
         import tensorflow  # noqa: F401  (loaded before the clock starts, so records/s is the writing rate)
     progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
     if parallel:
-        stream_dir = os.path.join(cfg.save_dir, ".work", f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}")
+        # The token rows for the worker processes (np.load with mmap: a local file; next to the data when that
+        # is local, else in the local temporary directory).
+        work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
+        stream_dir = (os.path.join(cfg.save_dir, ".work", work) if not io_utils.is_uri(cfg.save_dir)
+                      else tempfile.mkdtemp(prefix=f"xlnet_data_{work}-"))
         os.makedirs(stream_dir, exist_ok=True)
         np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
         np.save(os.path.join(stream_dir, "sent_rows.npy"), np.ascontiguousarray(sent_rows))
@@ -476,7 +482,7 @@ def _remove_stale_temps(cfg: WriterConfig) -> None:
     """Deletes temporary shards a killed run of this task left behind (never another task's files)."""
     d = os.path.join(cfg.save_dir, "tfrecords")
     prefix = f".{cfg.split}-pass{cfg.pass_id}-task{cfg.task}-"
-    for name in os.listdir(d):
+    for name in io_utils.listdir(d):
         if name.startswith(prefix) and ".tmp-" in name:
             log.info("removing unfinished %s", name)
-            os.remove(os.path.join(d, name))
+            io_utils.remove(io_utils.join(d, name))

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
 from xlnet_tf.errors import InputError
@@ -66,24 +67,19 @@ def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
 def file_identity(path: str) -> list:
     """[relative path, size, mtime_ns] of ``path``, or of every file below it if it is a directory: what the
     feature cache compares to notice input files that changed since it was written."""
-    if not os.path.isdir(path):
-        return [[os.path.basename(path), *_stat(path)]] if os.path.exists(path) else []
-    files = sorted(os.path.join(d, name) for d, _, names in os.walk(path) for name in names)
-    return [[os.path.relpath(f, path), *_stat(f)] for f in files]
-
-
-def _stat(path: str) -> list:
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns]
+    if not io_utils.isdir(path):
+        return [[os.path.basename(path), *io_utils.stat(path)]] if io_utils.exists(path) else []
+    files = sorted(io_utils.join(d, name) for d, _, names in io_utils.walk(path) for name in names)
+    return [[io_utils.relpath(f, path), *io_utils.stat(f)] for f in files]
 
 
 def cached_meta(path: str, expected: dict) -> Optional[dict]:
     """The meta of a cache at ``path`` if it exists and was written with ``expected`` settings; None if there is
     no cache, or if its input files changed since (``expected['inputs']``: logged, it is written again);
     ValueError (asking for --overwrite_data) if it was written with different settings."""
-    if not (os.path.exists(path) and os.path.exists(path + ".json")):
+    if not (io_utils.exists(path) and io_utils.exists(path + ".json")):
         return None
-    with open(path + ".json", encoding="utf-8") as f:
+    with io_utils.open(path + ".json", encoding="utf-8") as f:
         try:
             meta = json.load(f)
         except json.JSONDecodeError:
@@ -111,8 +107,7 @@ def cache_features(path: str, expected: dict, overwrite: bool,
             logging.info("using cached features %s (%d examples)", path, meta["num_examples"])
             return path, meta
     for stale in (path, path + ".json"):  # a failed encoding below must not leave an outdated cache behind
-        if os.path.exists(stale):
-            os.remove(stale)
+        io_utils.remove(stale)
     meta, rows = encode()
     if not meta["num_examples"]:
         skipped = meta.get("skipped", [])

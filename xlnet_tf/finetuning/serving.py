@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from typing import Optional
 
@@ -40,6 +39,7 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import kernels, tasks
+from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
 from xlnet_tf.errors import InputError
 
@@ -88,7 +88,7 @@ def write_run_record(model_dir: str, family, settings) -> str:
     values = dataclasses.asdict(settings)
     for name in ("model_config_path", "spiece_model_file"):
         if values.get(name):
-            values[name] = os.path.abspath(values[name])
+            values[name] = io_utils.abspath(values[name])
     module = values.get("task_module")
     if module and (module.endswith(".py") or os.sep in module):
         values["task_module"] = os.path.abspath(module)
@@ -99,10 +99,10 @@ def write_run_record(model_dir: str, family, settings) -> str:
 def read_run_record(model_dir: str) -> Optional[dict]:
     """``{"runner": ..., "settings": {...}}`` from ``write_run_record``, or None if ``model_dir`` has none."""
     path = os.path.join(model_dir, RUN_RECORD)
-    if not os.path.exists(path):
+    if not io_utils.exists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with io_utils.open(path, encoding="utf-8") as f:
             record = json.load(f)
         if not isinstance(record.get("runner"), str) or not isinstance(record.get("settings"), dict):
             raise InputError("expected {'runner': 'classifier' | 'squad', 'family': ..., 'settings': {...}}")
@@ -114,10 +114,10 @@ def read_run_record(model_dir: str) -> Optional[dict]:
 # -- versions ---------------------------------------------------------------------------------------------------
 def existing_versions(export_dir: str) -> list:
     """The numeric version directories under ``export_dir``, ascending."""
-    if not os.path.isdir(export_dir):
+    if not io_utils.isdir(export_dir):
         return []
-    return sorted(int(n) for n in os.listdir(export_dir)
-                  if n.isdigit() and os.path.isdir(os.path.join(export_dir, n)))
+    return sorted(int(n) for n in io_utils.listdir(export_dir)
+                  if n.isdigit() and io_utils.isdir(io_utils.join(export_dir, n)))
 
 
 def next_version(export_dir: str, global_step: int) -> int:
@@ -188,26 +188,27 @@ def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_
     ``preprocessor`` (an ``XLNetPreprocessor`` of ``spiece_model_file``) adds the raw-text ``serving_default``;
     without it ``serve_ids`` is the default signature too. The preprocessor's SentencePiece model (else
     ``spiece_model_file``) is written to ``assets.extra/spiece.model`` for clients."""
-    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+    if io_utils.exists(io_utils.join(export_dir, "saved_model.pb")):
         logging.warning("%s holds a SavedModel in the old flat layout; TF Serving ignores it next to the numbered "
                         "versions written now", export_dir)
     version = next_version(export_dir, info.global_step)
     target = os.path.join(export_dir, str(version))
     module = ServingModule(model, info, version, preprocessor)
-    with atomic_path(target) as tmp, kernels.use("plain"):
+    # saved_model.pb last: where a directory is copied file by file (gs://), a version is loadable once it is there.
+    with atomic_path(target, last=("saved_model.pb",)) as tmp, kernels.use("plain"):
         signatures = {"serve_ids": module.serve_ids, "metadata": module.metadata}
         signatures["serving_default"] = module.serve_text if preprocessor is not None else module.serve_ids
         tf.saved_model.save(module, tmp, signatures=signatures)
         extra = os.path.join(tmp, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
+        io_utils.makedirs(extra)
         write_json_atomic(os.path.join(extra, METADATA_FILE), info.to_json(version))
         write_json_atomic(os.path.join(extra, "labels.json"), {"kind": info.kind, "labels": info.labels})
         if preprocessor is not None:  # the very model the raw-text signature holds
-            with open(os.path.join(extra, "spiece.model"), "wb") as f:
+            with io_utils.open(os.path.join(extra, "spiece.model"), "wb") as f:
                 f.write(preprocessor.spiece_model)
         elif spiece_model_file:
-            shutil.copy(spiece_model_file, os.path.join(extra, "spiece.model"))
-        if os.path.exists(target):  # another export took this version meanwhile: never replace it
+            io_utils.copy(spiece_model_file, os.path.join(extra, "spiece.model"))
+        if io_utils.exists(target):  # another export took this version meanwhile: never replace it
             raise FileExistsError(f"{target}: version {version} appeared while exporting; export again")
     logging.info("exported version %d (step %d) to %s", version, info.global_step, target)
     return target
@@ -236,18 +237,18 @@ def write_release(model, export_dir: str, config, spiece_model_file: Optional[st
     keys) and ``spiece.model``. Built under a temporary name and renamed; an existing release is not replaced."""
     from xlnet_tf.checkpoint import write_tf1_checkpoint
 
-    if os.path.exists(os.path.join(export_dir, "xlnet_model.ckpt.index")):
+    if io_utils.exists(io_utils.join(export_dir, "xlnet_model.ckpt.index")):
         raise FileExistsError(f"--export_dir={export_dir} already holds a release (xlnet_model.ckpt); choose "
                               "another directory or remove it")
-    if os.path.isdir(export_dir) and os.listdir(export_dir):
+    if io_utils.isdir(export_dir) and io_utils.listdir(export_dir):
         raise FileExistsError(f"--export_dir={export_dir} is not empty; a release export writes a directory of "
                               "its own")
-    with atomic_path(export_dir) as tmp:
+    with atomic_path(export_dir, last=("xlnet_model.ckpt.index",)) as tmp:
         write_tf1_checkpoint({n: v.numpy() for n, v in model.tf1_variables().items()},
                              os.path.join(tmp, "xlnet_model.ckpt"))
         config.to_json(os.path.join(tmp, "xlnet_config.json"), checkpoint_keys_only=True)
         if spiece_model_file:
-            shutil.copy(spiece_model_file, os.path.join(tmp, "spiece.model"))
+            io_utils.copy(spiece_model_file, os.path.join(tmp, "spiece.model"))
     return export_dir
 
 

@@ -7,12 +7,11 @@ TensorFlow here: the entry points validate before it loads."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import ClassVar, Mapping, Optional
 
 from xlnet_tf import tasks
 from xlnet_tf.config import SUMMARY_TYPES
-from xlnet_tf.training.settings import FinetuneSettings, Ignored, setting
+from xlnet_tf.training.settings import FinetuneSettings, Ignored, path_missing, setting
 
 SPLITS = ("train", "dev", "test")
 
@@ -78,7 +77,7 @@ class ClassifierSettings(FinetuneSettings):
         if family is not None and not isinstance(self, family.settings_class):
             errors.append(f"--task_name={self.task_name}: a {family.name} task, fine-tuned by {family.entry_point}")
             family = None
-        if self.data_dir and not os.path.isdir(self.data_dir):
+        if self.data_dir and path_missing(self.data_dir, "dir"):
             errors.append(f"--data_dir={self.data_dir}: not a directory")
         if self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")

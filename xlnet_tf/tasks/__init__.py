@@ -183,6 +183,9 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
     if spec in _loaded_modules:
         return _loaded_modules[spec]
     _load_builtins()
+    if "://" in spec:  # Python imports local files only
+        raise InputError(f"{flag}={spec}: a task module is imported from a local .py file or a module name; "
+                         "copy it to local disk")
     if spec.endswith(".py") or os.sep in spec:
         path = os.path.abspath(spec)
         if not os.path.isfile(path):

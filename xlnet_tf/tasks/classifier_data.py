@@ -22,6 +22,7 @@ from typing import Optional
 
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.finetuning import records
 from xlnet_tf.errors import InputError
 
@@ -125,7 +126,7 @@ def _read_rows(path: str, delimiter: str):
     """(line_number, row) for every row; the GLUE files are TSV without quoting (the official readers' csv
     ``quotechar=None``); Yelp CSVs use standard quoting."""
     csv.field_size_limit(sys.maxsize)
-    with open(path, encoding="utf-8", newline="") as f:
+    with io_utils.open(path, encoding="utf-8", newline="") as f:
         if delimiter == "\t":
             reader = csv.reader(f, delimiter="\t", quotechar=None)
         else:
@@ -147,7 +148,7 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
     if split not in task.files:
         raise InputError(f"task {task.name} has no {split!r} split (it has: {', '.join(task.files)})")
     path = os.path.join(data_dir, task.files[split])
-    if not os.path.exists(path):
+    if not io_utils.exists(path):
         raise FileNotFoundError(f"{path}: {task.name} {split} data not found (expected the official layout: "
                                 f"{', '.join(task.files.values())} under --data_dir)")
     if task.reader == "imdb":

@@ -20,6 +20,7 @@ import os
 import numpy as np
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.finetuning import records
 from xlnet_tf.errors import InputError
 
@@ -45,21 +46,21 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
     """(examples, skipped) of ``split``; ``skipped`` lists 'file question i: reason'."""
     examples, skipped = [], []
     split_dir = os.path.join(data_dir, split)
-    if not os.path.isdir(split_dir):
+    if not io_utils.isdir(split_dir):
         raise FileNotFoundError(f"{split_dir}: RACE {split} split not found (expected "
                                 f"{split}/{{middle,high}}/*.txt under --data_dir)")
     found = False
     for level in levels:
         level_dir = os.path.join(split_dir, level)
-        if not os.path.isdir(level_dir):
+        if not io_utils.isdir(level_dir):
             continue
         found = True
-        for name in sorted(os.listdir(level_dir)):
+        for name in io_utils.listdir(level_dir):
             path = os.path.join(level_dir, name)
-            if not name.endswith(".txt") or not os.path.isfile(path):
+            if not name.endswith(".txt") or not io_utils.isfile(path):
                 continue
             try:
-                with open(path, encoding="utf-8") as f:
+                with io_utils.open(path, encoding="utf-8") as f:
                     data = json.load(f)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise InputError(f"{path}: not a RACE JSON file ({e})") from None

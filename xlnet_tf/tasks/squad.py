@@ -21,6 +21,7 @@ from typing import ClassVar, Iterator, Mapping, Optional
 
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import Row, Task, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
@@ -281,8 +282,7 @@ class SquadTask(Task):
         if s.overwrite_data:
             for path in shards:
                 for p in (path, path + ".json"):
-                    if os.path.exists(p):
-                        os.remove(p)
+                    io_utils.remove(p)
             shards = []
         if not shards:
             squad_data.prepare_train_shard(s.train_file, output_dir, feature_settings, seed=s.seed)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import glob
 import json
 import os
 import pickle
@@ -33,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 from xlnet_tf.training.settings import SettingsError
@@ -305,7 +305,7 @@ class FeatureSettings:
         return os.path.basename(self.spiece_model_file)
 
     def fingerprint(self, data_file: str) -> dict:
-        return dict(cache_version=CACHE_VERSION, data_file=os.path.abspath(data_file),
+        return dict(cache_version=CACHE_VERSION, data_file=io_utils.abspath(data_file),
                     data_sha256=file_sha256(data_file), spiece_sha256=file_sha256(self.spiece_model_file),
                     max_seq_length=self.max_seq_length, max_query_length=self.max_query_length,
                     doc_stride=self.doc_stride, uncased=self.uncased)
@@ -325,9 +325,9 @@ def stale_fields(path: str, fingerprint: dict) -> list:
     """The fields of ``fingerprint`` that the cache at ``path`` was written with differently (all of them if
     there is no cache)."""
     manifest = path + ".json"
-    if not (os.path.exists(path) and os.path.exists(manifest)):
+    if not (io_utils.exists(path) and io_utils.exists(manifest)):
         return list(fingerprint)
-    with open(manifest, encoding="utf-8") as f:
+    with io_utils.open(manifest, encoding="utf-8") as f:
         stored = json.load(f)
     return [k for k, v in fingerprint.items() if stored.get(k) != v]
 
@@ -357,7 +357,7 @@ def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, nu
     path = train_record_path(output_dir, s, proc_id)
     fingerprint = dict(s.fingerprint(train_file), num_proc=num_proc, proc_id=proc_id)
     if not overwrite and not stale_fields(path, fingerprint):
-        with open(path + ".json", encoding="utf-8") as f:
+        with io_utils.open(path + ".json", encoding="utf-8") as f:
             manifest = json.load(f)
         logging.info("using cached training features %s (%d features)", path, manifest["num_features"])
         return manifest
@@ -386,11 +386,11 @@ def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, nu
 
 def train_shards(output_dir: str, s: FeatureSettings) -> list[str]:
     """The training shards written for these settings; warns if some of a --num_proc split are missing."""
-    paths = sorted(glob.glob(train_record_path(output_dir, s, "*")))
+    paths = io_utils.glob(train_record_path(output_dir, s, "*"))
     expected = set()
     for path in paths:
-        if os.path.exists(path + ".json"):
-            with open(path + ".json", encoding="utf-8") as f:
+        if io_utils.exists(path + ".json"):
+            with io_utils.open(path + ".json", encoding="utf-8") as f:
                 expected.add(json.load(f).get("num_proc", 1))
     if expected and len(paths) < max(expected):
         logging.warning("%s: %d of %d preprocessing shards present; training on those", output_dir, len(paths),
@@ -404,7 +404,7 @@ def prepare_eval_features(predict_file: str, output_dir: str, s: FeatureSettings
     path = eval_feature_path(output_dir, s)
     fingerprint = s.fingerprint(predict_file)
     if not overwrite and not stale_fields(path, fingerprint):
-        with open(path, "rb") as f:
+        with io_utils.open(path, "rb") as f:
             features, skipped = pickle.load(f)
         logging.info("using cached eval features %s (%d features)", path, len(features))
     else:

@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import (is_tf1_checkpoint, load_original_checkpoint, load_pretrained, read_model,
                                  resolve_checkpoint)
 from xlnet_tf.config import XLNetConfig
@@ -97,15 +98,15 @@ def _locate(path: str, config, spiece_model) -> tuple:
     directory (a release or ``xlnet-convert-checkpoint`` directory holds ``xlnet_config.json`` and
     ``spiece.model``); a ValueError names the argument that is missing."""
     path = os.fspath(path)
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    folder = path if io_utils.isdir(path) else os.path.dirname(path)
     if config is None:
         config = os.path.join(folder, "xlnet_config.json")
-        if not os.path.exists(config):
+        if not io_utils.exists(config):
             raise ValueError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
                              "xlnet_config.json or an XLNetConfig)")
     if spiece_model is None:
         spiece_model = os.path.join(folder, "spiece.model")
-        if not os.path.exists(spiece_model):
+        if not io_utils.exists(spiece_model):
             raise ValueError(f"spiece_model: {path} has no spiece.model next to it; pass spiece_model= (a path or "
                              "the model's bytes)")
     return config, spiece_model

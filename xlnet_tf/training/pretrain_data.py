@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.data.manifest import check_manifest, load_manifest, manifest_name
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
@@ -15,7 +14,7 @@ def has_pretraining_data(s: PretrainSettings) -> bool:
     it holds none and cannot be written. Cheap: the run checks it before connecting to its devices."""
     if not s.data_dir:
         raise SettingsError("missing required flag(s): --data_dir")
-    if os.path.exists(os.path.join(s.data_dir, manifest_name())):
+    if io_utils.exists(io_utils.join(s.data_dir, manifest_name())):
         return True
     if not s.input_glob:
         raise SettingsError(f"--data_dir={s.data_dir} holds no pretraining data; write it with "

@@ -5,15 +5,17 @@ Field names are the flag names of the command-line tools, field defaults the fla
 carries its help text (``setting``): ``xlnet_tf.cli.flags`` defines one flag per field from these classes and
 builds them from the parsed flags. The library takes these objects, never the flags. ``validate()`` reports every
 inconsistency at once as a ``SettingsError`` (an ``xlnet_tf.errors.InputError``) before any work; this module
-does not import TensorFlow, so a tool checks its settings before TensorFlow loads.
+does not import TensorFlow, so a tool checks its settings before TensorFlow loads. Paths may be URIs (gs://,
+file://, ...): a local path is checked at once, a URI once TensorFlow is loaded (``io_utils.probe``; the library
+validates its settings again then), with the same message.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.objectives import OBJECTIVES
 
@@ -65,9 +67,15 @@ class Ignored:
     kind: Optional[type] = None
 
 
+def path_missing(path: str, kind: str = "exists") -> bool:
+    """True if ``path`` certainly does not exist (``kind`` "dir": is not a directory); a URI counts as present
+    until TensorFlow is loaded (``io_utils.probe``)."""
+    return io_utils.probe(path, kind) is False
+
+
 def checkpoint_exists(path: str) -> bool:
-    """A checkpoint prefix, a directory of checkpoints, or a remote path (not checked here)."""
-    return os.path.exists(path) or os.path.exists(path + ".index") or "://" in path
+    """A checkpoint prefix or a directory of checkpoints (a URI: see ``missing``)."""
+    return not (path_missing(path) and path_missing(path + ".index"))
 
 
 @dataclasses.dataclass
@@ -96,7 +104,7 @@ class Settings:
         missing = [f"--{name}" for name in self.required() if getattr(self, name) in (None, "")]
         errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
-                   if getattr(self, name) and not os.path.exists(getattr(self, name))]
+                   if getattr(self, name) and path_missing(getattr(self, name))]
         return errors
 
     def validate(self):

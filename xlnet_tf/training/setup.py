@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.checkpoint import load_pretrained, read_model  # read_model: re-exported for the runners
+from xlnet_tf.checkpoint import checkpoint_reader, load_pretrained, read_model  # read_model: re-exported for the runners
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import WorkerLostError
 from xlnet_tf.layers.dropout import seed_states
@@ -244,6 +244,6 @@ def checkpoint_step(path: Optional[str]) -> int:
     if not path:
         return 0
     try:
-        return int(tf.train.load_checkpoint(path).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+        return int(checkpoint_reader(path).get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE"))
     except (tf.errors.NotFoundError, ValueError):
         return 0

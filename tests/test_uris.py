@@ -1,0 +1,189 @@
+"""Every path is a URI: the library on TensorFlow's in-memory ``ram://`` filesystem in this process (pretraining data,
+a short pretraining run, fine-tuning from it, an export, batch prediction, a job's results), and the command-line
+tools with ``file://`` URIs for every path (data -> pretrain -> fine-tune -> export -> batch predict). A path that
+skips ``tf.io.gfile`` (os.path, open, glob, shutil) fails here: ram:// exists for no other API, and a file:// path
+handed to one would be taken as a relative directory named ``file:``."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+import tensorflow as tf
+
+from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE, make_flags
+from xlnet_tf import io_utils
+
+CORPUS = os.path.join(REPO, "data", "corpus", "brown_sample.txt")
+gfile = tf.io.gfile
+
+
+def ram_dir() -> str:
+    return f"ram://xlnet-{uuid.uuid4().hex[:8]}"
+
+
+def put_config(uri: str) -> str:
+    """The one-layer test model's config at ``uri``: compiling the steps is most of these runs' time."""
+    io_utils.write_json_atomic(uri, MICRO_CONFIG)
+    return uri
+
+
+def put(local: str, uri: str) -> str:
+    io_utils.makedirs(os.path.dirname(uri))
+    gfile.copy(local, uri, overwrite=True)
+    return uri
+
+
+def test_io_utils_atomic_writes_on_ram():
+    root = ram_dir()
+    path = io_utils.join(root, "a", "b.json")
+    io_utils.write_json_atomic(path, {"x": 1})
+    io_utils.write_json_atomic(path, {"x": 2})
+    assert io_utils.read_json(path) == {"x": 2} and io_utils.listdir(io_utils.join(root, "a")) == ["b.json"]
+    # A failed write leaves the old file and no temporary.
+    with pytest.raises(RuntimeError):
+        io_utils.atomic_write(path, lambda f: (f.write("half"), (_ for _ in ()).throw(RuntimeError("boom"))))
+    assert io_utils.read_json(path) == {"x": 2} and io_utils.listdir(io_utils.join(root, "a")) == ["b.json"]
+    # A directory is moved in file by file, the "complete" marker last; nothing temporary is left.
+    target = io_utils.join(root, "export", "1")
+    with io_utils.atomic_path(target, last=("saved_model.pb",)) as tmp:
+        for name in ("saved_model.pb", "variables/variables.index", "assets.extra/x.json"):
+            with io_utils.open(io_utils.join(tmp, name), "w") as f:
+                f.write(name)
+    assert sorted(io_utils.join(d, n)[len(target) + 1:] for d, _, ns in io_utils.walk(target) for n in ns) == [
+        "assets.extra/x.json", "saved_model.pb", "variables/variables.index"]
+    assert io_utils.listdir(io_utils.join(root, "export")) == ["1"]
+    assert io_utils.read_text(io_utils.join(target, "variables/variables.index")) == "variables/variables.index"
+    # Text reading as open() does (errors=, newline=, readline(size)).
+    raw = io_utils.join(root, "t.txt")
+    with io_utils.open(raw, "wb") as f:
+        f.write(b"caf\xe9\r\nline two\n")
+    with io_utils.open(raw, encoding="utf-8", errors="replace", newline="") as f:
+        assert f.read() == "caf\ufffd\r\nline two\n"
+    with io_utils.open(raw, "rb") as f:
+        assert f.readline(3) == b"caf"
+    assert io_utils.probe(raw) is True and io_utils.probe(raw + "x") is False and io_utils.stat(raw)[0] == 15
+
+
+def test_settings_check_uris_after_tensorflow_loads():
+    """The settings layer never imports TensorFlow: a URI is taken as present until it is loaded (probe None),
+    then checked with tf.io.gfile with the local message."""
+    code = ("import sys; from xlnet_tf.training.settings import PretrainSettings as P; "
+            "e = P(model_dir='m', data_dir='d', model_config_path='ram://nope/c.json').errors(); "
+            "print([x for x in e if 'file not found' in x], 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert out.stdout.strip() == "[] False", out.stderr[-2000:]
+    from xlnet_tf.training.settings import PretrainSettings  # TensorFlow is loaded here
+
+    errors = PretrainSettings(model_dir="m", data_dir="d", model_config_path="ram://nope/c.json").errors()
+    assert "--model_config_path=ram://nope/c.json: file not found" in errors
+
+
+def test_pretrain_finetune_export_predict_on_ram():
+    """The library, every path on ram://: data written from a ram:// corpus, 2 pretraining steps, 2 fine-tuning
+    steps from that checkpoint with prediction and an export, batch prediction with the export, a job's files."""
+    from xlnet_tf.batch import job_runner, prediction as bp
+    from xlnet_tf.finetuning import runner
+    from xlnet_tf.finetuning.serving import existing_versions
+    from xlnet_tf.training.pretraining import pretrain
+    from xlnet_tf.training.settings import PretrainSettings
+
+    root = ram_dir()
+    spiece, config = put(SPIECE, f"{root}/in/spiece.model"), put_config(f"{root}/in/config.json")
+    with open(CORPUS, encoding="utf-8") as f:
+        io_utils.write_text_atomic(f"{root}/in/corpus/a.txt", "".join(f.readlines()[:300]))
+    metrics = pretrain(PretrainSettings(
+        model_config_path=config, spiece_model_file=spiece, input_glob=f"{root}/in/corpus/*.txt",
+        data_dir=f"{root}/data", model_dir=f"{root}/pretrain", train_batch_size=4, seq_len=16, reuse_len=8,
+        perm_size=8, mem_len=8, num_predict=3, train_steps=2, iterations=2, learning_rate=1e-3))
+    assert metrics["step"] == 2
+    assert tf.train.latest_checkpoint(f"{root}/pretrain").endswith("-2")
+    assert io_utils.exists(f"{root}/data/manifest.json")
+
+    glue = f"{root}/glue/MRPC"
+    for name in os.listdir(os.path.join(FIXTURES, "glue", "MRPC")):
+        put(os.path.join(FIXTURES, "glue", "MRPC", name), f"{glue}/{name}")
+    settings = make_flags("/nonexistent-unused", task_name="mrpc", data_dir=glue, model_config_path=config,
+                          spiece_model_file=spiece, init_checkpoint=f"{root}/pretrain", model_dir=f"{root}/ft",
+                          output_dir=f"{root}/ft-data", max_seq_length=24, do_train=True, do_predict=True, export_dir=f"{root}/serving", predict_dir=f"{root}/predict")
+    result = runner.run(settings)
+    assert result["export"] == f"{root}/serving/2" and existing_versions(f"{root}/serving") == [2]
+    assert io_utils.listdir(f"{root}/serving") == ["2"]  # no temporary left
+    assert io_utils.exists(f"{root}/serving/2/saved_model.pb")
+    assert io_utils.exists(f"{root}/serving/2/assets.extra/spiece.model")
+    assert len(io_utils.read_json(f"{root}/predict/mrpc.dev.logits.json")) == 6
+
+    io_utils.write_text_atomic(f"{root}/batch/in/part-0.tsv", "id\tsentence\tsentence2\nr0\tA dog.\tA cat.\n"
+                                                             "r1\tIt rains.\tIt is wet.\n")
+    predictor = bp.SavedModelPredictor(f"{root}/serving")
+    summary = bp.predict_shards(predictor, f"{root}/batch/in/*.tsv", f"{root}/batch/out",
+                                bp.Fields.parse("sentence,sentence2", "id"), batch_size=2)
+    assert summary["complete"] and summary["rows"] == 2
+    out = io_utils.read_text(f"{root}/batch/out/part-0.tsv.predictions.jsonl").splitlines()
+    assert [json.loads(line)["id"] for line in out] == ["r0", "r1"]
+
+    job_file = f"{root}/job.yaml"
+    io_utils.write_text_atomic(job_file, f"output_dir: {root}/job\nruns:\n  - name: a\n    task_name: mrpc\n")
+    job = job_runner.load_job(job_file)
+    job_runner.prepare_run(job.runs[0])
+    job_runner.write_results(job, [dict(run="a", group="a", task="mrpc", seed=None, status="pending",
+                                        model_dir=job.runs[0].model_dir, log="")])
+    assert io_utils.read_json(f"{root}/job/results.json")["runs"][0]["status"] == "pending"
+    assert io_utils.exists(f"{root}/job/a/{job_runner.FLAGS_FILE}") and job_runner.flags_changed(job.runs[0]) == []
+
+
+def _tool(command, args, cwd):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, *command, *[f"--{k}={v}" for k, v in args.items()]], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stderr
+
+
+@pytest.mark.multiprocess
+def test_command_line_tools_with_file_uris(tmp_path):
+    """data + pretrain -> fine-tune -> export -> batch predict, every path a file:// URI, run from an empty
+    working directory: a path taken by a non-gfile API would leave a ``file:`` directory there or fail."""
+    work, root = tmp_path / "cwd", tmp_path / "store"
+    work.mkdir()
+    uri = f"file://{root}"
+    spiece, config = put(SPIECE, f"{uri}/in/spiece.model"), put_config(f"{uri}/in/config.json")
+    with open(CORPUS, encoding="utf-8") as f:
+        io_utils.write_text_atomic(f"{uri}/in/corpus/a.txt", "".join(f.readlines()[:300]))
+    for name in os.listdir(os.path.join(FIXTURES, "glue", "SST-2")):
+        put(os.path.join(FIXTURES, "glue", "SST-2", name), f"{uri}/glue/SST-2/{name}")
+    # run_pretrain.py writes the data from --input_glob first (the writer of python -m xlnet_tf.cli.create_data;
+    # one process less).
+    _tool([os.path.join(REPO, "run_pretrain.py")], dict(
+        config_file="", model_config_path=config, spiece_model_file=spiece, input_glob=f"{uri}/in/corpus/*.txt",
+        data_dir=f"{uri}/data", model_dir=f"{uri}/pretrain", train_batch_size=4, seq_len=16, reuse_len=8,
+        num_predict=3, perm_size=8, mem_len=8, train_steps=2, iterations=2), work)
+    _tool([os.path.join(REPO, "run_classifier.py")], dict(
+        task_name="sst-2", data_dir=f"{uri}/glue/SST-2", output_dir=f"{uri}/features", model_config_path=config,
+        spiece_model_file=spiece, init_checkpoint=f"{uri}/pretrain", model_dir=f"{uri}/ft", max_seq_length=24,
+        train_batch_size=4, train_steps=2, iterations=2, do_train=True), work)
+    _tool(["-m", "xlnet_tf.cli.export"], dict(model_dir=f"{uri}/ft", export_dir=f"{uri}/serving"), work)
+    io_utils.write_text_atomic(f"{uri}/batch/part-0.tsv", "id\tsentence\nr0\tA fine film.\nr1\tDull.\n")
+    _tool(["-m", "xlnet_tf.cli.predict"], dict(
+        saved_model=f"{uri}/serving", input_glob=f"{uri}/batch/*.tsv", output_dir=f"{uri}/predictions",
+        id_field="id", batch_size=2), work)
+    rows = [json.loads(line) for line in (root / "predictions" / "part-0.tsv.predictions.jsonl").read_text()
+            .splitlines()]
+    assert [r["id"] for r in rows] == ["r0", "r1"] and all(r["prediction"] in ("0", "1") for r in rows)
+    assert (root / "data" / "manifest.json").exists() and (root / "ft" / "finetune_settings.json").exists()
+    assert os.listdir(root / "serving") == ["2"] and (root / "serving" / "2" / "saved_model.pb").exists()
+    assert os.listdir(work) == []  # nothing written relative to the working directory ("file:/...")
+
+
+@pytest.mark.multiprocess
+def test_a_missing_uri_is_one_line_naming_the_flag(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "xlnet_tf.cli.export", f"--model_dir=file://{tmp_path}/none",
+         f"--export_dir=file://{tmp_path}/out"], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"error: --model_dir=file://{tmp_path}/none: not a directory" in done.stderr
