@@ -71,6 +71,22 @@ def test_results_table_and_failure_reasons(tmp_path):
     assert jobs.failure_reason("step 10\n", -9) == "killed by signal SIGKILL (out of memory?)"
 
 
+def test_damaged_result_files_are_reported_not_fatal(tmp_path, capsys):
+    """A damaged results.json is rewritten from the runs' directories (a run's "done" is its DONE file); a damaged
+    eval_results file becomes a note naming it in the run's row."""
+    job = jobs.load_job(write_job(tmp_path, [{"name": "a"}], train_steps=3))
+    run = job.runs[0]
+    os.makedirs(run.model_dir)
+    (tmp_path / "out" / "a" / jobs.DONE_FILE).write_text("{}")
+    (tmp_path / "out" / "a" / "eval_results.dev.json").write_text('{"metrics": {"accu')
+    (tmp_path / "out" / "results.json").write_text("{not json")
+    results = jobs.run_job(job)
+    (row,) = results["runs"]
+    assert row["status"] == "done" and "eval_results.dev.json: unreadable (JSONDecodeError" in row["note"]
+    assert "results.json: unreadable (JSONDecodeError" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["run"] == "a"
+
+
 def test_command_line_arguments_and_flags_in_any_order(tmp_path):
     """``finetune JOB.yaml`` are arguments after absl's flags (flags may come before, between or after them);
     --dry_run lists the runs --only selects, and runs nothing."""

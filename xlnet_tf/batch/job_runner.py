@@ -249,9 +249,13 @@ def read_result(run: Run) -> dict:
     path = os.path.join(run.model_dir, f"eval_results.{split}.json")
     if not io_utils.exists(path):
         return {}
-    with io_utils.open(path, encoding="utf-8") as f:
-        report = json.load(f)
-    metrics, step = report["metrics"], report.get("step")
+    try:
+        with io_utils.open(path, encoding="utf-8") as f:
+            report = json.load(f)
+        metrics, step = report["metrics"], report.get("step")
+    except (ValueError, KeyError, TypeError) as error:  # written atomically by the run: damaged afterwards
+        return dict(metric=run.metric, value=None, note=f"{path}: unreadable ({type(error).__name__}: "
+                                                        f"{str(error)[:200]})")
     if report.get("best_metrics"):
         metrics = report["best_metrics"]
         found = re.search(r"-(\d+)$", report.get("best_checkpoint", ""))
@@ -332,8 +336,14 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
     previous = {}
     results_path = os.path.join(job.output_dir, "results.json")
     if io_utils.exists(results_path):
-        with io_utils.open(results_path, encoding="utf-8") as f:
-            previous = {r["run"]: r for r in json.load(f).get("runs", [])}
+        # Only the reasons of earlier failures come from it (a run's "done" is its DONE file): a damaged one is
+        # rebuilt, not fatal.
+        try:
+            with io_utils.open(results_path, encoding="utf-8") as f:
+                previous = {r["run"]: r for r in json.load(f).get("runs", [])}
+        except (ValueError, AttributeError, KeyError, TypeError) as error:  # JSONDecodeError, bad UTF-8, layout
+            print(f"[jobs] {results_path}: unreadable ({type(error).__name__}: {str(error)[:200]}); rewritten from "
+                  "the runs' directories (earlier failure reasons are lost)", flush=True)
     rows = []
     for run in job.runs:
         row = dict(run=run.name, group=run.group, task=run.flags.get("task_name"), seed=run.seed,
