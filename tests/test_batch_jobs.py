@@ -39,6 +39,8 @@ def test_job_file_defaults_overrides_and_seeds(tmp_path):
     assert job.runs[1].model_dir == str(tmp_path / "out" / "a.seed2")
     for runs, message in [([{"name": "a"}, {"name": "a"}], "run name 'a' is used twice"),
                           ([{"name": "a b"}], r"runs\[0\] needs a name of letters"),
+                          ([{"name": ".."}], r"runs\[0\] needs a name .*not only dots"),
+                          ([{"name": "."}], r"runs\[0\] needs a name .*not only dots"),
                           ([{"name": "a", "model_dir": "x"}], r"runs\[0\] sets 'model_dir'; the job sets it"),
                           ([{"name": "a", "seeds": [1, "2"]}], "seeds must be a non-empty list of integers")]:
         with pytest.raises(jobs.JobError, match=message):

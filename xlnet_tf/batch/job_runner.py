@@ -121,8 +121,10 @@ def load_job(path: str) -> Job:
     runs, seen = [], set()
     for i, entry in enumerate(entries):
         name = entry.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-            raise JobError(f"{path}: runs[{i}] needs a name of letters, digits, '.', '_', '-' (got {name!r})")
+        # A name is a directory under output_dir: "." and ".." would be the output directory or its parent.
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", name) or set(name) == {"."}:
+            raise JobError(f"{path}: runs[{i}] needs a name of letters, digits, '.', '_', '-', not only dots "
+                           f"(got {name!r})")
         seeds = entry.get("seeds")
         if seeds is not None and (not isinstance(seeds, list) or not seeds
                                   or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
