@@ -103,6 +103,19 @@ def test_rows_are_streamed_and_bad_ones_named(tmp_path):
     assert [(r.line, r.problem.split(" (")[0]) for r in rows if r.problem] == [
         (2, "not valid JSON"), (3, "not a JSON object"), (4, "no 'sentence'"), (5, "not UTF-8")]
     assert rows[-1].end == len(jsonl.read_bytes())  # progress counts bytes
+    # Values that are not text are skipped and named, not predicted on their JSON text; ids may be numbers.
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"sentence": {"text": "x"}}\n{"sentence": 123}\n{"sentence": null}\n{"sentence": ["a"]}\n'
+                   '{"sentence": true}\n{"sentence": "\\ud800 x"}\n{"id": [1], "sentence": "a"}\n'
+                   '{"id": 2.5, "sentence": "b"}\n', encoding="utf-8")
+    rows = list(bp.read_rows(str(odd), "jsonl", bp.Fields.parse("sentence", "")))  # no id field
+    assert [r.problem for r in rows] == [
+        "'sentence' is dict, not a string", "'sentence' is int, not a string", "'sentence' is null, not a string",
+        "'sentence' is list, not a string", "'sentence' is bool, not a string",
+        "'sentence' holds a lone surrogate (not valid Unicode)", "", ""]
+    rows = [r for r in bp.read_rows(str(odd), "jsonl", fields) if r.line > 6]
+    assert [(r.problem, r.id) for r in rows] == [("'id' (the id) is list, not a string or number", ""),
+                                                 ("", "2.5")]
     with pytest.raises(ValueError, match=r"a.tsv:1: header has no column 'text'.*columns: id, sentence, label"):
         list(bp.read_rows(str(tsv), "tsv", bp.Fields.parse("text")))
     with pytest.raises(FileNotFoundError, match=r"--input_glob: '.*nothing\*' matches no file"):

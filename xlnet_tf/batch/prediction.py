@@ -166,13 +166,36 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
                 if absent:
                     yield Row(line_no, offset, problem=f"no {', '.join(map(repr, absent))}")
                     continue
-                values = {n: obj[n] if isinstance(obj[n], str) else json.dumps(obj[n]) for n in wanted}
+                problem = _json_fields_problem(obj, [n for n in (fields.text_a, fields.text_b) if n], fields.id)
+                if problem:
+                    yield Row(line_no, offset, problem=problem)
+                    continue
+                values = {n: obj[n] if isinstance(obj[n], str) else str(obj[n]) for n in wanted}
             text_a = values[fields.text_a].strip()
             text_b = values[fields.text_b].strip() if fields.text_b else ""
             if not text_a or (fields.text_b and not text_b):
                 yield Row(line_no, offset, problem="empty text")
                 continue
             yield Row(line_no, offset, text_a, text_b, values[fields.id].strip() if fields.id else "")
+
+
+def _json_fields_problem(obj: dict, text_fields: list, id_field: str) -> str:
+    """Why a JSON row's fields cannot be used ("" if they can): a text must be a string (predicting on the JSON text
+    of 123, null or an object would be a silent wrong answer); an id a string or a number; no string may hold a
+    lone surrogate ("\\ud800" is valid JSON but not Unicode TensorFlow can encode)."""
+    for name in text_fields:
+        if not isinstance(obj[name], str):
+            kind = "null" if obj[name] is None else type(obj[name]).__name__
+            return f"{name!r} is {kind}, not a string"
+    if id_field and (isinstance(obj[id_field], bool) or not isinstance(obj[id_field], (str, int, float))):
+        return f"{id_field!r} (the id) is {type(obj[id_field]).__name__}, not a string or number"
+    for name in [*text_fields, id_field]:
+        if name and isinstance(obj[name], str):
+            try:
+                obj[name].encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{name!r} holds a lone surrogate (not valid Unicode)"
+    return ""
 
 
 # --- models --------------------------------------------------------------------------------------------------------
