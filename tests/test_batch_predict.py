@@ -169,6 +169,11 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
                               batch_size=16)
     assert [s["rows"] for s in again["shards"]] == [41, 40]
     assert read_jsonl(tmp_path / "sm" / "part-00.jsonl.predictions.jsonl")[-1]["id"] == "new"
+    assert again["outputs_of_other_inputs"] == []
+    # An input deleted since: its old output stays (the user's file) but the summary names it.
+    os.remove(tmp_path / "in" / "part-01.jsonl")
+    fewer = bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"))
+    assert fewer["complete"] and fewer["outputs_of_other_inputs"] == ["part-01.jsonl.predictions.jsonl"]
     # Another model into the same output directory is refused, not mixed in.
     with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
         bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))

@@ -519,6 +519,12 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
                              + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
                              + "): use another --output_dir, or --overwrite to predict every shard again")
     _remove_stale_temporaries(output_dir, names)
+    # Outputs of inputs no longer matched (a deleted or renamed shard): kept (they are the user's), but named in the
+    # log and the summary, so that "complete" is not read as covering them.
+    stale = sorted(n for n in tf.io.gfile.listdir(output_dir) if n.endswith(OUTPUT_SUFFIX) and n not in names)
+    if stale:
+        logging.warning("%s holds predictions of inputs %s does not match: %s (delete them, or use another "
+                        "--output_dir)", output_dir, glob_flag, ", ".join(stale))
     done_before = {s["input"]: s for s in previous.get("shards", [])}
     stats_of = {p: tf.io.gfile.stat(p) for p in shards}
     sizes = {p: st.length for p, st in stats_of.items()}
@@ -538,7 +544,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     for path in todo:
         check_header(path, formats[path], fields)
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
-    summary = dict(settings=settings, input_glob=input_glob, shards=records)
+    summary = dict(settings=settings, input_glob=input_glob, shards=records, outputs_of_other_inputs=stale)
     own_formats = _family_formats()
 
     def write_summary():
