@@ -5,6 +5,7 @@ SIGKILLed job that reruns to output identical to an uninterrupted one."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -174,6 +175,16 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
     os.remove(tmp_path / "in" / "part-01.jsonl")
     fewer = bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"))
     assert fewer["complete"] and fewer["outputs_of_other_inputs"] == ["part-01.jsonl.predictions.jsonl"]
+    # One job per output directory: a live holder of the lock refuses the second job; a dead one's is taken over.
+    lock = tmp_path / "sm" / bp.LOCK_FILE
+    assert not lock.exists()  # released after each job
+    lock.write_text(json.dumps(dict(host=socket.gethostname(), pid=os.getpid(), started="earlier")))
+    with pytest.raises(ValueError, match=rf"another batch prediction is writing there \(pid {os.getpid()} on "):
+        bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.write_text(json.dumps(dict(host=socket.gethostname(), pid=int(gone.stdout), started="earlier")))
+    bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"))
+    assert not lock.exists()
     # Another model into the same output directory is refused, not mixed in.
     with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
         bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))

@@ -33,9 +33,11 @@ own); an export that records none is recognised by its signature's inputs.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import json
 import os
+import socket
 import time
 from typing import Callable, Iterator, Optional
 
@@ -490,7 +492,8 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
                    input_format: str = "auto", overwrite: bool = False, progress_every_s: float = 30.0,
                    glob_flag: str = "--input_glob") -> dict:
     """Predicts every shard matching ``input_glob`` into ``output_dir`` (see the module docstring); returns the
-    summary written to ``predict_summary.json``."""
+    summary written to ``predict_summary.json``. One job at a time writes into an output directory
+    (``output_lock``)."""
     if input_format not in FORMATS:
         raise InputError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
@@ -498,13 +501,83 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
         raise InputError(f"{flag}: the model reads {wanted}")
     shards = list_shards(input_glob, glob_flag)
+    tf.io.gfile.makedirs(output_dir)
+    with output_lock(output_dir):
+        return _predict_shards(predictor, shards, input_glob, output_dir, fields, batch_size, input_format,
+                               overwrite, progress_every_s, glob_flag)
+
+
+LOCK_FILE = ".predict.lock"
+
+
+@contextlib.contextmanager
+def output_lock(output_dir: str):
+    """Holds ``<output_dir>/.predict.lock`` (host, pid, start time) while a job writes there; a second job is
+    refused with a message naming the first. Local disks: created exclusively (``O_EXCL``); a lock left by a dead
+    process of this host is taken over. Object stores (a URI): tf.io.gfile has no create-if-absent, so the check
+    and the write are two steps and two jobs starting in the same instant could both pass."""
+    path = os.path.join(output_dir, LOCK_FILE)
+    me = dict(host=socket.gethostname(), pid=os.getpid(), started=time.strftime("%Y-%m-%d %H:%M:%S"))
+    for _ in range(2):
+        holder = _lock_holder(path)
+        if holder is None:
+            if "://" in path:
+                with tf.io.gfile.GFile(path, "w") as f:
+                    f.write(json.dumps(me))
+                break
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                continue  # taken meanwhile: read who holds it
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(me))
+            break
+        if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+            logging.warning("%s: taking over the lock of process %d, which is gone", path, holder["pid"])
+            tf.io.gfile.remove(path)
+            continue
+        raise InputError(f"--output_dir={output_dir}: another batch prediction is writing there (pid "
+                         f"{holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}); wait for it "
+                         f"or use another --output_dir (if that job is gone, delete {path})")
+    else:
+        raise InputError(f"--output_dir={output_dir}: could not take {path}")
+    try:
+        yield
+    finally:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+
+
+def _lock_holder(path: str) -> Optional[dict]:
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            holder = json.loads(f.read() or "{}")
+        return holder if isinstance(holder, dict) else {}
+    except (ValueError, tf.errors.NotFoundError):  # being written, or removed meanwhile
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_dir: str, fields: Fields,
+                    batch_size: int, input_format: str, overwrite: bool, progress_every_s: float,
+                    glob_flag: str) -> dict:
     formats = {path: shard_format(path, input_format, predictor.family) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
         raise InputError(f"{glob_flag}: input files with the same name in different directories would write the "
                          f"same output ({', '.join(clashes)}); predict them into separate --output_dir")
-    tf.io.gfile.makedirs(output_dir)
     settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
                     id_field=fields.id, **predictor.described)
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
