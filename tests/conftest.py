@@ -1,10 +1,14 @@
-"""Test-session setup: two logical CPU devices (for MirroredStrategy tests) before TensorFlow starts, and a
-prompt process exit once pytest has finished (see ``_exit_without_interpreter_teardown``)."""
+"""Test-session setup: two logical CPU devices (for MirroredStrategy tests) before TensorFlow starts, fixtures
+several test files share (expensive to build), and a prompt process exit once pytest has finished (see
+``_exit_without_interpreter_teardown``)."""
 
 import atexit
+import json
 import logging
 import os
 import sys
+
+import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -14,6 +18,39 @@ import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SQUAD = os.path.join(_REPO, "tests", "fixtures", "squad")
+
+
+# --- fixtures shared by several test files ---------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def squad_run(tmp_path_factory):
+    """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
+    dev file and --export_dir, as a user runs them. Shared by test_export_squad.py and test_batch_predict.py (a
+    SQuAD export takes half a minute to write on 2 cores); tests leave export, model_dir and predictions as they
+    are."""
+    from xlnet_tf.finetuning import runner
+    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import SquadSettings
+
+    tmp = tmp_path_factory.mktemp("squad_export")
+    settings = SquadSettings(
+        model_config_path=os.path.join(_REPO, "configs", "tiny.json"),
+        spiece_model_file=os.path.join(_REPO, "data", "spiece.model"),
+        model_dir=str(tmp / "model"), output_dir=str(tmp / "features"), predict_dir=str(tmp / "predict"),
+        export_dir=str(tmp / "serving"), train_file=os.path.join(_SQUAD, "train-v2.0.json"),
+        predict_file=os.path.join(_SQUAD, "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64,
+        max_query_length=16, doc_stride=24, max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2,
+        learning_rate=1e-3, predict_batch_size=16, dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
+    runner.run(settings)
+    dev = squad_data.read_squad_file(settings.predict_file, False)
+    read = {}
+    for name in ("predictions.json", "null_odds.json"):
+        with open(os.path.join(settings.predict_dir, name)) as f:
+            read[name] = json.load(f)
+    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples, model_dir=settings.model_dir,
+                predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
 
 
 # --- prompt exit -------------------------------------------------------------------------------------------------

@@ -264,18 +264,10 @@ def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     assert summary["complete"] and summary["rows"] == 6000 and summary["skipped"] == 0
 
 
-def test_squad_questions_from_the_raw_text_export(tmp_path):
-    """A SQuAD export's serving_default (question, context -> answer): a SQuAD file's questions are streamed with
-    their ids, and each answer is the export's own for that question."""
-    from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models.heads import XLNetSquad
-    config = XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0,
-                         dropatt=0.0)
-    model = XLNetSquad(config, start_n_top=3, end_n_top=2)
-    info = exporter.ServingInfo(kind="squad", task="squad", max_seq_length=48, global_step=4, squad=dict(
-        max_query_length=16, doc_stride=16, max_answer_length=8, start_n_top=3, end_n_top=2, n_best_size=5))
-    exporter.export_serving(model, str(tmp_path / "export"), info, SPIECE)
-    predictor = bp.SavedModelPredictor(str(tmp_path / "export"))
+def test_squad_questions_from_the_raw_text_export(squad_run, tmp_path):
+    """A SQuAD export's serving_default (question, context -> answer; run_squad.py's, conftest.py): a SQuAD file's
+    questions are streamed with their ids, and each answer is the export's own for that question."""
+    predictor = bp.SavedModelPredictor(os.path.dirname(squad_run["export"]))
     assert (predictor.family.name, predictor.pair, predictor.takes_text) == ("squad", True, True)
     squad_file = os.path.join(REPO, "tests", "fixtures", "squad", "dev-v2.0.json")
     summary = bp.predict_shards(predictor, squad_file, str(tmp_path / "out"), bp.Fields.parse("question,context"),

@@ -79,23 +79,31 @@ def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
     assert os.path.isabs(record["settings"]["spiece_model_file"])
 
 
-def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run):
-    """serving_default on the dev sentences gives run_classifier --do_predict's logits; serve_ids on the ids of
-    the Python tokenizer too; the metadata signature says what the client needs."""
+@pytest.fixture(scope="module")
+def served(run):
+    """One fresh serving process for the run's export (each pays TensorFlow's import and the SavedModel's load):
+    the dev sentences through serving_default, their Python tokenizer's ids through serve_ids, the metadata
+    signature, then the fuzz of test_bad_requests_give_defined_outputs_or_a_clear_error."""
     from xlnet_tf.tokenization import XLNetTokenizer
 
-    examples, predicted = run["examples"], run["predicted"]
     tokenizer = XLNetTokenizer(run["settings"].spiece_model_file)
-    ids = [classifier_data.encode_example(tokenizer, e, SEQ)[:3] for e in examples]
-    reply = serve({"export": run["export"], "calls": [
-        {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in examples),
-                                                    "sentence2": strings(e.text_b for e in examples)}},
+    ids = [classifier_data.encode_example(tokenizer, e, SEQ)[:3] for e in run["examples"]]
+    return serve({"export": run["export"], "calls": [
+        {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in run["examples"]),
+                                                    "sentence2": strings(e.text_b for e in run["examples"])}},
         {"signature": "serve_ids", "inputs": {
             "input_ids": {"dtype": "int32", "value": [x[0] for x in ids]},
             "segment_ids": {"dtype": "int32", "value": [x[1] for x in ids]},
             "padding_mask": {"dtype": "float32", "value": [x[2] for x in ids]}}},
-        {"signature": "metadata", "inputs": {}}]})
-    text, by_ids, meta = (c["outputs"] for c in reply["calls"])
+        {"signature": "metadata", "inputs": {}}],
+        "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
+
+
+def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run, served):
+    """serving_default on the dev sentences gives run_classifier --do_predict's logits; serve_ids on the ids of
+    the Python tokenizer too; the metadata signature says what the client needs."""
+    predicted = run["predicted"]
+    text, by_ids, meta = (c["outputs"] for c in served["calls"])
     expected = np.array([p["logits"] for p in predicted])
     for outputs in (text, by_ids):
         np.testing.assert_allclose(outputs["logits"]["value"], expected, rtol=1e-5, atol=1e-6)
@@ -126,12 +134,11 @@ def test_saved_model_cli_lists_both_signatures(run):
         assert "outputs['label'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" in block
 
 
-def test_bad_requests_give_defined_outputs_or_a_clear_error(run):
+def test_bad_requests_give_defined_outputs_or_a_clear_error(served):
     """Random mixes of empty, whitespace-only, invalid UTF-8, 100x too long and ordinary texts, batches of 0 to 8,
     and now and then two inputs of different batch sizes: no crash, finite outputs of the request's batch, an
     InvalidArgumentError naming the inputs exactly when the batch sizes differ."""
-    reply = serve({"export": run["export"], "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
-    counts = reply["fuzz"]
+    counts = served["fuzz"]
     assert counts["unexpected_errors"] == [] and counts["missing_errors"] == 0
     assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 400
     assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0 and counts["expected_errors"] > 0

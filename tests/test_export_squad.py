@@ -2,7 +2,6 @@
 process with TensorFlow and tensorflow-text's kernels only, as TF Serving loads it); bad requests; serve_ids
 reproduces the Keras head's beam outputs, and the SavedModel holds stock TensorFlow ops only."""
 
-import json
 import os
 import subprocess
 import sys
@@ -13,8 +12,7 @@ import pytest
 import tensorflow as tf
 
 from test_export import decoded, serve, strings
-from test_squad import FIXTURES, REPO, SMALL, SPIECE, _inference_batch  # the head's test batch (P, Q, CLS, pad)
-from xlnet_tf.tasks import squad_data
+from test_squad import REPO, SMALL, _inference_batch  # the head's test batch (P, Q, CLS, pad)
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.models.heads import XLNetSquad
@@ -56,38 +54,24 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def squad_run(tmp_path_factory):
-    """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
-    dev file and --export_dir, as a user runs them."""
-    from xlnet_tf.finetuning import runner
-    from xlnet_tf.tasks.squad import SquadSettings
-
-    tmp = tmp_path_factory.mktemp("squad_export")
-    settings = SquadSettings(
-        model_config_path=os.path.join(REPO, "configs", "tiny.json"), spiece_model_file=SPIECE,
-        model_dir=str(tmp / "model"), output_dir=str(tmp / "features"), predict_dir=str(tmp / "predict"),
-        export_dir=str(tmp / "serving"), train_file=os.path.join(FIXTURES, "train-v2.0.json"),
-        predict_file=os.path.join(FIXTURES, "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64,
-        max_query_length=16, doc_stride=24, max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2,
-        learning_rate=1e-3, predict_batch_size=16, dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
-    runner.run(settings)
-    dev = squad_data.read_squad_file(settings.predict_file, False)
-    read = {}
-    for name in ("predictions.json", "null_odds.json"):
-        with open(os.path.join(settings.predict_dir, name)) as f:
-            read[name] = json.load(f)
-    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples, model_dir=settings.model_dir,
-                predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
+def served(squad_run):
+    """One fresh serving process for the export (each pays TensorFlow's import and the SavedModel's load): the dev
+    questions and contexts, then test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz."""
+    examples = squad_run["examples"]
+    return serve({"export": squad_run["export"], "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
+                  "calls": [{"signature": "serving_default", "inputs": {
+                      "question": strings(e.question_text for e in examples),
+                      "context": strings(e.paragraph_text for e in examples)}},
+                            {"signature": "serving_default", "inputs": {
+                                "question": strings(["Who?", "", "Who?"]),
+                                "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
 
 
-def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run):
+def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run, served):
     """serving_default on the dev questions and contexts answers what run_squad.py --do_predict writes (text and
     null odds), with offsets into the original context."""
     examples = squad_run["examples"]
-    reply = serve({"export": squad_run["export"], "calls": [{"signature": "serving_default", "inputs": {
-        "question": strings(e.question_text for e in examples),
-        "context": strings(e.paragraph_text for e in examples)}}]})
-    out = reply["calls"][0]["outputs"]
+    out = served["calls"][0]["outputs"]
     texts = decoded(out["text"])
     assert texts == [squad_run["predictions"][e.qas_id] for e in examples]
     np.testing.assert_allclose(out["null_odds"]["value"], [squad_run["null_odds"][e.qas_id] for e in examples],
@@ -97,16 +81,12 @@ def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run):
     assert sum(bool(t) for t in texts) > len(texts) // 2  # mostly real spans, not the no-span fallback
 
 
-def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(squad_run):
-    reply = serve({"export": squad_run["export"], "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
-                   "calls": [{"signature": "serving_default", "inputs": {
-                       "question": strings(["Who?", "", "Who?"]),
-                       "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
-    counts = reply["fuzz"]
+def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(served):
+    counts = served["fuzz"]
     assert counts["unexpected_errors"] == [] and counts["missing_errors"] == 0
     assert counts["ok"] + counts["expected_errors"] == counts["requests"] == 300
     assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0
-    out = reply["calls"][0]["outputs"]  # an empty question or context: what run_squad.py skips, "" and 1e6
+    out = served["calls"][1]["outputs"]  # an empty question or context: what run_squad.py skips, "" and 1e6
     assert decoded(out["text"])[1:] == ["", ""] and out["null_odds"]["value"][1:] == [1e6, 1e6]
     assert out["start_char"]["value"][1:] == [-1, -1]
 

@@ -61,11 +61,14 @@ def corpus(tmp_path_factory):
 
 @pytest.mark.multiprocess
 def test_bad_flags_fail_before_any_work(tmp_path, corpus):
-    code, out = finish(run(base_flags(tmp_path, corpus, warmup_steps=100, train_steps=40)))
+    # Both runs at once (independent; each waits seconds for TensorFlow's import).
+    warmup = run(base_flags(tmp_path, corpus, warmup_steps=100, train_steps=40))
+    config = run(base_flags(tmp_path, corpus, model_config_path="/nonexistent/xlnet_config.json"))
+    code, out = finish(warmup)
     assert code != 0 and "--warmup_steps=100 must be below --train_steps=40" in out
-    assert not os.path.exists(tmp_path / "data")
-    code, out = finish(run(base_flags(tmp_path, corpus, model_config_path="/nonexistent/xlnet_config.json")))
+    code, out = finish(config)
     assert code != 0 and "--model_config_path=/nonexistent/xlnet_config.json: file not found" in out
+    assert not os.path.exists(tmp_path / "data")
 
 
 @pytest.mark.multiprocess
@@ -84,13 +87,15 @@ def test_without_config_file_the_demo_settings_are_not_used(tmp_path):
 @pytest.mark.multiprocess
 def test_missing_data_is_an_error_naming_the_flag(tmp_path, corpus):
     flags = [f for f in base_flags(tmp_path, corpus) if not f.startswith(("--data_dir=", "--input_glob="))]
-    code, out = finish(run(flags))
-    assert code == 1 and "missing required flag(s): --data_dir" in out
-    assert not os.listdir(tmp_path)
     (tmp_path / "empty").mkdir()
-    code, out = finish(run(flags + [f"--data_dir={tmp_path / 'empty'}"]))
+    # Both runs at once (independent; each waits seconds for TensorFlow's import).
+    missing, empty = run(flags), run(flags + [f"--data_dir={tmp_path / 'empty'}"])
+    code, out = finish(missing)
+    assert code == 1 and "missing required flag(s): --data_dir" in out
+    code, out = finish(empty)
     assert code == 1 and f"--data_dir={tmp_path / 'empty'} holds no pretraining data" in out and "--input_glob" in out
     assert "writing pretraining data" not in out and not os.listdir(tmp_path / "empty")
+    assert os.listdir(tmp_path) == ["empty"]  # nothing written (the model_dir neither)
 
 
 @pytest.mark.multiprocess

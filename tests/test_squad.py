@@ -235,12 +235,20 @@ TINY = ["--model_config_path=configs/tiny.json", "--spiece_model_file=data/spiec
         "--iterations=4", "--learning_rate=1e-3", "--predict_batch_size=16", "--dropout=0", "--dropatt=0"]
 
 
-def run_squad(*args, expect_rc=0):
+def start_squad(*args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, os.path.join(REPO, "run_squad.py"), *TINY, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == expect_rc, proc.stderr[-4000:]
-    return proc
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_squad.py"), *TINY, *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_squad(proc, expect_rc=0):
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == expect_rc, stderr[-4000:]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def run_squad(*args, expect_rc=0):
+    return finish_squad(start_squad(*args), expect_rc)
 
 
 def _read(path):
@@ -303,11 +311,15 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
 
 
 def test_run_squad_reports_bad_flags_and_files(tmp_path):
-    proc = run_squad(f"--model_dir={tmp_path}", "--train_file=nope.json", "--max_query_length=70", expect_rc=1)
+    bad = _write(tmp_path, "train.json", '{"data": [')
+    # The three runs at once (independent; each waits seconds for TensorFlow's import).
+    runs = [start_squad(f"--model_dir={tmp_path}", "--train_file=nope.json", "--max_query_length=70"),
+            start_squad(f"--model_dir={tmp_path}", "--do_prepro", "--doc_stride=200"),
+            start_squad(f"--model_dir={tmp_path / 'm'}", f"--train_file={bad}", "--train_steps=2")]
+    proc = finish_squad(runs[0], expect_rc=1)
     assert "--train_file=nope.json: file not found" in proc.stderr
     assert "--max_seq_length=64 leaves no room" in proc.stderr
-    proc = run_squad(f"--model_dir={tmp_path}", "--do_prepro", "--doc_stride=200", expect_rc=1)
+    proc = finish_squad(runs[1], expect_rc=1)
     assert "--doc_stride=200 exceeds the paragraph window" in proc.stderr
-    bad = _write(tmp_path, "train.json", '{"data": [')
-    proc = run_squad(f"--model_dir={tmp_path / 'm'}", f"--train_file={bad}", "--train_steps=2", expect_rc=1)
+    proc = finish_squad(runs[2], expect_rc=1)
     assert f"{bad}: not valid JSON" in proc.stderr

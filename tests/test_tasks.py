@@ -87,7 +87,8 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     np.testing.assert_array_equal(mask_emb.numpy(), tensors["model/transformer/mask_emb/mask_emb"])
 
     examples, texts, labels = _sentiment("dev", 12)
-    probabilities = _softmax(model.predict(texts, batch_size=5, verbose=0))  # a Python list of strings
+    eager = model.predict(texts, batch_size=5, verbose=0)  # a Python list of strings
+    probabilities = _softmax(eager)
     expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
 
@@ -124,8 +125,7 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
         model(tf.constant(texts))
 
     # The fine-tuned model written as run_classifier.py writes it (native) and in the original's TF1 layout loads
-    # back with its head; the .keras file too.
-    eager = model.predict(texts, verbose=0)
+    # back with its head; the .keras file too (compared with predict's logits above: the weights are unchanged).
     native = tf.train.Checkpoint(model=model.network).write(str(tmp_path / "native" / "ckpt-4"))
     again = xlnet_tf.XLNetTextClassifier.from_checkpoint(native, num_labels=2, seq_length=SEQ, spiece_model=SPIECE,
                                                          config=os.path.join(folder, "xlnet_config.json"))
@@ -237,13 +237,37 @@ def _squad_inputs(examples):
              tf.constant([e.orig_answer_text for e in examples]), tf.constant([e.is_impossible for e in examples])))
 
 
+@pytest.fixture(scope="module")
+def squad_model(release):
+    """An XLNetTextSquad of the release (its head seeded: a pretrained checkpoint has none), 8 windows a step."""
+    keras.utils.set_random_seed(0)
+    return _squad_model(release[0], window_batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def squad_trained(squad_model):
+    """``squad_model`` trained one epoch on one device on the raw SQuAD 2.0 training strings (5 questions a batch,
+    SGD), with raw-string validation data, then evaluated: the model several tests check (each training of the
+    tiny model traces the tf.data preprocessing and the train step again, seconds on 2 cores)."""
+    from xlnet_tf.tasks import squad_data
+
+    train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
+    data = tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(5)
+    model = squad_model
+    initial = model.get_weights()
+    model.compile(keras.optimizers.SGD(0.1))
+    history = model.fit(data, epochs=1, verbose=0, validation_data=_squad_inputs(train[:3])).history
+    return dict(model=model, initial=initial, history=history, loss=model.evaluate(data, verbose=0), train=train,
+                data=data)
+
+
 @pytest.mark.parametrize("name", ["train-v1.1.json", "train-v2.0.json"])
-def test_squad_window_labels_equal_squad_data(release, tokenizer, name):
+def test_squad_window_labels_equal_squad_data(squad_model, tokenizer, name):
     """The labels fit computes in the graph from raw strings are squad_data's training features' (squad_lib_sp's
     alignment), window by window, answers that no window holds whole and impossible questions included."""
     from xlnet_tf.tasks import squad_data
 
-    model = _squad_model(release[0])
+    model = squad_model
     examples = squad_data.read_squad_file(os.path.join(SQUAD, name), True).examples
     features, skipped = squad_data.convert_examples_to_features(
         examples, tokenizer, SQUAD_SETTINGS["seq_length"], SQUAD_SETTINGS["doc_stride"],
@@ -264,22 +288,19 @@ def test_squad_window_labels_equal_squad_data(release, tokenizer, name):
     np.testing.assert_array_equal(again["end_positions"].numpy(), windows["end_positions"])
 
 
-def test_squad_fit_predict_and_export_on_raw_strings(release, tmp_path):
-    """fit on raw SQuAD 2.0 strings moves the weights; predict's answers on the dev questions are the SavedModel
-    export's (run_squad.py --do_predict's rules, test_export_squad.py), with offsets into the contexts."""
+def test_squad_fit_predict_and_export_on_raw_strings(release, squad_trained, tmp_path):
+    """fit on raw SQuAD 2.0 strings (``squad_trained``) moves the weights; predict's answers on the dev questions
+    are the SavedModel export's (run_squad.py --do_predict's rules, test_export_squad.py), with offsets into the
+    contexts."""
     import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels, registered before loading it)
 
     from xlnet_tf.tasks import squad_data
 
-    keras.utils.set_random_seed(0)  # the head starts fresh (a pretrained checkpoint)
-    model = _squad_model(release[0])
-    model.compile(keras.optimizers.Adam(1e-3))
-    train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
-    before = model.network.start_dense.kernel.numpy().copy()
-    history = model.fit(tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(9), epochs=1, verbose=0,
-                        validation_data=_squad_inputs(train[:3]))
-    assert np.isfinite(history.history["loss"][0]) and history.history["val_loss"][0] > 0
-    assert not np.allclose(model.network.start_dense.kernel.numpy(), before)
+    model, history, train = squad_trained["model"], squad_trained["history"], squad_trained["train"]
+    assert np.isfinite(history["loss"][0]) and history["val_loss"][0] > 0
+    kernel = model.network.start_dense.kernel
+    before = next(w for w, v in zip(squad_trained["initial"], model.weights) if v.path == kernel.path)
+    assert not np.allclose(kernel.numpy(), before)
     labels = ([max(e.start_position, 0) for e in train[:4]], [e.orig_answer_text for e in train[:4]],
               [e.is_impossible for e in train[:4]])  # Python lists, inputs and labels
     loss = model.evaluate(([e.question_text for e in train[:4]], [e.paragraph_text for e in train[:4]]), labels,
@@ -334,28 +355,25 @@ def _assert_same_updates(got, want, initial, rtol):
         assert np.max(np.abs(got_w - want_w)) <= rtol * change + 1e-7, (got_w.shape, change)
 
 
-def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer):
-    """Two replicas (a 2-CPU MirroredStrategy) train XLNetTextSquad as one device does, to float32 round-off: every
-    replica gets the same number of windows per step (the last step filled up with windows of weight 0), and the
-    weights divide by the whole step's windows. XLA (jit_compile=True) trains the same too; evaluate and
-    predict agree."""
+def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer, squad_trained):
+    """Two replicas (a 2-CPU MirroredStrategy) train XLNetTextSquad as one device does (``squad_trained``), to
+    float32 round-off: every replica gets the same number of windows per step (the last step filled up with windows
+    of weight 0), and the weights divide by the whole step's windows. XLA (jit_compile=True) trains the same too;
+    evaluate and predict agree."""
     from xlnet_tf.tasks import squad_data
 
-    train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
-    x, y = _squad_inputs(train)
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
-    keras.utils.set_random_seed(0)
-    initial = _squad_model(release[0]).get_weights()
+    train, data, initial = squad_trained["train"], squad_trained["data"], squad_trained["initial"]
 
-    def trained(strategy=None, jit_compile=False):
+    def trained(strategy=None, jit_compile=False, evaluate=True):
         with strategy.scope() if strategy else contextlib.nullcontext():
             model = _squad_model(release[0], window_batch_size=8)  # 4 windows per replica
             model.set_weights(initial)
             model.compile(keras.optimizers.SGD(0.1), jit_compile=jit_compile)
         history = model.fit(data, epochs=1, verbose=0).history["loss"]
-        return model, history, model.evaluate(data, verbose=0)
+        # (each evaluate makes a new tf.data iterator of the preprocessing pipeline: seconds on 2 cores)
+        return model, history, model.evaluate(data, verbose=0) if evaluate else None
 
-    one, one_history, one_loss = trained()
+    one, one_history, one_loss = squad_trained["model"], squad_trained["history"]["loss"], squad_trained["loss"]
     # squad_data's windows: the in-graph ones equal them (test_squad_window_labels_equal_squad_data).
     windows = len(squad_data.convert_examples_to_features(
         train, tokenizer, SQUAD_SETTINGS["seq_length"], SQUAD_SETTINGS["doc_stride"],
@@ -372,7 +390,7 @@ def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer):
     _assert_same_updates(two.get_weights(), one.get_weights(), initial, 1e-4)
     np.testing.assert_allclose(two_history, one_history, rtol=1e-5)
     np.testing.assert_allclose(two_loss, one_loss, rtol=1e-5)
-    xla, xla_history, _ = trained(jit_compile=True)
+    xla, xla_history, _ = trained(jit_compile=True, evaluate=False)
     assert xla.jit_compile
     _assert_same_updates(xla.get_weights(), one.get_weights(), initial, 1e-3)  # XLA's fusions, not C++ kernels
     np.testing.assert_allclose(xla_history, one_history, rtol=1e-4)
