@@ -115,6 +115,27 @@ def test_flops_count_the_toy_objectives_streams(toy_objective):
     assert got < train_flops_per_sequence(n, d, f, seq_len, 0, predict, v, batch, objective="plm")
 
 
+def test_an_objective_missing_a_hook_is_refused_when_registered():
+    class NoLayout(Objective):
+        name, model_inputs, loss_terms = "no_layout", ("input_ids",), ("mlm",)
+
+        def make_batch(self, records, shape, seed, vocab_size, perm_mask_dtype="float32"):
+            return {}
+
+    with pytest.raises(ValueError, match="NoLayout does not implement stream_layout"):
+        register(NoLayout)
+
+    class NoTerms(NoLayout):
+        loss_terms = ()
+
+        def stream_layout(self, seq_len, num_predict):
+            return StreamLayout(seq_len, 0, num_predict, False)
+
+    with pytest.raises(ValueError, match="NoTerms sets no loss_terms"):
+        register(NoTerms)
+    assert "no_layout" not in OBJECTIVES
+
+
 def test_a_name_is_registered_once():
     with pytest.raises(ValueError, match="'pmlm' is already registered"):
         register(type(OBJECTIVES["pmlm"])())

@@ -17,6 +17,7 @@ TensorFlow loads, so the objective modules import it inside the functions that b
 
 from __future__ import annotations
 
+import abc
 from typing import Mapping, NamedTuple
 
 
@@ -38,7 +39,7 @@ class StreamLayout(NamedTuple):
     query_keys: bool  # whether the query rows are attention keys (and values) too
 
 
-class Objective:
+class Objective(abc.ABC):
     """A pretraining objective. Subclasses set the class attributes and implement ``make_batch`` and
     ``stream_layout``; the rest has defaults that fit an objective scoring its prediction rows with the LM head.
 
@@ -75,18 +76,18 @@ class Objective:
         the reader checks the data was written with them."""
         return {}
 
+    @abc.abstractmethod
     def make_batch(self, records: Mapping, shape: BatchShape, seed, vocab_size: int,
                    perm_mask_dtype="float32") -> dict:
         """The model inputs, ``target`` int32 [B, P] and ``target_mask`` float32 [B, P] for a batch of records:
         ``records["input"]``, ``["is_masked"]`` (the writer's targets), ``["seg_id"]`` int [B, seq_len]. ``seed``:
         the batch's stateless seed [2] (the same seed gives the same batch); ``vocab_size``: the data's vocabulary;
         ``perm_mask_dtype``: of the attention masks (the model tests ``> 0`` only). Static shapes."""
-        raise NotImplementedError(f"objective {self.name!r} defines no make_batch")
 
     # -- cost --------------------------------------------------------------------------------------------
+    @abc.abstractmethod
     def stream_layout(self, seq_len: int, num_predict: int) -> StreamLayout:
         """The streams of one sequence of ``seq_len`` text tokens (``num_predict``: the setting)."""
-        raise NotImplementedError(f"objective {self.name!r} defines no stream_layout")
 
     # -- loss and metrics --------------------------------------------------------------------------------
     def loss(self, outputs: Mapping, batch: Mapping) -> dict:
@@ -120,7 +121,22 @@ OBJECTIVES: dict[str, Objective] = {}  # name -> objective, in registration orde
 
 
 def register(objective: Objective) -> Objective:
-    """Adds ``objective`` to ``OBJECTIVES`` under its name (which must be new); returns it."""
+    """Adds ``objective`` (an ``Objective`` instance, or a subclass, which is instantiated) to ``OBJECTIVES`` under
+    its name (which must be new); returns the instance. An objective lacking a hook or a class attribute the
+    reader, trainer or ``flops.py`` need is refused here (a ValueError naming what is missing), not at the first
+    batch."""
+    if isinstance(objective, type):
+        missing = sorted(getattr(objective, "__abstractmethods__", ()))
+        if missing:
+            raise ValueError(f"objectives.register: {objective.__name__} does not implement {', '.join(missing)} "
+                             "(hooks of objectives.Objective)")
+        objective = objective()
+    if not isinstance(objective, Objective):
+        raise ValueError(f"objectives.register: expected an Objective (instance or subclass), got "
+                         f"{type(objective).__name__}")
+    unset = [attr for attr in ("name", "model_inputs", "loss_terms") if not getattr(objective, attr, None)]
+    if unset:
+        raise ValueError(f"objectives.register: {type(objective).__name__} sets no {', '.join(unset)}")
     if objective.name in OBJECTIVES:
         raise ValueError(f"objective {objective.name!r} is already registered ({OBJECTIVES[objective.name]!r})")
     OBJECTIVES[objective.name] = objective
