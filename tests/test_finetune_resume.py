@@ -6,6 +6,7 @@ import os
 import random
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -124,3 +125,72 @@ def test_killed_squad_run_resumes_exactly(tmp_path):
     runner.run(SquadSettings.from_values(values))
     killed = killed_then_resumed("run_squad.py", values, SquadSettings, tmp_path)
     assert_same_checkpoints(values["model_dir"], killed)
+
+
+def _write_ids(path: str, ids) -> None:
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in ids:
+            feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _batches(ds, count):
+    return [b["id"].numpy().tolist() for b in ds.take(count)]
+
+
+def test_training_stream_is_a_function_of_the_step_for_every_input_pipeline(tmp_path):
+    """What the resume relies on, per input pipeline of a multi-worker job (2 pipelines feeding 2 replicas
+    each): started at step k, the stream gives the batches the stream started at 0 gives from step k on; each
+    epoch is a new order of the pipeline's records, each record once."""
+    from xlnet_tf.finetuning import records
+
+    path = str(tmp_path / "train.tf_record")
+    _write_ids(path, range(23))
+    spec = {"id": ([], tf.int64)}
+    for pipeline in (0, 1):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=4)
+
+        def stream(step):
+            return records.train_dataset(path, spec, ctx, 2, shuffle_buffer=5, seed=7, num_records=23,
+                                         start_step=step)
+        straight = _batches(stream(0), 30)
+        for step in (1, 3, 6, 11):  # within the first window, epoch boundaries, several epochs on
+            assert _batches(stream(step), 30 - 2 * step) == straight[2 * step:], (pipeline, step)
+        flat = sum(straight, [])
+        mine = list(range(pipeline, 23, 2))
+        epochs = [flat[i:i + len(mine)] for i in range(0, 4 * len(mine), len(mine))]
+        assert all(sorted(e) == mine for e in epochs) and len({tuple(e) for e in epochs}) == 4, epochs
+        assert all(sorted(e[:5]) == mine[:5] for e in epochs)  # shuffled within windows of --shuffle_buffer
+
+
+def test_squad_stream_counts_each_pipelines_records(tmp_path):
+    """SQuAD shards (record counts from their manifests): whole shards per pipeline when there are enough,
+    else records dealt round-robin; either way a later start continues the same stream."""
+    import json
+
+    from xlnet_tf.tasks import squad_data
+
+    paths = []
+    for i, count in enumerate((5, 9, 4)):
+        paths.append(str(tmp_path / f"shard{i}.tf_record"))
+        with tf.io.TFRecordWriter(paths[-1]) as writer:
+            for j in range(count):
+                writer.write(squad_data._tf_example(_squad_feature(i * 100 + j)))
+        with open(paths[-1] + ".json", "w") as f:
+            json.dump({"num_features": count}, f)
+    for pipelines in (2, 4):
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipelines - 1,
+                                         num_replicas_in_sync=pipelines)
+
+        def stream(step):
+            ds = squad_data.train_dataset(paths, 2, 8, ctx, shuffle_buffer=3, seed=1, start_step=step)
+            return [b["unique_ids"].numpy().tolist() for b in ds.take(24 - step)]
+        straight = stream(0)
+        for step in (3, 13):
+            assert stream(step) == straight[step:], (pipelines, step)
+
+
+def _squad_feature(unique_id):
+    return types.SimpleNamespace(unique_id=unique_id, input_ids=[1] * 8, padding_mask=[1.0] * 8, p_mask=[0.0] * 8,
+                                 segment_ids=[0] * 8, cls_index=7, start_position=0, end_position=0,
+                                 is_impossible=False)
