@@ -177,9 +177,9 @@ def shuffled_epochs(records: tf.data.Dataset, num_records: int, window: int, see
     Why windows rather than ``Dataset.shuffle``: the order is a pure function of (seed, pipeline, epoch,
     position). Window ``w`` of epoch ``e`` is permuted with the stateless seed fold_in(fold_in((seed,
     pipeline), e), w), so a resumed run reaches its position by reading (not parsing) at most one epoch, holds
-    no shuffle state of its own and checkpoints none (a shuffle buffer's state would have to go into every
-    checkpoint, and a TPU's distributed iterators cannot be saved). Each epoch has a new order; records move
-    only within their window, as far as a ``window``-record shuffle buffer moves them."""
+    no shuffle state of its own and checkpoints none (a shuffle buffer would go into every checkpoint, and
+    tf.distribute's iterators cannot be checkpointed at all: bench/reports/finetune_resume.md). Each epoch has a
+    new order; records move only within their window, as far as a ``window``-record shuffle buffer moves them."""
     import tensorflow as tf
 
     if num_records < 1:
