@@ -157,14 +157,62 @@ def eval_dataset(path: str, spec: dict, dummy: dict, num_records: int, global_ba
     return ds.batch(global_batch_size, drop_remainder=True)
 
 
-def train_dataset(path: str, spec: dict, input_context: tf.distribute.InputContext, per_replica_batch: int,
-                  shuffle_buffer: int, seed: int) -> tf.data.Dataset:
-    """Shuffled, repeated per-replica batches, sharded across input pipelines."""
+def pipeline_position(input_context, per_replica_batch: int, start_step: int) -> tuple[int, int, int]:
+    """``(pipeline_id, num_pipelines, records)``: this input pipeline of ``input_context`` (None: the only one)
+    and how many of its training records ``start_step`` optimizer steps consumed (the strategy hands a
+    pipeline's consecutive per-replica batches to its replicas in turn)."""
+    if input_context is None:
+        return 0, 1, start_step * per_replica_batch
+    pipelines = input_context.num_input_pipelines
+    replicas = input_context.num_replicas_in_sync // pipelines
+    return input_context.input_pipeline_id, pipelines, start_step * replicas * per_replica_batch
+
+
+def shuffled_epochs(records: tf.data.Dataset, num_records: int, window: int, seed: int, skip: int = 0,
+                    pipeline_id: int = 0) -> tf.data.Dataset:
+    """``records`` (one epoch of one input pipeline's ``num_records`` serialized examples, in a fixed order)
+    repeated forever, each epoch shuffled within consecutive windows of ``window`` records, starting after the
+    first ``skip`` records of that stream.
+
+    Why windows rather than ``Dataset.shuffle``: the order is a pure function of (seed, pipeline, epoch,
+    position). Window ``w`` of epoch ``e`` is permuted with the stateless seed fold_in(fold_in((seed,
+    pipeline), e), w), so a resumed run reaches its position by reading (not parsing) at most one epoch, holds
+    no shuffle state of its own and checkpoints none (a shuffle buffer would go into every checkpoint, and
+    tf.distribute's iterators cannot be checkpointed at all: bench/reports/finetune_resume.md). Each epoch has a
+    new order; records move only within their window, as far as a ``window``-record shuffle buffer moves them."""
     import tensorflow as tf
 
+    if num_records < 1:
+        raise ValueError(f"input pipeline {pipeline_id} has no training records")
+    window = max(1, min(window, num_records))
+    first_epoch, within = divmod(skip, num_records)
+    first_window, within = divmod(within, window)
+    base = tf.constant([seed, pipeline_id], tf.int64)
+
+    def epoch(index, start_window=0):
+        key = tf.random.experimental.stateless_fold_in(base, tf.cast(index, tf.int64))
+
+        def permute(i, block):
+            return tf.random.experimental.stateless_shuffle(block, tf.random.experimental.stateless_fold_in(key, i))
+
+        blocks = records.skip(start_window * window).batch(window).enumerate(start=start_window)
+        return blocks.map(permute).unbatch()
+
+    later = tf.data.Dataset.range(first_epoch + 1, 2**62).flat_map(epoch)
+    return epoch(first_epoch, first_window).concatenate(later).skip(within)
+
+
+def train_dataset(path: str, spec: dict, input_context: tf.distribute.InputContext, per_replica_batch: int,
+                  shuffle_buffer: int, seed: int, num_records: int, start_step: int = 0) -> tf.data.Dataset:
+    """Shuffled, repeated per-replica batches of the ``num_records`` records at ``path``, sharded across input
+    pipelines, from the batch optimizer step ``start_step`` takes on (``shuffled_epochs``: a resumed run
+    continues the uninterrupted run's order)."""
+    import tensorflow as tf
+
+    pipeline, pipelines, skip = pipeline_position(input_context, per_replica_batch, start_step)
     ds = tf.data.TFRecordDataset(path)
-    if input_context and input_context.num_input_pipelines > 1:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    if pipelines > 1:
+        ds = ds.shard(pipelines, pipeline)
+    ds = shuffled_epochs(ds, len(range(pipeline, num_records, pipelines)), shuffle_buffer, seed, skip, pipeline)
     ds = ds.map(parse_fn(spec), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(per_replica_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -9,11 +9,13 @@ checkpoints with resume, TensorBoard summaries and progress lines.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.training.xla import check_jit_compile
@@ -50,6 +52,7 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     model, optimizer = training.model, training.optimizer
     if training.finished():
         return model, {"step": training.start_step}
+    keep_data_order(training, data_order(s, strategy))
 
     replica_step = make_replica_step(model, optimizer, task.loss_fn, s.clip)
     if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
@@ -59,6 +62,47 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0)
     return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
                                  flops_per_sequence=flops)
+
+
+DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> dict:
+    """The flags that decide which training batch a step takes (with the step itself, the data position): the
+    order of ``shuffled_epochs`` and the records per step of each input pipeline."""
+    from xlnet_tf.training.distribute import num_hosts
+
+    return {"seed": settings.seed, "shuffle_buffer": settings.shuffle_buffer,
+            "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy)}
+
+
+def keep_data_order(training, order: dict) -> None:
+    """Records ``order`` in every checkpoint ``training`` writes from now on; when it resumed, first checks it
+    against the order its checkpoint recorded: a SettingsError names the flags that would change the batches of
+    the steps to come (a checkpoint of an older xlnet_tf, which recorded none, resumes with a warning)."""
+    from xlnet_tf.checkpoint import checkpoint_reader
+    from xlnet_tf.training.settings import SettingsError
+
+    if training.resumed:
+        reader = checkpoint_reader(training.resumed)
+        if reader.has_tensor(DATA_ORDER_KEY):
+            recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
+            changed = [k for k in order if k in recorded and recorded[k] != order[k]]
+            if changed:
+                def flags(values):
+                    return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
+                                    f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
+                raise SettingsError(
+                    f"--model_dir={training.settings.model_dir}: {training.resumed} was trained with "
+                    f"{flags(recorded)}; resuming with {flags(order)} would change the training batches from step "
+                    f"{training.start_step} on: rerun with the recorded values, or start a new --model_dir "
+                    "(warm-started from this one with --init_checkpoint)")
+        else:
+            logging.warning("%s records no data order (written by an older xlnet_tf): the batches from step %d on "
+                            "follow the current flags, not those the interrupted run would have taken",
+                            training.resumed, training.start_step)
+    training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
+                                                         name="data_order")
 
 
 def make_replica_step(model, optimizer, loss_fn: Callable, clip: float):

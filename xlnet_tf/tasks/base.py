@@ -223,7 +223,9 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def training_data(self, num_replicas: int) -> tuple:
         """``(dataset_fn, summary)``: ``dataset_fn(input_context, start_step)`` gives shuffled, repeated
-        per-replica batches (``train_batch_size // num_replicas``); ``summary`` goes into the run's result."""
+        per-replica batches (``train_batch_size // num_replicas``), from the batch that optimizer step
+        ``start_step`` takes on: a resumed run must see the batches the uninterrupted run would have seen (see
+        ``finetuning.records.shuffled_epochs``). ``summary`` goes into the run's result."""
 
     @abc.abstractmethod
     def build_model(self):
@@ -390,8 +392,8 @@ class RecordsTask(Task):
         per_replica = s.train_batch_size // num_replicas
 
         def dataset_fn(ctx, start_step):
-            return records.train_dataset(data.path, self.feature_spec, ctx, per_replica, s.shuffle_buffer,
-                                         s.seed + start_step)
+            return records.train_dataset(data.path, self.feature_spec, ctx, per_replica, s.shuffle_buffer, s.seed,
+                                         data.meta["num_records"], start_step)
         return dataset_fn, {"data": data_summary(data.meta)}
 
     def check_eval_data(self) -> None:

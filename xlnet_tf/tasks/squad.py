@@ -269,7 +269,7 @@ class SquadTask(Task):
 
         def dataset_fn(ctx, start_step):
             return squad_data.train_dataset(shards, per_replica, s.max_seq_length, input_context=ctx,
-                                            shuffle_buffer=s.shuffle_buffer, seed=s.seed + start_step)
+                                            shuffle_buffer=s.shuffle_buffer, seed=s.seed, start_step=start_step)
         return dataset_fn, {}
 
     def _training_shards(self) -> list:

@@ -444,23 +444,39 @@ def _to_int32(features: dict) -> dict:
 
 def train_dataset(paths: Iterable[str], batch_size: int, seq_length: int,
                   input_context: Optional[tf.distribute.InputContext] = None, shuffle_buffer: int = 2048,
-                  seed: int = 0) -> tf.data.Dataset:
-    """Shuffled, repeated batches of ``batch_size`` (per replica) from the training shards."""
+                  seed: int = 0, start_step: int = 0) -> tf.data.Dataset:
+    """Shuffled, repeated batches of ``batch_size`` (per replica) from the training shards (their manifests give
+    the record counts), from the batch optimizer step ``start_step`` takes on (``records.shuffled_epochs``: a
+    resumed run continues the uninterrupted run's order)."""
+    from xlnet_tf.finetuning.records import pipeline_position, shuffled_epochs
+
     paths = list(paths)
+    counts = [num_train_features(path) for path in paths]
+    pipeline, pipelines, skip = pipeline_position(input_context, batch_size, start_step)
     ds = tf.data.Dataset.from_tensor_slices(paths)
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(paths) >= input_context.num_input_pipelines:
-            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-            ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
-        else:
-            ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
-            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    interleave = dict(map_func=tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
+    if pipelines > 1 and len(paths) >= pipelines:  # whole shards per pipeline
+        ds = ds.shard(pipelines, pipeline).interleave(**interleave)
+        mine = sum(counts[pipeline::pipelines])
     else:
-        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(paths)))
+        ds = ds.interleave(**interleave)
+        if pipelines > 1:
+            ds = ds.shard(pipelines, pipeline)
+        mine = len(range(pipeline, sum(counts), pipelines))
     spec = _parse_spec(seq_length)
-    ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = shuffled_epochs(ds, mine, shuffle_buffer, seed, skip, pipeline)
     ds = ds.map(lambda r: _to_int32(tf.io.parse_single_example(r, spec)), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def num_train_features(path: str) -> int:
+    """The number of records of training shard ``path``, from its manifest (``prepare_train_shard``)."""
+    try:
+        with io_utils.open(path + ".json", encoding="utf-8") as f:
+            return int(json.load(f)["num_features"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}.json: unreadable training shard manifest ({e}); rerun with --overwrite_data") \
+            from None
 
 
 INFERENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index")

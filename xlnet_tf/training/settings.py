@@ -295,7 +295,8 @@ class FinetuneSettings(RunSettings):
     predict_dir: Optional[str] = setting(None, "Prediction files (default: <model_dir>/predict).")
     export_dir: Optional[str] = setting(None, "Write a TF Serving SavedModel of the fine-tuned model here.")
     max_seq_length: int = setting(128, "Sequence length (tokens, incl. <sep>/<cls>).")
-    shuffle_buffer: int = setting(2048, "Training shuffle buffer.")
+    shuffle_buffer: int = setting(2048, "Training records are shuffled within consecutive windows of this many, in "
+                                  "a new order every epoch.")
     do_train: bool = setting(False, "Fine-tune.")
     do_eval: bool = setting(False, "Evaluate (the task's official metrics), logged, written to the model "
                             "directory and to TensorBoard.")
@@ -321,4 +322,6 @@ class FinetuneSettings(RunSettings):
         errors = super().errors()
         if not any(getattr(self, stage) for stage in self.STAGES):
             errors.insert(0, f"nothing to do: set {', '.join('--' + stage for stage in self.STAGES)}")
+        if self.shuffle_buffer < 1:
+            errors.append(f"--shuffle_buffer={self.shuffle_buffer} must be >= 1")
         return errors

@@ -68,6 +68,7 @@ class Training:
     manager: tf.train.CheckpointManager
     checkpoint_dir: str
     start_step: int
+    resumed: Optional[str] = None  # the checkpoint restored, if any
 
     def finished(self) -> bool:
         """Whether ``start_step`` already reached ``train_steps`` (logged)."""
@@ -191,7 +192,8 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
     else:
         logging.log(logging.WARNING if warn_from_scratch else logging.INFO,
                     "no --init_checkpoint: training from random weights")
-    return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()))
+    return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()),
+                    resumed)
 
 
 def named_weights(model) -> dict:

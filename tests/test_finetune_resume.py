@@ -1,0 +1,196 @@
+"""Fine-tuning resumes exactly: a run SIGKILLed at a random step after a checkpoint and rerun with the same flags
+ends with the checkpoint an uninterrupted run ends with (every variable: weights, optimizer slots, step, dropout
+seed states), dropout on, for classification, multiple choice (RACE) and SQuAD; changed order flags are refused."""
+
+import os
+import random
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from classifier_helpers import DEFAULTS, FIXTURES, REPO, SPIECE, micro_config
+from xlnet_tf.errors import InputError
+from xlnet_tf.finetuning import runner
+from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.squad import SquadSettings
+
+TRAIN_STEPS, SAVE_STEPS = 16, 5
+
+# Runs an entry point (argv[2:]) that kills itself with SIGKILL once a host loop ends at or after step argv[1]
+# (nothing is saved at that step: the kill comes before the checkpoint of a save step).
+_KILLED_AT = """
+import os, runpy, signal, sys
+from xlnet_tf.training import setup
+kill_at, run_host_loops = int(sys.argv[1]), setup.run_host_loops
+def killing(host_loop, **kwargs):
+    step = kwargs["start_step"]
+    def loop(steps, state):
+        nonlocal step
+        out = host_loop(steps, state)
+        step += int(steps)
+        if step >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+    return run_host_loops(loop, **kwargs)
+setup.run_host_loops = killing
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def common(tmp_path) -> dict:
+    return dict(model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, model_dir=str(tmp_path / "model"),
+                do_train=True, train_steps=TRAIN_STEPS, save_steps=SAVE_STEPS, iterations=3, learning_rate=1e-3,
+                dropout=0.1, dropatt=0.1, train_batch_size=4, shuffle_buffer=3, seed=3)
+
+
+def flag_list(values: dict) -> list:
+    return [f"--{k}={v}" for k, v in values.items() if v is not None]
+
+
+def killed_then_resumed(script: str, values: dict, settings_cls, tmp_path) -> str:
+    """``script`` with ``values`` killed at a random step past the first checkpoint, then rerun in this process;
+    returns its model_dir."""
+    values = dict(values, model_dir=str(tmp_path / "killed"))
+    kill_at = random.randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_AT, str(kill_at), script, *flag_list(values)], cwd=REPO,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, (kill_at, proc.stderr[-3000:])
+    saved = tf.train.latest_checkpoint(values["model_dir"])
+    assert saved and saved.endswith(f"-{(kill_at - 1) // SAVE_STEPS * SAVE_STEPS}"), (kill_at, saved)
+    runner.run(settings_cls.from_values(values))
+    return values["model_dir"]
+
+
+def variables_by_path(model_dir: str) -> dict:
+    """Every variable of the latest checkpoint in ``model_dir`` by its shortest object path other than the named
+    ``weights/`` copies (Keras names a model's layers _1, _2... when this process builds it again)."""
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    values, seen, queue = {}, set(), [(0, "")]
+    while queue:  # breadth first: each node by its shortest path
+        node, path = queue.pop(0)
+        if node in seen:
+            continue
+        seen.add(node)
+        values.update({f"{path}/{a.name}": reader.get_tensor(a.checkpoint_key) for a in graph.nodes[node].attributes})
+        queue += [(c.node_id, f"{path}/{c.local_name}") for c in graph.nodes[node].children
+                  if (node, c.local_name) != (0, "weights")]
+    return values
+
+
+def assert_same_checkpoints(straight_dir: str, resumed_dir: str):
+    straight, resumed = variables_by_path(straight_dir), variables_by_path(resumed_dir)
+    assert sorted(straight) == sorted(resumed)
+    assert straight["/global_step/VARIABLE_VALUE"] == TRAIN_STEPS
+    assert [n for n in straight if n.startswith("/dropout_seeds/")] and [n for n in straight if "/optimizer/" in n]
+    for name in straight:  # bit-identical, dropout on
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+def classifier_values(tmp_path, **task) -> dict:
+    return dict(DEFAULTS, **common(tmp_path), max_seq_length=32, **task)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("task", [dict(task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2")),
+                                  dict(task_name="race", data_dir=os.path.join(FIXTURES, "race"), max_qa_length=16)],
+                         ids=["classification", "race"])
+def test_killed_classifier_run_resumes_exactly(tmp_path, task):
+    values = classifier_values(tmp_path, **task)
+    runner.run(ClassifierSettings.from_values(values))
+    killed = killed_then_resumed("run_classifier.py", values, ClassifierSettings, tmp_path)
+    assert_same_checkpoints(values["model_dir"], killed)
+    if task["task_name"] != "race":
+        return
+    # Flags that would change the batches of the remaining steps are refused, naming them.
+    more = dict(values, train_steps=TRAIN_STEPS + 4)
+    with pytest.raises(InputError, match=r"trained with --seed=3 --train_batch_size=4; resuming with --seed=4 "
+                                         r"--train_batch_size=8 would change the training batches from step 16"):
+        runner.run(ClassifierSettings.from_values(dict(more, seed=4, train_batch_size=8)))
+
+
+@pytest.mark.multiprocess
+def test_killed_squad_run_resumes_exactly(tmp_path):
+    squad = os.path.join(FIXTURES, "squad")
+    values = dict(common(tmp_path), train_file=os.path.join(squad, "train-v2.0.json"),
+                  output_dir=str(tmp_path / "features"), max_seq_length=64, max_query_length=16, doc_stride=24)
+    runner.run(SquadSettings.from_values(values))
+    killed = killed_then_resumed("run_squad.py", values, SquadSettings, tmp_path)
+    assert_same_checkpoints(values["model_dir"], killed)
+
+
+def _write_ids(path: str, ids) -> None:
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in ids:
+            feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _batches(ds, count):
+    return [b["id"].numpy().tolist() for b in ds.take(count)]
+
+
+def test_training_stream_is_a_function_of_the_step_for_every_input_pipeline(tmp_path):
+    """What the resume relies on, per input pipeline of a multi-worker job (2 pipelines feeding 2 replicas
+    each): started at step k, the stream gives the batches the stream started at 0 gives from step k on; each
+    epoch is a new order of the pipeline's records, each record once."""
+    from xlnet_tf.finetuning import records
+
+    path = str(tmp_path / "train.tf_record")
+    _write_ids(path, range(23))
+    spec = {"id": ([], tf.int64)}
+    for pipeline in (0, 1):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=4)
+
+        def stream(step):
+            return records.train_dataset(path, spec, ctx, 2, shuffle_buffer=5, seed=7, num_records=23,
+                                         start_step=step)
+        straight = _batches(stream(0), 30)
+        for step in (1, 3, 6, 11):  # within the first window, epoch boundaries, several epochs on
+            assert _batches(stream(step), 30 - 2 * step) == straight[2 * step:], (pipeline, step)
+        flat = sum(straight, [])
+        mine = list(range(pipeline, 23, 2))
+        epochs = [flat[i:i + len(mine)] for i in range(0, 4 * len(mine), len(mine))]
+        assert all(sorted(e) == mine for e in epochs) and len({tuple(e) for e in epochs}) == 4, epochs
+        assert all(sorted(e[:5]) == mine[:5] for e in epochs)  # shuffled within windows of --shuffle_buffer
+
+
+def test_squad_stream_counts_each_pipelines_records(tmp_path):
+    """SQuAD shards (record counts from their manifests): whole shards per pipeline when there are enough,
+    else records dealt round-robin; either way a later start continues the same stream."""
+    import json
+
+    from xlnet_tf.tasks import squad_data
+
+    paths = []
+    for i, count in enumerate((5, 9, 4)):
+        paths.append(str(tmp_path / f"shard{i}.tf_record"))
+        with tf.io.TFRecordWriter(paths[-1]) as writer:
+            for j in range(count):
+                writer.write(squad_data._tf_example(_squad_feature(i * 100 + j)))
+        with open(paths[-1] + ".json", "w") as f:
+            json.dump({"num_features": count}, f)
+    for pipelines in (2, 4):
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipelines - 1,
+                                         num_replicas_in_sync=pipelines)
+
+        def stream(step):
+            ds = squad_data.train_dataset(paths, 2, 8, ctx, shuffle_buffer=3, seed=1, start_step=step)
+            return [b["unique_ids"].numpy().tolist() for b in ds.take(24 - step)]
+        straight = stream(0)
+        for step in (3, 13):
+            assert stream(step) == straight[step:], (pipelines, step)
+
+
+def _squad_feature(unique_id):
+    return types.SimpleNamespace(unique_id=unique_id, input_ids=[1] * 8, padding_mask=[1.0] * 8, p_mask=[0.0] * 8,
+                                 segment_ids=[0] * 8, cls_index=7, start_position=0, end_position=0,
+                                 is_impossible=False)
