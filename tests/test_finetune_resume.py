@@ -112,9 +112,14 @@ def test_killed_classifier_run_resumes_exactly(tmp_path, task):
         return
     # Flags that would change the batches of the remaining steps are refused, naming them.
     more = dict(values, train_steps=TRAIN_STEPS + 4)
+    record = os.path.join(values["model_dir"], "finetune_settings.json")
+    with open(record) as f:
+        recorded = f.read()
     with pytest.raises(InputError, match=r"trained with --seed=3 --train_batch_size=4; resuming with --seed=4 "
                                          r"--train_batch_size=8 would change the training batches from step 16"):
         runner.run(ClassifierSettings.from_values(dict(more, seed=4, train_batch_size=8)))
+    with open(record) as f:
+        assert f.read() == recorded  # the refused run left the run record as it was
 
 
 @pytest.mark.multiprocess

@@ -14,7 +14,7 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
-from xlnet_tf.finetuning.trainer import FinetuneTask, train
+from xlnet_tf.finetuning.trainer import FinetuneTask, check_data_order, train
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.setup import checkpoint_step, start_run
 
@@ -32,6 +32,7 @@ def run(settings) -> Optional[dict]:
     result, model = {}, None
 
     if s.do_train:
+        check_data_order(s, strategy)  # a refused resume must not overwrite the run record
         write_run_record(s.model_dir, family, s)  # what `python -m xlnet_tf.cli.export` rebuilds the model from
         dataset_fn, summary = task.training_data(strategy.num_replicas_in_sync)
         task.check_eval_data()

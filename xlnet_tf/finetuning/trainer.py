@@ -76,31 +76,44 @@ def data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> 
             "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy)}
 
 
-def keep_data_order(training, order: dict) -> None:
-    """Records ``order`` in every checkpoint ``training`` writes from now on; when it resumed, first checks it
-    against the order its checkpoint recorded: a SettingsError names the flags that would change the batches of
-    the steps to come (a checkpoint of an older xlnet_tf, which recorded none, resumes with a warning)."""
+def check_data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> None:
+    """Before anything is written or encoded: if ``model_dir`` holds a checkpoint to resume from, a SettingsError
+    names the flags whose values differ from those it was trained with and would change the training batches of the
+    steps to come (a checkpoint of an older xlnet_tf, which recorded none, resumes with a warning)."""
     from xlnet_tf.checkpoint import checkpoint_reader
     from xlnet_tf.training.settings import SettingsError
+    from xlnet_tf.training.setup import checkpoint_step
 
-    if training.resumed:
-        reader = checkpoint_reader(training.resumed)
-        if reader.has_tensor(DATA_ORDER_KEY):
-            recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
-            changed = [k for k in order if k in recorded and recorded[k] != order[k]]
-            if changed:
-                def flags(values):
-                    return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
-                                    f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
-                raise SettingsError(
-                    f"--model_dir={training.settings.model_dir}: {training.resumed} was trained with "
-                    f"{flags(recorded)}; resuming with {flags(order)} would change the training batches from step "
-                    f"{training.start_step} on: rerun with the recorded values, or start a new --model_dir "
-                    "(warm-started from this one with --init_checkpoint)")
-        else:
-            logging.warning("%s records no data order (written by an older xlnet_tf): the batches from step %d on "
-                            "follow the current flags, not those the interrupted run would have taken",
-                            training.resumed, training.start_step)
+    state = tf.train.get_checkpoint_state(settings.model_dir)
+    reader = None
+    for resumed in reversed(list(state.all_model_checkpoint_paths) if state else []):
+        try:  # the newest readable one: the run resumes from it (setup_training skips damaged ones, saying so)
+            reader = checkpoint_reader(resumed)
+            break
+        except (tf.errors.OpError, ValueError):
+            continue
+    if reader is None:
+        return
+    order = data_order(settings, strategy)
+    if not reader.has_tensor(DATA_ORDER_KEY):
+        logging.warning("%s records no data order (written by an older xlnet_tf): the batches from its step on "
+                        "follow the current flags, not those the interrupted run would have taken", resumed)
+        return
+    recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
+    changed = [k for k in order if k in recorded and recorded[k] != order[k]]
+    if changed:
+        def flags(values):
+            return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
+                            f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
+        raise SettingsError(
+            f"--model_dir={settings.model_dir}: {resumed} was trained with {flags(recorded)}; resuming with "
+            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with the recorded values, "
+            "or start a new --model_dir (warm-started from this one with --init_checkpoint)")
+
+
+def keep_data_order(training, order: dict) -> None:
+    """Records ``order`` in every checkpoint ``training`` writes from now on (``check_data_order`` compared it with
+    the checkpoint resumed from before the run started)."""
     training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
                                                          name="data_order")
 
