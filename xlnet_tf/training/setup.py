@@ -234,7 +234,9 @@ def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] 
     """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``."""
     path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
     if not path:
-        raise FileNotFoundError(f"{model_dir}: no fine-tuned checkpoint to evaluate or predict with")
+        raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
+                                "export with: train first (--do_train) or name one with --predict_ckpt "
+                                "(--init_checkpoint is the starting point of training, not read without it)")
     read_model(model, path)
     return path
 
