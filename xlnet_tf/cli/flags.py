@@ -42,6 +42,10 @@ A tool is a settings dataclass and a function that takes it::
     ``NotADirectoryError``, ``IsADirectoryError``, ``PermissionError``) and absl's ``flags.Error``.
   - ``xlnet_tf.errors.WorkerLostError``: another worker of a multi-worker run was lost; the line says how to
     resume (no ``--helpfull`` pointer: no flag is wrong).
+  - One of these raised inside TensorFlow (a tf.data generator, a py_function), which re-raises it as its own
+    error with the Python traceback in its message: the message alone is printed. And TensorFlow's
+    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a read-only file system
+    (``user_error_message``).
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
 """
