@@ -168,3 +168,15 @@ def test_the_tools_print_one_line_and_exit_1(pretrained, tmp_path):
         errors = [line for line in stderr.splitlines() if ": error: " in line]
         assert len(errors) == 1 and expected[name] in errors[0], (name, stderr[-3000:])
     assert not os.path.exists(tmp_path / "c" / "features")  # refused before the encoding
+
+
+def test_a_corrupt_saved_model_pb_is_named(tmp_path):
+    from xlnet_tf.batch.prediction import SavedModelPredictor
+    from xlnet_tf.finetuning.serving import custom_ops
+
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "saved_model.pb").write_bytes(b"\x0a\xff\xff\xff" + b"not a protobuf" * 10)
+    with pytest.raises(InputError, match=rf"{tmp_path}/1/saved_model.pb: not a SavedModel \(truncated or corrupt"):
+        custom_ops(str(tmp_path / "1"))
+    with pytest.raises(InputError, match=rf"--saved_model={tmp_path}/1: cannot load it"):
+        SavedModelPredictor(str(tmp_path))

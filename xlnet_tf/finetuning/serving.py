@@ -267,6 +267,7 @@ def custom_ops(saved_model_dir: str) -> dict:
     import glob
 
     import tensorflow_text
+    from google.protobuf import message
     from tensorflow.core.protobuf import saved_model_pb2
 
     path = os.path.join(saved_model_dir, "saved_model.pb")
@@ -274,7 +275,11 @@ def custom_ops(saved_model_dir: str) -> dict:
         raise InputError(f"{saved_model_dir}: no saved_model.pb (give an export's version directory)")
     saved = saved_model_pb2.SavedModel()
     with tf.io.gfile.GFile(path, "rb") as f:
-        saved.ParseFromString(f.read())
+        data = f.read()
+    try:
+        saved.ParseFromString(data)
+    except message.DecodeError as e:
+        raise InputError(f"{path}: not a SavedModel (truncated or corrupt: {e})") from None
     ops = set()
     for graph in saved.meta_graphs:
         ops.update(node.op for node in graph.graph_def.node)
