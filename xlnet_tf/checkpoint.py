@@ -6,9 +6,6 @@ them against the checkpoint before assigning any, so a wrong file never leaves a
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import logging as std_logging
 import os
 import re
 
@@ -110,16 +107,12 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
 def read_model(model, path: str) -> None:
     """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; an InputError naming it
     if it holds another model (different task or shape) or cannot be read."""
-    with _tensorflow_warnings_silenced():  # see _staged_pretrained
-        try:
-            tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
-            return
-        except (AssertionError, ValueError) as e:
-            error = InputError(f"{path}: not a checkpoint of this model ({_first_line(e)})")
-        except (tf.errors.OpError, IndexError) as e:
-            error = InputError(f"{path}: unreadable checkpoint ({_first_line(e)})")
-        gc.collect()
-    raise error
+    try:
+        tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:
+        raise InputError(f"{path}: not a checkpoint of this model ({_first_line(error)})") from None
+    except (tf.errors.OpError, IndexError) as error:
+        raise InputError(f"{path}: unreadable checkpoint ({_first_line(error)})") from None
 
 
 def _first_line(error: Exception) -> str:
@@ -164,38 +157,19 @@ def _staged_pretrained(prefix: str, config, lm_bias: bool):
     if is_tf1_checkpoint(prefix):
         load_original_checkpoint(staging, prefix)
         return staging
-    # A read that fails part-way leaves a restore in flight whose values were never used: when it is collected,
-    # TensorFlow logs one "Value in checkpoint could not be found" line per variable (82 for the tiny model) under
-    # the one-line error. It is collected here, with TensorFlow's warnings silenced.
-    with _tensorflow_warnings_silenced():
-        status = None
-        try:
-            status = native_checkpoint(staging).read(prefix)
-            status.assert_existing_objects_matched()
-        except (AssertionError, ValueError) as e:
-            error = InputError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
-                               f"(different config?): {_first_line(e)}")
-        except _UNREADABLE as e:
-            error = _unreadable(prefix, e)
-        else:
-            return staging
-        finally:
-            if status is not None:
-                status.expect_partial()
-        del staging, status
-        gc.collect()
-    raise error
-
-
-@contextlib.contextmanager
-def _tensorflow_warnings_silenced():
-    logger = std_logging.getLogger("tensorflow")  # tf.get_logger()
-    level = logger.level
-    logger.setLevel(std_logging.ERROR)
+    status = None
     try:
-        yield
+        status = native_checkpoint(staging).read(prefix)
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        raise InputError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
+                         f"(different config?): {_first_line(e)}") from None
+    except _UNREADABLE as error:
+        raise _unreadable(prefix, error) from None
     finally:
-        logger.setLevel(level)
+        if status is not None:
+            status.expect_partial()
+    return staging
 
 
 def check_pretrained(path: str, config) -> None:

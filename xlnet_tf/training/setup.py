@@ -27,6 +27,7 @@ from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.optimization import create_optimizer
 from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
 from xlnet_tf.training.settings import RunSettings, SettingsError
+from xlnet_tf.errors import InputError
 
 
 def start_run(settings: RunSettings) -> tf.distribute.Strategy:
@@ -226,7 +227,7 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
             continue
         return path
     if failures:
-        raise ValueError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
+        raise InputError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
     return None
 
 
