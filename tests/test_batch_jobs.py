@@ -101,6 +101,13 @@ def test_a_damaged_flags_file_fails_its_run_with_a_line_naming_it(tmp_path):
         reason = jobs.prepare_run(run)
         assert reason.startswith(f"{flags_file}: damaged, ") and "delete it" in reason, reason
         assert flags_file.read_text() == damaged
+    # The job's output_dir is checked when the job file is read.
+    (tmp_path / "a_file").write_text("x")
+    job_file = tmp_path / "blocked.yaml"
+    job_file.write_text(yaml.safe_dump(dict(output_dir=str(tmp_path / "a_file" / "runs"), runs=[{"name": "a"}])))
+    with pytest.raises(jobs.JobError, match=r"blocked.yaml: output_dir=.*a_file/runs: .*a_file is a file, not a "
+                                            r"directory"):
+        jobs.load_job(str(job_file))
 
 
 def test_command_line_arguments_and_flags_in_any_order(tmp_path):

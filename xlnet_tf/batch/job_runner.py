@@ -51,6 +51,7 @@ import yaml
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
+from xlnet_tf.training.settings import output_dir_problem
 
 JOB_KEYS = ("output_dir", "defaults", "runs", "script")
 RUN_KEYS = ("name", "seeds", "metric")  # the job's own keys in a run entry; every other key is a flag
@@ -104,6 +105,9 @@ def load_job(path: str) -> Job:
                        f"{', '.join(JOB_KEYS)}; flags go under defaults or a run)")
     if not spec.get("output_dir"):
         raise JobError(f"{path}: output_dir is missing (each run's --model_dir is <output_dir>/<run name>)")
+    problem = output_dir_problem(str(spec["output_dir"]))
+    if problem:
+        raise JobError(f"{path}: output_dir={spec['output_dir']}: {problem}")
     defaults = spec.get("defaults") or {}
     entries = spec.get("runs")
     if not isinstance(defaults, dict):
