@@ -89,6 +89,27 @@ def test_damaged_result_files_are_reported_not_fatal(tmp_path, capsys):
     assert json.loads((tmp_path / "out" / "results.json").read_text())["runs"][0]["run"] == "a"
 
 
+def test_a_damaged_flags_file_fails_its_run_with_a_line_naming_it(tmp_path):
+    """A run's job_flags.yaml (the flags it started with) that is not YAML, or not a mapping, fails that run with a
+    reason naming the file; the flags file is left for the user to look at."""
+    job = jobs.load_job(write_job(tmp_path, [{"name": "a"}], train_steps=3))
+    run = job.runs[0]
+    os.makedirs(run.model_dir)
+    flags_file = tmp_path / "out" / "a" / jobs.FLAGS_FILE
+    for damaged in ("task_name: [sst-2\n", "- a list\n"):
+        flags_file.write_text(damaged)
+        reason = jobs.prepare_run(run)
+        assert reason.startswith(f"{flags_file}: damaged, ") and "delete it" in reason, reason
+        assert flags_file.read_text() == damaged
+    # The job's output_dir is checked when the job file is read.
+    (tmp_path / "a_file").write_text("x")
+    job_file = tmp_path / "blocked.yaml"
+    job_file.write_text(yaml.safe_dump(dict(output_dir=str(tmp_path / "a_file" / "runs"), runs=[{"name": "a"}])))
+    with pytest.raises(jobs.JobError, match=r"blocked.yaml: output_dir=.*a_file/runs: .*a_file is a file, not a "
+                                            r"directory"):
+        jobs.load_job(str(job_file))
+
+
 def test_command_line_arguments_and_flags_in_any_order(tmp_path):
     """``finetune JOB.yaml`` are arguments after absl's flags (flags may come before, between or after them);
     --dry_run lists the runs --only selects, and runs nothing."""

@@ -2,6 +2,7 @@
 checkpoint path (run_classifier.py --predict_input_glob) and the SavedModel path agree, SavedModel versions, and a
 SIGKILLed job that reruns to output identical to an uninterrupted one."""
 
+import gzip
 import json
 import os
 import signal
@@ -123,6 +124,20 @@ def test_rows_are_streamed_and_bad_ones_named(tmp_path):
         bp.list_shards(str(tmp_path / "nothing*"))
     with pytest.raises(ValueError, match="unknown input format"):
         bp.shard_format(str(tmp_path / "c.txt"))
+    # A byte-order mark is not part of the first column's name; a gzip file named .tsv is named, not read as rows;
+    # a directory given as the glob says so.
+    bom = tmp_path / "bom.tsv"
+    bom.write_bytes("\ufeffsentence\tid\nGood.\tx1\n".encode("utf-8"))
+    assert [(r.text_a, r.id) for r in bp.read_rows(str(bom), "tsv", fields)] == [("Good.", "x1")]
+    with pytest.raises(ValueError, match=r"bom.tsv:1: header has no column 'text' \(columns: sentence, id\)"):
+        list(bp.read_rows(str(bom), "tsv", bp.Fields.parse("text")))
+    packed = tmp_path / "packed.tsv"
+    packed.write_bytes(gzip.compress(tsv.read_bytes()))
+    for fmt in ("tsv", "jsonl"):
+        with pytest.raises(ValueError, match=rf"packed.tsv: a gzip file, not {fmt.upper()} text: decompress it"):
+            bp.check_header(str(packed), fmt, fields)
+    with pytest.raises(ValueError, match=rf"--input_glob: '{tmp_path}' is a directory: give a glob of its files"):
+        bp.list_shards(str(tmp_path))
 
 
 def test_saved_model_version_is_the_highest(tmp_path):
@@ -185,6 +200,14 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
     lock.write_text(json.dumps(dict(host=socket.gethostname(), pid=int(gone.stdout), started="earlier")))
     bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"))
     assert not lock.exists()
+    # A shard whose every row is bad (a TSV read as JSON Lines) is an error, not "done, all rows skipped".
+    tsv_as_jsonl = tmp_path / "tsv" / "rows.jsonl"
+    tsv_as_jsonl.parent.mkdir()
+    tsv_as_jsonl.write_text("id\tsentence\nx1\tGood.\nx2\tBad.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"rows.jsonl: all 3 rows are bad, e.g. .*rows.jsonl:1: not valid JSON.*"
+                                         r"is it JSONL\? --input_format"):
+        bp.predict_shards(predictor, str(tsv_as_jsonl), str(tmp_path / "tsv_out"), bp.Fields.parse("sentence"))
+    assert not (tmp_path / "tsv_out" / "rows.jsonl.predictions.jsonl").exists()
     # Another model into the same output directory is refused, not mixed in.
     with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
         bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))

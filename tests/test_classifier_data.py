@@ -1,5 +1,6 @@
 """GLUE/IMDB/Yelp reading in the official layouts, XLNet's input layout, bad input, feature caching, metrics."""
 
+import gzip
 import os
 
 import numpy as np
@@ -102,6 +103,20 @@ def test_label_outside_the_label_set_names_file_and_line(tmp_path):
     _write(str(tmp_path / "train.tsv"), "\t".join(["c"] * 9 + ["score"]) + "\n" + "\t".join(["x"] * 9 + ["high"]))
     with pytest.raises(ValueError, match=r"train\.tsv:2: label 'high' is not a number"):
         cd.read_examples(cd.get_task("sts-b"), str(tmp_path), "train")
+
+
+def test_bad_utf8_names_its_line_a_bom_is_dropped_and_gzip_is_named(tmp_path):
+    task = cd.get_task("sst-2")
+    (tmp_path / "train.tsv").write_bytes(b"sentence\tlabel\ngood film\t1\nbad \xff film\t0\n")
+    with pytest.raises(ValueError, match=r"train\.tsv:3: not UTF-8 text \(byte 5 of the line: invalid start byte\)$"):
+        cd.read_examples(task, str(tmp_path), "train")
+    (tmp_path / "train.tsv").write_bytes(gzip.compress(b"sentence\tlabel\ngood film\t1\n"))
+    with pytest.raises(ValueError, match=r"train\.tsv:1: not UTF-8 text .*\(a gzip file\? decompress it first\)"):
+        cd.read_examples(task, str(tmp_path), "train")
+    # Yelp's CSVs have no header: a byte-order mark would otherwise be part of the first row's label.
+    (tmp_path / "train.csv").write_bytes('\ufeff"1","good film"\n'.encode("utf-8"))
+    example = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train").examples[0]
+    assert (example.text_a, example.label) == ("good film", "1")
 
 
 @pytest.mark.parametrize("score", ["17.5", "-0.1", "nan", "inf"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from xlnet_tf.errors import InputError
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
@@ -326,13 +327,14 @@ def test_damaged_data_is_named_at_start_up(data_dir, tmp_path):
     assert len(damaged) == 1 and damaged[0].startswith(f"{first}: ") and "corrupted record" in damaged[0]
     open(first, "wb").write(data[: len(data) // 2])
     os.remove(second)
-    with pytest.raises(ValueError) as error:
+    # InputErrors: the tools print them as one line, without a traceback
+    with pytest.raises(InputError) as error:
         mf.load_manifest(str(copy))
     assert f"{first}: {len(data) // 2} bytes, written with {len(data)}" in str(error.value)
     assert f"{second}: missing" in str(error.value)
     with open(copy / "manifest.json", "w") as f:
         f.write('{"format": "xlnet_tf.pretraining_data/1", "shards": [')
-    with pytest.raises(ValueError, match=r"manifest\.json: not a valid JSON file"):
+    with pytest.raises(InputError, match=r"manifest\.json: not a valid JSON file"):
         mf.load_manifest(str(copy))
 
 

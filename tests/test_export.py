@@ -95,7 +95,13 @@ def served(run):
             "input_ids": {"dtype": "int32", "value": [x[0] for x in ids]},
             "segment_ids": {"dtype": "int32", "value": [x[1] for x in ids]},
             "padding_mask": {"dtype": "float32", "value": [x[2] for x in ids]}}},
-        {"signature": "metadata", "inputs": {}}],
+        {"signature": "metadata", "inputs": {}},
+        # Inputs of another rank than the declared [None], as TF Serving passes them on (a [2, 2] tensor must not
+        # be 4 examples, a scalar not 1).
+        {"signature": "serving_default", "inputs": {"sentence": strings([["a", "b"], ["c", "d"]]),
+                                                    "sentence2": strings(["e", "f"])}},
+        {"signature": "serving_default", "inputs": {"sentence": strings(["a", "b"]),
+                                                    "sentence2": dict(strings(["e"]), shape=[])}}],
         "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
 
 
@@ -103,7 +109,7 @@ def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run, served):
     """serving_default on the dev sentences gives run_classifier --do_predict's logits; serve_ids on the ids of
     the Python tokenizer too; the metadata signature says what the client needs."""
     predicted = run["predicted"]
-    text, by_ids, meta = (c["outputs"] for c in served["calls"])
+    text, by_ids, meta = (c["outputs"] for c in served["calls"][:3])
     expected = np.array([p["logits"] for p in predicted])
     for outputs in (text, by_ids):
         np.testing.assert_allclose(outputs["logits"]["value"], expected, rtol=1e-5, atol=1e-6)
@@ -114,6 +120,17 @@ def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run, served):
     assert base64.b64decode(meta["kind"]["value"]) == b"classification"
     assert decoded(meta["labels"]) == ["0", "1"] and meta["max_seq_length"]["value"] == SEQ
     assert meta["lower_case"]["value"] is False and meta["pair"]["value"] is True
+
+
+def test_inputs_of_another_rank_are_refused_naming_the_input(served):
+    """The signature declares [None] per text input; a [2, 2] tensor or a scalar is an InvalidArgumentError that
+    names the input, as the Keras model refuses them, not 4 or 1 predictions."""
+    matrix, scalar = served["calls"][3:5]
+    assert matrix.get("error") == "InvalidArgumentError", matrix
+    assert "Shape of tensor" in matrix["message"] and "sentence [2,2] is not compatible with expected shape [?]" \
+        in matrix["message"] and "sentence_shape_as_declared" in matrix["message"]
+    assert scalar.get("error") == "InvalidArgumentError", scalar
+    assert "sentence2 [] is not compatible with expected shape [?]" in scalar["message"]
 
 
 def test_saved_model_cli_lists_both_signatures(run):

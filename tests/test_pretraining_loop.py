@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from xlnet_tf.errors import InputError
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.training.distribute import create_strategy
@@ -172,7 +173,7 @@ def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, monke
     for path in glob.glob(str(tmp_path / "damaged" / "xlnet_model-*.index")):
         with open(path, "wb") as f:
             f.write(b"garbage")
-    with pytest.raises(ValueError, match="no intact checkpoint to resume from"):
+    with pytest.raises(InputError, match="no intact checkpoint to resume from"):  # one line from the tools
         train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=6, save_steps=2)
 
 

@@ -48,9 +48,8 @@ _UNREADABLE = (tf.errors.OpError, IndexError, UnicodeDecodeError)
 
 
 def _unreadable(prefix: str, error: Exception) -> InputError:
-    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return InputError(f"{prefix}: unreadable checkpoint (truncated, corrupt, or not a TensorFlow checkpoint): "
-                      f"{message}")
+                      f"{_first_line(error)}")
 
 
 def checkpoint_reader(path: str) -> tf.train.CheckpointReader:
@@ -106,14 +105,18 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
 
 
 def read_model(model, path: str) -> None:
-    """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; a ValueError naming it
+    """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; an InputError naming it
     if it holds another model (different task or shape) or cannot be read."""
     try:
         tf.train.Checkpoint(model=model).read(path).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:
-        raise ValueError(f"{path}: not a checkpoint of this model ({str(error).strip().splitlines()[0]})") from None
+        raise InputError(f"{path}: not a checkpoint of this model ({_first_line(error)})") from None
     except (tf.errors.OpError, IndexError) as error:
-        raise ValueError(f"{path}: unreadable checkpoint ({str(error).strip().splitlines()[0]})") from None
+        raise InputError(f"{path}: unreadable checkpoint ({_first_line(error)})") from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def write_tf1_checkpoint(tensors: dict[str, np.ndarray], prefix: str) -> str:
@@ -144,35 +147,47 @@ def native_checkpoint(model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
 
 
-def load_pretrained(model, path: str) -> None:
-    """Loads pretrained XLNet weights from either format: the original TF1 release or our native checkpoints
-    (``xlnet-convert-checkpoint`` output, pretraining output). Only the network (and the LM bias, if ``model``
-    has one) is read; task heads keep their fresh initialisation."""
-    prefix = resolve_checkpoint(path)
-    if is_tf1_checkpoint(prefix):
-        backbone = getattr(model, "xlnet", model)
-        target = model if hasattr(model, "lm_bias") else backbone
-        load_original_checkpoint(target, prefix)
-        return
-    # Restore into a staging copy first: a mismatched checkpoint must not leave the model half-loaded.
+def _staged_pretrained(prefix: str, config, lm_bias: bool):
+    """A fresh network of ``config`` (an ``XLNetPretrainer`` if ``lm_bias``, else an ``XLNetModel``) holding the
+    pretrained weights of ``prefix``, either format; an InputError naming the checkpoint if it is unreadable or
+    does not fit ``config``. Loading into this copy first leaves the caller's model untouched by a bad file."""
     from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer
 
-    backbone = getattr(model, "xlnet", model)
-    staging = (XLNetPretrainer if hasattr(model, "lm_bias") else XLNetModel)(backbone.config)
+    staging = (XLNetPretrainer if lm_bias else XLNetModel)(config)
+    if is_tf1_checkpoint(prefix):
+        load_original_checkpoint(staging, prefix)
+        return staging
     status = None
     try:
         status = native_checkpoint(staging).read(prefix)
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:
         raise InputError(f"{prefix}: checkpoint does not hold every XLNet variable of this model "
-                         f"(different config?): {e}") from None
+                         f"(different config?): {_first_line(e)}") from None
     except _UNREADABLE as error:
         raise _unreadable(prefix, error) from None
     finally:
         if status is not None:
             status.expect_partial()
-    targets = backbone.weights + ([model.lm_bias] if hasattr(model, "lm_bias") else [])
-    sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if hasattr(model, "lm_bias") else [])
+    return staging
+
+
+def check_pretrained(path: str, config) -> None:
+    """Reads the pretrained network of ``path`` into a throwaway copy of ``config``'s network: an InputError now if
+    the checkpoint is unreadable (damaged index or data) or of another config, before minutes of other work."""
+    _staged_pretrained(resolve_checkpoint(path), config, lm_bias=False)
+
+
+def load_pretrained(model, path: str) -> None:
+    """Loads pretrained XLNet weights from either format: the original TF1 release or our native checkpoints
+    (``xlnet-convert-checkpoint`` output, pretraining output). Only the network (and the LM bias, if ``model``
+    has one) is read; task heads keep their fresh initialisation."""
+    prefix = resolve_checkpoint(path)
+    backbone = getattr(model, "xlnet", model)
+    lm_bias = hasattr(model, "lm_bias")
+    staging = _staged_pretrained(prefix, backbone.config, lm_bias)
+    targets = backbone.weights + ([model.lm_bias] if lm_bias else [])
+    sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if lm_bias else [])
     for source, target in zip(sources, targets):
         target.assign(source)
     objective = pretraining_objective(prefix)

@@ -40,6 +40,8 @@ import uuid
 from typing import Iterator, Optional
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+# The first bytes of a gzip file: readers of text name it when such a file is given as text (a `.tsv.gz` renamed).
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _gfile():

@@ -28,6 +28,7 @@ import tensorflow as tf
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, SPECIAL_SYMBOLS, \
     SPIECE_UNDERLINE, SQUAD_SEG_ID_CLS as SQUAD_SEG_CLS, SQUAD_SEG_ID_P as SQUAD_SEG_P, \
     SQUAD_SEG_ID_PAD as SQUAD_SEG_PAD, SQUAD_SEG_ID_Q as SQUAD_SEG_Q
+from xlnet_tf.errors import InputError
 
 
 def _char_class(predicate) -> str:
@@ -156,7 +157,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
         if not isinstance(spiece_model, (bytes, bytearray)):
-            raise ValueError(f"spiece_model: expected the SentencePiece model's bytes, got "
+            raise InputError(f"spiece_model: expected the SentencePiece model's bytes, got "
                              f"{type(spiece_model).__name__} (use XLNetPreprocessor.from_file(path) for a file)")
         if not isinstance(seq_length, int) or seq_length < 3:
             raise ValueError(f"seq_length={seq_length!r}: must be an int >= 3 (a pair needs <sep> <sep> <cls>)")
@@ -189,11 +190,11 @@ class XLNetPreprocessor(keras.layers.Layer):
                 # SQuAD needs each token's place in the text, which only this one reports.
                 self._sentencepiece_offsets = vocab
             except (tf.errors.OpError, ValueError, RuntimeError) as error:
-                raise ValueError(f"spiece_model: not a SentencePiece model proto ({error})") from None
+                raise InputError(f"spiece_model: not a SentencePiece model proto ({error})") from None
             piece_ids = {p: i for i, p in reversed(list(enumerate(pieces)))}
             wrong = [f"{s}={piece_ids.get(s)} (want {w})" for s, w in SPECIAL_SYMBOLS.items() if piece_ids.get(s) != w]
             if wrong:
-                raise ValueError(f"spiece_model: not an XLNet SentencePiece model, special ids differ: "
+                raise InputError(f"spiece_model: not an XLNet SentencePiece model, special ids differ: "
                                  f"{', '.join(wrong)}")
             self._digit_comma_tables(pieces, piece_ids)
         self.vocabulary_size = len(pieces)

@@ -51,6 +51,7 @@ import yaml
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import write_json_atomic, write_text_atomic
+from xlnet_tf.training.settings import output_dir_problem
 
 JOB_KEYS = ("output_dir", "defaults", "runs", "script")
 RUN_KEYS = ("name", "seeds", "metric")  # the job's own keys in a run entry; every other key is a flag
@@ -104,6 +105,9 @@ def load_job(path: str) -> Job:
                        f"{', '.join(JOB_KEYS)}; flags go under defaults or a run)")
     if not spec.get("output_dir"):
         raise JobError(f"{path}: output_dir is missing (each run's --model_dir is <output_dir>/<run name>)")
+    problem = output_dir_problem(str(spec["output_dir"]))
+    if problem:
+        raise JobError(f"{path}: output_dir={spec['output_dir']}: {problem}")
     defaults = spec.get("defaults") or {}
     entries = spec.get("runs")
     if not isinstance(defaults, dict):
@@ -183,15 +187,25 @@ def flags_changed(run: Run) -> list:
     path = os.path.join(run.model_dir, FLAGS_FILE)
     if not io_utils.exists(path):
         return []
-    with io_utils.open(path, encoding="utf-8") as f:
-        before = yaml.safe_load(f) or {}
+    try:
+        with io_utils.open(path, encoding="utf-8") as f:
+            before = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        before = f"not valid YAML ({' '.join(str(e).split())[:200]})"
+    if not isinstance(before, dict):
+        detail = before if isinstance(before, str) else "not a mapping of flags"
+        raise JobError(f"{path}: damaged, {detail}: it records the flags run {run.name!r} started with; delete it "
+                       "(or the run's directory) to start the run with the job's flags")
     return sorted(k for k in set(before) | set(run.flags) if before.get(k) != run.flags.get(k))
 
 
 def prepare_run(run: Run) -> Optional[str]:
     """Writes the run's flags file; returns the reason it must not start if its flags changed since it started
     (its model_dir holds a run with other settings, which would be resumed or reported as this one)."""
-    changed = flags_changed(run)
+    try:
+        changed = flags_changed(run)
+    except JobError as e:  # this run cannot start; the job's other runs can
+        return str(e)
     if changed:
         return (f"its flags changed since it started ({', '.join(changed)}); {run.model_dir} holds the earlier "
                 "run: rename the run, or delete that directory to start it afresh")

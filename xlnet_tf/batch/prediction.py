@@ -33,6 +33,7 @@ own); an export that records none is recognised by its signature's inputs.
 from __future__ import annotations
 
 import abc
+import codecs
 import contextlib
 import dataclasses
 import json
@@ -49,7 +50,7 @@ from absl import logging
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE  # noqa: F401
 from xlnet_tf.errors import InputError
 from xlnet_tf import tasks
-from xlnet_tf.io_utils import atomic_write, write_json_atomic
+from xlnet_tf.io_utils import GZIP_MAGIC, atomic_write, write_json_atomic
 from xlnet_tf.tasks.base import MetadataInfo, Row
 
 OUTPUT_SUFFIX = ".predictions.jsonl"
@@ -82,6 +83,9 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
         if not pattern:
             continue
         matched = sorted(f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f))
+        if not matched and tf.io.gfile.isdir(pattern):
+            raise InputError(f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. "
+                             f"{os.path.join(pattern, '*.tsv')!r}")
         if not matched:
             raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
         files += [f for f in matched if f not in files]
@@ -112,11 +116,11 @@ def shard_format(path: str, input_format: str = "auto", family=None) -> str:
 
 
 def check_header(path: str, fmt: str, fields: Fields) -> None:
-    """A TSV shard's header must name the fields: checked for every shard before any is predicted (inside the
-    tf.data generator the error would surface as an opaque iterator error)."""
-    if fmt != "tsv":
+    """A TSV shard's header must name the fields, and a shard must not be a gzip file: checked for every shard
+    before any is predicted (inside the tf.data generator the error would surface as an opaque iterator error)."""
+    if fmt not in ("tsv", "jsonl"):
         return
-    for row in read_rows(path, fmt, fields):  # read_rows raises on a bad header, before its first row
+    for row in read_rows(path, fmt, fields):  # read_rows raises on a bad header or a gzip file, before its first row
         break
 
 
@@ -134,6 +138,11 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
     with tf.io.gfile.GFile(path, "rb") as f:
         for line_no, raw in enumerate(f, start=1):
             offset += len(raw)
+            if line_no == 1:
+                if raw.startswith(GZIP_MAGIC):
+                    raise InputError(f"{path}: a gzip file, not {fmt.upper()} text: decompress it first")
+                if raw.startswith(codecs.BOM_UTF8):  # a byte-order mark (spreadsheet exports): not text
+                    raw = raw[len(codecs.BOM_UTF8):]
             try:
                 text = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
@@ -645,6 +654,9 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                 f.write("\n".join(lines) + "\n")
                 stats.rows += len(lines)
                 progress.update(len(lines), int(batch["end"].numpy()[-1]), label)
+            if stats.skipped and not stats.rows:  # not a shard with a few bad rows: the wrong file or format
+                raise InputError(f"{path}: all {stats.skipped} rows are bad, e.g. {'; '.join(stats.skipped_rows[:3])} "
+                                 f"(is it {formats[path].upper()}? --input_format names the format)")
 
         _write_output(os.path.join(output_dir, output_name(path)), write)
         progress.shard_done(sizes[path])

@@ -53,6 +53,9 @@ class CreateDataSettings(Settings, PretrainDataSettings):
     def required(self) -> tuple:
         return ("input_glob", "spiece_model_file", "save_dir", "seq_len", "reuse_len", "num_predict")
 
+    def output_dirs(self) -> tuple:
+        return ("save_dir",)
+
     def input_files(self) -> tuple:
         return ("spiece_model_file",)
 

@@ -65,6 +65,9 @@ class ExportSettings(Settings):
     def required(self) -> tuple:
         return ("model_dir", "export_dir")
 
+    def output_dirs(self) -> tuple:
+        return ("export_dir",)
+
     def input_files(self) -> tuple:
         return ("model_config_path", "spiece_model_file")
 

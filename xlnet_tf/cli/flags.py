@@ -42,6 +42,10 @@ A tool is a settings dataclass and a function that takes it::
     ``NotADirectoryError``, ``IsADirectoryError``, ``PermissionError``) and absl's ``flags.Error``.
   - ``xlnet_tf.errors.WorkerLostError``: another worker of a multi-worker run was lost; the line says how to
     resume (no ``--helpfull`` pointer: no flag is wrong).
+  - One of these raised inside TensorFlow (a tf.data generator, a py_function), which re-raises it as its own
+    error with the Python traceback in its message: the message alone is printed. And TensorFlow's
+    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a read-only file system
+    (``user_error_message``).
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
 """
@@ -49,8 +53,10 @@ A tool is a settings dataclass and a function that takes it::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib
 import os
+import re
 import sys
 import types
 import typing
@@ -64,7 +70,8 @@ from xlnet_tf.errors import InputError, WorkerLostError
 from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
 
 __all__ = ["Alias", "Ignored", "InputError", "Settings", "SettingsError", "USER_ERRORS", "apply_config_file",
-           "define_flags", "run", "setting", "setting_of", "settings_from_flags", "summary", "usage_error"]
+           "define_flags", "run", "setting", "setting_of", "settings_from_flags", "summary", "usage_error",
+           "user_error_message"]
 
 FLAGS = flags.FLAGS
 CONFIG_FILE_HELP = ("YAML file of flag values (names without --); flags on the command line override it. "
@@ -272,13 +279,55 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
                 result = function(settings, given)
             else:
                 result = function(settings)
-        except USER_ERRORS as e:
-            usage_error(e)
+        except Exception as e:  # noqa: BLE001 (what is not the user's is raised again, with its traceback)
+            message = user_error_message(e)
+            if message is None:
+                raise
+            usage_error(e if isinstance(e, USER_ERRORS) else message)
         if isinstance(result, dict):
             logging.info("done: %s", summary(result))
         _exit_now(result if isinstance(result, int) and not isinstance(result, bool) else 0)
 
     app.run(main, flags_parser=parse)
+
+
+# How TensorFlow reports an exception raised in Python code it runs (a tf.data generator, a py_function): the
+# exception's class name and message, then its Python traceback ("{{function_node ...}} InputError: <message>\n
+# Traceback (most recent call last): ...").
+_WRAPPED = re.compile(r"(?:^|\}\} |\n)(\w+): (.*?)(?:\nTraceback \(most recent call last\)|\Z)", re.S)
+# Out of disk or quota, a read-only file system: the user's to fix, whichever file was being written.
+_USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
+
+
+def _user_error_names() -> set:
+    names, todo = set(), [e for e in USER_ERRORS if e is not flags.Error]  # (absl's "Error": too generic a name)
+    while todo:
+        klass = todo.pop()
+        names.add(klass.__name__)
+        todo += klass.__subclasses__()
+    return names
+
+
+def user_error_message(error: BaseException) -> Optional[str]:
+    """The one line to print for an error the user caused, or None for a bug (it keeps its traceback):
+    ``USER_ERRORS``; one of them raised inside TensorFlow (a tf.data generator, a py_function), which TensorFlow
+    re-raises as its own error with the Python traceback in the message; a ``DataLossError`` (a damaged TFRecord
+    or checkpoint file); a full disk or a read-only file system."""
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    if isinstance(error, OSError) and error.errno in _USER_ERRNOS:
+        return f"{error.filename}: {error.strerror}" if error.filename else str(error)
+    if not type(error).__module__.startswith("tensorflow."):
+        return None
+    text = getattr(error, "message", None) or str(error)
+    wrapped = _WRAPPED.search(text)
+    if wrapped and wrapped.group(1) in _user_error_names():
+        return wrapped.group(2).strip()
+    if type(error).__name__ == "DataLossError":
+        detail = re.sub(r"\{\{[^}]*\}\}\s*", "", text).strip().splitlines()
+        return (f"damaged input: {detail[0] if detail else 'DataLossError'} (a truncated or corrupt TFRecord or "
+                "checkpoint file: write it again)")
+    return None
 
 
 def _exit_now(code: int = 0) -> None:

@@ -48,6 +48,9 @@ class PredictSettings(Settings):
     def required(self) -> tuple:
         return ("saved_model", "input_glob", "output_dir")
 
+    def output_dirs(self) -> tuple:
+        return ("output_dir",)
+
     def input_files(self) -> tuple:
         return ("spiece_model_file",)
 

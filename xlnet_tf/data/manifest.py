@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from xlnet_tf import io_utils
+from xlnet_tf.errors import InputError
 
 FORMAT = "xlnet_tf.pretraining_data/1"
 
@@ -40,7 +41,7 @@ def _read_json(path: str) -> dict:
         try:
             return json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a valid JSON file ({e}); it may have been damaged: rewrite the data "
+            raise InputError(f"{path}: not a valid JSON file ({e}); it may have been damaged: rewrite the data "
                              "(the writer skips the shards that are intact)") from None
 
 
@@ -51,13 +52,13 @@ def merge_parts(save_dir: str, split: str = "train") -> dict:
         if io_utils.isdir(parts_dir) else []
     parts = [_read_json(os.path.join(parts_dir, n)) for n in names]
     if not parts:
-        raise ValueError(f"{save_dir}: no finished writer task for split '{split}' (no parts/{split}-*.json)")
+        raise InputError(f"{save_dir}: no finished writer task for split '{split}' (no parts/{split}-*.json)")
     parts.sort(key=lambda p: (p["pass_id"], p["task"]))
     first = parts[0]
     for p in parts[1:]:
         diff = [k for k in first["params"] if p["params"].get(k) != first["params"][k]]
         if diff or p["num_task"] != first["num_task"]:
-            raise ValueError(f"{save_dir}: writer tasks disagree on {diff or ['num_task']} "
+            raise InputError(f"{save_dir}: writer tasks disagree on {diff or ['num_task']} "
                              f"(pass {p['pass_id']} task {p['task']} vs pass {first['pass_id']} task "
                              f"{first['task']}); write them into separate directories")
     num_task = first["num_task"]
@@ -89,13 +90,13 @@ def load_manifest(data_dir: str, split: str = "train") -> dict:
                                 "`python -m xlnet_tf.cli.create_data --save_dir=...`")
     manifest = _read_json(path)
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise InputError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     if not manifest["complete"]:
         # Tasks of a cluster run finish in any order; the last one to write the manifest may not have seen
         # another's part yet. The parts on disk are authoritative.
         manifest = merge_parts(data_dir, split)
         if not manifest["complete"]:
-            raise ValueError(f"{data_dir}: data incomplete, writer tasks missing: "
+            raise InputError(f"{data_dir}: data incomplete, writer tasks missing: "
                              f"{', '.join(manifest['missing_tasks'])}")
     for shard in manifest["shards"]:
         shard["path"] = os.path.join(data_dir, shard["file"])
@@ -117,7 +118,7 @@ def _check_shard_files(manifest_path: str, shards: list) -> None:
         if shard.get("bytes") is not None and size != shard["bytes"]:
             problems.append(f"{shard['path']}: {size} bytes, written with {shard['bytes']} (truncated or replaced)")
     if problems:
-        raise ValueError(f"{manifest_path} lists shards that are not intact:\n  " + "\n  ".join(problems[:20])
+        raise InputError(f"{manifest_path} lists shards that are not intact:\n  " + "\n  ".join(problems[:20])
                          + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""))
 
 
@@ -158,4 +159,4 @@ def check_manifest(manifest: dict, **training_flags) -> None:
         if not same:
             wrong.append(f"{key}: data was written with {have!r}, training uses {want!r}")
     if wrong:
-        raise ValueError("pretraining data does not match the training settings:\n  " + "\n  ".join(wrong))
+        raise InputError("pretraining data does not match the training settings:\n  " + "\n  ".join(wrong))

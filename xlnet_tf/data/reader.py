@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from xlnet_tf.data.manifest import check_manifest, load_manifest
 from xlnet_tf.objectives import BatchShape, get_objective
+from xlnet_tf.errors import InputError
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
 
@@ -64,7 +65,7 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     shape = BatchShape(seq_len, reuse_len, perm_size, num_predict)
     errors = objective.shape_errors(shape)
     if errors:
-        raise ValueError("pretraining input settings:\n  " + "\n  ".join(errors))
+        raise InputError("pretraining input settings:\n  " + "\n  ".join(errors))
     manifest = load_manifest(data_dir, split)
     # Besides seq_len and bi_data, the data-writing settings the objective's batches depend on (plm: reuse_len,
     # num_predict); None is not checked.
@@ -73,7 +74,7 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     params = manifest["params"]
     bsz_per_core = params["bsz_per_host"] // params["num_core_per_host"]
     if per_replica_batch_size != bsz_per_core:
-        raise ValueError(f"per_replica_batch_size={per_replica_batch_size}, but the data holds host batches of "
+        raise InputError(f"per_replica_batch_size={per_replica_batch_size}, but the data holds host batches of "
                          f"bsz_per_host={params['bsz_per_host']} for num_core_per_host="
                          f"{params['num_core_per_host']} cores, i.e. {bsz_per_core} rows per replica; rewrite the "
                          "data with --bsz_per_host and --num_core_per_host matching training")
@@ -82,14 +83,14 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
         pipeline_id, num_pipelines = input_context.input_pipeline_id, input_context.num_input_pipelines
         replicas_per_worker = input_context.num_replicas_in_sync // num_pipelines
         if replicas_per_worker != params["num_core_per_host"]:
-            raise ValueError(f"each input pipeline feeds {replicas_per_worker} replicas, but the data was written "
+            raise InputError(f"each input pipeline feeds {replicas_per_worker} replicas, but the data was written "
                              f"with num_core_per_host={params['num_core_per_host']}: replicas would receive other "
                              "cores' rows and break the memory stream; rewrite the data with "
                              f"--num_core_per_host={replicas_per_worker}")
 
     shards = [s for s in manifest["shards"] if s["num_records"] > 0]
     if len(shards) < num_pipelines:
-        raise ValueError(f"{data_dir}: {len(shards)} non-empty shards for {num_pipelines} input pipelines; write "
+        raise InputError(f"{data_dir}: {len(shards)} non-empty shards for {num_pipelines} input pipelines; write "
                          "the data with a smaller --batches_per_shard")
     # Contiguous blocks of shards per pipeline (as the original's per-host file ranges): each pipeline's stream
     # stays consecutive within its block.

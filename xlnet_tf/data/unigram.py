@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from xlnet_tf.errors import InputError
+
 # Enough text for a unigram estimate of any vocabulary: larger corpora are sampled evenly across their shards.
 MAX_TOKENS = 20_000_000
 
@@ -44,7 +46,7 @@ def token_counts(data_dir: str, vocab_size: int, split: str = "train", max_token
         for batch in records.map(lambda r: tf.io.parse_example(r, spec)["input"]):
             ids = batch.numpy().reshape(-1)
             if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-                raise ValueError(f"{shard['path']}: token id outside the vocabulary of {vocab_size}")
+                raise InputError(f"{shard['path']}: token id outside the vocabulary of {vocab_size}")
             counts += np.bincount(ids, minlength=vocab_size)
     return counts
 

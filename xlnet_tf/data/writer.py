@@ -351,7 +351,10 @@ def run(cfg: WriterConfig) -> dict:
     s = cfg.settings
     files = list_input_files(cfg.input_glob)
     if not files:
-        raise InputError(f"--input_glob={cfg.input_glob!r} matches no file")
+        folders = [p.strip() for p in cfg.input_glob.split(",") if p.strip() and io_utils.isdir(p.strip())]
+        hint = (f": {folders[0]!r} is a directory, give a glob of its files, e.g. "
+                f"{io_utils.join(folders[0], '*.txt')!r}" if folders else "")
+        raise InputError(f"--input_glob={cfg.input_glob!r} matches no file{hint}")
     task_files = files[cfg.task::cfg.num_task]  # interleaved, as the original
     tokenizer = XLNetTokenizer(cfg.sp_path, lower=cfg.uncased)
     params = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, bsz_per_host=s.bsz_per_host,

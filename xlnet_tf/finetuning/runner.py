@@ -13,6 +13,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import FinetuneTask, check_data_order, train
 from xlnet_tf.training.xla import check_jit_compile
@@ -32,10 +33,15 @@ def run(settings) -> Optional[dict]:
     result, model = {}, None
 
     if s.do_train:
-        check_data_order(s, strategy)  # a refused resume must not overwrite the run record
-        write_run_record(s.model_dir, family, s)  # what `python -m xlnet_tf.cli.export` rebuilds the model from
+        check_data_order(s, strategy)  # cheap checks first: a refused resume writes and encodes nothing
+        if s.init_checkpoint and not tf.train.latest_checkpoint(s.model_dir):  # (a resumed run does not read it)
+            # Seconds, before the minutes of encoding the data: a damaged checkpoint or one of another config.
+            check_pretrained(s.init_checkpoint, task.model_config)
         dataset_fn, summary = task.training_data(strategy.num_replicas_in_sync)
         task.check_eval_data()
+        # What `python -m xlnet_tf.cli.export` rebuilds the model from: written once the inputs were read, so that
+        # a run that failed on them leaves the record of the run trained in this directory before (if any).
+        write_run_record(s.model_dir, family, s)
         model, train_metrics = train(strategy, FinetuneTask(task.build_model, task.loss), s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
 

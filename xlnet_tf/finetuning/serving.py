@@ -156,7 +156,7 @@ class ServingModule(tf.Module):
 
             def serve(*values):
                 return family.outputs_from_text(self.model, self.preprocessor, dict(zip(texts, values)), info)
-            self.serve_text = tf.function(self._checked(serve, texts), input_signature=list(text.values()),
+            self.serve_text = tf.function(self._checked(serve, text), input_signature=list(text.values()),
                                           autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
@@ -169,9 +169,17 @@ class ServingModule(tf.Module):
 
     # -- from raw text (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD) ------
     @staticmethod
-    def _checked(serve, names: list):
-        """``serve`` after checking that the inputs ``names`` have one batch size (a clear InvalidArgumentError)."""
+    def _checked(serve, specs: dict):
+        """``serve`` after checking the inputs ``specs`` (name -> TensorSpec): each has its declared shape, and
+        all have one batch size (a clear InvalidArgumentError). The shape check is an EnsureShape op, run on the
+        tensor as sent: TF Serving feeds the graph without checking the signature's shapes (a [2, 2] tensor for a
+        [None] input would be 4 examples), and a rank check on the traced tensor is folded away, since its traced
+        shape is the declared one."""
+        names = list(specs)
+
         def checked(*texts):
+            texts = [tf.ensure_shape(t, specs[name].shape, name=f"{name}_shape_as_declared")
+                     for name, t in zip(names, texts)]
             first = tf.shape(texts[0])[0]
             checks = [tf.debugging.assert_equal(
                 tf.shape(t)[0], first, message=f"{', '.join(names)} must have the same batch size (got "
@@ -259,6 +267,7 @@ def custom_ops(saved_model_dir: str) -> dict:
     import glob
 
     import tensorflow_text
+    from google.protobuf import message
     from tensorflow.core.protobuf import saved_model_pb2
 
     path = os.path.join(saved_model_dir, "saved_model.pb")
@@ -266,7 +275,11 @@ def custom_ops(saved_model_dir: str) -> dict:
         raise InputError(f"{saved_model_dir}: no saved_model.pb (give an export's version directory)")
     saved = saved_model_pb2.SavedModel()
     with tf.io.gfile.GFile(path, "rb") as f:
-        saved.ParseFromString(f.read())
+        data = f.read()
+    try:
+        saved.ParseFromString(data)
+    except message.DecodeError as e:
+        raise InputError(f"{path}: not a SavedModel (truncated or corrupt: {e})") from None
     ops = set()
     for graph in saved.meta_graphs:
         ops.update(node.op for node in graph.graph_def.node)

@@ -13,6 +13,7 @@ naming the file and line, since it means wrong data or a wrong --task_name.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import math
@@ -23,6 +24,7 @@ from typing import Optional
 from absl import logging
 
 from xlnet_tf import io_utils
+from xlnet_tf.io_utils import GZIP_MAGIC
 from xlnet_tf.finetuning import records
 from xlnet_tf.errors import InputError
 
@@ -122,23 +124,37 @@ class ExampleSet:
     source: str
 
 
+def _decoded_lines(path: str, f):
+    """The lines of the binary file ``f`` as text; a UTF-8 byte-order mark (written by some spreadsheet tools)
+    is dropped from the first, and a line that is not UTF-8 is an error naming its line and column: the text
+    reader would only give a byte position in the file."""
+    for line_no, raw in enumerate(f, start=1):
+        if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            hint = " (a gzip file? decompress it first)" if line_no == 1 and raw.startswith(GZIP_MAGIC) else ""
+            raise InputError(f"{path}:{line_no}: not UTF-8 text (byte {e.start + 1} of the line: "
+                             f"{e.reason}){hint}") from None
+
+
 def _read_rows(path: str, delimiter: str):
     """(line_number, row) for every row; the GLUE files are TSV without quoting (the official readers' csv
     ``quotechar=None``); Yelp CSVs use standard quoting."""
     csv.field_size_limit(sys.maxsize)
-    with io_utils.open(path, encoding="utf-8", newline="") as f:
+    with io_utils.open(path, "rb") as f:
+        lines = _decoded_lines(path, f)
         if delimiter == "\t":
-            reader = csv.reader(f, delimiter="\t", quotechar=None)
+            reader = csv.reader(lines, delimiter="\t", quotechar=None)
         else:
-            reader = csv.reader(f)
+            reader = csv.reader(lines)
         try:
             for row in reader:
                 yield reader.line_num, row
         except csv.Error as e:
             raise InputError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
                              f"({e})") from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"{path}: not UTF-8 text ({e})") from None
 
 
 def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:

@@ -45,6 +45,7 @@ from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSqu
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.squad_answers import answerable_inputs, answers_from_windows, squad_window_losses
 from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
+from xlnet_tf.errors import InputError
 
 # SQuAD windows: the labels of training, and what the answers are read from after the network.
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
@@ -70,7 +71,7 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
         reason = str(whole).strip().splitlines()[-1].strip()
     heads = head_variables(prefix)
     if heads and not new_head:
-        raise ValueError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
+        raise InputError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
                          f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
                          f"({reason}); pass new_head=True to start a new head on its network")
     load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
@@ -102,12 +103,12 @@ def _locate(path: str, config, spiece_model) -> tuple:
     if config is None:
         config = os.path.join(folder, "xlnet_config.json")
         if not io_utils.exists(config):
-            raise ValueError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
+            raise InputError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
                              "xlnet_config.json or an XLNetConfig)")
     if spiece_model is None:
         spiece_model = os.path.join(folder, "spiece.model")
         if not io_utils.exists(spiece_model):
-            raise ValueError(f"spiece_model: {path} has no spiece.model next to it; pass spiece_model= (a path or "
+            raise InputError(f"spiece_model: {path} has no spiece.model next to it; pass spiece_model= (a path or "
                              "the model's bytes)")
     return config, spiece_model
 
@@ -126,7 +127,7 @@ def _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dr
         preprocessor = XLNetPreprocessor.from_file(spiece_model, seq_length=seq_length, lower_case=lower_case,
                                                    **preprocessing)
     if preprocessor.vocabulary_size != config.n_token:
-        raise ValueError(f"spiece_model: {preprocessor.vocabulary_size} pieces, but config has n_token="
+        raise InputError(f"spiece_model: {preprocessor.vocabulary_size} pieces, but config has n_token="
                          f"{config.n_token} (a SentencePiece model of another checkpoint?)")
     return preprocessor, config
 

@@ -32,6 +32,7 @@ from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
+from xlnet_tf.errors import InputError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
 # accelerator as uint8: a quarter of float32, exact for 0/1 (the model only tests ``> 0``, in the step), and a plain
@@ -73,7 +74,7 @@ def pretrain(settings: PretrainSettings) -> dict:
         from xlnet_tf.data.manifest import find_damaged_shards
 
         damaged = find_damaged_shards([shard["path"] for shard in manifest["shards"]])
-        raise ValueError(f"{s.data_dir}: damaged pretraining data ({error.message.splitlines()[0]}):\n  "
+        raise InputError(f"{s.data_dir}: damaged pretraining data ({error.message.splitlines()[0]}):\n  "
                          + "\n  ".join(damaged or ["(no shard fails on its own: check the storage)"])
                          + "\nRewrite the damaged shards: delete them and rerun the data writer.") from None
 

@@ -13,6 +13,7 @@ validates its settings again then), with the same message.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from xlnet_tf import io_utils
@@ -73,6 +74,24 @@ def path_missing(path: str, kind: str = "exists") -> bool:
     return io_utils.probe(path, kind) is False
 
 
+def output_dir_problem(path: str) -> Optional[str]:
+    """Why the tool could not write into the directory ``path`` (it, or a parent, is a file; the nearest existing
+    parent is not writable), or None. Local paths only: an object store's permissions show on the first write."""
+    if io_utils.is_uri(path):
+        return None
+    path = os.path.abspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "is a file, not a directory"
+    parent = path
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write in {parent} (permission denied)"
+    return None
+
+
 def checkpoint_exists(path: str) -> bool:
     """A checkpoint prefix or a directory of checkpoints (a URI: see ``missing``)."""
     return not (path_missing(path) and path_missing(path + ".index"))
@@ -99,12 +118,21 @@ class Settings:
         """Flags naming files that must exist when set."""
         return ()
 
+    def output_dirs(self) -> tuple:
+        """Flags naming directories the tool writes into (created if missing): checked before any work, so that a
+        file in the way or a read-only parent is not found after minutes of it."""
+        return ()
+
     def errors(self) -> list:
         """Every inconsistency, as messages naming the flags."""
         missing = [f"--{name}" for name in self.required() if getattr(self, name) in (None, "")]
         errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
                    if getattr(self, name) and path_missing(getattr(self, name))]
+        for name in self.output_dirs():
+            problem = getattr(self, name) and output_dir_problem(getattr(self, name))
+            if problem:
+                errors.append(f"--{name}={getattr(self, name)}: {problem}")
         return errors
 
     def validate(self):
@@ -164,6 +192,9 @@ class RunSettings(Settings):
     # -- what subclasses say about themselves --------------------------------------------------------------
     def required(self) -> tuple:
         return ("model_dir", "model_config_path")
+
+    def output_dirs(self) -> tuple:
+        return ("model_dir",)
 
     def input_files(self) -> tuple:
         return ("model_config_path", "spiece_model_file")
@@ -311,6 +342,9 @@ class FinetuneSettings(RunSettings):
 
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "predict_batch_size")
     STAGES: ClassVar[tuple] = ("do_train", "do_eval", "do_predict", "export_dir")
+
+    def output_dirs(self) -> tuple:
+        return ("model_dir", "output_dir", "predict_dir", "export_dir")
 
     def required(self) -> tuple:
         return ("model_dir", "model_config_path", "spiece_model_file")

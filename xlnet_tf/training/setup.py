@@ -27,6 +27,7 @@ from xlnet_tf.training.loop import run_host_loops, worker_checkpoint_dir
 from xlnet_tf.training.optimization import create_optimizer
 from xlnet_tf.training.progress import ProgressReporter, device_peak_flops
 from xlnet_tf.training.settings import RunSettings, SettingsError
+from xlnet_tf.errors import InputError
 
 
 def start_run(settings: RunSettings) -> tf.distribute.Strategy:
@@ -228,7 +229,7 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
             continue
         return path
     if failures:
-        raise ValueError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
+        raise InputError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
     return None
 
 
@@ -236,7 +237,9 @@ def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] 
     """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``."""
     path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
     if not path:
-        raise FileNotFoundError(f"{model_dir}: no fine-tuned checkpoint to evaluate or predict with")
+        raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
+                                "export with: train first (--do_train) or name one with --predict_ckpt "
+                                "(--init_checkpoint is the starting point of training, not read without it)")
     read_model(model, path)
     return path
 

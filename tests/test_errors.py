@@ -1,0 +1,175 @@
+"""Expected errors are one line, checked before work (issue 27: 12-14): what the entry points turn into that line
+(``cli.flags.user_error_message``), output directories checked with the settings, a damaged or mismatched
+``--init_checkpoint`` found before the data is encoded (leaving no record of the failed run), and the tools' lines
+as a user sees them: no traceback, exit 1."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, make_flags
+from xlnet_tf.checkpoint import check_pretrained, native_checkpoint, read_model
+from xlnet_tf.cli.flags import user_error_message
+from xlnet_tf.cli.predict import PredictSettings
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import InputError
+from xlnet_tf.finetuning import runner
+from xlnet_tf.models.xlnet import XLNetModel
+
+
+def raised(function):
+    try:
+        function()
+    except Exception as e:  # noqa: BLE001
+        return e
+    raise AssertionError("nothing raised")
+
+
+def test_errors_a_user_caused_are_one_line_and_bugs_keep_their_traceback(tmp_path):
+    def generator(error):
+        def rows():
+            yield 1
+            raise error
+        return tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec([], tf.int32))
+
+    # Raised in a tf.data generator, TensorFlow re-raises it as its own error with the Python traceback inside.
+    wrapped = raised(lambda: list(generator(InputError("/data/a.tsv:3: label 'x' is not in the label set"))))
+    assert isinstance(wrapped, tf.errors.InvalidArgumentError) and "Traceback" in wrapped.message
+    assert user_error_message(wrapped) == "/data/a.tsv:3: label 'x' is not in the label set"
+    assert user_error_message(raised(lambda: list(generator(KeyError("bug"))))) is None
+    # A truncated TFRecord file: DataLossError, named as damaged input.
+    path = str(tmp_path / "a.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(b"x" * 100)
+    with open(path, "r+b") as f:
+        f.truncate(50)
+    message = user_error_message(raised(lambda: list(tf.data.TFRecordDataset(path))))
+    assert message.startswith("damaged input: ") and "truncated or corrupt TFRecord" in message
+    assert "{{" not in message and "\n" not in message
+    full = OSError(28, "No space left on device", "/runs/x/model.tmp")
+    assert user_error_message(full) == "/runs/x/model.tmp: No space left on device"
+    assert user_error_message(FileNotFoundError("gone.tsv")) == "gone.tsv"
+    assert user_error_message(ValueError("a bug")) is None and user_error_message(tf.errors.InternalError(
+        None, None, "a bug")) is None
+
+
+def test_output_directories_are_checked_with_the_settings(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    settings = dict(saved_model=str(tmp_path), input_glob="x.tsv")
+    assert PredictSettings(**settings, output_dir=str(blocker)).errors() == [
+        f"--output_dir={blocker}: is a file, not a directory"]
+    assert PredictSettings(**settings, output_dir=str(blocker / "sub" / "out")).errors() == [
+        f"--output_dir={blocker}/sub/out: {blocker} is a file, not a directory"]
+    errors = make_flags(tmp_path, task_name="sst-2", do_train=True, data_dir=str(tmp_path),
+                        export_dir=str(blocker)).errors()
+    assert errors == [f"--export_dir={blocker}: is a file, not a directory"]
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert PredictSettings(**settings, output_dir=str(locked / "out")).errors() == [
+            f"--output_dir={locked}/out: cannot write in {locked} (permission denied)"]
+    assert PredictSettings(**settings, output_dir=str(tmp_path / "new" / "out")).errors() == []
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A native pretrained checkpoint of the micro network, a copy with its data file cut in half, and one with a
+    garbage index."""
+    tmp = tmp_path_factory.mktemp("pretrained")
+    prefix = native_checkpoint(XLNetModel(XLNetConfig(**MICRO_CONFIG))).write(str(tmp / "good" / "ckpt"))
+    damaged = {}
+    for name in ("half_data", "bad_index"):
+        shutil.copytree(tmp / "good", tmp / name)
+        damaged[name] = str(tmp / name / "ckpt")
+    data = tmp / "half_data" / "ckpt.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    (tmp / "bad_index" / "ckpt.index").write_bytes(b"not an index" * 20)
+    return prefix, damaged
+
+
+def test_a_damaged_or_mismatched_checkpoint_is_an_input_error(pretrained):
+    prefix, damaged = pretrained
+    config = XLNetConfig(**MICRO_CONFIG)
+    check_pretrained(prefix, config)
+    for path in damaged.values():
+        with pytest.raises(InputError, match=f"{path}: unreadable checkpoint"):
+            check_pretrained(path, config)
+    wider = XLNetConfig(**dict(MICRO_CONFIG, d_model=32))
+    with pytest.raises(InputError, match=rf"{prefix}: checkpoint does not hold every XLNet variable of this "
+                                         r"model \(different config\?\): .*shape"):
+        check_pretrained(prefix, wider)
+    with pytest.raises(InputError, match=rf"{prefix}: not a checkpoint of this model"):
+        read_model(XLNetModel(wider), prefix)
+
+
+def test_init_checkpoint_is_checked_before_the_data_is_encoded(pretrained, tmp_path):
+    """A damaged --init_checkpoint ends the run before the features are encoded, and leaves neither a feature
+    cache nor a finetune_settings.json (which the export would trust) in --model_dir."""
+    _, damaged = pretrained
+    settings = make_flags(tmp_path, task_name="sst-2", do_train=True, data_dir=os.path.join(FIXTURES, "glue", "SST-2"),
+                          init_checkpoint=damaged["half_data"])
+    with pytest.raises(InputError, match="unreadable checkpoint"):
+        runner.run(settings)
+    assert not os.path.exists(settings.model_dir) or os.listdir(settings.model_dir) == []
+
+
+@pytest.mark.multiprocess
+def test_the_tools_print_one_line_and_exit_1(pretrained, tmp_path):
+    """As a user runs them (started together: each pays TensorFlow's import): a damaged --init_checkpoint, a
+    fine-tuned checkpoint of another shape, and run_squad.py evaluating with only --init_checkpoint."""
+    _, damaged = pretrained
+    config = tmp_path / "micro.json"
+    config.write_text(json.dumps(MICRO_CONFIG))
+    common = [f"--model_config_path={config}", "--spiece_model_file=data/spiece.model", "--max_seq_length=32"]
+    # A fine-tuned checkpoint of a wider model: TensorFlow's restore fails part-way, and used to print one
+    # "Value in checkpoint could not be found" line per variable at the interpreter's exit, under the traceback.
+    wider = make_flags(tmp_path / "wider", task_name="sst-2", do_predict=True)
+    wider_config = tmp_path / "wider" / "micro_config.json"
+    wider_config.write_text(json.dumps(dict(MICRO_CONFIG, d_model=32)))
+    wide_task = wider.family().task(wider)
+    wide_model = wide_task.build_model()
+    wide_model({k: v[None] for k, v in wide_task.dummy_features.items()}, training=False)
+    wide_checkpoint = tf.train.Checkpoint(model=wide_model).write(str(tmp_path / "wider" / "model-1"))
+    commands = {
+        "other_shape": ["run_classifier.py", "--task_name=sst-2", "--do_train=false", "--do_eval",
+                        f"--data_dir={FIXTURES}/glue/SST-2", f"--model_dir={tmp_path}/o",
+                        f"--predict_ckpt={wide_checkpoint}", *common],
+        "checkpoint": ["run_classifier.py", "--task_name=sst-2", "--do_train", "--train_steps=2",
+                       f"--data_dir={FIXTURES}/glue/SST-2", f"--model_dir={tmp_path}/c",
+                       f"--init_checkpoint={damaged['bad_index']}", *common],
+        "squad": ["run_squad.py", "--config_file=configs/squad_tiny.yaml", "--do_train=false", "--do_eval",
+                  "--export_dir=", f"--model_dir={tmp_path}/s", f"--init_checkpoint={damaged['bad_index']}"],
+    }
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    started = {name: subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for name, argv in commands.items()}
+    expected = {"other_shape": f"{wide_checkpoint}: not a checkpoint of this model (Received incompatible tensor","checkpoint": f"{damaged['bad_index']}: unreadable checkpoint (truncated, corrupt, or not a "
+                              "TensorFlow checkpoint)",
+                "squad": f"--model_dir={tmp_path}/s holds no fine-tuned checkpoint to evaluate, predict or export "
+                         "with: train first (--do_train) or name one with --predict_ckpt"}
+    for name, process in started.items():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 1, (name, stderr[-3000:])
+        assert "Traceback" not in stderr, (name, stderr[-3000:])
+        errors = [line for line in stderr.splitlines() if ": error: " in line]
+        assert len(errors) == 1 and expected[name] in errors[0], (name, stderr[-3000:])
+        assert "could not be found" not in stderr, (name, stderr[-3000:])
+    assert not os.path.exists(tmp_path / "c" / "features")  # refused before the encoding
+
+
+def test_a_corrupt_saved_model_pb_is_named(tmp_path):
+    from xlnet_tf.batch.prediction import SavedModelPredictor
+    from xlnet_tf.finetuning.serving import custom_ops
+
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "saved_model.pb").write_bytes(b"\x0a\xff\xff\xff" + b"not a protobuf" * 10)
+    with pytest.raises(InputError, match=rf"{tmp_path}/1/saved_model.pb: not a SavedModel \(truncated or corrupt"):
+        custom_ops(str(tmp_path / "1"))
+    with pytest.raises(InputError, match=rf"--saved_model={tmp_path}/1: cannot load it"):
+        SavedModelPredictor(str(tmp_path))
