@@ -143,9 +143,9 @@ def load_job(path: str) -> Job:
                 run_flags["seed"] = seed
             runs.append(Run(run_name, name, run_flags, run_flags.get("seed"), entry.get("metric")))
     script = str(spec.get("script", "run_classifier.py"))
-    if os.path.basename(script) != "run_classifier.py":
+    if os.path.basename(script) not in ("run_classifier.py", "run_tagger.py"):
         raise JobError(f"{path}: script {script!r}: batch fine-tuning runs run_classifier.py (GLUE, IMDB, Yelp, "
-                       "RACE)")
+                       "RACE) or run_tagger.py (token classification)")
     return Job(path, output_dir, script, runs)
 
 
