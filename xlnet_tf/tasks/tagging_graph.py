@@ -40,8 +40,9 @@ def split_words(text: tf.Tensor) -> tuple:
 
 
 def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
-    """Words [B, (N)] -> the windows' ``input_ids``, ``segment_ids``, ``padding_mask`` [W, S] and, per word (flat,
-    [sum N]), ``window`` and ``position``: where its label is read."""
+    """Words [B, (N)] -> the windows' ``input_ids``, ``segment_ids``, ``padding_mask`` [W, S], ``window_words``
+    [W, S] (the word, flat index in the batch, whose first piece is at a position; -1 elsewhere: training's labels)
+    and, per word (flat, [sum N]), ``window`` and ``position``: where its label is read."""
     S = preprocessor.seq_length
     max_tokens = S - 2
     words = words.with_row_splits_dtype(tf.int64)
@@ -59,20 +60,26 @@ def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
     length = tf.minimum(tf.gather(per_sentence, example) - start, max_tokens)
     index = tf.ragged.range(length) + (start + tf.gather(row_start, example))[:, None]  # flat piece indices
     features = preprocessor._pack(index.with_flat_values(tf.gather(flat, index.flat_values)))
+    # Training's labels: the word of every first piece of every window (-1 elsewhere).
+    count = tf.size(flat, out_type=tf.int64)
+    word_of_first = tf.scatter_nd(first[:, None], tf.range(tf.size(first, out_type=tf.int64)) + 1, [count]) - 1
+    at = tf.ragged.range(length).flat_values
+    window = tf.repeat(tf.range(tf.size(example, out_type=tf.int64)), length)
+    column = S - 2 - tf.repeat(length, length) + at
+    window_words = tf.tensor_scatter_nd_update(tf.fill([tf.size(example), S], tf.constant(-1, tf.int64)),
+                                               tf.stack([window, column], axis=1),
+                                               tf.gather(word_of_first, index.flat_values))
     # The window where each piece has the most context: min(left, right) + 0.01 * length, the earliest on a tie.
     piece = index.flat_values
-    at = tf.ragged.range(length).flat_values
     window_length = tf.repeat(length, length)
     score = tf.cast(tf.minimum(at, window_length - 1 - at), tf.float64) + 0.01 * tf.cast(window_length, tf.float64)
-    count = tf.size(flat, out_type=tf.int64)
-    window = tf.repeat(tf.range(tf.size(example, out_type=tf.int64)), length)
     best = tf.gather(tf.math.unsorted_segment_max(score, piece, count), piece)
     best_window = tf.math.unsorted_segment_min(tf.where(score == best, window, tf.int64.max), piece, count)
     word_window = tf.gather(best_window, first)
     # Left padding: the window's pieces end at S - 2 (then <sep>, <cls>).
     offset = first - tf.gather(start + tf.gather(row_start, example), word_window)
     position = S - 2 - tf.gather(length, word_window) + offset
-    return dict(features, window=word_window, position=position)
+    return dict(features, window=word_window, position=position, window_words=window_words)
 
 
 def tag_words(network, preprocessor, words: tf.RaggedTensor, stride: int) -> tuple:
