@@ -107,6 +107,12 @@ class TaggingFamily(TaskFamily):
     def settings_for_export(self, values: dict, task_name: str):
         return TaggingSettings.from_values(dict(values, task_name=task_name))
 
+    def settings_errors(self, s) -> list:
+        if s.predict_input_glob:  # run_classifier's file prediction feeds token ids; tagging's windows need text
+            return ["--predict_input_glob: tag large inputs with the export's raw-text signature: python -m "
+                    "xlnet_tf.cli.predict --saved_model=<--export_dir> --input_glob=... --text_fields=text"]
+        return []
+
     def task(self, settings) -> "TaggingTask":
         return TaggingTask(self, settings)
 

@@ -67,17 +67,16 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
             if not fields or fields[0] == DOCSTART:
                 flush()
                 continue
-            try:
-                word = fields[word_column]
-                tag = fields[tag_column] if labelled else None
-            except IndexError:
+            columns = (word_column, tag_column) if labelled else (word_column,)
+            at = {c % len(fields) for c in columns if -len(fields) <= c < len(fields)}
+            if len(at) != len(columns):  # a missing column, or the word's column taken for the tag
                 raise InputError(f"{path}:{n}: {len(fields)} column(s), but the word is column {word_column} and "
-                                 f"the tag column {tag_column} (--word_column, --tag_column)") from None
+                                 f"the tag column {tag_column} (--word_column, --tag_column)")
             if not words:
                 first = n
-            words.append(word)
+            words.append(fields[word_column])
             if labelled:
-                tags.append(tag)
+                tags.append(fields[tag_column])
     flush()
     return sentences
 

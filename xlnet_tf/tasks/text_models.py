@@ -927,7 +927,7 @@ class XLNetTextTagger(_TextTaskModel):
         finally:
             self._scoring = False
 
-    @tf.function(autograph=False, reduce_retracing=True)
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
     def _tagged(self, text):
         from xlnet_tf.tasks.tagging_graph import tag_text
 
