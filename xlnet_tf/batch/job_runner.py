@@ -8,6 +8,7 @@ results table.
 The job file::
 
     output_dir: runs/glue            # each run's --model_dir is <output_dir>/<run name>
+    script: run_classifier.py        # optional: or run_tagger.py (token classification)
     defaults: {...}                  # flag values of every run (run_classifier.py's flag names)
     runs:
       - name: rte                    # required, unique; letters, digits, '.', '_', '-'
