@@ -160,8 +160,8 @@ class TaggingFamily(TaskFamily):
         return row
 
     def batch_identity(self, meta: dict, output_names) -> dict:
-        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme",
-                                                                                                       meta.get("tag_scheme")))
+        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
+        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
 
 
 class TaggingTask(RecordsTask):
@@ -185,13 +185,13 @@ class TaggingTask(RecordsTask):
 
     @functools.cached_property
     def tag_info(self) -> dict:
-        """The tags (the head's classes) and the scheme: from the training file when training (recorded in
-        ``<model_dir>/tagging.tags.json``), else from that record."""
+        """The tags (the head's classes) and the scheme: those recorded in ``<model_dir>/tagging.tags.json`` (the
+        checkpoints' head: a resumed run, evaluation, export), else the training file's (then recorded)."""
         from xlnet_tf import io_utils
         from xlnet_tf.errors import InputError
 
         s = self.settings
-        if io_utils.exists(self._tags_path) and not s.do_train:
+        if io_utils.exists(self._tags_path):
             return io_utils.read_json(self._tags_path)
         if not (s.train_file or s.data_dir):
             raise InputError(f"{self._tags_path}: not found, and no --train_file/--data_dir to read the tags from "
