@@ -26,11 +26,12 @@ from xlnet_tf.cli.serving_ops import ServingOpsSettings
 from xlnet_tf.cli.train_spm import TrainSpmSettings
 from xlnet_tf.finetuning.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
+from xlnet_tf.tasks.tagging import TaggingSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
 
 TOOL_SETTINGS = [PretrainSettings, ClassifierSettings, SquadSettings, ExportSettings, PredictSettings, JobsSettings,
                  CreateDataSettings, ConvertSettings, TrainSpmSettings, ServingOpsSettings,
-                 LaunchSettings]
+                 LaunchSettings, TaggingSettings]
 
 
 def parsed(settings_cls, *argv, define=cli.define_flags):

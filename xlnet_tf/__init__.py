@@ -20,6 +20,7 @@ _EXPORTS = {
     "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
     "XLNetTextMultipleChoice": "xlnet_tf.tasks.text_models",
     "XLNetTextSquad": "xlnet_tf.tasks.text_models",
+    "XLNetTextTagger": "xlnet_tf.tasks.text_models",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

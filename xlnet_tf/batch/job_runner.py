@@ -8,6 +8,7 @@ results table.
 The job file::
 
     output_dir: runs/glue            # each run's --model_dir is <output_dir>/<run name>
+    script: run_classifier.py        # optional: or run_tagger.py (token classification)
     defaults: {...}                  # flag values of every run (run_classifier.py's flag names)
     runs:
       - name: rte                    # required, unique; letters, digits, '.', '_', '-'
@@ -147,9 +148,9 @@ def load_job(path: str) -> Job:
                 run_flags["seed"] = seed
             runs.append(Run(run_name, name, run_flags, run_flags.get("seed"), entry.get("metric")))
     script = str(spec.get("script", "run_classifier.py"))
-    if os.path.basename(script) != "run_classifier.py":
+    if os.path.basename(script) not in ("run_classifier.py", "run_tagger.py"):
         raise JobError(f"{path}: script {script!r}: batch fine-tuning runs run_classifier.py (GLUE, IMDB, Yelp, "
-                       "RACE)")
+                       "RACE) or run_tagger.py (token classification)")
     return Job(path, output_dir, script, runs)
 
 

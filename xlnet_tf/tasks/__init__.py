@@ -9,8 +9,8 @@ run_classifier.py and run_squad.py (``xlnet_tf.finetuning.runner``), exports (``
 ``python -m xlnet_tf.cli.export``), batch prediction (``python -m xlnet_tf.cli.predict``) and jobs.
 
 Built-in families (``BUILTIN``, loaded on first use): ``classification`` (GLUE, IMDB, Yelp; STS-B as regression),
-``multiple_choice`` (RACE) and ``squad`` (SQuAD 1.1/2.0). A new built-in family is its module, its tests and one
-line in ``BUILTIN``. A family of your own lives in your module::
+``multiple_choice`` (RACE), ``squad`` (SQuAD 1.1/2.0) and ``tagging`` (token classification). A new built-in
+family is its module, its tests and one line in ``BUILTIN``. A family of your own lives in your module::
 
     from xlnet_tf import tasks
     from xlnet_tf.tasks.base import RecordsTask, TaskFamily
@@ -46,6 +46,7 @@ BUILTIN = (
     "xlnet_tf.tasks.classification:ClassificationFamily",
     "xlnet_tf.tasks.multiple_choice:MultipleChoiceFamily",
     "xlnet_tf.tasks.squad:SquadFamily",
+    "xlnet_tf.tasks.tagging:TaggingFamily",
 )
 
 _families: dict = {}  # name -> family instance, in registration order

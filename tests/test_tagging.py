@@ -1,0 +1,253 @@
+"""Token classification (``xlnet_tf.tasks.tagging``): the CoNLL/JSONL readers, word-to-piece alignment and windows
+(Python and in-graph the same; every word scored once), entity metrics against hand-computed conlleval counts,
+and one run_tagger run (micro model, windows forced by a short --max_seq_length) whose raw-text export, batch
+prediction and Keras text model tag as its prediction files do, with character offsets into the text."""
+
+import json
+import os
+import random
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from seqeval.metrics.sequence_labeling import get_entities
+
+import xlnet_tf
+from classifier_helpers import REPO, SPIECE, micro_config
+from xlnet_tf.batch import prediction as bp
+from xlnet_tf.errors import InputError
+from xlnet_tf.finetuning import runner
+from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.tasks import tagging_data as td
+from xlnet_tf.tasks import tagging_graph as tg
+from xlnet_tf.tasks.tagging import TaggingSettings
+from xlnet_tf.tokenization import XLNetTokenizer
+
+BROWN = os.path.join(REPO, "data", "tagging")
+SEQ = 16  # short windows: Brown sentences (~20 words, ~30 pieces) span several
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return XLNetTokenizer(SPIECE)
+
+
+# -- readers ------------------------------------------------------------------------------------------------------
+def test_conll_and_jsonl_readers(tmp_path):
+    conll = tmp_path / "a.conll"
+    conll.write_text("-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n\n-DOCSTART- -X- O O\n"
+                     "Peter NNP B-NP B-PER\n")
+    got = td.read_sentences(str(conll), tag_column=3)
+    assert [(s.guid, s.words, s.tags) for s in got] == [("a.conll:3", ["EU", "rejects"], ["B-ORG", "O"]),
+                                                         ("a.conll:8", ["Peter"], ["B-PER"])]
+    assert td.read_sentences(str(conll), tag_column=1)[0].tags == ["NNP", "VBZ"]
+    assert td.detect_scheme(["B-ORG", "O", "I-PER", "E-X", "S-Y"]) == "bio"
+    assert td.detect_scheme(["nn", "O"]) == td.detect_scheme(["O"]) == "plain"
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_text('{"tokens": ["a", "b"], "tags": ["x", "y"], "id": 7}\n\n{"tokens": ["c"], "tags": ["z"]}\n')
+    assert [(s.guid, s.words, s.tags) for s in td.read_sentences(str(jsonl))] == [("7", ["a", "b"], ["x", "y"]),
+                                                                                  ("b.jsonl:3", ["c"], ["z"])]
+    bad = tmp_path / "bad.conll"
+    bad.write_text("a x\n\nb\n")
+    with pytest.raises(InputError, match=r"bad.conll:3: 1 column\(s\)"):
+        td.read_sentences(str(bad))
+    assert td.read_sentences(str(bad), labelled=False)[1].words == ["b"]
+    jsonl.write_text('{"tokens": ["a", "b"], "tags": ["x"]}\n')
+    with pytest.raises(InputError, match=r"b.jsonl:1: 'tags' must be a list of 2"):
+        td.read_sentences(str(jsonl))
+
+
+# -- alignment and windows ----------------------------------------------------------------------------------------
+def test_windows_label_each_word_once_on_its_first_piece():
+    # Words of 1, 3, 1, 2, 1, 2 pieces (10 pieces); windows of 4 pieces every 2: [0,4) [2,6) [4,8) [6,10).
+    pieces = [[11], [12, 13, 14], [15], [16, 17], [18], [19, 20]]
+    rows = td.encode_sentence(pieces, [0, 1, 2, 3, 4, 5], max_seq_length=6, stride=2)
+    assert td.windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+    assert [r["input_ids"] for r in rows] == [[11, 12, 13, 14, 4, 3], [13, 14, 15, 16, 4, 3],
+                                              [15, 16, 17, 18, 4, 3], [17, 18, 19, 20, 4, 3]]
+    # Training: the tag on every first piece a window holds, -1 on the others.
+    assert [r["label"] for r in rows] == [[0, 1, -1, -1, -1, -1], [-1, -1, 2, 3, -1, -1],
+                                          [2, 3, -1, 4, -1, -1], [-1, 4, 5, -1, -1, -1]]
+    # Scoring: each word once, where its first piece is most central: piece 5 (word 3) is last in window 1
+    # (min(3, 0) = 0) and second in window 2 (min(1, 2) = 1) -> window 2.
+    scored = sorted((r["word_index"][p], k) for k, r in enumerate(rows) for p in range(6) if r["score_mask"][p])
+    assert scored == [(0, 0), (1, 0), (2, 1), (3, 2), (4, 3), (5, 3)]
+
+
+def test_in_graph_windows_equal_the_training_features(tokenizer):
+    sentences = td.read_sentences(os.path.join(BROWN, "dev.conll"))[:12]
+    sentences.append(td.Sentence("odd", ["\u0301", "2,000,", "``", "Atlanta's"], ["x"] * 4))  # no pieces: <unk>
+    pre = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ)
+    encoded = tg.encode_words(pre, tf.ragged.constant([s.words for s in sentences]), stride=5)
+    rows, scored = [], {}
+    for i, s in enumerate(sentences):
+        for f in td.encode_sentence(td.word_pieces(tokenizer, s.words, SEQ - 2), list(range(len(s.words))), SEQ,
+                                    5):
+            scored.update({(i, f["word_index"][p]): (len(rows), p) for p in range(SEQ) if f["score_mask"][p]})
+            rows.append(f)
+    assert len(rows) > 2 * len(sentences)
+    for key in ("input_ids", "segment_ids", "padding_mask"):
+        np.testing.assert_array_equal(encoded[key].numpy(), np.array([r[key] for r in rows]))
+    words = [(i, w) for i, s in enumerate(sentences) for w in range(len(s.words))]
+    assert [scored[k] for k in words] == list(zip(encoded["window"].numpy().tolist(),
+                                                  encoded["position"].numpy().tolist()))
+    first_word = {sum(len(s.words) for s in sentences[:i]) + w: w for i, w in words}
+    window_words = encoded["window_words"].numpy()
+    for r, row in enumerate(rows):  # training's labels: the same word at the same positions
+        np.testing.assert_array_equal([first_word[w] if w >= 0 else -1 for w in window_words[r]], row["label"])
+
+
+# -- metrics --------------------------------------------------------------------------------------------------------
+def test_entity_metrics_follow_conlleval():
+    """Counts written from conlleval's definition (a chunk starts at B-, at I- after O or another type, ends
+    before O, B- or another type; correct = same type and span)."""
+    gold = [["B-PER", "I-PER", "O", "B-LOC", "O"],   # chunks PER 0-1, LOC 3
+            ["O", "B-PER", "I-PER", "O"],           # PER 1-2
+            ["B-ORG", "I-ORG", "I-ORG"],            # ORG 0-2
+            ["I-PER", "I-PER", "B-PER", "O"]]       # IOB1: PER 0-1, PER 2
+    pred = [["B-PER", "I-PER", "O", "B-ORG", "O"],   # PER 0-1 (correct), ORG 3
+            ["O", "I-PER", "I-PER", "O"],           # I- after O starts a chunk: PER 1-2 (correct)
+            ["B-ORG", "I-LOC", "I-ORG"],            # a type change splits: ORG 0, LOC 1, ORG 2
+            ["I-PER", "I-PER", "I-PER", "O"]]       # PER 0-2
+    m = td.tagging_metrics(gold, pred, "bio")  # 6 gold chunks, 7 found, 2 correct; 12 of 16 tokens
+    assert (m["precision"], m["recall"], m["f1"], m["accuracy"]) == pytest.approx((2 / 7, 2 / 6, 4 / 13, 12 / 16))
+    # IOBES: as conlleval on the same tags in IOB2 (S- = B-, E- = I-): 3 gold, 4 found, 2 correct.
+    m = td.tagging_metrics([["S-PER", "O", "B-LOC", "I-LOC", "E-LOC", "S-ORG"]],
+                           [["S-PER", "O", "B-LOC", "E-LOC", "S-LOC", "S-ORG"]], "bio")
+    assert (m["precision"], m["recall"], m["f1"]) == pytest.approx((2 / 4, 2 / 3, 4 / 7))
+    assert set(td.tagging_metrics([["nn", "vb"]], [["nn", "nn"]], "plain")) == {"accuracy", "num_words"}
+    # The export's in-graph entity spans are seqeval's.
+    rng = random.Random(0)
+    tags = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
+    seqs = [[rng.choice(tags) for _ in range(rng.randint(0, 9))] for _ in range(200)]
+    spans = tg.entities(tf.ragged.constant(seqs, dtype=tf.string, ragged_rank=1))
+    got = [list(zip([t.decode() for t in a], b, c)) for a, b, c in
+           zip(spans["type"].to_list(), spans["first_word"].to_list(), spans["last_word"].to_list())]
+    assert got == [get_entities(s) for s in seqs]
+
+
+def test_most_frequent_tag_baseline():
+    train = [td.Sentence("", ["the", "run", "run", "run"], ["at", "nn", "vb", "vb"])]
+    dev = [td.Sentence("", ["the", "run", "dog"], ["at", "nn", "vb"])]  # dog: unseen -> vb (most frequent)
+    assert td.most_frequent_tag_baseline(train, dev) == dict(accuracy=2 / 3, num_words=3, unseen_words=1,
+                                                             default_tag="vb")
+
+
+def test_settings_errors_name_the_flags(tmp_path):
+    base = dict(model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, model_dir=str(tmp_path / "m"),
+                do_train=True)
+    errors = TaggingSettings.from_values(base).errors()
+    assert any("--data_dir" in e for e in errors)
+    errors = TaggingSettings.from_values(dict(base, data_dir=str(tmp_path), window_stride=40,
+                                              max_seq_length=32)).errors()
+    assert any("no train file" in e for e in errors) and any("--window_stride=40" in e for e in errors)
+    assert not TaggingSettings.from_values(dict(base, train_file=os.path.join(BROWN, "train.conll"))).errors()
+    errors = TaggingSettings.from_values(dict(base, train_file=os.path.join(BROWN, "train.conll"), do_predict=True,
+                                              predict_input_glob="x/*.jsonl")).errors()
+    assert any("xlnet_tf.cli.predict --saved_model" in e for e in errors)
+
+
+def test_job_files_run_the_tagger(monkeypatch):
+    from xlnet_tf.batch.job_runner import load_job
+
+    monkeypatch.chdir(REPO)  # the job's paths are relative to the repository root
+
+    job = load_job(os.path.join(REPO, "configs", "jobs_tagging_tiny.yaml"))
+    assert job.script == "run_tagger.py" and len(job.runs) == 4
+    assert not TaggingSettings.from_values(dict(job.runs[0].flags)).errors()
+
+
+# -- one fine-tuning run, its export, batch prediction and the Keras model ----------------------------------------
+def _bio(sentences):
+    """Brown's proper nouns (np*) as NAME entities and numbers (cd*) as NUM, IOB2."""
+    out = []
+    for s in sentences:
+        tags, prev = [], None
+        for t in s.tags:
+            kind = "NAME" if t.startswith("np") else "NUM" if t.startswith("cd") else None
+            tags.append("O" if kind is None else ("I-" if kind == prev else "B-") + kind)
+            prev = kind
+        out.append({"tokens": s.words, "tags": tags})
+    return out
+
+
+@pytest.fixture(scope="module")
+def bio_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tagging")
+    for split, source, count in (("train", "train.conll", 80), ("dev", "dev.conll", 24)):
+        rows = _bio(td.read_sentences(os.path.join(BROWN, source))[:count])
+        (tmp / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = TaggingSettings.from_values(dict(
+        model_config_path=micro_config(tmp), spiece_model_file=SPIECE, data_dir=str(tmp),
+        model_dir=str(tmp / "model"), export_dir=str(tmp / "export"), do_train=True, do_eval=True, do_predict=True,
+        max_seq_length=SEQ, train_batch_size=8, eval_batch_size=32, predict_batch_size=32, train_steps=4,
+        iterations=2, learning_rate=3e-3, dropout=0.0, dropatt=0.0))
+    result = runner.run(settings)
+    dev = [json.loads(line) for line in open(tmp / "dev.jsonl")]
+    predicted = [json.loads(line) for line in open(tmp / "model" / "predict" / "tagging.dev.predictions.jsonl")]
+    return dict(settings=settings, result=result, dev=dev, predicted=predicted, tmp=tmp,
+                export=os.path.join(settings.export_dir, "4"))
+
+
+def test_run_tagger_evaluates_and_predicts_every_word(bio_run):
+    dev, predicted = bio_run["dev"], bio_run["predicted"]
+    assert [p["tokens"] for p in predicted] == [d["tokens"] for d in dev]
+    assert all(len(p["tags"]) == len(p["tokens"]) for p in predicted)
+    with open(os.path.join(bio_run["settings"].model_dir, "eval_results.dev.json")) as f:
+        report = json.load(f)
+    assert report["main_metric"] == "f1"
+    expected = td.tagging_metrics([d["tags"] for d in dev], [p["tags"] for p in predicted], "bio")
+    for key in ("accuracy", "precision", "recall", "f1"):
+        assert report["metrics"][key] == pytest.approx(expected[key])
+    conll = open(os.path.join(bio_run["settings"].model_dir, "predict", "tagging.dev.conll")).read()
+    assert conll.split("\n\n")[0].split("\n")[0].split(" ")[:2] == [dev[0]["tokens"][0], dev[0]["tags"][0]]
+
+
+def test_raw_text_export_returns_tags_with_offsets(bio_run):
+    serve = tf.saved_model.load(bio_run["export"]).signatures["serving_default"]
+    dev, predicted = bio_run["dev"], bio_run["predicted"]
+    out = serve(text=tf.constant([" ".join(d["tokens"]) for d in dev]))
+    tags = [[t.decode() for t in row[:n]] for row, n in zip(out["tags"].numpy(), out["num_words"].numpy())]
+    assert tags == [p["tags"] for p in predicted]  # in-graph windows and scoring = run_tagger's
+    text = ["  Mr.\u00a0Dan  Díaz\tof Atlanta said 3,000 ``people'' came.\n", "", "Oslo"]
+    out = {k: v.numpy() for k, v in serve(text=tf.constant(text)).items()}
+    for i, t in enumerate(text):
+        n = out["num_words"][i]
+        spans = list(zip(out["start_char"][i][:n], out["end_char"][i][:n]))
+        assert [t[a:b] for a, b in spans] == t.split() == [w.decode() for w in out["words"][i][:n]]
+        row_tags = [x.decode() for x in out["tags"][i][:n]]
+        want = [(kind, spans[a][0], spans[b][1]) for kind, a, b in get_entities(row_tags)]
+        e = out["num_entities"][i]
+        got = [(k.decode(), s, x) for k, s, x in zip(out["entity_types"][i][:e], out["entity_start_char"][i][:e],
+                                                      out["entity_end_char"][i][:e])]
+        assert got == want
+        assert [x.decode() for x in out["entity_text"][i][:e]] == [t[s:x] for _, s, x in want]
+
+
+def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
+    dev = bio_run["dev"][:4]
+    source = tmp_path / "in" / "part-0.jsonl"
+    source.parent.mkdir()
+    source.write_text("".join(json.dumps({"id": i, "text": " ".join(d["tokens"])}) + "\n" for i, d in enumerate(dev)))
+    predictor = bp.SavedModelPredictor(os.path.dirname(bio_run["export"]))
+    bp.predict_shards(predictor, str(source), str(tmp_path / "out"), bp.Fields.parse("text", "id"), batch_size=4)
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "part-0.jsonl.predictions.jsonl")]
+    assert [r["tags"] for r in rows] == [p["tags"] for p in bio_run["predicted"][:4]]
+    assert rows[0]["words"] == dev[0]["tokens"] and "entities" in rows[0]
+
+    with open(os.path.join(bio_run["settings"].model_dir, "tagging.tags.json")) as f:
+        labels = json.load(f)["tags"]
+    model = xlnet_tf.XLNetTextTagger.from_checkpoint(bio_run["settings"].model_dir, labels, seq_length=SEQ,
+                                                     config=micro_config(tmp_path), spiece_model=SPIECE)
+    words = [d["tokens"] for d in dev]
+    out = model.predict(words, batch_size=8)
+    assert [[t.decode() for t in row[:n]] for row, n in zip(out["tags"], out["num_words"])] == [r["tags"]
+                                                                                                for r in rows]
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="mean_with_sample_weight"), weighted_metrics=["accuracy"])
+    model.fit(words, [d["tags"] for d in dev], batch_size=4, epochs=1, verbose=0)
+    result = model.evaluate(words, [" ".join(d["tags"]) for d in dev], verbose=0, return_dict=True)
+    # Word accuracy over each word once: a multiple of 1 / number of words.
+    total = sum(len(w) for w in words)
+    assert round(result["accuracy"] * total, 3) == pytest.approx(round(result["accuracy"] * total))
