@@ -107,3 +107,56 @@ def test_classifier_config_round_trips():
     assert (again.num_segments, again.mem_len, again.xlnet.config.mem_len) == (3, 8, 8)
     with pytest.raises(ValueError, match="mem_len"):
         XLNetClassifier(_tiny(), num_labels=2, num_segments=3, mem_len=0)
+
+
+@pytest.fixture(scope="module")
+def genre_run(tmp_path_factory):
+    """run_classifier's stages on the bundled Brown genre documents with --long_document=memory: 2 training steps,
+    eval, --do_predict over a JSON-lines glob, export."""
+    from classifier_helpers import make_flags
+    from xlnet_tf.finetuning import runner
+
+    tmp = tmp_path_factory.mktemp("genre")
+    settings = make_flags(tmp, task_name="brown_genre", data_dir=os.path.join(REPO, "data", "brown_genre"),
+                          long_document="memory", max_seq_length=16, max_segments=4, mem_len=24, do_train=True,
+                          do_eval=True, do_predict=True, predict_input_glob=os.path.join(REPO, "data", "brown_genre",
+                                                                                         "genre_dev.jsonl"),
+                          predict_text_fields="text", predict_id_field="id", export_dir=str(tmp / "serving"))
+    return settings, runner.run(settings)
+
+
+def test_memory_run_trains_evaluates_predicts_and_exports(genre_run):
+    settings, result = genre_run
+    assert result["train"]["step"] == 2 and 0.0 <= result["eval"]["metrics"]["accuracy"] <= 1.0
+    with open(os.path.join(settings.model_dir, "finetune_settings.json")) as f:
+        recorded = json.load(f)["settings"]
+    assert (recorded["long_document"], recorded["max_segments"], recorded["mem_len"]) == ("memory", 4, 24)
+    with open(result["predict"][0]) as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == 15 and rows[0]["id"] == "ca04" and len(rows[0]["probabilities"]) == 15
+    with open(os.path.join(result["export"], "assets.extra", "metadata.json")) as f:
+        meta = json.load(f)
+    assert (meta["max_seq_length"], meta["segment_length"], meta["mem_len"]) == (64, 16, 24)
+
+
+def test_export_reads_whole_documents_as_raw_text(genre_run):
+    """The raw-text signature tokenizes the whole document (its first 62 tokens) and loops over its segments in
+    the graph: it answers as serve_ids on the training encoding, and as batch prediction's rows."""
+    from xlnet_tf.tasks import classifier_data
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    settings, result = genre_run
+    loaded = tf.saved_model.load(result["export"])
+    docs = classifier_data.read_examples(classifier_data.get_task("brown_genre"), settings.data_dir, "dev").examples
+    texts = [docs[0].text_a, docs[1].text_a]
+    tokenizer = XLNetTokenizer(settings.spiece_model_file)
+    encoded = [classifier_data.encode_example(tokenizer, ex, 64)[:3] for ex in docs[:2]]
+    features = {name: tf.constant(np.asarray([e[i] for e in encoded]), dtype)
+                for i, (name, dtype) in enumerate([("input_ids", tf.int32), ("segment_ids", tf.int32),
+                                                   ("padding_mask", tf.float32)])}
+    by_ids = loaded.signatures["serve_ids"](**features)["probabilities"].numpy()
+    by_text = loaded.signatures["serving_default"](sentence=tf.constant(texts))["probabilities"].numpy()
+    np.testing.assert_allclose(by_text, by_ids, atol=1e-6)
+    with open(result["predict"][0]) as f:
+        rows = [json.loads(line) for line in f][:2]
+    np.testing.assert_allclose([r["probabilities"] for r in rows], by_text, atol=1e-5)
