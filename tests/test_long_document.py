@@ -160,3 +160,21 @@ def test_export_reads_whole_documents_as_raw_text(genre_run):
     with open(result["predict"][0]) as f:
         rows = [json.loads(line) for line in f][:2]
     np.testing.assert_allclose([r["probabilities"] for r in rows], by_text, atol=1e-5)
+
+
+def test_keras_text_model_reads_the_run(genre_run):
+    """XLNetTextClassifier(num_segments=...) loads run_classifier's long-document checkpoint, predicts on whole
+    documents as the run's export does."""
+    import xlnet_tf
+    from xlnet_tf.tasks import classifier_data
+
+    settings, result = genre_run
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(
+        settings.model_dir, num_labels=15, seq_length=16, num_segments=4, mem_len=24, task_scope="brown_genre",
+        config=settings.model_config_path, spiece_model=settings.spiece_model_file, dropout=0.0, dropatt=0.0)
+    docs = classifier_data.read_examples(classifier_data.get_task("brown_genre"), settings.data_dir, "dev").examples
+    texts = [d.text_a for d in docs[:3]]
+    expected = tf.saved_model.load(result["export"]).signatures["serving_default"](
+        sentence=tf.constant(texts))["logits"].numpy()
+    np.testing.assert_allclose(model.predict(texts, verbose=0), expected, atol=1e-5)
+    assert model._serving_long_document() == dict(segment_length=16, mem_len=24)  # what its export records
