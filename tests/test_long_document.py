@@ -178,3 +178,25 @@ def test_keras_text_model_reads_the_run(genre_run):
         sentence=tf.constant(texts))["logits"].numpy()
     np.testing.assert_allclose(model.predict(texts, verbose=0), expected, atol=1e-5)
     assert model._serving_long_document() == dict(segment_length=16, mem_len=24)  # what its export records
+
+
+def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkeypatch):
+    """The demo config validates; a pair task, one segment, no memory or RACE with --long_document=memory are
+    refused before TensorFlow work, each named."""
+    import yaml
+
+    from classifier_helpers import DEFAULTS, make_flags
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.training.settings import SettingsError
+
+    monkeypatch.chdir(REPO)
+    with open(os.path.join(REPO, "configs", "genre_memory_tiny.yaml")) as f:
+        demo = ClassifierSettings.from_values(dict(DEFAULTS, **yaml.safe_load(f))).validate()
+    assert (demo.document_length, demo.memory_length) == (1024, 896)
+    for overrides, message in [(dict(task_name="mnli", data_dir=REPO), "has sentence pairs"),
+                               (dict(max_segments=1), "--max_segments=1"), (dict(mem_len=0), "--mem_len=0"),
+                               (dict(task_name="race", data_dir=REPO), "race reads one sequence per option")]:
+        values = dict(task_name="brown_genre", data_dir=REPO, long_document="memory", do_train=True)
+        values.update(overrides)
+        with pytest.raises(SettingsError, match=message):
+            make_flags(tmp_path, **values).validate()
