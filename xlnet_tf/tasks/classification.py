@@ -63,17 +63,10 @@ class ClassificationFamily(TaskFamily):
     def text_inputs(self, info) -> dict:
         return {name: [None] for name in (TEXT_INPUTS if info.pair else TEXT_INPUTS[:1])}
 
-    def ids_spec(self, info) -> dict:
+    def ids_spec(self, info, length=None) -> dict:
         """[batch, seq]; a long document's length is fixed (max_segments * segment_length): the model splits it
         into segments of static shape."""
-        import tensorflow as tf
-
-        if not info.segment_length:
-            return super().ids_spec(info)
-        shape = [None, info.max_seq_length]
-        return dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
-                    segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
-                    padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
+        return super().ids_spec(info, info.max_seq_length if info.segment_length else length)
 
     def outputs_from_ids(self, model, features: dict, info) -> dict:
         import tensorflow as tf
