@@ -24,7 +24,8 @@ MICRO_CONFIG = {"d_head": 8, "d_inner": 32, "d_model": 16, "ff_activation": "gel
 DEFAULTS = dict(
     config_file=None, strategy="one_device", tpu=None, use_tpu=False, num_hosts=1, num_core_per_host=None,
     dtype="float32", use_bfloat16=False, seed=0, model_config_path=None, dropout=0.1, dropatt=0.1, clamp_len=-1,
-    summary_type="last", use_summ_proj=True, cls_scope=None, is_regression=False, task_name=None, task_module=None,
+    summary_type="last", use_summ_proj=True, cls_scope=None, is_regression=False, long_document="truncate",
+    max_segments=8, mem_len=None, task_name=None, task_module=None,
     data_dir=None,
     output_dir=None, overwrite_data=False, init_checkpoint=None, spiece_model_file=None, model_dir=None,
     predict_dir=None, export_dir=None, uncased=False, max_seq_length=128, max_qa_length=128, high_only=False,

@@ -94,10 +94,12 @@ def predict_input_files(task, model, checkpoint: str) -> list:
     from xlnet_tf.batch import prediction as batch_predict
 
     s = task.settings
+    info = dataclasses.asdict(task.serving_info(checkpoint_step(checkpoint)))
+    length = info["max_seq_length"]  # a long document's whole length (docs/long_documents.md)
     predictor = batch_predict.KerasPredictor(
-        model, task.family, dataclasses.asdict(task.serving_info(checkpoint_step(checkpoint))), task.tokenizer,
-        s.max_seq_length, identity=dict(checkpoint=checkpoint, task=task.name, max_seq_length=s.max_seq_length,
-                                        spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased))
+        model, task.family, info, task.tokenizer, length,
+        identity=dict(checkpoint=checkpoint, task=task.name, max_seq_length=length,
+                      spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased))
     fields = batch_predict.Fields.parse(s.predict_text_fields, s.predict_id_field, "--predict_text_fields")
     summary = batch_predict.predict_shards(predictor, s.predict_input_glob, task.predict_dir, fields,
                                            s.predict_batch_size, glob_flag="--predict_input_glob")

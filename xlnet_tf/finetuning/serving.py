@@ -56,6 +56,8 @@ class ServingInfo:
     ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
     ``squad``: SQuAD's ``max_query_length``, ``doc_stride``, ``max_answer_length``, ``start_n_top``,
     ``end_n_top``; ``max_qa_length``: RACE's question+option budget.
+    ``segment_length``: a long-document classifier (``--long_document=memory``) reads its ``max_seq_length`` tokens
+    in segments of this many through ``mem_len`` of memory per layer; 0: one sequence.
     """
 
     kind: str
@@ -67,6 +69,8 @@ class ServingInfo:
     global_step: int = 0
     max_qa_length: int = 128
     squad: dict = dataclasses.field(default_factory=dict)
+    segment_length: int = 0
+    mem_len: int = 0
 
     def __post_init__(self):
         tasks.for_kind(self.kind)  # a ValueError naming the kinds known
@@ -160,7 +164,8 @@ class ServingModule(tf.Module):
                                           autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
-                         global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair)
+                         global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair,
+                         segment_length=info.segment_length, mem_len=info.mem_len)
         constants.update(info.squad)
 
         def metadata():

@@ -14,12 +14,13 @@ from xlnet_tf.config import SUMMARY_TYPES
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, path_missing, setting
 
 SPLITS = ("train", "dev", "test")
+LONG_DOCUMENT = ("truncate", "memory")
 
 
 @dataclasses.dataclass
 class ClassifierSettings(FinetuneSettings):
     task_name: Optional[str] = setting(None, "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, "
-                                       "rte, wnli, imdb, yelp2, yelp5, race, or a task of a --task_module.")
+                                       "rte, wnli, imdb, yelp2, yelp5, brown_genre, race, or a task of a --task_module.")
     task_module: Optional[str] = setting(None, "Task families of your own: a module (dotted name, or the path of a "
                                          ".py file) that registers them (xlnet_tf.tasks.register).")
     data_dir: Optional[str] = setting(None, "Task data in its official layout.")
@@ -28,6 +29,15 @@ class ClassifierSettings(FinetuneSettings):
     use_summ_proj: bool = setting(True, "tanh projection of the summary (as pretrained XLNet heads).")
     cls_scope: Optional[str] = setting(None, "Classifier head scope (default: the task name).")
     is_regression: bool = setting(False, "Regression task (implied by --task_name=sts-b).")
+    # Long documents (classification and regression; docs/long_documents.md).
+    long_document: str = setting("truncate", "truncate: one sequence of --max_seq_length, the start of the text; "
+                                 "memory: up to --max_segments consecutive segments of --max_seq_length read in "
+                                 "order through XLNet's memory, classified from the last.", choices=LONG_DOCUMENT)
+    max_segments: int = setting(8, "--long_document=memory: segments per document; the first max_segments * "
+                                "max_seq_length - 2 tokens of a text are read.")
+    mem_len: Optional[int] = setting(None, "--long_document=memory: hidden states kept per layer (default: all "
+                                     "earlier segments, (max_segments - 1) * max_seq_length; less is cheaper and "
+                                     "forgets the start).")
     # RACE (the multiple_choice family).
     max_qa_length: int = setting(128, "RACE: question+option tokens kept (from the end).")
     high_only: bool = setting(False, "RACE: high-school passages only.")
@@ -52,6 +62,23 @@ class ClassifierSettings(FinetuneSettings):
         num_hosts=Ignored(1, "Original flag, unused (hosts come from the strategy)."),
         num_core_per_host=Ignored(None, "Original flag, unused (replicas come from --strategy).", kind=int),
         predict_threshold=Ignored(0.0, "Original flag, unused."))
+
+    @property
+    def segments(self) -> int:
+        """Segments per example: ``max_segments`` with ``--long_document=memory``, else 1."""
+        return self.max_segments if self.long_document == "memory" else 1
+
+    @property
+    def document_length(self) -> int:
+        """Tokens per example: every segment's (one sequence of the whole document, split in the model)."""
+        return self.segments * self.max_seq_length
+
+    @property
+    def memory_length(self) -> int:
+        """Memory per layer of a long-document model (0: none)."""
+        if self.segments == 1:
+            return 0
+        return self.mem_len or (self.segments - 1) * self.max_seq_length
 
     def family(self):
         """The task family of ``--task_name`` (after loading ``--task_module``)."""
@@ -81,6 +108,13 @@ class ClassifierSettings(FinetuneSettings):
             errors.append(f"--data_dir={self.data_dir}: not a directory")
         if self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
+        if self.long_document not in LONG_DOCUMENT:
+            errors.append(f"--long_document={self.long_document!r} must be one of {', '.join(LONG_DOCUMENT)}")
+        elif self.long_document == "memory":
+            if self.max_segments < 2:
+                errors.append(f"--max_segments={self.max_segments}: --long_document=memory reads >= 2 segments")
+            if self.mem_len is not None and self.mem_len < 1:
+                errors.append(f"--mem_len={self.mem_len} must be >= 1")
         if self.summary_type not in SUMMARY_TYPES:
             errors.append(f"--summary_type={self.summary_type!r} must be one of {', '.join(SUMMARY_TYPES)}")
         if self.predict_input_glob:

@@ -78,6 +78,16 @@ def stream_masks(qlen, mlen, padding_mask=None, perm_mask=None, attn_type: str =
     return blocked, content_blocked
 
 
+def memory_padding_blocked(blocked, mems_padding_mask, qlen):
+    """``blocked`` [B|1, Q, M + qlen] (or None: nothing blocked) with the padding rows of the memory blocked too:
+    ``mems_padding_mask`` [B, M], 1 = real token. -> bool [B, Q, M + qlen]."""
+    padding = tf.logical_not(tf.cast(mems_padding_mask, tf.bool))
+    padding = tf.pad(padding, [[0, 0], [0, qlen]])[:, None, :]  # the current segment's keys: not memory padding
+    if blocked is None:
+        return tf.broadcast_to(padding, [tf.shape(padding)[0], qlen, tf.shape(padding)[2]])
+    return blocked | padding
+
+
 def mask_bias(blocked):
     """bool [B, Q, K] -> additive float32 bias [B, Q, K] (broadcast over the leading head axis of the
     head-major [N, B, Q, K] scores), or None."""

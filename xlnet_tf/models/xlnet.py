@@ -16,7 +16,7 @@ from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
 from xlnet_tf.layers.linear import matmul
-from xlnet_tf.layers.masks import key_blocked, mask_bias, stream_masks
+from xlnet_tf.layers.masks import key_blocked, mask_bias, memory_padding_blocked, stream_masks
 from xlnet_tf.layers.position import RelativePositionEncoding
 
 
@@ -74,6 +74,8 @@ class XLNetModel(keras.Model):
       target_mapping: float [B, P, L], rows one-hot at the P predicted positions, or all zero for padded
         targets (optional; turns on the query stream).
       mems: list of n_layer float tensors [B, M, D] (optional).
+      mems_padding_mask: [B, M], 1 = the memory row holds a real token, 0 = padding (optional; default: all
+        memory visible, as in pretraining). A document read segment by segment carries its left padding here.
       position_ids: int [B, L], each token's position (optional; default 0..L-1). Tokens may share a position
         (MPNet's placeholders sit at the position of the token they stand for): relative distances are
         differences of position ids.
@@ -207,6 +209,10 @@ class XLNetModel(keras.Model):
 
         query_blocked, content_blocked = stream_masks(qlen, mlen, inputs.get("padding_mask"),
                                                       inputs.get("perm_mask"), c.attn_type, c.same_length)
+        if mems is not None and inputs.get("mems_padding_mask") is not None:
+            query_blocked, content_blocked = (
+                memory_padding_blocked(blocked, inputs["mems_padding_mask"], qlen)
+                for blocked in (query_blocked, content_blocked))
         segment_diff = None
         if segment_ids is not None:
             segment_ids = tf.cast(segment_ids, tf.int32)

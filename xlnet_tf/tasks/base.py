@@ -109,11 +109,12 @@ class TaskFamily(abc.ABC):
     def text_inputs(self, info) -> dict:
         """The raw-text ``serving_default`` inputs for ``info`` (a ``ServingInfo``): name -> shape (tf.string)."""
 
-    def ids_spec(self, info) -> dict:
-        """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq]."""
+    def ids_spec(self, info, length=None) -> dict:
+        """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq] (seq:
+        ``length``, None = any)."""
         import tensorflow as tf
 
-        shape = [None, None]
+        shape = [None, length]
         return dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
                     segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
                     padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))

@@ -45,9 +45,13 @@ class ClassificationFamily(TaskFamily):
 
     def settings_errors(self, s) -> list:
         spec = classifier_data.get_task(s.task_name)
+        errors = []
         if s.is_regression and not spec.regression:
-            return [f"--is_regression=True but --task_name={s.task_name} is a classification task"]
-        return []
+            errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
+        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
+            errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
+                          "document is one text")
+        return errors
 
     def task(self, settings) -> "ClassificationTask":
         return ClassificationTask(self, settings)
@@ -58,6 +62,11 @@ class ClassificationFamily(TaskFamily):
 
     def text_inputs(self, info) -> dict:
         return {name: [None] for name in (TEXT_INPUTS if info.pair else TEXT_INPUTS[:1])}
+
+    def ids_spec(self, info, length=None) -> dict:
+        """[batch, seq]; a long document's length is fixed (max_segments * segment_length): the model splits it
+        into segments of static shape."""
+        return super().ids_spec(info, info.max_seq_length if info.segment_length else length)
 
     def outputs_from_ids(self, model, features: dict, info) -> dict:
         import tensorflow as tf
@@ -127,16 +136,18 @@ class ClassificationTask(RecordsTask):
 
     def prepare(self, split: str) -> tuple:
         s = self.settings
-        return classifier_data.prepare_features(self.spec, s.data_dir, split, self.tokenizer, s.max_seq_length,
+        return classifier_data.prepare_features(self.spec, s.data_dir, split, self.tokenizer, s.document_length,
                                                 self.output_dir, s.overwrite_data)
 
+    # With --long_document=memory an example is the whole document as one left-padded sequence of
+    # max_segments * max_seq_length tokens (<sep> <cls> at its end): the model reads it segment by segment.
     @property
     def feature_spec(self) -> dict:
-        return classifier_data.feature_spec(self.settings.max_seq_length, self.regression)
+        return classifier_data.feature_spec(self.settings.document_length, self.regression)
 
     @property
     def dummy_features(self) -> dict:
-        return classifier_data.dummy_features(self.settings.max_seq_length, self.regression)
+        return classifier_data.dummy_features(self.settings.document_length, self.regression)
 
     def build_model(self):
         from xlnet_tf.models.heads import XLNetClassifier
@@ -146,7 +157,8 @@ class ClassificationTask(RecordsTask):
         scope = self.name if self.regression else (s.cls_scope or self.name)
         return XLNetClassifier(self.model_config, num_labels=len(self.labels or [1]), task_scope=scope,
                                regression=self.regression, summary_type=s.summary_type,
-                               use_summ_proj=s.use_summ_proj, dtype=s.dtype)
+                               use_summ_proj=s.use_summ_proj, num_segments=s.segments, mem_len=s.memory_length,
+                               dtype=s.dtype)
 
     def loss(self, features: dict, outputs: dict) -> tuple:
         import tensorflow as tf
@@ -201,9 +213,10 @@ class ClassificationTask(RecordsTask):
         from xlnet_tf.finetuning.serving import ServingInfo
 
         s = self.settings
+        long_document = {} if s.segments == 1 else dict(segment_length=s.max_seq_length, mem_len=s.memory_length)
         return ServingInfo(kind=REGRESSION if self.regression else CLASSIFICATION, task=self.name,
-                           max_seq_length=s.max_seq_length, lower_case=s.uncased, labels=self.labels,
-                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length)
+                           max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
+                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, **long_document)
 
 
 def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -49,7 +50,7 @@ class TaskSpec:
     submission: str = ""  # GLUE submission file name (without .tsv)
     metrics: tuple = ("accuracy",)
     labels: Optional[tuple] = None  # only for tasks the library lacks
-    reader: str = "tsv"  # tsv | imdb | csv
+    reader: str = "tsv"  # tsv | imdb | csv | jsonl
     label_range: Optional[tuple] = None  # regression: the scores' documented range (inclusive)
 
     @property
@@ -71,6 +72,10 @@ def _glue(name, processor, files, labeled, test, submission, metrics=("accuracy"
     return TaskSpec(name, processor, files, labeled, test, header, submission, metrics, label_range=label_range)
 
 
+BROWN_GENRES = ("press: reportage", "press: editorial", "press: reviews", "religion", "skill and hobbies",
+                "popular lore", "belles-lettres", "miscellaneous: government & house organs", "learned",
+                "fiction: general", "fiction: mystery", "fiction: science", "fiction: adventure", "fiction: romance",
+                "humor")
 _GLUE_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
 TASKS = {t.name: t for t in [
     # CoLA train/dev: source, label, original label, sentence (no header); test: index, sentence (header).
@@ -102,6 +107,10 @@ TASKS = {t.name: t for t in [
              labels=("1", "2", "3", "4", "5"), reader="csv", submission="Yelp5"),
     TaskSpec("yelp2", "", {"train": "train.csv", "dev": "test.csv"}, Columns(1, None, 0), header=(),
              labels=("1", "2"), reader="csv", submission="Yelp2"),
+    # Brown Corpus genres of whole documents (~2,000 words; --long_document=memory reads past the first segment):
+    # JSON lines {"id", "text", "label"} (data/README.md).
+    TaskSpec("brown_genre", "", {"train": "genre_train.jsonl", "dev": "genre_dev.jsonl", "test": "genre_test.jsonl"},
+             labels=BROWN_GENRES, reader="jsonl", submission="brown_genre"),
 ]}
 ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli": "mnli_matched", "mnli-m": "mnli_matched",
            "mnli-mm": "mnli_mismatched", "imdb-sentiment": "imdb"}
@@ -174,6 +183,8 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         return ExampleSet(examples, [], path)
 
     labels = task.label_list()
+    if task.reader == "jsonl":
+        return _read_jsonl(path, labels, split != "test")
     columns = task.test if split == "test" else task.labeled
     labeled = split != "test"
     examples, skipped, width = [], [], None
@@ -216,6 +227,39 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         examples.append(lib.InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label, example_id=where))
     if skipped:
         logging.warning("%s: skipped %d malformed row(s), e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
+    return ExampleSet(examples, skipped, path)
+
+
+def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
+    """JSON lines ``{"id", "text", "label"}`` (``id`` optional: the example's number); the label is required in
+    labelled splits. A line that is no JSON object is an error; one without text is skipped."""
+    from official.nlp.data import classifier_data_lib as lib
+
+    examples, skipped = [], []
+    with io_utils.open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                row = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{where}: not a JSON object ({e})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: not a JSON object")
+            text = row.get("text")
+            if not isinstance(text, str) or not text.strip():
+                skipped.append(f"{where}: no text")
+                continue
+            label = row.get("label")
+            if labeled and label not in labels:
+                raise InputError(f"{where}: label {label!r} is not in the task's label set {labels} (wrong "
+                                 "--task_name or a corrupted file?)")
+            guid = str(row.get("id", len(examples)))
+            examples.append(lib.InputExample(guid=guid, text_a=text, text_b=None,
+                                             label=label if labeled else None, example_id=where))
+    if skipped:
+        logging.warning("%s: skipped %d line(s) without text, e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
     return ExampleSet(examples, skipped, path)
 
 

@@ -39,6 +39,9 @@ class MultipleChoiceFamily(TaskFamily):
         if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
             errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
                           f"{s.max_seq_length - 4}]")
+        if s.long_document != "truncate":
+            errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
+                          "are read by classification and regression tasks")
         if s.high_only and s.middle_only:
             errors.append("--high_only and --middle_only exclude each other")
         if s.predict_input_glob:

@@ -362,11 +362,15 @@ class _TextTaskModel(keras.Model):
         step = int(self.optimizer.iterations.numpy()) if getattr(self, "optimizer", None) is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
-                           max_qa_length=pre.max_qa_length, squad=self._serving_squad())
+                           max_qa_length=pre.max_qa_length, squad=self._serving_squad(),
+                           **self._serving_long_document())
         return write_serving_model(self.network, export_dir, info, preprocessor=pre)
 
     def _serving_squad(self) -> dict:
         return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks
+
+    def _serving_long_document(self) -> dict:
+        return {}  # a long-document classifier's segment_length and mem_len (``ServingInfo``)
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         return labels  # the class names of the export's ``label`` output, where it has one
@@ -401,16 +405,23 @@ class XLNetTextClassifier(_TextTaskModel):
                         spiece_model=None, lower_case: bool = False, regression: bool = False,
                         task_scope: str = "task", summary_type: str = "last", use_summ_proj: bool = True,
                         dropout: float = 0.1, dropatt: float = 0.1, dtype: Optional[str] = None,
-                        name: Optional[str] = None, new_head: bool = False) -> "XLNetTextClassifier":
+                        name: Optional[str] = None, new_head: bool = False, num_segments: int = 1,
+                        mem_len: Optional[int] = None) -> "XLNetTextClassifier":
         """A classifier from a checkpoint (see ``load_task_weights``): a release directory, a native checkpoint's
         directory or prefix. ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
         (a path or the proto's bytes) default to the files next to the checkpoint. ``task_scope`` names the head
         of a fine-tuned TF1 checkpoint (``model/classification_{task_scope}/...``, the original's task name);
         ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults). A checkpoint fine-tuned
-        for another task is refused unless ``new_head=True`` (its network, a new head)."""
-        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt)
+        for another task is refused unless ``new_head=True`` (its network, a new head).
+
+        ``num_segments`` > 1: long documents (run_classifier.py's ``--long_document=memory``): a text's first
+        ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
+        states of memory per layer (default: all earlier segments; docs/long_documents.md)."""
+        preprocessor, config = _build_parts(path, config, spiece_model, seq_length * num_segments, lower_case,
+                                            dropout, dropatt)
         network = XLNetClassifier(config, num_labels=num_labels, task_scope=task_scope, regression=regression,
-                                  summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
+                                  summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype,
+                                  num_segments=num_segments, mem_len=mem_len or (num_segments - 1) * seq_length)
         load_task_weights(network, path, new_head)
         return cls(preprocessor, network, name=name)
 
@@ -450,6 +461,12 @@ class XLNetTextClassifier(_TextTaskModel):
 
     def _serving_kind(self) -> str:
         return "regression" if self.network.regression else "classification"
+
+    def _serving_long_document(self) -> dict:
+        segments = self.network.num_segments
+        if segments == 1:
+            return {}
+        return dict(segment_length=self.preprocessor.seq_length // segments, mem_len=self.network.mem_len)
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         if labels is None and not self.network.regression:
