@@ -24,6 +24,8 @@ RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "
 # How a fine-tuning head summarises a sequence (models.heads.SequenceSummary; --summary_type). Here, not in
 # heads.py, so that settings validation has it without importing TensorFlow.
 SUMMARY_TYPES = ("last", "first", "mean")
+# 'gelu' is the original's tanh approximation; 'gelu_exact' the erf GELU of HuggingFace's XLNet checkpoints.
+FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +35,8 @@ class XLNetConfig:
     Checkpoint-tied (as in the release's ``xlnet_config.json``):
       n_token: vocabulary size.        n_layer: number of layers.
       d_model: hidden size.            n_head / d_head: attention heads and their width.
-      d_inner: feed-forward width.     ff_activation: 'gelu' (tanh approximation) or 'relu'.
+      d_inner: feed-forward width.     ff_activation: 'gelu' (tanh approximation), 'gelu_exact' (erf, HF's
+                                       "gelu") or 'relu'.
       untie_r: one set of r_w/r_r/r_s biases per layer (True for the released models) or one shared set.
     Run-time:
       mem_len: Transformer-XL memory kept per layer (0 = none).
@@ -73,8 +76,9 @@ class XLNetConfig:
                 raise InputError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
         if self.d_model % 2:
             raise InputError(f"XLNetConfig: d_model must be even for the sinusoid encoding, got {self.d_model}")
-        if self.ff_activation not in ("gelu", "relu"):
-            raise InputError(f"XLNetConfig: ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+        if self.ff_activation not in FF_ACTIVATIONS:
+            raise InputError(f"XLNetConfig: ff_activation must be one of {', '.join(FF_ACTIVATIONS)}, got "
+                             f"{self.ff_activation!r}")
         if self.attn_type not in ("bi", "uni"):
             raise InputError(f"XLNetConfig: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.mem_len < 0:
@@ -105,7 +109,8 @@ class XLNetConfig:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike, **overrides) -> "XLNetConfig":
-        """Reads an ``xlnet_config.json`` (the release's or ours); run-time knobs come as keyword overrides.
+        """Reads an ``xlnet_config.json`` (the release's or ours) or a HuggingFace XLNet ``config.json``; run-time
+        knobs come as keyword overrides.
 
         Example: ``XLNetConfig.from_json("xlnet_cased_L-12_H-768_A-12/xlnet_config.json", mem_len=384)``.
         """
@@ -117,6 +122,10 @@ class XLNetConfig:
             raise InputError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(values, dict):
             raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        if values.get("model_type") == "xlnet":  # a HuggingFace config.json
+            from xlnet_tf.hf import xlnet_config
+
+            return xlnet_config(values, path, **overrides)
         # The original's train.py carries an unused d_embed flag that some configs include.
         values.pop("d_embed", None)
         return cls.from_dict(values, source=path, **overrides)
