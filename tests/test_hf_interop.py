@@ -110,7 +110,8 @@ def _compare(architecture, theirs, ours, token_arrays=None):
             # HF reports probabilities under *_log_probs, its end beams laid out [end_n_top, start_n_top].
             np.testing.assert_array_equal(mine["start_top_index"], out.start_top_index.numpy())
             _close(np.exp(mine["start_top_log_probs"]), out.start_top_log_probs, "start")
-            swap = (lambda x: np.asarray(x).reshape(2, 3, 2).transpose(0, 2, 1).reshape(2, 6))
+            k = mine["start_top_index"].shape[1]
+            swap = (lambda x: np.asarray(x).reshape(2, k, -1).transpose(0, 2, 1).reshape(2, -1))
             np.testing.assert_array_equal(swap(mine["end_top_index"]), out.end_top_index.numpy())
             _close(swap(np.exp(mine["end_top_log_probs"])), out.end_top_log_probs, "end")
             _close(mine["cls_logits"], out.cls_logits, "answer class")
@@ -253,3 +254,52 @@ def test_hf_config_json_reads_as_xlnet_config(tmp_path):
     json.dump(values, open(os.path.join(folder, "config.json"), "w"))
     with pytest.raises(InputError, match="layer_norm_eps"):
         XLNetConfig.from_json(os.path.join(folder, "config.json"))
+
+
+def test_convert_hf_to_release_and_native_layouts(tmp_path):
+    from xlnet_tf.checkpoint import load_original_checkpoint
+    from xlnet_tf.cli.convert import ConvertSettings, main
+
+    theirs = _hf_model("XLNetForSequenceClassification")
+    folder = _save_hf(theirs, tmp_path / "hf")
+    main(ConvertSettings(hf_dir=folder, format="release", task_scope="sts", output_dir=str(tmp_path / "release"))
+         .validate())
+    assert {"spiece.model", "xlnet_config.json", "xlnet_model.ckpt.index"} <= set(os.listdir(tmp_path / "release"))
+    config = hf.HFCheckpoint(folder).xlnet_config(dropout=0.0, dropatt=0.0)
+    ours = XLNetClassifier(config, 3, task_scope="sts")
+    assert load_original_checkpoint(ours, str(tmp_path / "release")) == []  # the head under the original scope
+    _compare("XLNetForSequenceClassification", theirs, ours)
+    main(ConvertSettings(hf_dir=folder, output_dir=str(tmp_path / "native")).validate())
+    network = XLNetModel(config)
+    load_pretrained(network, str(tmp_path / "native"))
+    with torch.no_grad():
+        _close(network(_features())["sequence_output"], theirs.transformer(**_torch_inputs()).last_hidden_state,
+               "native")
+    with pytest.raises(InputError, match="--format=release is for --hf_dir"):
+        ConvertSettings(release_dir=folder, format="release", output_dir=str(tmp_path / "x")).validate()
+
+
+def test_entry_point_settings_take_an_hf_directory(tmp_path):
+    from xlnet_tf.tasks.squad import SquadSettings
+
+    folder = _save_hf(_hf_model("XLNetForQuestionAnswering"), tmp_path / "hf", lower_case=True)
+    s = SquadSettings(init_checkpoint=folder, model_dir=str(tmp_path / "run"))
+    assert (s.model_config_path, s.spiece_model_file, s.uncased) == (
+        os.path.join(folder, "config.json"), os.path.join(folder, "spiece.model"), True)
+    folder = _save_hf(_hf_model("XLNetModel"), tmp_path / "cased")
+    with pytest.raises(InputError, match="--uncased, but --init_checkpoint=.* is a cased model"):
+        SquadSettings(init_checkpoint=folder, model_dir=str(tmp_path / "run"), uncased=True).validate()
+
+
+def test_export_of_a_squad_run_as_hf(squad_run, tmp_path):
+    """``cli.export --format=hf`` of a fine-tuned run: transformers' XLNetForQuestionAnswering answers as ours."""
+    from xlnet_tf.cli.export import ExportSettings, export
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.training.setup import read_model
+
+    folder = export(ExportSettings(model_dir=squad_run["model_dir"], export_dir=str(tmp_path / "hf"), format="hf"))
+    theirs = transformers.XLNetForQuestionAnswering.from_pretrained(folder).eval()
+    ours = XLNetSquad(XLNetConfig.from_json(os.path.join(ROOT, "configs", "tiny.json"), dropout=0.0, dropatt=0.0),
+                      start_n_top=3, end_n_top=3)
+    read_model(ours, tf.train.latest_checkpoint(squad_run["model_dir"]))
+    _compare("XLNetForQuestionAnswering", theirs, ours)
