@@ -26,6 +26,8 @@ RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "
 SUMMARY_TYPES = ("last", "first", "mean")
 # 'gelu' is the original's tanh approximation; 'gelu_exact' the erf GELU of HuggingFace's XLNet checkpoints.
 FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")
+# HuggingFace's ff_activation names -> ours: its "gelu" is the erf GELU, the original's is its "gelu_new".
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +125,31 @@ class XLNetConfig:
         if not isinstance(values, dict):
             raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
         if values.get("model_type") == "xlnet":  # a HuggingFace config.json
-            from xlnet_tf.hf import xlnet_config
-
-            return xlnet_config(values, path, **overrides)
+            return cls.from_hf(values, path, **overrides)
         # The original's train.py carries an unused d_embed flag that some configs include.
         values.pop("d_embed", None)
         return cls.from_dict(values, source=path, **overrides)
+
+    @classmethod
+    def from_hf(cls, c: dict[str, Any], source: str = "config.json", **overrides) -> "XLNetConfig":
+        """The config of a HuggingFace XLNet ``config.json`` (its parsed values ``c``); an InputError naming
+        ``source`` for a setting this stack computes differently (LayerNorm epsilon, activation)."""
+        activation = c.get("ff_activation", "gelu")
+        if activation not in HF_ACTIVATIONS:
+            raise InputError(f"{source}: ff_activation {activation!r} is not one of {sorted(HF_ACTIVATIONS)}")
+        if abs(float(c.get("layer_norm_eps", 1e-12)) - 1e-12) > 1e-15:
+            raise InputError(f"{source}: layer_norm_eps {c['layer_norm_eps']} (this stack's LayerNorms use "
+                             "XLNet's 1e-12)")
+        clamp_len = c.get("clamp_len") or -1
+        values = dict(n_token=c.get("vocab_size", 32000), n_layer=c.get("n_layer", 24),
+                      d_model=c.get("d_model", 1024), n_head=c.get("n_head", 16), d_inner=c.get("d_inner", 4096),
+                      ff_activation=HF_ACTIVATIONS[activation], untie_r=True,  # HF keeps r_*_bias per layer
+                      attn_type=c.get("attn_type", "bi"), bi_data=bool(c.get("bi_data", False)),
+                      clamp_len=clamp_len if clamp_len > 0 else -1, same_length=bool(c.get("same_length", False)),
+                      initializer_range=c.get("initializer_range", 0.02))
+        if isinstance(values["d_model"], int) and isinstance(values["n_head"], int) and values["n_head"] > 0:
+            values["d_head"] = values["d_model"] // values["n_head"]  # HF derives it
+        return cls.from_dict(values, source=source, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -53,8 +53,7 @@ ARCHITECTURES = {
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
 _HEAD_MODULES = {"lm_loss": "lm", "start_logits": "squad", "classifier": "token", "qa_outputs": "token"}
-# HF ff_activation <-> ours. HF's "gelu" is exact; the original's (our "gelu") is HF's "gelu_new".
-_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+# Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
 # One layer: HF name -> (TF1 name, transposed). HF's attention projections are [d_model, n_head, d_head] like the
@@ -237,7 +236,9 @@ class HFCheckpoint:
     def xlnet_config(self, **overrides):
         """The ``XLNetConfig`` of config.json (run-time knobs as keyword overrides); an InputError names a
         setting this stack computes differently (activation, LayerNorm epsilon, summary)."""
-        return xlnet_config(self.config, f"{self.path}/config.json", **overrides)
+        from xlnet_tf.config import XLNetConfig
+
+        return XLNetConfig.from_hf(self.config, f"{self.path}/config.json", **overrides)
 
     def summary(self) -> dict:
         """``summary_type``/``use_summ_proj`` of the classification and multiple-choice heads; an InputError for a
@@ -329,30 +330,6 @@ class HFCheckpoint:
             raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
         module = _token_module(self.weights)
         return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
-
-
-def xlnet_config(c: dict, where: str, **overrides):
-    """The ``XLNetConfig`` of an HF config.json's values ``c`` (``where`` names the file in errors)."""
-    from xlnet_tf.config import XLNetConfig
-
-    activation = c.get("ff_activation", "gelu")
-    if activation not in _ACTIVATIONS:
-        raise InputError(f"{where}: ff_activation {activation!r} is not one of {sorted(_ACTIVATIONS)}")
-    eps = float(c.get("layer_norm_eps", 1e-12))
-    if not np.isclose(eps, 1e-12, rtol=0, atol=1e-15):
-        raise InputError(f"{where}: layer_norm_eps {eps} (this stack's LayerNorms use XLNet's 1e-12)")
-    if c.get("attn_type", "bi") not in ("bi", "uni"):
-        raise InputError(f"{where}: attn_type {c.get('attn_type')!r} is not 'bi' or 'uni'")
-    values = dict(n_token=c.get("vocab_size", 32000), n_layer=c.get("n_layer", 24), d_model=c.get("d_model", 1024),
-                  n_head=c.get("n_head", 16), d_inner=c.get("d_inner", 4096),
-                  ff_activation=_ACTIVATIONS[activation], untie_r=True,  # HF keeps r_*_bias per layer
-                  attn_type=c.get("attn_type", "bi"), bi_data=bool(c.get("bi_data", False)),
-                  clamp_len=c.get("clamp_len") or -1, same_length=bool(c.get("same_length", False)),
-                  initializer_range=c.get("initializer_range", 0.02))
-    values["d_head"] = values["d_model"] // values["n_head"]
-    values["clamp_len"] = max(values["clamp_len"], -1) if values["clamp_len"] > 0 else -1
-    values.update(overrides)
-    return XLNetConfig.from_dict(values, source=where)
 
 
 def token_head(path: str) -> dict:
