@@ -152,12 +152,14 @@ def test_our_model_saved_as_hf_gives_hf_the_same_logits(architecture, tmp_path):
     _compare(architecture, theirs, ours, token)
 
 
-def test_pytorch_bin_is_read_without_torch(tmp_path):
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_pytorch_bin_is_read_without_torch(tmp_path, zip_format):
     theirs = _hf_model("XLNetForSequenceClassification")
     folder = tmp_path / "bin"
     folder.mkdir()
     theirs.config.save_pretrained(folder)
-    torch.save(theirs.state_dict(), folder / "pytorch_model.bin")
+    # Hub models saved before PyTorch 1.6 (2020) are in torch.save's legacy format, later ones in its zip format.
+    torch.save(theirs.state_dict(), folder / "pytorch_model.bin", _use_new_zipfile_serialization=zip_format)
     blocked = dict.fromkeys(["torch"])  # the reader must not import torch
     saved = {name: sys.modules.pop(name) for name in list(sys.modules) if name == "torch"}
     try:
@@ -228,6 +230,7 @@ def test_hub_name_downloads_only_when_asked_and_says_what_to_do_offline(tmp_path
             raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
         if offline:
             raise ConnectionError("no network")
+        (tmp_path / "model.safetensors").write_bytes(b"")  # the weights it found: no pytorch_model.bin asked for
         return str(tmp_path)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
@@ -237,7 +240,8 @@ def test_hub_name_downloads_only_when_asked_and_says_what_to_do_offline(tmp_path
     offline = True
     with pytest.raises(InputError) as error:
         hf.resolve("hf://xlnet/xlnet-base-cased")
-    assert "hf download xlnet/xlnet-base-cased" in str(error.value) and "--local-dir DIR" in str(error.value)
+    assert "hf download xlnet/xlnet-base-cased config.json" in str(error.value)
+    assert "--local-dir DIR" in str(error.value) and "HF_HUB_CACHE=" in str(error.value)
     assert hf.resolve("/a/local/dir") == "/a/local/dir"  # no scheme: never the hub
     with pytest.raises(InputError, match="not a HuggingFace Hub model name"):
         hf.resolve("hf://a b")

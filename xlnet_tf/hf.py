@@ -41,9 +41,10 @@ from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 
 SCHEME = "hf://"
-# What a model needs from a Hub repository (its other files: TF/Flax weights, READMEs, ONNX...).
-HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "spiece.model",
-             "tokenizer_config.json"]
+# What a model needs from a Hub repository (not its TF/Flax/ONNX weights, READMEs...): these files and its
+# safetensors weights, or pytorch_model.bin where it has none.
+HUB_FILES = ["config.json", "spiece.model", "tokenizer_config.json"]
+_SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 
 # HF architecture -> the head it carries ("token": a per-token projection, which has no model here yet).
 ARCHITECTURES = {
@@ -117,26 +118,45 @@ def resolve(path: str) -> str:
     if not is_hub(path):
         return path
     repo, revision = _hub_repo(path)
-    manual = (f"download it on a machine with network access (`hf download {repo} "
-              f"{' '.join(HUB_FILES[:1] + ['model.safetensors', 'spiece.model', 'tokenizer_config.json'])} "
-              f"--local-dir DIR`, or the files from https://huggingface.co/{repo}/tree/{revision or 'main'}) and "
-              "pass DIR instead, or fill the HF cache (HF_HUB_CACHE) the same way with `hf download` there")
+    files = "config.json model.safetensors spiece.model tokenizer_config.json"
+    files += f" --revision {revision}" if revision else ""
+    manual = (f"where there is network, `hf download {repo} {files}` (pytorch_model.bin where the model has no "
+              f"safetensors; files listed at https://huggingface.co/{repo}/tree/{revision or 'main'}) with "
+              "--local-dir DIR, and pass DIR instead; or without --local-dir into the HF cache this machine reads "
+              f"(HF_HUB_CACHE={_hub_cache()}), where {path} then finds it")
     try:
         import huggingface_hub
     except ImportError:
-        raise InputError(f"{path}: huggingface_hub is not installed (pip install 'xlnet_tf[hf]'); or {manual}") \
+        raise InputError(f"{path}: huggingface_hub is not installed (pip install 'xlnet_tf[hf]'); or, {manual}") \
             from None
+
+    def snapshot(local_files_only: bool) -> str:
+        folder = huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=HUB_FILES + _SAFETENSORS,
+                                                   local_files_only=local_files_only)
+        if io_utils.glob(io_utils.join(folder, "*.safetensors")):
+            return folder
+        return huggingface_hub.snapshot_download(repo, revision=revision,
+                                                 allow_patterns=HUB_FILES + ["pytorch_model.bin"],
+                                                 local_files_only=local_files_only)
+
     try:
-        return huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=HUB_FILES,
-                                                 local_files_only=True)
+        return snapshot(local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached (the hub raises several kinds): download below
         pass
     try:
-        return huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=HUB_FILES)
+        return snapshot(local_files_only=False)
     except Exception as error:  # noqa: BLE001 - offline, unknown repo, gated model: all end here, named
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise InputError(f"{path}: not in the HF cache and cannot be downloaded ({type(error).__name__}: "
                          f"{reason}); {manual}") from None
+
+
+def _hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+        return constants.HF_HUB_CACHE
+    except ImportError:
+        return os.environ.get("HF_HUB_CACHE", "~/.cache/huggingface/hub")
 
 
 # -- reading ------------------------------------------------------------------------------------------------------
@@ -347,7 +367,7 @@ def _token_module(weights: dict) -> tuple:
 def read_weights(folder: str) -> dict:
     """{name: float array} of an HF directory's weights, the ``transformer.`` prefix of a head model's backbone
     removed. ``model.safetensors`` (or its shards) is read with safetensors' NumPy API; ``pytorch_model.bin``
-    (torch.save's zip format) with a restricted unpickler, no torch and no code execution."""
+    (torch.save's formats) with a restricted unpickler, no torch and no code execution."""
     names = ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"]
     found = next((n for n in names if io_utils.exists(io_utils.join(folder, n))), None)
     if found is None:
@@ -355,7 +375,7 @@ def read_weights(folder: str) -> dict:
                          "are not read")
     path = io_utils.join(folder, found)
     if found == "pytorch_model.bin":
-        weights = _read_torch_zip(path)
+        weights = _read_torch(path)
     elif found.endswith(".json"):
         shards = sorted(set(_read_json(path).get("weight_map", {}).values()))
         weights = {}
@@ -413,58 +433,92 @@ def _bfloat16(bits: np.ndarray) -> np.ndarray:
 
 _TORCH_DTYPES = {"FloatStorage": "<f4", "HalfStorage": "<f2", "DoubleStorage": "<f8", "BFloat16Storage": "bf16",
                  "LongStorage": "<i8", "IntStorage": "<i4"}
+# torch.save's legacy (pre-1.6) format starts with this pickled number.
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class _Storage:
+    """A storage named in the pickle; its bytes come from the zip archive or, in the legacy format, after it."""
+
+    def __init__(self, dtype: str):
+        self.dtype, self.array = dtype, None
+
+    def fill(self, raw: bytes) -> None:
+        self.array = _bfloat16(np.frombuffer(raw, "<u2")) if self.dtype == "bf16" else np.frombuffer(raw, self.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        return 2 if self.dtype == "bf16" else np.dtype(self.dtype).itemsize
+
+
+class _Tensor:
+    """A tensor of the pickle: a view (offset, size, stride) into a storage, made an array once that is read."""
+
+    def __init__(self, storage, offset, size, stride, *_):
+        self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
+
+    def array(self) -> np.ndarray:
+        data = self.storage.array
+        item = data.itemsize
+        return np.lib.stride_tricks.as_strided(data[self.offset:], shape=self.size,
+                                               strides=tuple(s * item for s in self.stride)).astype(np.float32)
 
 
 class _TorchUnpickler(pickle.Unpickler):
-    """torch.save's data.pkl, rebuilt into NumPy: only tensors, storages and ordered dicts are accepted (any other
-    global in the pickle is refused: loading a checkpoint never runs its code)."""
+    """torch.save's pickle rebuilt into NumPy: only tensors, storages and ordered dicts are accepted (any other
+    global in the pickle is refused: loading a checkpoint never runs its code). ``storages``: {key: _Storage}."""
 
-    def __init__(self, file, archive: zipfile.ZipFile, prefix: str):
+    def __init__(self, file):
         super().__init__(file)
-        self.archive, self.prefix = archive, prefix
+        self.storages = {}
 
     def find_class(self, module, name):
         if (module, name) == ("collections", "OrderedDict"):
             import collections
             return collections.OrderedDict
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
-            return _rebuild_tensor
+            return _Tensor
         if module == "torch" and name in _TORCH_DTYPES:
             return name
         raise pickle.UnpicklingError(f"global {module}.{name} is not a tensor (refused)")
 
     def persistent_load(self, pid):
-        kind, storage, key = pid[0], pid[1], pid[2]
-        if kind != "storage" or storage not in _TORCH_DTYPES:
+        if pid[0] != "storage" or pid[1] not in _TORCH_DTYPES:
             raise pickle.UnpicklingError(f"storage {pid[:2]} is not read")
-        raw = self.archive.read(f"{self.prefix}/data/{key}")
-        dtype = _TORCH_DTYPES[storage]
-        return _bfloat16(np.frombuffer(raw, "<u2")) if dtype == "bf16" else np.frombuffer(raw, dtype)
+        return self.storages.setdefault(str(pid[2]), _Storage(_TORCH_DTYPES[pid[1]]))
 
 
-def _rebuild_tensor(storage, offset, size, stride, *_):
-    item = storage.itemsize
-    return np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
-                                           strides=tuple(s * item for s in stride)).copy()
-
-
-def _read_torch_zip(path: str) -> dict:
+def _read_torch(path: str) -> dict:
+    """A ``torch.save`` state dict (the zip format of PyTorch >= 1.6, or the legacy one) as {name: float32}."""
     data = io_utils.read_bytes(path)
-    if not zipfile.is_zipfile(io.BytesIO(data)):
-        raise InputError(f"{path}: a legacy (pre-zip, PyTorch < 1.6) pickle, which is not read without torch; "
-                         "convert it to model.safetensors with transformers (save_pretrained)")
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
-            if not pickles:
-                raise pickle.UnpicklingError("no data.pkl")
-            prefix = pickles[0][: -len("/data.pkl")]
-            state = _TorchUnpickler(io.BytesIO(archive.read(pickles[0])), archive, prefix).load()
-    except (pickle.UnpicklingError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+                if not pickles:
+                    raise pickle.UnpicklingError("no data.pkl in the archive")
+                prefix = pickles[0][: -len("/data.pkl")]
+                unpickler = _TorchUnpickler(io.BytesIO(archive.read(pickles[0])))
+                state = unpickler.load()
+                for key, storage in unpickler.storages.items():
+                    storage.fill(archive.read(f"{prefix}/data/{key}"))
+        else:
+            stream = io.BytesIO(data)
+            if pickle.load(stream) != _LEGACY_MAGIC:
+                raise pickle.UnpicklingError("not a torch.save file")
+            pickle.load(stream), pickle.load(stream)  # protocol version, system info
+            unpickler = _TorchUnpickler(stream)
+            state = unpickler.load()
+            for key in pickle.load(stream):  # then each storage: int64 element count, the elements
+                storage = unpickler.storages[str(key)]
+                count = int.from_bytes(stream.read(8), "little")
+                storage.fill(stream.read(count * storage.itemsize))
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError(f"holds a {type(state).__name__}, not a state dict of tensors")
+        return {name: value.array() for name, value in state.items()}
+    except (pickle.UnpicklingError, KeyError, ValueError, EOFError, TypeError, AttributeError,
+            zipfile.BadZipFile) as error:
         raise InputError(f"{path}: unreadable PyTorch checkpoint ({error})") from None
-    if not isinstance(state, dict):
-        raise InputError(f"{path}: holds a {type(state).__name__}, not a state dict of tensors")
-    return {name: np.asarray(value, np.float32) for name, value in state.items()}
 
 
 # -- writing ------------------------------------------------------------------------------------------------------
