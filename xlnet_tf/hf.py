@@ -563,7 +563,8 @@ def hf_config(config, architecture: str = "XLNetModel", labels: Optional[list] =
               "attn_type": config.attn_type, "bi_data": config.bi_data, "clamp_len": config.clamp_len,
               "same_length": config.same_length, "initializer_range": config.initializer_range,
               "layer_norm_eps": 1e-12, "dropout": config.dropout, "mem_len": None, "reuse_len": None,
-              "summary_type": summary_type, "summary_use_proj": use_summ_proj, "summary_activation": "tanh" if use_summ_proj else "linear",
+              "summary_type": summary_type, "summary_use_proj": use_summ_proj,
+              "summary_activation": "tanh" if use_summ_proj else "linear",
               "summary_last_dropout": config.dropout, "start_n_top": start_n_top, "end_n_top": end_n_top,
               "pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2}
     if config.d_head * config.n_head != config.d_model:
