@@ -175,6 +175,14 @@ def test_pytorch_bin_is_read_without_torch(tmp_path, zip_format):
         np.testing.assert_array_equal(weights[name], state[name], err_msg=name)
 
 
+def test_bfloat16_safetensors_are_widened_exactly(tmp_path):
+    theirs = _hf_model("XLNetModel").to(torch.bfloat16)
+    theirs.save_pretrained(tmp_path)
+    weights = hf.read_weights(str(tmp_path))
+    for name, value in theirs.state_dict().items():
+        np.testing.assert_array_equal(weights[name], value.float().numpy(), err_msg=name)
+
+
 def test_unmapped_and_missing_weights_are_named(tmp_path):
     folder = _save_hf(_hf_model("XLNetModel"), tmp_path / "hf")
     checkpoint = hf.HFCheckpoint(folder)
