@@ -1,4 +1,5 @@
-"""Reading the original TF1 release checkpoints (``xlnet_cased_L-24_H-1024_A-16``, ``L-12_H-768_A-12``).
+"""Reading the original TF1 release checkpoints (``xlnet_cased_L-24_H-1024_A-16``, ``L-12_H-768_A-12``), native
+checkpoints, and HuggingFace XLNet directories (through ``xlnet_tf.hf``'s TF1 names).
 
 Each model class lists its variables under their TF1 names (``tf1_variables``); loading checks every one of
 them against the checkpoint before assigning any, so a wrong file never leaves a half-loaded model.
@@ -80,8 +81,22 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     prefix = resolve_checkpoint(ckpt_prefix)
     reader = open_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
-    wanted = model.tf1_variables()
 
+    def read(names):
+        try:
+            return {name: reader.get_tensor(name) for name in names}
+        except _UNREADABLE as error:
+            raise _unreadable(prefix, error) from None
+
+    assign_tf1(model, shapes, read, prefix)
+    return sorted(n for n in shapes if n not in model.tf1_variables() and not _IGNORED.search(n))
+
+
+def assign_tf1(model, shapes: dict, read, source: str) -> None:
+    """Assigns ``read(names)`` ({TF1 name: array}) to ``model.tf1_variables()`` after checking that every one of
+    them is in ``shapes`` ({TF1 name: shape}) with its shape: an InputError naming ``source`` lists each missing
+    or mis-shaped variable, and nothing is assigned."""
+    wanted = model.tf1_variables()
     problems = []
     for name, var in wanted.items():
         if name not in shapes:
@@ -93,15 +108,27 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
             problems.append(f"{name}: checkpoint shape {tuple(shapes[name])} != model shape "
                             f"{tuple(var.shape)}{hint}")
     if problems:
-        raise InputError(f"{prefix}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
-
-    try:
-        values = {name: reader.get_tensor(name) for name in wanted}
-    except _UNREADABLE as error:
-        raise _unreadable(prefix, error) from None
+        raise InputError(f"{source}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
+    values = read(list(wanted))
     for name, var in wanted.items():
         var.assign(np.asarray(values[name], dtype=var.dtype))
-    return sorted(n for n in shapes if n not in wanted and not _IGNORED.search(n))
+
+
+def assign_arrays(model, tensors: dict, source: str) -> None:
+    """``assign_tf1`` from {TF1 name: array} in memory (an HF checkpoint's ``tf1_tensors``)."""
+    assign_tf1(model, {n: np.shape(v) for n, v in tensors.items()},
+               lambda names: {n: tensors[n] for n in names}, source)
+
+
+def load_hf_pretrained(model, checkpoint) -> None:
+    """The network (and the LM bias, where both have one) of ``model`` from an ``hf.HFCheckpoint``; a head the
+    checkpoint has is not read."""
+    tensors = checkpoint.tf1_tensors()
+    backbone = getattr(model, "xlnet", model)
+    with_bias = hasattr(model, "lm_bias") and "model/lm_loss/bias" in tensors
+    if hasattr(model, "lm_bias") and not with_bias:
+        logging.info("%s: no LM head (lm_loss.bias); the LM bias starts at zero", checkpoint.source)
+    assign_arrays(model if with_bias else backbone, tensors, checkpoint.source)
 
 
 def read_model(model, path: str) -> None:
@@ -147,13 +174,19 @@ def native_checkpoint(model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
 
 
-def _staged_pretrained(prefix: str, config, lm_bias: bool):
+def _staged_pretrained(path: str, config, lm_bias: bool):
     """A fresh network of ``config`` (an ``XLNetPretrainer`` if ``lm_bias``, else an ``XLNetModel``) holding the
-    pretrained weights of ``prefix``, either format; an InputError naming the checkpoint if it is unreadable or
-    does not fit ``config``. Loading into this copy first leaves the caller's model untouched by a bad file."""
+    pretrained weights of ``path``, any format (release, native, a HuggingFace directory or ``hf://`` name); an
+    InputError naming the checkpoint if it is unreadable or does not fit ``config``. Loading into this copy first
+    leaves the caller's model untouched by a bad file."""
+    from xlnet_tf import hf
     from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer
 
     staging = (XLNetPretrainer if lm_bias else XLNetModel)(config)
+    if hf.is_hf_dir(path):
+        load_hf_pretrained(staging, hf.HFCheckpoint(path))
+        return staging
+    prefix = resolve_checkpoint(path)
     if is_tf1_checkpoint(prefix):
         load_original_checkpoint(staging, prefix)
         return staging
@@ -175,24 +208,26 @@ def _staged_pretrained(prefix: str, config, lm_bias: bool):
 def check_pretrained(path: str, config) -> None:
     """Reads the pretrained network of ``path`` into a throwaway copy of ``config``'s network: an InputError now if
     the checkpoint is unreadable (damaged index or data) or of another config, before minutes of other work."""
-    _staged_pretrained(resolve_checkpoint(path), config, lm_bias=False)
+    _staged_pretrained(path, config, lm_bias=False)
 
 
 def load_pretrained(model, path: str) -> None:
     """Loads pretrained XLNet weights from either format: the original TF1 release or our native checkpoints
     (``xlnet-convert-checkpoint`` output, pretraining output). Only the network (and the LM bias, if ``model``
-    has one) is read; task heads keep their fresh initialisation."""
-    prefix = resolve_checkpoint(path)
+    has one) is read; task heads keep their fresh initialisation. A HuggingFace XLNet directory or ``hf://`` name
+    (``xlnet_tf.hf``) is read too."""
+    from xlnet_tf import hf
+
     backbone = getattr(model, "xlnet", model)
     lm_bias = hasattr(model, "lm_bias")
-    staging = _staged_pretrained(prefix, backbone.config, lm_bias)
+    staging = _staged_pretrained(path, backbone.config, lm_bias)
     targets = backbone.weights + ([model.lm_bias] if lm_bias else [])
     sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if lm_bias else [])
     for source, target in zip(sources, targets):
         target.assign(source)
-    objective = pretraining_objective(prefix)
+    objective = None if hf.is_hf_dir(path) else pretraining_objective(path)
     if objective:
-        logging.info("%s: pretrained with --objective=%s", prefix, objective)
+        logging.info("%s: pretrained with --objective=%s", path, objective)
 
 
 def pretraining_objective(path: str):

@@ -24,6 +24,10 @@ RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "
 # How a fine-tuning head summarises a sequence (models.heads.SequenceSummary; --summary_type). Here, not in
 # heads.py, so that settings validation has it without importing TensorFlow.
 SUMMARY_TYPES = ("last", "first", "mean")
+# 'gelu' is the original's tanh approximation; 'gelu_exact' the erf GELU of HuggingFace's XLNet checkpoints.
+FF_ACTIVATIONS = ("gelu", "gelu_exact", "relu")
+# HuggingFace's ff_activation names -> ours: its "gelu" is the erf GELU, the original's is its "gelu_new".
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +37,8 @@ class XLNetConfig:
     Checkpoint-tied (as in the release's ``xlnet_config.json``):
       n_token: vocabulary size.        n_layer: number of layers.
       d_model: hidden size.            n_head / d_head: attention heads and their width.
-      d_inner: feed-forward width.     ff_activation: 'gelu' (tanh approximation) or 'relu'.
+      d_inner: feed-forward width.     ff_activation: 'gelu' (tanh approximation), 'gelu_exact' (erf, HF's
+                                       "gelu") or 'relu'.
       untie_r: one set of r_w/r_r/r_s biases per layer (True for the released models) or one shared set.
     Run-time:
       mem_len: Transformer-XL memory kept per layer (0 = none).
@@ -73,8 +78,9 @@ class XLNetConfig:
                 raise InputError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
         if self.d_model % 2:
             raise InputError(f"XLNetConfig: d_model must be even for the sinusoid encoding, got {self.d_model}")
-        if self.ff_activation not in ("gelu", "relu"):
-            raise InputError(f"XLNetConfig: ff_activation must be 'gelu' or 'relu', got {self.ff_activation!r}")
+        if self.ff_activation not in FF_ACTIVATIONS:
+            raise InputError(f"XLNetConfig: ff_activation must be one of {', '.join(FF_ACTIVATIONS)}, got "
+                             f"{self.ff_activation!r}")
         if self.attn_type not in ("bi", "uni"):
             raise InputError(f"XLNetConfig: attn_type must be 'bi' or 'uni', got {self.attn_type!r}")
         if self.mem_len < 0:
@@ -105,7 +111,8 @@ class XLNetConfig:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike, **overrides) -> "XLNetConfig":
-        """Reads an ``xlnet_config.json`` (the release's or ours); run-time knobs come as keyword overrides.
+        """Reads an ``xlnet_config.json`` (the release's or ours) or a HuggingFace XLNet ``config.json``; run-time
+        knobs come as keyword overrides.
 
         Example: ``XLNetConfig.from_json("xlnet_cased_L-12_H-768_A-12/xlnet_config.json", mem_len=384)``.
         """
@@ -117,9 +124,32 @@ class XLNetConfig:
             raise InputError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(values, dict):
             raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        if values.get("model_type") == "xlnet":  # a HuggingFace config.json
+            return cls.from_hf(values, path, **overrides)
         # The original's train.py carries an unused d_embed flag that some configs include.
         values.pop("d_embed", None)
         return cls.from_dict(values, source=path, **overrides)
+
+    @classmethod
+    def from_hf(cls, c: dict[str, Any], source: str = "config.json", **overrides) -> "XLNetConfig":
+        """The config of a HuggingFace XLNet ``config.json`` (its parsed values ``c``); an InputError naming
+        ``source`` for a setting this stack computes differently (LayerNorm epsilon, activation)."""
+        activation = c.get("ff_activation", "gelu")
+        if activation not in HF_ACTIVATIONS:
+            raise InputError(f"{source}: ff_activation {activation!r} is not one of {sorted(HF_ACTIVATIONS)}")
+        if abs(float(c.get("layer_norm_eps", 1e-12)) - 1e-12) > 1e-15:
+            raise InputError(f"{source}: layer_norm_eps {c['layer_norm_eps']} (this stack's LayerNorms use "
+                             "XLNet's 1e-12)")
+        clamp_len = c.get("clamp_len") or -1
+        values = dict(n_token=c.get("vocab_size", 32000), n_layer=c.get("n_layer", 24),
+                      d_model=c.get("d_model", 1024), n_head=c.get("n_head", 16), d_inner=c.get("d_inner", 4096),
+                      ff_activation=HF_ACTIVATIONS[activation], untie_r=True,  # HF keeps r_*_bias per layer
+                      attn_type=c.get("attn_type", "bi"), bi_data=bool(c.get("bi_data", False)),
+                      clamp_len=clamp_len if clamp_len > 0 else -1, same_length=bool(c.get("same_length", False)),
+                      initializer_range=c.get("initializer_range", 0.02))
+        if isinstance(values["d_model"], int) and isinstance(values["n_head"], int) and values["n_head"] > 0:
+            values["d_head"] = values["d_model"] // values["n_head"]  # HF derives it
+        return cls.from_dict(values, source=source, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

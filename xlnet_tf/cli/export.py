@@ -1,4 +1,5 @@
-"""Export a trained model: a TF Serving SavedModel (raw text in, answers out) or the original release layout.
+"""Export a trained model: a TF Serving SavedModel (raw text in, answers out), the original release layout or a
+HuggingFace directory.
 
     # TF Serving: <export_dir>/<version>/ (version = the checkpoint's global step), from a fine-tuning run's
     # --model_dir alone (task, labels, SentencePiece model, lower-casing and max_seq_length are what the run
@@ -11,6 +12,11 @@
     # ... or of a pretraining run (the network and the LM bias)
     python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/pretrain --model_config_path=configs/tiny.json \\
         --spiece_model_file=data/spiece.model --export_dir=release/tiny
+
+    # a HuggingFace directory (config.json, model.safetensors, spiece.model, tokenizer_config.json) that
+    # transformers' XLNetForSequenceClassification / ...ForMultipleChoice / ...ForQuestionAnswering (a fine-tuned
+    # run) or XLNetLMHeadModel (a pretraining run) loads with from_pretrained
+    python -m xlnet_tf.cli.export --format=hf --model_dir=runs/tiny/finetune_sentiment --export_dir=hf/sst2
 
 Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve in bfloat16, ``--predict_ckpt``
 for another checkpoint); without a record (a model directory of an older xlnet_tf, or a fine-tuned TF1 checkpoint
@@ -30,7 +36,7 @@ from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, path_missing, setting
 
-FORMATS = ("saved_model", "release")
+FORMATS = ("saved_model", "release", "hf")
 # Flags that override the fine-tuning run's record when given.
 RECORDED = ("task_name", "task_module", "model_config_path", "spiece_model_file", "uncased", "max_seq_length",
             "dtype")
@@ -46,8 +52,8 @@ class ExportSettings(Settings):
                                        "directory.")
     export_dir: Optional[str] = setting(None, "saved_model: the TF Serving base path (versions are written below "
                                         "it); release: the release directory (new or empty).")
-    format: str = setting("saved_model", "saved_model (TF Serving, raw text in) or release (the original TF1 "
-                          "layout).", choices=FORMATS)
+    format: str = setting("saved_model", "saved_model (TF Serving, raw text in), release (the original TF1 "
+                          "layout) or hf (a HuggingFace transformers directory).", choices=FORMATS)
     predict_ckpt: Optional[str] = setting(None, "Checkpoint to export (default: the latest in --model_dir).")
     task_name: Optional[str] = setting(None, "The fine-tuned task (a run_classifier.py task, race or squad); "
                                        "default: the run's record. Without one and no record: the pretrained "
@@ -84,6 +90,8 @@ class ExportSettings(Settings):
             held = ("already holds a release" if io_utils.exists(io_utils.join(out, "xlnet_model.ckpt.index"))
                     else "is not empty")
             errors.append(f"--export_dir={self.export_dir} {held}; --format=release writes a new or empty directory")
+        if self.format == "hf" and out and io_utils.probe(out):
+            errors.append(f"--export_dir={self.export_dir} already exists; --format=hf writes a new directory")
         if self.max_seq_length is not None and self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
         return errors
@@ -126,15 +134,20 @@ def export(s: ExportSettings, given: set = frozenset()) -> str:
 
     settings = task_settings(s, given)
     if settings is None:
-        if s.format != "release":
+        if s.format == "saved_model":
             raise SettingsError(f"--model_dir={s.model_dir} has no finetune_settings.json and there is no "
                                 "--task_name: a pretrained model has no task head to serve (fine-tune it, or "
-                                "--format=release for the pretrained weights)")
+                                "--format=release or hf for the pretrained weights)")
         return _export_pretrained(s)
     task = settings.family().task(settings)
     model, checkpoint = task.restored_model()
     if s.format == "release":
         return write_release(model, s.export_dir, task.model_config, settings.spiece_model_file)
+    if s.format == "hf":
+        from xlnet_tf import hf
+
+        return hf.save_model(model, s.export_dir, settings.spiece_model_file, settings.uncased,
+                             labels=getattr(task, "labels", None))
     return export_serving(model, s.export_dir, task.serving_info(checkpoint_step(checkpoint)),
                           settings.spiece_model_file)
 
@@ -152,6 +165,10 @@ def _export_pretrained(s: ExportSettings) -> str:
     config = XLNetConfig.from_json(s.model_config_path)
     model = XLNetPretrainer(config)
     load_pretrained(model, resolve_checkpoint(s.predict_ckpt or s.model_dir))
+    if s.format == "hf":
+        from xlnet_tf import hf
+
+        return hf.save_model(model, s.export_dir, s.spiece_model_file, s.uncased)
     return write_release(model, s.export_dir, config, s.spiece_model_file)
 
 

@@ -117,7 +117,8 @@ def residual_layer_norm(out, x, gamma, beta, epsilon, rate=0.0, seed=None, bias=
 
 def bias_activation_dropout(h, bias, activation, rate=0.0, seed=None):
     depth = h.shape[-1]
-    if depth is None or h.dtype not in (tf.float32, tf.bfloat16) or not _native(ops.bias_activation_dropout):
+    if (depth is None or h.dtype not in (tf.float32, tf.bfloat16) or activation not in ("gelu", "relu")
+            or not _native(ops.bias_activation_dropout)):
         return NotImplemented
     forward, backward = ops.bias_activation_dropout()
     seed, attrs = _dropout_attrs(rate, seed)

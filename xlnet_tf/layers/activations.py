@@ -14,4 +14,9 @@ def gelu(x):
     return x * tf.sigmoid(x * (c + (c * 0.044715) * tf.square(x)))
 
 
-ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu}
+def gelu_exact(x):
+    """The erf GELU, ``x Phi(x)``: HuggingFace's "gelu", which its XLNet checkpoints were fine-tuned with."""
+    return tf.nn.gelu(x, approximate=False)
+
+
+ACTIVATIONS = {"gelu": gelu, "gelu_exact": gelu_exact, "relu": tf.nn.relu}

@@ -239,11 +239,12 @@ class Task(abc.ABC):
 
     def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
         """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
-        ``--init_checkpoint`` if it is a fine-tuned checkpoint (the original's TF1 layout with this task's head, or
-        a native one). Returns the checkpoint read."""
+        ``--init_checkpoint`` if it is a fine-tuned checkpoint (the original's TF1 layout with this task's head, a
+        native one, or a HuggingFace model with this task's head). Returns the checkpoint read."""
         import tensorflow as tf
 
-        from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
+        from xlnet_tf import hf
+        from xlnet_tf.checkpoint import assign_arrays, is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
         from xlnet_tf.training.settings import SettingsError
         from xlnet_tf.training.setup import read_model, restore_for_inference
 
@@ -253,6 +254,10 @@ class Task(abc.ABC):
         if not s.init_checkpoint:
             raise FileNotFoundError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
                                     "--init_checkpoint: train first (--do_train) or point at a fine-tuned checkpoint")
+        if hf.is_hf_dir(s.init_checkpoint):
+            checkpoint = hf.HFCheckpoint(s.init_checkpoint)  # names every missing head weight if not this task's
+            assign_arrays(model, checkpoint.tf1_tensors(getattr(model, "task_scope", "task")), checkpoint.source)
+            return s.init_checkpoint
         prefix = resolve_checkpoint(s.init_checkpoint)
         if is_tf1_checkpoint(prefix):
             load_original_checkpoint(model, prefix)  # names every missing head variable if it is not fine-tuned

@@ -38,8 +38,10 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import io_utils
-from xlnet_tf.checkpoint import (is_tf1_checkpoint, load_original_checkpoint, load_pretrained, read_model,
-                                 resolve_checkpoint)
+from xlnet_tf.checkpoint import (assign_arrays, is_tf1_checkpoint, load_hf_pretrained, load_original_checkpoint,
+                                 load_pretrained, read_model, resolve_checkpoint)
+from xlnet_tf.errors import InputError
+from xlnet_tf.hf import HFCheckpoint, is_hf_dir
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
 from xlnet_tf.preprocessing import XLNetPreprocessor
@@ -59,7 +61,9 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
     the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
     labels, regression) is refused, naming its head's weights, unless ``new_head``: a new head on its network
     (e.g. RTE from an MNLI model). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if
-    neither fits."""
+    neither fits. ``path`` may be an ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
+    if isinstance(path, HFCheckpoint):
+        return _load_hf_task_weights(network, path, new_head)
     prefix = resolve_checkpoint(path)
     try:
         if is_tf1_checkpoint(prefix):
@@ -78,6 +82,33 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
     logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
                  type(network).__name__, reason)
     return "pretrained"
+
+
+def _load_hf_task_weights(network: keras.Model, checkpoint: HFCheckpoint, new_head: bool) -> str:
+    tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
+    try:
+        assign_arrays(network, tensors, checkpoint.source)
+        return "fine-tuned"
+    except InputError as whole:
+        reason = str(whole).strip().splitlines()[-1].strip()
+    if checkpoint.head not in (None, "lm") and not new_head:
+        raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
+                         f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its network")
+    load_hf_pretrained(network, checkpoint)
+    logging.info("%s: the network is loaded, the %s head starts from random weights", checkpoint.source,
+                 type(network).__name__)
+    return "pretrained"
+
+
+def _source(path):
+    """An ``hf.HFCheckpoint`` for a HuggingFace directory or ``hf://`` name, else ``path``."""
+    return HFCheckpoint(path) if is_hf_dir(path) else path
+
+
+def _hf_head(source, heads: tuple) -> dict:
+    """The summary settings of an HF classification or multiple-choice checkpoint (else nothing): its weights
+    compute them, so they are not a free choice."""
+    return source.summary() if isinstance(source, HFCheckpoint) and source.head in heads else {}
 
 
 def head_variables(prefix: str) -> list:
@@ -114,8 +145,18 @@ def _locate(path: str, config, spiece_model) -> tuple:
 
 
 def _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt, **preprocessing):
-    """(preprocessor, XLNetConfig) for ``from_checkpoint``: the vocabulary of the two checked against each other."""
-    config, spiece_model = _locate(path, config, spiece_model)
+    """(preprocessor, XLNetConfig) for ``from_checkpoint``: the vocabulary of the two checked against each other.
+    An HF checkpoint gives its config.json, spiece.model and tokenizer_config.json's casing (unless given)."""
+    if isinstance(path, HFCheckpoint):
+        tokenizer = path.tokenizer()
+        config = path.xlnet_config() if config is None else config
+        spiece_model = tokenizer.pop("spiece_model") if spiece_model is None else spiece_model
+        lower_case = tokenizer.pop("lower_case") if lower_case is None else lower_case
+        preprocessing = {**{k: v for k, v in tokenizer.items() if k in ("remove_space", "keep_accents")},
+                         **preprocessing}
+    else:
+        config, spiece_model = _locate(path, config, spiece_model)
+    lower_case = bool(lower_case)
     if isinstance(config, XLNetConfig):
         config = config.replace(dropout=dropout, dropatt=dropatt)
     else:
@@ -401,28 +442,39 @@ class XLNetTextClassifier(_TextTaskModel):
     """
 
     @classmethod
-    def from_checkpoint(cls, path: str, num_labels: int = 2, seq_length: int = 128, *, config=None,
-                        spiece_model=None, lower_case: bool = False, regression: bool = False,
-                        task_scope: str = "task", summary_type: str = "last", use_summ_proj: bool = True,
-                        dropout: float = 0.1, dropatt: float = 0.1, dtype: Optional[str] = None,
-                        name: Optional[str] = None, new_head: bool = False, num_segments: int = 1,
-                        mem_len: Optional[int] = None) -> "XLNetTextClassifier":
+    def from_checkpoint(cls, path: str, num_labels: Optional[int] = None, seq_length: int = 128, *, config=None,
+                        spiece_model=None, lower_case: Optional[bool] = None, regression: Optional[bool] = None,
+                        task_scope: str = "task", summary_type: Optional[str] = None,
+                        use_summ_proj: Optional[bool] = None, dropout: float = 0.1, dropatt: float = 0.1,
+                        dtype: Optional[str] = None, name: Optional[str] = None, new_head: bool = False,
+                        num_segments: int = 1, mem_len: Optional[int] = None) -> "XLNetTextClassifier":
         """A classifier from a checkpoint (see ``load_task_weights``): a release directory, a native checkpoint's
-        directory or prefix. ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
+        directory or prefix, a HuggingFace XLNet directory or ``hf://owner/name`` (``xlnet_tf.hf``).
+        ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
         (a path or the proto's bytes) default to the files next to the checkpoint. ``task_scope`` names the head
         of a fine-tuned TF1 checkpoint (``model/classification_{task_scope}/...``, the original's task name);
         ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults). A checkpoint fine-tuned
-        for another task is refused unless ``new_head=True`` (its network, a new head).
+        for another task is refused unless ``new_head=True`` (its network, a new head). Left as None,
+        ``num_labels``, ``regression``, ``summary_type``, ``use_summ_proj`` and ``lower_case`` are an HF
+        classifier's (its config.json and tokenizer_config.json), else 2, False, "last", True, False.
 
         ``num_segments`` > 1: long documents (run_classifier.py's ``--long_document=memory``): a text's first
         ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
         states of memory per layer (default: all earlier segments; docs/long_documents.md)."""
-        preprocessor, config = _build_parts(path, config, spiece_model, seq_length * num_segments, lower_case,
+        source = _source(path)
+        hf_head = _hf_head(source, ("classification",))
+        if hf_head:
+            num_labels = source.num_labels if num_labels is None else num_labels
+            regression = source.regression if regression is None else regression
+        preprocessor, config = _build_parts(source, config, spiece_model, seq_length * num_segments, lower_case,
                                             dropout, dropatt)
-        network = XLNetClassifier(config, num_labels=num_labels, task_scope=task_scope, regression=regression,
-                                  summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype,
-                                  num_segments=num_segments, mem_len=mem_len or (num_segments - 1) * seq_length)
-        load_task_weights(network, path, new_head)
+        network = XLNetClassifier(config, num_labels=2 if num_labels is None else num_labels, task_scope=task_scope,
+                                  regression=bool(regression),
+                                  summary_type=summary_type or hf_head.get("summary_type", "last"),
+                                  use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None
+                                  else use_summ_proj, dtype=dtype, num_segments=num_segments,
+                                  mem_len=mem_len or (num_segments - 1) * seq_length)
+        load_task_weights(network, source, new_head)
         return cls(preprocessor, network, name=name)
 
     def preprocess(self, x) -> dict:
@@ -486,16 +538,21 @@ class XLNetTextMultipleChoice(_TextTaskModel):
 
     @classmethod
     def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_qa_length: Optional[int] = None,
-                        config=None, spiece_model=None, lower_case: bool = False, summary_type: str = "last",
-                        use_summ_proj: bool = True, dropout: float = 0.1, dropatt: float = 0.1,
+                        config=None, spiece_model=None, lower_case: Optional[bool] = None,
+                        summary_type: Optional[str] = None, use_summ_proj: Optional[bool] = None,
+                        dropout: float = 0.1, dropatt: float = 0.1,
                         dtype: Optional[str] = None, name: Optional[str] = None,
                         new_head: bool = False) -> "XLNetTextMultipleChoice":
         """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
         question+option tokens kept)."""
-        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+        source = _source(path)
+        hf_head = _hf_head(source, ("multiple_choice",))
+        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_qa_length=max_qa_length)
-        network = XLNetMultipleChoice(config, summary_type=summary_type, use_summ_proj=use_summ_proj, dtype=dtype)
-        load_task_weights(network, path, new_head)
+        network = XLNetMultipleChoice(config, summary_type=summary_type or hf_head.get("summary_type", "last"),
+                                      use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None
+                                      else use_summ_proj, dtype=dtype)
+        load_task_weights(network, source, new_head)
         return cls(preprocessor, network, name=name)
 
     def preprocess(self, x) -> dict:
@@ -561,15 +618,17 @@ class XLNetTextSquad(_TextTaskModel):
     def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_query_length: int = 64, doc_stride: int = 128,
                         max_answer_length: int = 64, start_n_top: int = 5, end_n_top: int = 5,
                         window_batch_size: int = DEFAULT_BATCH_SIZE, config=None, spiece_model=None,
-                        lower_case: bool = False, dropout: float = 0.1, dropatt: float = 0.1,
+                        lower_case: Optional[bool] = None, dropout: float = 0.1, dropatt: float = 0.1,
                         dtype: Optional[str] = None, name: Optional[str] = None,
                         new_head: bool = False) -> "XLNetTextSquad":
         """As ``XLNetTextClassifier.from_checkpoint``; the window and beam settings are ``run_squad.py``'s flags
-        (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py`` or of the original's TF1 layout)."""
-        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+        (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py``, of the original's TF1 layout or of HF's
+        ``XLNetForQuestionAnswering``)."""
+        source = _source(path)
+        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_query_length=max_query_length, doc_stride=doc_stride)
         network = XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top, dtype=dtype)
-        load_task_weights(network, path, new_head)
+        load_task_weights(network, source, new_head)
         return cls(preprocessor, network, max_answer_length=max_answer_length, window_batch_size=window_batch_size,
                    name=name)
 

@@ -93,8 +93,10 @@ def output_dir_problem(path: str) -> Optional[str]:
 
 
 def checkpoint_exists(path: str) -> bool:
-    """A checkpoint prefix or a directory of checkpoints (a URI: see ``missing``)."""
-    return not (path_missing(path) and path_missing(path + ".index"))
+    """A checkpoint prefix, a directory of checkpoints (a URI: see ``missing``) or a HuggingFace model."""
+    from xlnet_tf import hf
+
+    return hf.is_hf_dir(path) or not (path_missing(path) and path_missing(path + ".index"))
 
 
 @dataclasses.dataclass
@@ -189,6 +191,25 @@ class RunSettings(Settings):
     # Global batch sizes: positive, and divisible by the replicas of the strategy.
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size",)
 
+    def __post_init__(self):
+        # A HuggingFace model (a directory, or hf://owner/name: found in the HF cache or downloaded now, as asked)
+        # brings its config.json, spiece.model and casing where the flags do not name them.
+        from xlnet_tf import hf
+
+        self._hf_casing = None
+        if not (self.init_checkpoint and hf.is_hf_dir(self.init_checkpoint)):
+            return
+        self.init_checkpoint = hf.resolve(self.init_checkpoint)
+        folder = self.init_checkpoint
+        if self.model_config_path is None:
+            self.model_config_path = io_utils.join(folder, "config.json")
+        if self.spiece_model_file is None and io_utils.exists(io_utils.join(folder, "spiece.model")):
+            self.spiece_model_file = io_utils.join(folder, "spiece.model")
+        tokenizer = io_utils.join(folder, "tokenizer_config.json")
+        if io_utils.exists(tokenizer):
+            self._hf_casing = bool(io_utils.read_json(tokenizer).get("do_lower_case", False))
+            self.uncased = self.uncased or self._hf_casing
+
     # -- what subclasses say about themselves --------------------------------------------------------------
     def required(self) -> tuple:
         return ("model_dir", "model_config_path")
@@ -225,6 +246,9 @@ class RunSettings(Settings):
                 errors.append(f"--{name}={getattr(self, name)} must be positive")
         if self.save_steps is not None and self.save_steps <= 0:
             errors.append(f"--save_steps={self.save_steps} must be positive")
+        if getattr(self, "_hf_casing", None) is False and self.uncased:
+            errors.append(f"--uncased, but --init_checkpoint={self.init_checkpoint} is a cased model "
+                          "(tokenizer_config.json: do_lower_case false)")
         if self.init_checkpoint and not checkpoint_exists(self.init_checkpoint):
             errors.append(f"--init_checkpoint={self.init_checkpoint}: no such checkpoint (give the prefix, e.g. "
                           ".../xlnet_model.ckpt, a directory, or a native checkpoint)")

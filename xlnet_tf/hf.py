@@ -1,0 +1,632 @@
+"""HuggingFace (``transformers``) XLNet checkpoints in and out, without PyTorch.
+
+An HF XLNet directory holds ``config.json`` (``model_type: xlnet``), the weights (``model.safetensors``, sharded
+``model-0000N-of-0000M.safetensors`` with ``model.safetensors.index.json``, or PyTorch's ``pytorch_model.bin``),
+``spiece.model`` and ``tokenizer_config.json`` (``do_lower_case``, ``remove_space``, ``keep_accents``).
+``HFCheckpoint`` reads one: ``xlnet_config()`` is the ``XLNetConfig``, ``tf1_tensors()`` every weight under the
+original release's TF1 name (what the models' ``tf1_variables`` use), so the backbone and the head of
+``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice`` and
+``XLNetForQuestionAnswering`` load into ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice`` and
+``XLNetSquad`` with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it.
+``XLNetForTokenClassification`` and ``XLNetForQuestionAnsweringSimple`` have no head here (one per-token
+projection of the sequence output): ``token_head`` returns its arrays. ``save_hf`` writes the other direction.
+
+The heads' math was checked against ``modeling_xlnet.py``, not only their names: HF's ``XLNetSequenceSummary``
+(``summary_type`` last/first/mean, projection, tanh) is ``SequenceSummary``; its ``PoolerEndLogits`` and
+``PoolerAnswerClass`` concatenate in the original's order. Differences that are not weights: HF's "gelu" is the
+exact erf GELU (``ff_activation='gelu_exact'`` here; the original and our "gelu" use the tanh approximation, HF's
+"gelu_new"); HF's SQuAD head reports probabilities under the name ``*_log_probs`` in inference, and in training
+its answer class reads the start token's state where the original (and ``XLNetSquad``) reads the start-probability
+weighted sum; HF's ``end_top_*`` are laid out [end_n_top, start_n_top], ours [start_n_top, end_n_top].
+
+``hf://owner/name[@revision]`` names a model on the HuggingFace Hub: ``resolve`` finds it in the HF cache or, when
+the machine is online, downloads it there with ``huggingface_hub`` (the ``hf`` extra). Nothing else downloads.
+
+No TensorFlow here: settings checks read HF configs before TensorFlow loads.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+import zipfile
+from typing import Optional
+
+import numpy as np
+
+from xlnet_tf import io_utils
+from xlnet_tf.errors import InputError
+
+SCHEME = "hf://"
+# What a model needs from a Hub repository (not its TF/Flax/ONNX weights, READMEs...): these files and its
+# safetensors weights, or pytorch_model.bin where it has none.
+HUB_FILES = ["config.json", "spiece.model", "tokenizer_config.json"]
+_SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
+
+# HF architecture -> the head it carries ("token": a per-token projection, which has no model here yet).
+ARCHITECTURES = {
+    "XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "classification",
+    "XLNetForMultipleChoice": "multiple_choice", "XLNetForQuestionAnswering": "squad",
+    "XLNetForTokenClassification": "token", "XLNetForQuestionAnsweringSimple": "token",
+}
+# The module of each head in the HF weights, to tell the head from the weights when config.json names none.
+_HEAD_MODULES = {"lm_loss": "lm", "start_logits": "squad", "classifier": "token", "qa_outputs": "token"}
+# Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
+_HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
+
+# One layer: HF name -> (TF1 name, transposed). HF's attention projections are [d_model, n_head, d_head] like the
+# original's; its Linear weights are [out, in], the original's kernels [in, out].
+_LAYER = {
+    "rel_attn.q": ("rel_attn/q/kernel", False), "rel_attn.k": ("rel_attn/k/kernel", False),
+    "rel_attn.v": ("rel_attn/v/kernel", False), "rel_attn.o": ("rel_attn/o/kernel", False),
+    "rel_attn.r": ("rel_attn/r/kernel", False),
+    "rel_attn.layer_norm.weight": ("rel_attn/LayerNorm/gamma", False),
+    "rel_attn.layer_norm.bias": ("rel_attn/LayerNorm/beta", False),
+    "ff.layer_1.weight": ("ff/layer_1/kernel", True), "ff.layer_1.bias": ("ff/layer_1/bias", False),
+    "ff.layer_2.weight": ("ff/layer_2/kernel", True), "ff.layer_2.bias": ("ff/layer_2/bias", False),
+    "ff.layer_norm.weight": ("ff/LayerNorm/gamma", False), "ff.layer_norm.bias": ("ff/LayerNorm/beta", False),
+}
+# Per-layer in HF, stacked [n_layer, ...] in the original (r_*_bias shared by all layers when untie_r is false).
+_STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
+_SUMMARY = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
+            "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
+_HEADS = {
+    "lm": {"lm_loss.bias": ("model/lm_loss/bias", False)},
+    "multiple_choice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
+                        "logits_proj.bias": ("logits/dense/bias", False)},
+    "squad": {
+        "start_logits.dense.weight": ("start_logits/dense/kernel", True),
+        "start_logits.dense.bias": ("start_logits/dense/bias", False),
+        "end_logits.dense_0.weight": ("end_logits/dense_0/kernel", True),
+        "end_logits.dense_0.bias": ("end_logits/dense_0/bias", False),
+        "end_logits.LayerNorm.weight": ("end_logits/LayerNorm/gamma", False),
+        "end_logits.LayerNorm.bias": ("end_logits/LayerNorm/beta", False),
+        "end_logits.dense_1.weight": ("end_logits/dense_1/kernel", True),
+        "end_logits.dense_1.bias": ("end_logits/dense_1/bias", False),
+        "answer_class.dense_0.weight": ("answer_class/dense_0/kernel", True),
+        "answer_class.dense_0.bias": ("answer_class/dense_0/bias", False),
+        "answer_class.dense_1.weight": ("answer_class/dense_1/kernel", True),
+    },
+}
+
+
+def _classification_head(task_scope: str, regression: bool) -> dict:
+    prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
+    return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True), "logits_proj.bias": (prefix + "bias", False)}
+
+
+# -- hf:// --------------------------------------------------------------------------------------------------------
+def is_hub(path) -> bool:
+    return isinstance(path, str) and path.startswith(SCHEME)
+
+
+def _hub_repo(uri: str) -> tuple:
+    name = uri[len(SCHEME):].strip("/")
+    name, _, revision = name.partition("@")
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
+        raise InputError(f"{uri}: not a HuggingFace Hub model name (hf://owner/name or hf://owner/name@revision)")
+    return name, revision or None
+
+
+def resolve(path: str) -> str:
+    """``path`` itself, or for ``hf://owner/name[@revision]`` the model's directory in the HF cache: found there
+    (no network), else downloaded into it when online. Offline, an InputError says what to download and where."""
+    path = os.fspath(path)
+    if not is_hub(path):
+        return path
+    repo, revision = _hub_repo(path)
+    files = "config.json model.safetensors spiece.model tokenizer_config.json"
+    files += f" --revision {revision}" if revision else ""
+    manual = (f"where there is network, `hf download {repo} {files}` (pytorch_model.bin where the model has no "
+              f"safetensors; files listed at https://huggingface.co/{repo}/tree/{revision or 'main'}) with "
+              "--local-dir DIR, and pass DIR instead; or without --local-dir into the HF cache this machine reads "
+              f"(HF_HUB_CACHE={_hub_cache()}), where {path} then finds it")
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise InputError(f"{path}: huggingface_hub is not installed (pip install 'xlnet_tf[hf]'); or, {manual}") \
+            from None
+
+    def snapshot(local_files_only: bool) -> str:
+        folder = huggingface_hub.snapshot_download(repo, revision=revision, allow_patterns=HUB_FILES + _SAFETENSORS,
+                                                   local_files_only=local_files_only)
+        if io_utils.glob(io_utils.join(folder, "*.safetensors")):
+            return folder
+        return huggingface_hub.snapshot_download(repo, revision=revision,
+                                                 allow_patterns=HUB_FILES + ["pytorch_model.bin"],
+                                                 local_files_only=local_files_only)
+
+    try:
+        return snapshot(local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (the hub raises several kinds): download below
+        pass
+    try:
+        return snapshot(local_files_only=False)
+    except Exception as error:  # noqa: BLE001 - offline, unknown repo, gated model: all end here, named
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"{path}: not in the HF cache and cannot be downloaded ({type(error).__name__}: "
+                         f"{reason}); {manual}") from None
+
+
+def _hub_cache() -> str:
+    try:
+        from huggingface_hub import constants
+        return constants.HF_HUB_CACHE
+    except ImportError:
+        return os.environ.get("HF_HUB_CACHE", "~/.cache/huggingface/hub")
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+def is_hf_dir(path) -> bool:
+    """Whether ``path`` (a directory, or ``hf://...``) is an HF XLNet model: its config.json says model_type
+    xlnet. ``hf://`` always is (it is resolved when read)."""
+    if path is None:
+        return False
+    path = os.fspath(path)
+    if is_hub(path):
+        return True
+    config = io_utils.join(path, "config.json")
+    if not (io_utils.probe(path, "dir") and io_utils.probe(config)):
+        return False
+    try:
+        return io_utils.read_json(config).get("model_type") == "xlnet"
+    except (ValueError, AttributeError, OSError):
+        return False
+
+
+def _read_json(path: str) -> dict:
+    try:
+        values = io_utils.read_json(path)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+    return values
+
+
+class HFCheckpoint:
+    """An HF XLNet directory (or ``hf://`` model), read once: ``config`` (config.json as a dict), ``head`` (None,
+    'lm', 'classification', 'multiple_choice', 'squad' or 'token'), ``weights`` ({HF name: array}, without the
+    ``transformer.`` prefix of the backbone's)."""
+
+    def __init__(self, path: str):
+        self.source = os.fspath(path)
+        self.path = resolve(self.source)
+        config_path = io_utils.join(self.path, "config.json")
+        if not io_utils.exists(config_path):
+            raise InputError(f"{self.source}: no config.json (not a HuggingFace model directory)")
+        self.config = _read_json(config_path)
+        if self.config.get("model_type") != "xlnet":
+            raise InputError(f"{config_path}: model_type is {self.config.get('model_type')!r}, not 'xlnet'")
+        self._weights = None
+
+    @property
+    def weights(self) -> dict:
+        """{HF name: float32 array}, read on first use (a config alone does not read the weights)."""
+        if self._weights is None:
+            self._weights = read_weights(self.path)
+        return self._weights
+
+    @property
+    def head(self) -> Optional[str]:
+        return self._head()
+
+    @property
+    def architecture(self) -> Optional[str]:
+        names = self.config.get("architectures") or []
+        return names[0] if names else None
+
+    def _head(self) -> Optional[str]:
+        if self.architecture is not None:
+            if self.architecture not in ARCHITECTURES:
+                raise InputError(f"{self.path}/config.json: architecture {self.architecture!r} is not one this "
+                                 f"stack reads ({', '.join(ARCHITECTURES)})")
+            return ARCHITECTURES[self.architecture]
+        modules = {name.split(".", 1)[0] for name in self.weights}
+        for module, head in _HEAD_MODULES.items():
+            if module in modules:
+                return head
+        if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
+            raise InputError(f"{self.path}/config.json: no 'architectures': say XLNetForSequenceClassification "
+                             "or XLNetForMultipleChoice")
+        return None
+
+    @property
+    def regression(self) -> bool:
+        """An HF sequence classifier is a regressor with one label, unless its problem_type says otherwise."""
+        problem = self.config.get("problem_type")
+        return problem == "regression" or (problem is None and self.num_labels == 1)
+
+    @property
+    def num_labels(self) -> int:
+        if "id2label" in self.config:
+            return len(self.config["id2label"])
+        return int(self.config.get("num_labels", 2))
+
+    @property
+    def labels(self) -> Optional[list]:
+        """The label names by index (config.json's id2label), None where HF's defaults (LABEL_0...) stand."""
+        id2label = self.config.get("id2label") or {}
+        names = [id2label.get(str(i), id2label.get(i)) for i in range(len(id2label))]
+        return None if all(n == f"LABEL_{i}" for i, n in enumerate(names)) else names
+
+    def xlnet_config(self, **overrides):
+        """The ``XLNetConfig`` of config.json (run-time knobs as keyword overrides); an InputError names a
+        setting this stack computes differently (activation, LayerNorm epsilon, summary)."""
+        from xlnet_tf.config import XLNetConfig
+
+        return XLNetConfig.from_hf(self.config, f"{self.path}/config.json", **overrides)
+
+    def summary(self) -> dict:
+        """``summary_type``/``use_summ_proj`` of the classification and multiple-choice heads; an InputError for a
+        summary this stack does not compute."""
+        c, where = self.config, f"{self.path}/config.json"
+        kind = c.get("summary_type", "last")
+        if kind not in ("last", "first", "mean"):
+            raise InputError(f"{where}: summary_type {kind!r} (this stack has 'last', 'first' and 'mean')")
+        use_proj = bool(c.get("summary_use_proj", True))
+        if use_proj and c.get("summary_proj_to_labels"):
+            raise InputError(f"{where}: summary_proj_to_labels projects the summary to the labels; this stack's "
+                             "summary projection keeps d_model")
+        activation = c.get("summary_activation", "tanh")
+        identity = activation in (None, "", "linear", "identity")
+        if (activation != "tanh") if use_proj else not identity:  # HF applies the activation even without a projection
+            raise InputError(f"{where}: summary_activation {activation!r} with summary_use_proj {use_proj} (this "
+                             "stack: tanh after the projection, nothing without one)")
+        return {"summary_type": kind, "use_summ_proj": use_proj}
+
+    def tokenizer(self) -> dict:
+        """``spiece_model`` (path) and the XLNetPreprocessor's casing arguments from tokenizer_config.json."""
+        spiece = io_utils.join(self.path, "spiece.model")
+        if not io_utils.exists(spiece):
+            raise InputError(f"{self.source}: no spiece.model (XLNet's SentencePiece model) in this directory")
+        values = {}
+        path = io_utils.join(self.path, "tokenizer_config.json")
+        if io_utils.exists(path):
+            values = _read_json(path)
+        return {"spiece_model": spiece, "lower_case": bool(values.get("do_lower_case", False)),
+                "remove_space": bool(values.get("remove_space", True)),
+                "keep_accents": bool(values.get("keep_accents", False))}
+
+    def tf1_tensors(self, task_scope: str = "task") -> dict:
+        """Every weight under its TF1 name (the backbone's ``model/transformer/...``, the head's as the matching
+        model of ``models.heads`` names it; ``task_scope`` for a sequence classifier). A token head
+        (``token_head``) is left out. An InputError names any weight the mapping does not account for or
+        a missing one."""
+        n_layer = self.xlnet_config().n_layer
+        weights = dict(self.weights)
+        where = f"{self.path}: {self.architecture or 'XLNet'}"
+        out = {}
+
+        def take(name):
+            if name not in weights:
+                raise InputError(f"{where}: weight {name!r} is missing")
+            return weights.pop(name)
+
+        t = "model/transformer/"
+        out[t + "word_embedding/lookup_table"] = take("word_embedding.weight")
+        out[t + "mask_emb/mask_emb"] = take("mask_emb")
+        stacked = {name: [] for name in _STACKED}
+        for i in range(n_layer):
+            for hf_name, (tf1_name, transpose) in _LAYER.items():
+                value = take(f"layer.{i}.{hf_name}")
+                out[f"{t}layer_{i}/{tf1_name}"] = value.T if transpose else value
+            for name in _STACKED:
+                stacked[name].append(take(f"layer.{i}.rel_attn.{name}"))
+        for name, values in stacked.items():
+            out[t + name] = np.stack(values)
+        head = self.head_mapping(task_scope)
+        for hf_name, (tf1_name, transpose) in head.items():
+            value = take(hf_name)
+            out[tf1_name] = value.T if transpose else value
+        if self.head == "lm":
+            tied = weights.pop("lm_loss.weight", None)  # tied to the embedding (safetensors drops the copy)
+            if tied is not None and not np.array_equal(tied, out[t + "word_embedding/lookup_table"]):
+                raise InputError(f"{where}: lm_loss.weight differs from word_embedding.weight (XLNet ties them)")
+        if self.head == "token":
+            for name in _token_module(self.weights):
+                weights.pop(name, None)
+        if weights:
+            raise InputError(f"{where}: weight(s) this stack does not map: {', '.join(sorted(weights))}")
+        return out
+
+    def head_mapping(self, task_scope: str = "task") -> dict:
+        """The head's {HF name: (TF1 name, transposed)}."""
+        mapping = (_classification_head(task_scope, self.regression) if self.head == "classification"
+                   else _HEADS.get(self.head, {}))
+        if self.head in ("classification", "multiple_choice") and not self.summary()["use_summ_proj"]:
+            mapping = {k: v for k, v in mapping.items() if k not in _SUMMARY}
+        return mapping
+
+    def token_head(self) -> dict:
+        """The per-token projection of ``XLNetForTokenClassification`` (``classifier``) or
+        ``XLNetForQuestionAnsweringSimple`` (``qa_outputs``): ``{"kernel": [d_model, num_labels], "bias":
+        [num_labels]}``, applied as ``sequence_output @ kernel + bias`` (QA: column 0 start, 1 end logits).
+        A token-tagging task model assigns these to its output layer."""
+        if self.head != "token":
+            raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
+        module = _token_module(self.weights)
+        return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
+
+
+def token_head(path: str) -> dict:
+    """``HFCheckpoint(path).token_head()``: the token-classification (or simple QA) projection's arrays."""
+    return HFCheckpoint(path).token_head()
+
+
+def _token_module(weights: dict) -> tuple:
+    for module in ("classifier", "qa_outputs"):
+        if f"{module}.weight" in weights:
+            return f"{module}.weight", f"{module}.bias"
+    raise InputError("token head: neither classifier.weight nor qa_outputs.weight is in the weights")
+
+
+def read_weights(folder: str) -> dict:
+    """{name: float array} of an HF directory's weights, the ``transformer.`` prefix of a head model's backbone
+    removed. ``model.safetensors`` (or its shards) is read with safetensors' NumPy API; ``pytorch_model.bin``
+    (torch.save's formats) with a restricted unpickler, no torch and no code execution."""
+    names = ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"]
+    found = next((n for n in names if io_utils.exists(io_utils.join(folder, n))), None)
+    if found is None:
+        raise InputError(f"{folder}: no weights ({', '.join(names)}); TensorFlow (tf_model.h5) and Flax weights "
+                         "are not read")
+    path = io_utils.join(folder, found)
+    if found == "pytorch_model.bin":
+        weights = _read_torch(path)
+    elif found.endswith(".json"):
+        shards = sorted(set(_read_json(path).get("weight_map", {}).values()))
+        weights = {}
+        for shard in shards:
+            weights.update(_read_safetensors(io_utils.join(folder, shard)))
+    else:
+        weights = _read_safetensors(path)
+    prefixed = any(n.startswith("transformer.") for n in weights)
+    return {(n[len("transformer."):] if prefixed and n.startswith("transformer.") else n): v
+            for n, v in weights.items()}
+
+
+def _read_safetensors(path: str) -> dict:
+    try:
+        from safetensors.numpy import load
+    except ImportError:
+        raise InputError(f"{path}: reading safetensors needs the safetensors package (pip install "
+                         "'xlnet_tf[hf]')") from None
+    data = io_utils.read_bytes(path)
+    try:
+        if _safetensors_dtypes(data) & {"BF16", "F8_E4M3", "F8_E5M2"}:
+            return _read_safetensors_raw(data)
+        return {name: np.asarray(value, np.float32) for name, value in load(data).items()}
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError for corrupt files
+        if isinstance(error, InputError):
+            raise
+        raise InputError(f"{path}: unreadable safetensors file ({error})") from None
+
+
+def _safetensors_dtypes(data: bytes) -> set:
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
+def _read_safetensors_raw(data: bytes) -> dict:
+    """bfloat16 weights (NumPy has no bfloat16): the header's offsets, widened to float32 by hand."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        raw = data[8 + size + start:8 + size + end]
+        if info["dtype"] != "BF16":
+            raise InputError(f"safetensors: weight {name} has dtype {info['dtype']}, which is not read")
+        out[name] = _bfloat16(np.frombuffer(raw, "<u2")).reshape(info["shape"])
+    return out
+
+
+def _bfloat16(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+_TORCH_DTYPES = {"FloatStorage": "<f4", "HalfStorage": "<f2", "DoubleStorage": "<f8", "BFloat16Storage": "bf16",
+                 "LongStorage": "<i8", "IntStorage": "<i4"}
+# torch.save's legacy (pre-1.6) format starts with this pickled number.
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+
+
+class _Storage:
+    """A storage named in the pickle; its bytes come from the zip archive or, in the legacy format, after it."""
+
+    def __init__(self, dtype: str):
+        self.dtype, self.array = dtype, None
+
+    def fill(self, raw: bytes) -> None:
+        self.array = _bfloat16(np.frombuffer(raw, "<u2")) if self.dtype == "bf16" else np.frombuffer(raw, self.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        return 2 if self.dtype == "bf16" else np.dtype(self.dtype).itemsize
+
+
+class _Tensor:
+    """A tensor of the pickle: a view (offset, size, stride) into a storage, made an array once that is read."""
+
+    def __init__(self, storage, offset, size, stride, *_):
+        self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
+
+    def array(self) -> np.ndarray:
+        data = self.storage.array
+        item = data.itemsize
+        return np.lib.stride_tricks.as_strided(data[self.offset:], shape=self.size,
+                                               strides=tuple(s * item for s in self.stride)).astype(np.float32)
+
+
+class _TorchUnpickler(pickle.Unpickler):
+    """torch.save's pickle rebuilt into NumPy: only tensors, storages and ordered dicts are accepted (any other
+    global in the pickle is refused: loading a checkpoint never runs its code). ``storages``: {key: _Storage}."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.storages = {}
+
+    def find_class(self, module, name):
+        if (module, name) == ("collections", "OrderedDict"):
+            import collections
+            return collections.OrderedDict
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _Tensor
+        if module == "torch" and name in _TORCH_DTYPES:
+            return name
+        raise pickle.UnpicklingError(f"global {module}.{name} is not a tensor (refused)")
+
+    def persistent_load(self, pid):
+        if pid[0] != "storage" or pid[1] not in _TORCH_DTYPES:
+            raise pickle.UnpicklingError(f"storage {pid[:2]} is not read")
+        return self.storages.setdefault(str(pid[2]), _Storage(_TORCH_DTYPES[pid[1]]))
+
+
+def _read_torch(path: str) -> dict:
+    """A ``torch.save`` state dict (the zip format of PyTorch >= 1.6, or the legacy one) as {name: float32}."""
+    data = io_utils.read_bytes(path)
+    try:
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+                if not pickles:
+                    raise pickle.UnpicklingError("no data.pkl in the archive")
+                prefix = pickles[0][: -len("/data.pkl")]
+                unpickler = _TorchUnpickler(io.BytesIO(archive.read(pickles[0])))
+                state = unpickler.load()
+                for key, storage in unpickler.storages.items():
+                    storage.fill(archive.read(f"{prefix}/data/{key}"))
+        else:
+            stream = io.BytesIO(data)
+            if pickle.load(stream) != _LEGACY_MAGIC:
+                raise pickle.UnpicklingError("not a torch.save file")
+            pickle.load(stream), pickle.load(stream)  # protocol version, system info
+            unpickler = _TorchUnpickler(stream)
+            state = unpickler.load()
+            for key in pickle.load(stream):  # then each storage: int64 element count, the elements
+                storage = unpickler.storages[str(key)]
+                count = int.from_bytes(stream.read(8), "little")
+                storage.fill(stream.read(count * storage.itemsize))
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError(f"holds a {type(state).__name__}, not a state dict of tensors")
+        return {name: value.array() for name, value in state.items()}
+    except (pickle.UnpicklingError, KeyError, ValueError, EOFError, TypeError, AttributeError,
+            zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: unreadable PyTorch checkpoint ({error})") from None
+
+
+# -- writing ------------------------------------------------------------------------------------------------------
+def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "task", regression: bool = False,
+             token_arrays: Optional[dict] = None) -> dict:
+    """The inverse of ``HFCheckpoint.tf1_tensors``: {HF name: array} from {TF1 name: array} (a model's
+    ``tf1_variables`` values). ``head`` as in ``ARCHITECTURES``; a token head takes ``token_arrays``
+    (``{"kernel", "bias"}``)."""
+    t = "model/transformer/"
+    prefix = "" if head is None else "transformer."
+    state = {prefix + "word_embedding.weight": tf1[t + "word_embedding/lookup_table"],
+             prefix + "mask_emb": tf1[t + "mask_emb/mask_emb"]}
+    for i in range(config.n_layer):
+        for hf_name, (tf1_name, transpose) in _LAYER.items():
+            value = tf1[f"{t}layer_{i}/{tf1_name}"]
+            state[f"{prefix}layer.{i}.{hf_name}"] = value.T if transpose else value
+        for name in _STACKED:
+            value = tf1[t + name]
+            shared = name != "seg_embed" and not config.untie_r  # one set for all layers: HF repeats it
+            state[f"{prefix}layer.{i}.rel_attn.{name}"] = value if shared else value[i]
+    mapping = _classification_head(task_scope, regression) if head == "classification" else _HEADS.get(head, {})
+    for hf_name, (tf1_name, transpose) in mapping.items():
+        if hf_name in _SUMMARY and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
+            continue
+        state[hf_name] = tf1[tf1_name].T if transpose else tf1[tf1_name]
+    if head == "lm":
+        state["lm_loss.weight"] = state["transformer.word_embedding.weight"]
+    if head == "token":
+        state["classifier.weight"], state["classifier.bias"] = token_arrays["kernel"].T, token_arrays["bias"]
+    return {name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}
+
+
+def hf_config(config, architecture: str = "XLNetModel", labels: Optional[list] = None, regression: bool = False,
+              summary_type: str = "last", use_summ_proj: bool = True, start_n_top: int = 5,
+              end_n_top: int = 5) -> dict:
+    """config.json of an ``XLNetConfig`` with the head ``architecture``; raises for what HF cannot compute."""
+    if config.ff_activation not in _HF_ACTIVATIONS:
+        raise InputError(f"ff_activation {config.ff_activation!r} has no HF equivalent")
+    values = {"architectures": [architecture], "model_type": "xlnet", "vocab_size": config.n_token,
+              "d_model": config.d_model, "n_layer": config.n_layer, "n_head": config.n_head,
+              "d_inner": config.d_inner, "ff_activation": _HF_ACTIVATIONS[config.ff_activation], "untie_r": True,
+              "attn_type": config.attn_type, "bi_data": config.bi_data, "clamp_len": config.clamp_len,
+              "same_length": config.same_length, "initializer_range": config.initializer_range,
+              "layer_norm_eps": 1e-12, "dropout": config.dropout, "mem_len": None, "reuse_len": None,
+              "summary_type": summary_type, "summary_use_proj": use_summ_proj,
+              "summary_activation": "tanh" if use_summ_proj else "linear",
+              "summary_last_dropout": config.dropout, "start_n_top": start_n_top, "end_n_top": end_n_top,
+              "pad_token_id": 5, "bos_token_id": 1, "eos_token_id": 2}
+    if config.d_head * config.n_head != config.d_model:
+        raise InputError(f"d_head={config.d_head} * n_head={config.n_head} != d_model={config.d_model}: HF's "
+                         "XLNet derives d_head = d_model / n_head")
+    if labels is not None:
+        values["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
+        values["label2id"] = {str(label): i for i, label in enumerate(labels)}
+    if architecture == "XLNetForSequenceClassification":
+        values["problem_type"] = "regression" if regression else "single_label_classification"
+    return values
+
+
+def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optional[str] = None,
+            lower_case: bool = False) -> str:
+    """Writes an HF directory (config.json, model.safetensors, spiece.model, tokenizer_config.json) atomically;
+    refuses an existing ``output_dir``."""
+    from safetensors.numpy import save
+
+    if io_utils.exists(output_dir):
+        raise InputError(f"{output_dir} already exists; refusing to overwrite it")
+    tokenizer = {"tokenizer_class": "XLNetTokenizer", "do_lower_case": lower_case, "remove_space": True,
+                 "keep_accents": False, "padding_side": "left"}
+    with io_utils.atomic_path(output_dir, last=("config.json",)) as tmp:
+        io_utils.write_bytes_atomic(io_utils.join(tmp, "model.safetensors"), save(state, metadata={"format": "pt"}))
+        io_utils.write_json_atomic(io_utils.join(tmp, "tokenizer_config.json"), tokenizer)
+        if spiece_model:
+            io_utils.copy(spiece_model, io_utils.join(tmp, "spiece.model"))
+        io_utils.write_json_atomic(io_utils.join(tmp, "config.json"), config_json)
+    return output_dir
+
+
+def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
+               labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
+    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
+    ``XLNetSquad``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``) as an HF
+    directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
+    classes (config.json's id2label)."""
+    kind = type(model).__name__
+    heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("lm", "XLNetLMHeadModel"),
+             "XLNetClassifier": ("classification", "XLNetForSequenceClassification"),
+             "XLNetMultipleChoice": ("multiple_choice", "XLNetForMultipleChoice"),
+             "XLNetSquad": ("squad", "XLNetForQuestionAnswering")}
+    if kind not in heads:
+        raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
+    head, architecture = heads[kind]
+    if token_arrays is not None:
+        if kind != "XLNetModel":
+            raise InputError("token_arrays: a token head goes on an XLNetModel (the backbone)")
+        head, architecture = "token", "XLNetForTokenClassification"
+        labels = labels or [f"LABEL_{i}" for i in range(np.shape(token_arrays["bias"])[0])]
+    tf1 = {name: np.asarray(var.numpy(), np.float32) for name, var in model.tf1_variables().items()}
+    config = model.config
+    regression = bool(getattr(model, "regression", False))
+    if head == "classification":
+        labels = labels or [f"LABEL_{i}" for i in range(model.num_labels)]
+    extra = {}
+    for name in ("summary_type", "start_n_top", "end_n_top"):
+        if hasattr(model, name):
+            extra[name] = getattr(model, name)
+    if hasattr(model, "use_summ_proj"):
+        extra["use_summ_proj"] = model.use_summ_proj
+    state = hf_state(tf1, config, head, getattr(model, "task_scope", "task"), regression, token_arrays)
+    return save_hf(output_dir, state, hf_config(config, architecture, labels, regression, **extra), spiece_model,
+                   lower_case)
