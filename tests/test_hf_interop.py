@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 from xlnet_tf import hf  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402
 from xlnet_tf.errors import InputError  # noqa: E402
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad  # noqa: E402
+from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad, XLNetTagger  # noqa: E402
 from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,11 +86,11 @@ def _ours(architecture, checkpoint):
              "XLNetForSequenceClassification": lambda: XLNetClassifier(config, checkpoint.num_labels, **summary),
              "XLNetForMultipleChoice": lambda: XLNetMultipleChoice(config, **summary),
              "XLNetForQuestionAnswering": lambda: XLNetSquad(config, start_n_top=3, end_n_top=2),
-             "XLNetForTokenClassification": lambda: XLNetModel(config),
+             "XLNetForTokenClassification": lambda: XLNetTagger(config, checkpoint.num_labels),
              "XLNetForQuestionAnsweringSimple": lambda: XLNetModel(config)}[architecture]()
     from xlnet_tf.checkpoint import assign_arrays
 
-    tensors = checkpoint.tf1_tensors()
+    tensors = checkpoint.tf1_tensors(task_scope=getattr(model, "task_scope", "task"))
     assign_arrays(model, tensors, checkpoint.source)
     return model
 
@@ -121,13 +121,12 @@ def _compare(architecture, theirs, ours, token_arrays=None):
                 _close(ours(features)["sequence_output"], out.last_hidden_state, architecture)
             elif architecture == "XLNetLMHeadModel":
                 _close(ours(features)["lm_logits"], out.logits, architecture)
-            elif architecture == "XLNetForSequenceClassification":
+            elif architecture in ("XLNetForSequenceClassification", "XLNetForTokenClassification"):
                 _close(ours(features)["logits"], out.logits, architecture)
-            else:  # a token head: our backbone's sequence output through the head's arrays
+            else:  # simple QA's per-token head: our backbone's sequence output through the head's arrays
                 hidden = ours(features)["sequence_output"].numpy()
                 _close(hidden @ token_arrays["kernel"] + token_arrays["bias"],
-                       out.logits if architecture == "XLNetForTokenClassification"
-                       else torch.stack([out.start_logits, out.end_logits], -1), architecture)
+                       torch.stack([out.start_logits, out.end_logits], -1), architecture)
 
 
 @pytest.mark.parametrize("architecture", HEADS)
@@ -315,3 +314,27 @@ def test_export_of_a_squad_run_as_hf(squad_run, tmp_path):
                       start_n_top=3, end_n_top=3)
     read_model(ours, tf.train.latest_checkpoint(squad_run["model_dir"]))
     _compare("XLNetForQuestionAnswering", theirs, ours)
+
+
+def test_text_tagger_from_an_hf_token_classifier_takes_its_tags_and_head(tmp_path):
+    """XLNetForTokenClassification is the tagging family's head: from_checkpoint takes its tags (id2label), its
+    casing and its weights, and what it predicts are those tags; written back, HF reads the same head."""
+    import xlnet_tf
+
+    tags = ["O", "B-PER", "I-PER"]
+    theirs = _hf_model("XLNetForTokenClassification", id2label=dict(enumerate(tags)),
+                       label2id={t: i for i, t in enumerate(tags)})
+    folder = _save_hf(theirs, tmp_path / "hf", lower_case=True)
+    tagger = xlnet_tf.XLNetTextTagger.from_checkpoint(folder, seq_length=16, dropout=0.0, dropatt=0.0)
+    assert list(tagger.labels) == tags and tagger.preprocessor.lower_case
+    _close(tagger.network.logit.kernel.numpy(), theirs.classifier.weight.T, "tagging head")
+    out = tagger.predict(["Jane Austen wrote Emma ."], verbose=0)
+    words = [w.decode() for w in out["words"][0][:int(out["num_words"][0])]]
+    assert words == ["Jane", "Austen", "wrote", "Emma", "."]
+    assert {t.decode() for t in out["tags"][0][:len(words)]} <= set(tags)
+    with pytest.raises(ValueError, match="labels: the tags"):
+        xlnet_tf.XLNetTextTagger.from_checkpoint(_save_hf(_hf_model("XLNetModel"), tmp_path / "base"))
+    again = transformers.XLNetForTokenClassification.from_pretrained(
+        hf.save_model(tagger.network, str(tmp_path / "out"), SPIECE, lower_case=True, labels=tags)).eval()
+    assert again.config.id2label == dict(enumerate(tags))
+    _close(again.classifier.bias.detach().numpy(), theirs.classifier.bias, "tagging head written back")

@@ -8,8 +8,9 @@ original release's TF1 name (what the models' ``tf1_variables`` use), so the bac
 ``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice`` and
 ``XLNetForQuestionAnswering`` load into ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice`` and
 ``XLNetSquad`` with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it.
-``XLNetForTokenClassification`` and ``XLNetForQuestionAnsweringSimple`` have no head here (one per-token
-projection of the sequence output): ``token_head`` returns its arrays. ``save_hf`` writes the other direction.
+``XLNetForTokenClassification``'s head is ``XLNetTagger``'s (the tagging family). ``XLNetForQuestionAnsweringSimple``
+has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
+``save_hf`` writes the other direction.
 
 The heads' math was checked against ``modeling_xlnet.py``, not only their names: HF's ``XLNetSequenceSummary``
 (``summary_type`` last/first/mean, projection, tanh) is ``SequenceSummary``; its ``PoolerEndLogits`` and
@@ -46,14 +47,14 @@ SCHEME = "hf://"
 HUB_FILES = ["config.json", "spiece.model", "tokenizer_config.json"]
 _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 
-# HF architecture -> the head it carries ("token": a per-token projection, which has no model here yet).
+# HF architecture -> the head it carries ("token": a per-token projection of start/end logits, no model here).
 ARCHITECTURES = {
     "XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "classification",
     "XLNetForMultipleChoice": "multiple_choice", "XLNetForQuestionAnswering": "squad",
-    "XLNetForTokenClassification": "token", "XLNetForQuestionAnsweringSimple": "token",
+    "XLNetForTokenClassification": "tagging", "XLNetForQuestionAnsweringSimple": "token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
-_HEAD_MODULES = {"lm_loss": "lm", "start_logits": "squad", "classifier": "token", "qa_outputs": "token"}
+_HEAD_MODULES = {"lm_loss": "lm", "start_logits": "squad", "classifier": "tagging", "qa_outputs": "token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
@@ -93,9 +94,16 @@ _HEADS = {
 }
 
 
-def _classification_head(task_scope: str, regression: bool) -> dict:
-    prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
-    return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True), "logits_proj.bias": (prefix + "bias", False)}
+def _head_mapping(head: Optional[str], task_scope: str = "task", regression: bool = False) -> dict:
+    """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
+    if head == "classification":
+        prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
+        return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True),
+                "logits_proj.bias": (prefix + "bias", False)}
+    if head == "tagging":  # XLNetTagger: dropout and one dense layer on every position, as HF's classifier
+        prefix = f"model/tagging_{task_scope}/logit/"
+        return {"classifier.weight": (prefix + "kernel", True), "classifier.bias": (prefix + "bias", False)}
+    return _HEADS.get(head, {})
 
 
 # -- hf:// --------------------------------------------------------------------------------------------------------
@@ -335,8 +343,7 @@ class HFCheckpoint:
 
     def head_mapping(self, task_scope: str = "task") -> dict:
         """The head's {HF name: (TF1 name, transposed)}."""
-        mapping = (_classification_head(task_scope, self.regression) if self.head == "classification"
-                   else _HEADS.get(self.head, {}))
+        mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "classification" else False)
         if self.head in ("classification", "multiple_choice") and not self.summary()["use_summ_proj"]:
             mapping = {k: v for k, v in mapping.items() if k not in _SUMMARY}
         return mapping
@@ -346,7 +353,7 @@ class HFCheckpoint:
         ``XLNetForQuestionAnsweringSimple`` (``qa_outputs``): ``{"kernel": [d_model, num_labels], "bias":
         [num_labels]}``, applied as ``sequence_output @ kernel + bias`` (QA: column 0 start, 1 end logits).
         A token-tagging task model assigns these to its output layer."""
-        if self.head != "token":
+        if self.head not in ("token", "tagging"):
             raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
         module = _token_module(self.weights)
         return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
@@ -539,7 +546,7 @@ def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "t
             value = tf1[t + name]
             shared = name != "seg_embed" and not config.untie_r  # one set for all layers: HF repeats it
             state[f"{prefix}layer.{i}.rel_attn.{name}"] = value if shared else value[i]
-    mapping = _classification_head(task_scope, regression) if head == "classification" else _HEADS.get(head, {})
+    mapping = _head_mapping(head, task_scope, regression)
     for hf_name, (tf1_name, transpose) in mapping.items():
         if hf_name in _SUMMARY and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
             continue
@@ -600,14 +607,15 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
     """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
-    ``XLNetSquad``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``) as an HF
+    ``XLNetSquad``, ``XLNetTagger``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``) as an HF
     directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
     classes (config.json's id2label)."""
     kind = type(model).__name__
     heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("lm", "XLNetLMHeadModel"),
              "XLNetClassifier": ("classification", "XLNetForSequenceClassification"),
              "XLNetMultipleChoice": ("multiple_choice", "XLNetForMultipleChoice"),
-             "XLNetSquad": ("squad", "XLNetForQuestionAnswering")}
+             "XLNetSquad": ("squad", "XLNetForQuestionAnswering"),
+             "XLNetTagger": ("tagging", "XLNetForTokenClassification")}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     head, architecture = heads[kind]
@@ -619,7 +627,7 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
     tf1 = {name: np.asarray(var.numpy(), np.float32) for name, var in model.tf1_variables().items()}
     config = model.config
     regression = bool(getattr(model, "regression", False))
-    if head == "classification":
+    if head in ("classification", "tagging"):
         labels = labels or [f"LABEL_{i}" for i in range(model.num_labels)]
     extra = {}
     for name in ("summary_type", "start_n_top", "end_n_top"):

@@ -115,8 +115,8 @@ def convert_hf(source: str, output_dir: str, format: str = "native", task_scope:
     spiece = io_utils.join(checkpoint.path, "spiece.model")
     spiece = spiece if io_utils.exists(spiece) else None
     if checkpoint.head == "token":
-        logging.warning("%s: %s's per-token head has no model here; only the network is converted "
-                        "(xlnet_tf.hf.token_head reads the head's arrays)", source, checkpoint.architecture)
+        logging.warning("%s: %s's per-token head (start/end logits) has no model here; only the network is "
+                        "converted (xlnet_tf.hf.token_head reads the head's arrays)", source, checkpoint.architecture)
     if format == "release":
         tensors = checkpoint.tf1_tensors(task_scope)
         with io_utils.atomic_path(output_dir, last=("xlnet_model.ckpt.index",)) as tmp:

@@ -927,18 +927,25 @@ class XLNetTextTagger(_TextTaskModel):
         self._scoring = False  # evaluate: each word once
 
     @classmethod
-    def from_checkpoint(cls, path: str, labels, seq_length: int = 128, *, window_stride: int = 0,
-                        tag_scheme: str = "auto", config=None, spiece_model=None, lower_case: bool = False,
+    def from_checkpoint(cls, path: str, labels=None, seq_length: int = 128, *, window_stride: int = 0,
+                        tag_scheme: str = "auto", config=None, spiece_model=None, lower_case: Optional[bool] = None,
                         task_scope: str = "tagging", dropout: float = 0.1, dropatt: float = 0.1,
                         dtype: Optional[str] = None, name: Optional[str] = None,
                         new_head: bool = False) -> "XLNetTextTagger":
         """As ``XLNetTextClassifier.from_checkpoint``; ``labels``: the tags (the head's classes, in order; a
-        run_tagger.py run records them in ``<model_dir>/tagging.tags.json``)."""
+        run_tagger.py run records them in ``<model_dir>/tagging.tags.json``). An HF ``XLNetForTokenClassification``
+        gives its own (config.json's id2label) when ``labels`` is None, and its casing."""
         from xlnet_tf.models.heads import XLNetTagger
 
-        preprocessor, config = _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt)
+        source = _source(path)
+        if labels is None:
+            if not (isinstance(source, HFCheckpoint) and source.head == "tagging" and source.labels):
+                raise ValueError("labels: the tags of the head are needed (only an HF XLNetForTokenClassification "
+                                 "with named labels records them)")
+            labels = source.labels
+        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt)
         network = XLNetTagger(config, num_labels=len(labels), task_scope=task_scope, dtype=dtype)
-        load_task_weights(network, path, new_head)
+        load_task_weights(network, source, new_head)
         return cls(preprocessor, network, labels=labels, window_stride=window_stride, tag_scheme=tag_scheme,
                    name=name)
 
