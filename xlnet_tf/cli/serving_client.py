@@ -78,7 +78,11 @@ def columns(rows: Sequence[dict]) -> dict:
     for i, row in enumerate(rows):
         if sorted(row) != names:
             raise InputError(f"row {i + 1} has inputs {sorted(row)}, row 1 has {names}: every row needs the same")
-    return {name: [row[name] for row in rows] for name in names}
+    out = {name: [row[name] for row in rows] for name in names}
+    for name, values in out.items():
+        if len({len(v) if isinstance(v, list) else -1 for v in values}) > 1:
+            raise InputError(f"input {name!r}: every row needs the same number of texts (a tensor is rectangular)")
+    return out
 
 
 def predict_request(model_name: str, rows: Sequence[dict], signature_name: str = "serving_default",
