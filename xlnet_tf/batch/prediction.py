@@ -231,8 +231,8 @@ class KerasPredictor(Predictor):
     the ``ServingInfo`` (as a dict) an export of it would record.
 
     It runs as ``--do_predict`` over ``--eval_split`` does (``trainer.predict``): the model's inference step in
-    ``strategy.run`` (default: the current strategy), each replica on its slice of a batch of static shape
-    [``batch_size``, L] (``batch_size`` rounded up to a multiple of the replicas), compiled with XLA when
+    ``strategy.run`` (default: the current strategy), each local replica on its slice of a batch of static shape
+    [``batch_size``, L] (``batch_size`` rounded up to a multiple of them), compiled with XLA when
     ``jit_compile``. A shorter batch (a shard's last) is padded with rows of zeros to that shape and the padded
     rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch_outputs`` is applied
     on the host to the model's outputs (classification: its logits)."""
@@ -245,10 +245,11 @@ class KerasPredictor(Predictor):
 
         self.family, self.meta, self.tokenizer, self.max_seq_length = family, meta, tokenizer, max_seq_length
         self.identity, self.pair = identity, meta.get("pair")
-        if strategy is not None:  # the default strategy (one device) has no worker devices to check
+        replicas = 1  # the default strategy (one device) has no worker devices to list or check
+        if strategy is not None:
             check_jit_compile(strategy, jit_compile)
+            replicas = len(strategy.extended.worker_devices)
         strategy = strategy or tf.distribute.get_strategy()
-        replicas = strategy.num_replicas_in_sync
         self.batch_size = -(-batch_size // replicas) * replicas
         per_replica = self.batch_size // replicas
         spec = family.ids_spec(MetadataInfo(meta))
@@ -261,7 +262,8 @@ class KerasPredictor(Predictor):
             features = dict(zip(names, features))
 
             def replica_slice(context):
-                start = context.replica_id_in_sync_group * per_replica
+                # this worker's replicas (their ids follow one another): every worker predicts the whole batch
+                start = context.replica_id_in_sync_group % replicas * per_replica
                 return {k: v[start:start + per_replica] for k, v in features.items()}
 
             outputs = strategy.run(step, args=(strategy.experimental_distribute_values_from_function(replica_slice),))
