@@ -91,7 +91,7 @@ def throughput(args) -> None:
     data = write_shards(os.path.join(work, "rows"), args.rows, 2)
     predictors = {"checkpoint (Keras, fast kernels)": bp.KerasPredictor(
         model, bundle.family, dataclasses.asdict(bundle.serving_info(1)), tokenizer, args.seq,
-        identity=dict(checkpoint=checkpoint))}
+        identity=dict(checkpoint=checkpoint), batch_size=args.batch_size)}
     export = os.path.join(work, "model_base", "export")
     text = bp.SavedModelPredictor(export, "auto")  # the exported length is the run's (args.seq)
     if text.takes_text:

@@ -1,4 +1,6 @@
-"""One worker of the MultiWorkerMirroredStrategy test (started twice by test_multiworker.py with TF_CONFIG)."""
+"""One worker of the MultiWorkerMirroredStrategy tests (started per worker by test_multiworker.py with TF_CONFIG):
+the tiny pretraining model with dropout on, so that a resumed run equals an uninterrupted one only if the dropout
+seeds are restored too."""
 
 import json
 import os
@@ -21,9 +23,12 @@ def main(model_dir, out_path, train_steps=3, iterations=3, save_steps=None):
     keras.utils.set_random_seed(0)
     settings = PretrainSettings(model_dir=model_dir, train_steps=train_steps,
                                 train_batch_size=2 * strategy.num_replicas_in_sync, seq_len=SEQ, num_predict=PREDICT,
-                                iterations=iterations, save_steps=save_steps, learning_rate=3e-3, warmup_steps=1)
+                                iterations=iterations, save_steps=save_steps, learning_rate=3e-3, warmup_steps=1,
+                                # a constant rate after warmup: the runs of the resume test, endless until stopped,
+                                # and the uninterrupted one (a fixed train_steps) follow the same schedule
+                                min_lr_ratio=1.0)
     try:
-        metrics = run_pretraining(strategy, CONFIG, settings, make_dataset_fn(synthetic_examples(32), 2))
+        metrics = run_pretraining(strategy, CONFIG.replace(dropout=0.3, dropatt=0.3), settings, make_dataset_fn(synthetic_examples(32), 2))
     except WorkerLostError as e:  # what the entry points print as their one line
         print(f"error: {e}", flush=True)
         sys.exit(1)

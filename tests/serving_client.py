@@ -8,9 +8,16 @@ none of them); tensorflow-text's op kernels are loaded as TF Serving links them 
 Keras through ``tf.keras``).
 
 Request: ``{"export": dir, "calls": [{"signature": name, "inputs": {name: {"dtype": d, "value": nested list}}}],
-"fuzz": {"signature": name, "count": n, "seed": s}}`` (both optional); strings travel base64-encoded so invalid
-UTF-8 can be sent. Reply: ``{"calls": [{"outputs": {name: {"dtype", "shape", "value"}}} | {"error", "message"}],
-"fuzz": {...counts...}, "modules": [blocked modules that got imported]}``.
+"fuzz": {"signature": name, "count": n, "seed": s}, "grpc": [base64 PredictRequest], "rest": [REST body]}`` (all
+optional); strings travel base64-encoded so invalid UTF-8 can be sent. Reply: ``{"calls": [{"outputs": {name:
+{"dtype", "shape", "value"}}} | {"error", "message"}], "fuzz": {...counts...}, "grpc": [base64 PredictResponse],
+"rest": [REST reply], "modules": [blocked modules that got imported]}``.
+
+``grpc`` and ``rest`` are what TF Serving does with a client's request (``xlnet_tf.cli.serving_client``): a
+``PredictRequest``'s inputs decoded with ``tf.make_ndarray`` (the protos are ``tensorflow-serving-api``'s, TF
+Serving's own wire format), the named signature called, the outputs sent back as a ``PredictResponse``
+(``tf.make_tensor_proto``); a REST body's columnar ``inputs`` made tensors of the signature's dtypes, the outputs
+answered as ``{"outputs": {name: nested list}}`` with strings as UTF-8 text (TF Serving's ``json_tensor``).
 """
 
 import base64
@@ -156,6 +163,29 @@ def _fuzz(tf, loaded, signature: str, count: int, seed: int) -> dict:
     return counts
 
 
+def _grpc(tf, loaded, encoded: str) -> str:
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest.FromString(base64.b64decode(encoded))
+    signature = loaded.signatures[request.model_spec.signature_name or "serving_default"]
+    outputs = signature(**{k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()})
+    response = predict_pb2.PredictResponse()
+    response.model_spec.CopyFrom(request.model_spec)
+    for name, value in outputs.items():
+        response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
+    return base64.b64encode(response.SerializeToString()).decode("ascii")
+
+
+def _rest(tf, loaded, body: dict) -> dict:
+    signature = loaded.signatures[body.get("signature_name", "serving_default")]
+    specs = signature.structured_input_signature[1]
+    outputs = signature(**{k: tf.constant(v, specs[k].dtype) for k, v in body["inputs"].items()})
+
+    def text(v):
+        return [text(x) for x in v] if isinstance(v, list) else v.decode("utf-8") if isinstance(v, bytes) else v
+    return {"outputs": {name: text(value.numpy().tolist()) for name, value in outputs.items()}}
+
+
 def main():
     request = json.load(sys.stdin)
     tf = _load_tensorflow(request.get("python_text", False))
@@ -163,6 +193,8 @@ def main():
     reply = {"calls": [_call(tf, loaded.signatures[c["signature"]], c["inputs"]) for c in request.get("calls", [])]}
     if "fuzz" in request:
         reply["fuzz"] = _fuzz(tf, loaded, **request["fuzz"])
+    reply["grpc"] = [_grpc(tf, loaded, r) for r in request.get("grpc", [])]
+    reply["rest"] = [_rest(tf, loaded, r) for r in request.get("rest", [])]
     reply["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED and sys.modules[m] is not None)
     sys.stdout.write("\n" + json.dumps(reply) + "\n")
     sys.stdout.flush()

@@ -216,6 +216,44 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
                               predict_input_glob=pattern, predict_text_fields="sentence,id"))
 
 
+def test_streamed_prediction_runs_in_the_strategy_and_equals_the_eval_split_path(fine_tuned, tmp_path):
+    """--do_predict --predict_input_glob runs the model in strategy.run on batches of one static shape: over two
+    replicas (batches of 4, 2 rows a replica: the last batch's 2 rows padded, the second replica all padding) and
+    with --jit_compile (XLA), its
+    predictions equal --do_predict over the same sentences as --eval_split; the step is traced once for shards
+    whose last batches differ in length, and padded rows never reach the output."""
+    settings, *_ = fine_tuned
+    glue = os.path.join(REPO, "tests", "fixtures", "glue", "SST-2")
+    sentences = [line.split("\t")[0] for line in open(os.path.join(glue, "dev.tsv"), encoding="utf-8")][1:]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "dev.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "sentence": t}) + "\n"
+                                                       for i, t in enumerate(sentences)), encoding="utf-8")
+    common = dict(task_name="sst-2", do_predict=True, model_dir=settings.model_dir)
+    runner.run(make_flags(tmp_path, data_dir=glue, predict_dir=str(tmp_path / "split"), **common))
+    with open(tmp_path / "split" / "sst-2.dev.logits.json") as f:
+        expected = json.load(f)
+    assert len(expected) == len(sentences) == 6
+    for name, flags in (("mirrored", dict(strategy="mirrored", predict_batch_size=4)),
+                        ("xla", dict(jit_compile=True, predict_batch_size=4))):
+        runner.run(make_flags(tmp_path, predict_input_glob=str(tmp_path / "in" / "*.jsonl"), predict_id_field="id",
+                              predict_dir=str(tmp_path / name), **common, **flags))
+        rows = read_jsonl(tmp_path / name / "dev.jsonl.predictions.jsonl")
+        assert [r["id"] for r in rows] == [f"d{i}" for i in range(6)], name
+        assert [r["prediction"] for r in rows] == [e["prediction"] for e in expected], name
+        np.testing.assert_allclose([r["probabilities"] for r in rows],
+                                   tf.nn.softmax([e["logits"] for e in expected]).numpy(), atol=2e-6, err_msg=name)
+    _, _, model, bundle = fine_tuned
+    predictor = bp.KerasPredictor(model, bundle.family, {"labels": bundle.labels}, bundle.tokenizer,
+                                  settings.max_seq_length, identity={}, batch_size=4, jit_compile=True)
+    pattern = write_shards(tmp_path / "odd", shards=2, rows=5)  # batches of 4 and 1 rows, twice
+    summary = bp.predict_shards(predictor, pattern, str(tmp_path / "odd_out"), bp.Fields.parse("sentence", "id"),
+                                batch_size=predictor.batch_size)
+    assert summary["rows"] == 10 and predictor._forward.experimental_get_tracing_count() == 1
+    shapes = predictor._forward.get_concrete_function().structured_input_signature[0]
+    assert [s.shape.as_list() for s in shapes] == [[4, settings.max_seq_length]] * 3  # static: XLA/TPU-legal
+    assert len(read_jsonl(tmp_path / "odd_out" / "part-01.tsv.predictions.jsonl")) == 5
+
+
 def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
     """``python -m xlnet_tf.cli.export``'s layout: ``serving_default`` takes the sentences (tokenized in the graph)."""
     settings, _, model, bundle = fine_tuned

@@ -6,6 +6,7 @@ every check of the SavedModel runs in a fresh process with TensorFlow and tensor
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURES, REPO, make_flags
+from xlnet_tf.cli import serving_client as client
 from xlnet_tf.tasks import classifier_data
 from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
 
@@ -83,12 +85,15 @@ def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
 def served(run):
     """One fresh serving process for the run's export (each pays TensorFlow's import and the SavedModel's load):
     the dev sentences through serving_default, their Python tokenizer's ids through serve_ids, the metadata
-    signature, then the fuzz of test_bad_requests_give_defined_outputs_or_a_clear_error."""
+    signature, the serving client's gRPC and REST requests (test_the_serving_clients_requests_...), then the fuzz
+    of test_bad_requests_give_defined_outputs_or_a_clear_error."""
     from xlnet_tf.tokenization import XLNetTokenizer
 
     tokenizer = XLNetTokenizer(run["settings"].spiece_model_file)
     ids = [classifier_data.encode_example(tokenizer, e, SEQ)[:3] for e in run["examples"]]
-    return serve({"export": run["export"], "calls": [
+    request = client.predict_request("mrpc", client_rows(run)).SerializeToString()
+    return serve({"export": run["export"], "grpc": [base64.b64encode(request).decode("ascii")],
+                  "rest": [client.rest_body(client_rows(run))], "calls": [
         {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in run["examples"]),
                                                     "sentence2": strings(e.text_b for e in run["examples"])}},
         {"signature": "serve_ids", "inputs": {
@@ -131,6 +136,37 @@ def test_inputs_of_another_rank_are_refused_naming_the_input(served):
         in matrix["message"] and "sentence_shape_as_declared" in matrix["message"]
     assert scalar.get("error") == "InvalidArgumentError", scalar
     assert "sentence2 [] is not compatible with expected shape [?]" in scalar["message"]
+
+
+def client_rows(run) -> list:
+    return [{"sentence": e.text_a, "sentence2": e.text_b} for e in run["examples"]]
+
+
+def test_the_serving_clients_requests_get_do_predicts_answers(run, served):
+    """xlnet_tf.cli.serving_client's gRPC PredictRequest and REST body, built from the raw dev sentences, carry
+    them as the signature's string inputs; the fresh TF-Serving-like process decodes them (tf.make_ndarray / the
+    JSON lists), runs serving_default and answers; the client reads both answers as --do_predict's labels and
+    logits."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    rows, predicted = client_rows(run), run["predicted"]
+    request = client.predict_request("mrpc", rows, model_version=2)
+    assert (request.model_spec.name, request.model_spec.signature_name) == ("mrpc", "serving_default")
+    assert request.model_spec.version.value == 2 and sorted(request.inputs) == ["sentence", "sentence2"]
+    for name in ("sentence", "sentence2"):
+        assert request.inputs[name].dtype == tf.string.as_datatype_enum
+        assert [v.decode() for v in tf.make_ndarray(request.inputs[name])] == [r[name] for r in rows]
+    body = json.loads(json.dumps(client.rest_body(rows)))  # what travels
+    assert body == {"signature_name": "serving_default", "inputs": client.columns(rows)}
+
+    response = predict_pb2.PredictResponse.FromString(base64.b64decode(served["grpc"][0]))
+    assert response.model_spec.name == "mrpc"
+    for answer in (client.rows_from_response(response, len(rows)), client.rows_from_rest(served["rest"][0], len(rows))):
+        assert [a["label"] for a in answer] == [p["prediction"] for p in predicted]
+        np.testing.assert_allclose([a["logits"] for a in answer], [p["logits"] for p in predicted],
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose([sum(a["probabilities"]) for a in answer], 1.0, rtol=1e-6)
 
 
 def test_saved_model_cli_lists_both_signatures(run):
@@ -239,3 +275,80 @@ def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server(run):
     assert {"SentencepieceOp", "NormalizeUTF8"} <= set(ops)  # the tokenizer and the text cleaning, at least
     libraries = {library.removeprefix("tensorflow-text ") for library in ops.values()}
     assert libraries <= TF_SERVING_TEXT_LIBRARIES, ops
+
+
+@pytest.mark.multiprocess
+def test_the_serving_client_command_over_the_wire(run, served, tmp_path):
+    """python -m xlnet_tf.cli.serving_client against servers on 127.0.0.1 that answer as the fresh serving process
+    did (a gRPC PredictionService, a REST endpoint): its request arrives as built, each row's answer is printed as
+    one JSON line equal to --do_predict's; an unknown model and a port where nothing listens end in one line."""
+    import http.server
+    import threading
+    from concurrent import futures
+
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    rows, predicted = client_rows(run), run["predicted"]
+    received = {"grpc": [], "rest": []}
+
+    class Predictions(prediction_service_pb2_grpc.PredictionServiceServicer):
+        def Predict(self, request, context):  # noqa: N802 (the service's method name)
+            received["grpc"].append(request)
+            if request.model_spec.name != "mrpc":
+                context.abort(grpc.StatusCode.NOT_FOUND,
+                              f"Servable not found for request: Latest({request.model_spec.name})")
+            return predict_pb2.PredictResponse.FromString(base64.b64decode(served["grpc"][0]))
+
+    class Rest(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            received["rest"].append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            answer = json.dumps(served["rest"][0]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Predictions(), server)
+    grpc_port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    rest = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Rest)
+    threading.Thread(target=rest.serve_forever, daemon=True).start()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers there
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    common = [PYTHON, "-m", "xlnet_tf.cli.serving_client", f"--input_file={rows_file}"]
+    commands = {"grpc": [f"--server=127.0.0.1:{grpc_port}", "--model_name=mrpc"],
+                "rest": ["--protocol=rest", f"--server=127.0.0.1:{rest.server_address[1]}", "--model_name=mrpc"],
+                "unknown": [f"--server=127.0.0.1:{grpc_port}", "--model_name=nope"],
+                "closed": ["--protocol=rest", f"--server=127.0.0.1:{closed.getsockname()[1]}", "--model_name=mrpc",
+                           "--timeout=20"]}
+    try:
+        procs = {k: subprocess.Popen(common + v, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                     env=env) for k, v in commands.items()}
+        done = {k: (p.wait(timeout=300), *p.communicate()) for k, p in procs.items()}
+    finally:
+        server.stop(0)
+        rest.shutdown()
+        closed.close()
+    for k in ("grpc", "rest"):
+        code, out, err = done[k]
+        assert code == 0, err[-2000:]
+        answer = [json.loads(line) for line in out.strip().splitlines()]
+        assert [a["label"] for a in answer] == [p["prediction"] for p in predicted]
+        np.testing.assert_allclose([a["logits"] for a in answer], [p["logits"] for p in predicted], rtol=1e-5,
+                                   atol=1e-6)
+    assert [r for r in received["grpc"] if r.model_spec.name == "mrpc"] == [client.predict_request("mrpc", rows)]
+    assert received["rest"] == [("/v1/models/mrpc:predict", client.rest_body(rows))]
+    for k, expected in (("unknown", "--model_name=nope: the server has no such model or version"),
+                        ("closed", "--server=127.0.0.1:")):
+        code, out, err = done[k]
+        lines = err.strip().splitlines()
+        assert code == 1 and out == "" and "Traceback" not in err, err[-2000:]
+        assert lines[-2].startswith("xlnet_tf.cli.serving_client: error: " + expected), lines

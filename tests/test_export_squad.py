@@ -2,6 +2,7 @@
 process with TensorFlow and tensorflow-text's kernels only, as TF Serving loads it); bad requests; serve_ids
 reproduces the Keras head's beam outputs, and the SavedModel holds stock TensorFlow ops only."""
 
+import base64
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 from test_export import decoded, serve, strings
 from test_squad import REPO, SMALL, _inference_batch  # the head's test batch (P, Q, CLS, pad)
+from xlnet_tf.cli import serving_client as client
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.models.heads import XLNetSquad
@@ -56,9 +58,13 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
 @pytest.fixture(scope="module")
 def served(squad_run):
     """One fresh serving process for the export (each pays TensorFlow's import and the SavedModel's load): the dev
-    questions and contexts, then test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz."""
+    questions and contexts, then test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz, and
+    the serving client's gRPC and REST requests of the dev questions."""
     examples = squad_run["examples"]
+    rows = [{"question": e.question_text, "context": e.paragraph_text} for e in examples]
+    request = base64.b64encode(client.predict_request("squad", rows).SerializeToString()).decode("ascii")
     return serve({"export": squad_run["export"], "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
+                  "grpc": [request], "rest": [client.rest_body(rows)],
                   "calls": [{"signature": "serving_default", "inputs": {
                       "question": strings(e.question_text for e in examples),
                       "context": strings(e.paragraph_text for e in examples)}},
@@ -79,6 +85,22 @@ def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run, served)
     for e, text, start, end in zip(examples, texts, out["start_char"]["value"], out["end_char"]["value"]):
         assert e.paragraph_text[start:end] == text if text else (start, end) == (-1, -1)
     assert sum(bool(t) for t in texts) > len(texts) // 2  # mostly real spans, not the no-span fallback
+
+
+def test_the_serving_clients_requests_get_do_predicts_answers(squad_run, served):
+    """xlnet_tf.cli.serving_client's gRPC and REST requests of the dev questions, answered by the fresh serving
+    process, read back as run_squad.py --do_predict's answers."""
+    from tensorflow_serving.apis import predict_pb2
+
+    examples = squad_run["examples"]
+    response = predict_pb2.PredictResponse.FromString(base64.b64decode(served["grpc"][0]))
+    for answer in (client.rows_from_response(response, len(examples)),
+                   client.rows_from_rest(served["rest"][0], len(examples))):
+        assert [a["text"] for a in answer] == [squad_run["predictions"][e.qas_id] for e in examples]
+        np.testing.assert_allclose([a["null_odds"] for a in answer],
+                                   [squad_run["null_odds"][e.qas_id] for e in examples], rtol=1e-5, atol=1e-5)
+        assert all(e.paragraph_text[a["start_char"]:a["end_char"]] == a["text"] for e, a in zip(examples, answer)
+                   if a["text"])
 
 
 def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(served):

@@ -41,10 +41,12 @@ def synthetic_examples(n, seed=0):
 
 
 def make_dataset_fn(examples, per_replica_batch, accum=1):
+    """As the pretraining reader positions its pipeline: each input pipeline (one per worker) reads its own shard
+    and a step takes a batch for each of that pipeline's replicas, so a resumed run skips that many per step."""
     def dataset_fn(ctx, start_step):
-        records_per_step = per_replica_batch * ctx.num_replicas_in_sync * accum
-        ds = tf.data.Dataset.from_tensor_slices(examples).repeat()
-        return ds.skip(start_step * records_per_step).batch(per_replica_batch, drop_remainder=True)
+        records_per_step = per_replica_batch * (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * accum
+        ds = tf.data.Dataset.from_tensor_slices(examples).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        return ds.repeat().skip(start_step * records_per_step).batch(per_replica_batch, drop_remainder=True)
     return dataset_fn
 
 

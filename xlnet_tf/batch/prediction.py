@@ -237,24 +237,57 @@ class Predictor(abc.ABC):
 
 class KerasPredictor(Predictor):
     """A restored task model (the checkpoint path; the fast kernels apply) of ``family``, fed token ids; ``meta``:
-    the ``ServingInfo`` (as a dict) an export of it would record. Runs on the default device."""
+    the ``ServingInfo`` (as a dict) an export of it would record.
 
-    def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict):
+    It runs as ``--do_predict`` over ``--eval_split`` does (``trainer.predict``): the model's inference step in
+    ``strategy.run`` (default: the current strategy), each local replica on its slice of a batch of static shape
+    [``batch_size``, L] (``batch_size`` rounded up to a multiple of them), compiled with XLA when
+    ``jit_compile``. A shorter batch (a shard's last) is padded with rows of zeros to that shape and the padded
+    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch_outputs`` is applied
+    on the host to the model's outputs (classification: its logits)."""
+
+    def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict,
+                 strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 128,
+                 jit_compile: bool = False):
+        from xlnet_tf.finetuning.trainer import make_predict_step
+        from xlnet_tf.training.xla import check_jit_compile
+
         self.family, self.meta, self.tokenizer, self.max_seq_length = family, meta, tokenizer, max_seq_length
         self.identity, self.pair = identity, meta.get("pair")
-        info = MetadataInfo(meta)
-        spec = family.ids_spec(info)
+        replicas = 1  # the default strategy (one device) has no worker devices to list or check
+        if strategy is not None:
+            check_jit_compile(strategy, jit_compile)
+            replicas = len(strategy.extended.worker_devices)
+        strategy = strategy or tf.distribute.get_strategy()
+        self.batch_size = -(-batch_size // replicas) * replicas
+        per_replica = self.batch_size // replicas
+        spec = family.ids_spec(MetadataInfo(meta))
         names = list(spec)
+        step = make_predict_step(model, (), jit_compile)
 
-        @tf.function(input_signature=[tf.TensorSpec([None, max_seq_length], s.dtype) for s in spec.values()])
+        @tf.function(input_signature=[tf.TensorSpec([self.batch_size, max_seq_length], s.dtype)
+                                      for s in spec.values()])
         def forward(*features):
-            return family.outputs_from_ids(model, dict(zip(names, features)), info)
+            features = dict(zip(names, features))
+
+            def replica_slice(context):
+                # this worker's replicas (their ids follow one another): every worker predicts the whole batch
+                start = context.replica_id_in_sync_group % replicas * per_replica
+                return {k: v[start:start + per_replica] for k, v in features.items()}
+
+            outputs = strategy.run(step, args=(strategy.experimental_distribute_values_from_function(replica_slice),))
+            return {k: tf.concat(strategy.experimental_local_results(v), 0) for k, v in outputs.items()}
 
         self._forward, self._names = forward, names
         self._describe(())
 
     def __call__(self, batch):
-        return self.family.batch_outputs(self._forward(*[batch[k] for k in self._names]), self.meta)
+        rows = int(batch[self._names[0]].shape[0])
+        if rows > self.batch_size:
+            raise ValueError(f"a batch of {rows} rows for a predictor of batches of {self.batch_size}")
+        padded = [tf.pad(batch[k], [[0, self.batch_size - rows], [0, 0]]) for k in self._names]
+        outputs = self._forward(*padded)
+        return self.family.batch_outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
 
 
 def resolve_saved_model(path: str) -> tuple:

@@ -60,7 +60,7 @@ def run(settings) -> Optional[dict]:
 
     predicting = s.do_predict
     if s.do_predict and task.predicts_input_files():  # large inputs, streamed (xlnet_tf.batch.prediction)
-        result["predict"] = predict_input_files(task, model, checkpoint)
+        result["predict"] = predict_input_files(task, model, checkpoint, strategy)
         predicting = False
     if evaluating or predicting:
         data = task.eval_data()
@@ -87,10 +87,11 @@ def run(settings) -> Optional[dict]:
     return result
 
 
-def predict_input_files(task, model, checkpoint: str) -> list:
+def predict_input_files(task, model, checkpoint: str, strategy) -> list:
     """``--do_predict`` over ``--predict_input_glob``: one predictions file per input file in the predict directory
-    (``xlnet_tf.batch.prediction.predict_shards`` with the task family's batch hooks: streamed, resumable). Returns
-    the files written."""
+    (``xlnet_tf.batch.prediction.predict_shards`` with the task family's batch hooks: streamed, resumable), the
+    model run in ``strategy.run`` on batches of static shape (``--jit_compile``: with XLA). Returns the files
+    written."""
     from xlnet_tf.batch import prediction as batch_predict
 
     s = task.settings
@@ -99,8 +100,9 @@ def predict_input_files(task, model, checkpoint: str) -> list:
     predictor = batch_predict.KerasPredictor(
         model, task.family, info, task.tokenizer, length,
         identity=dict(checkpoint=checkpoint, task=task.name, max_seq_length=length,
-                      spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased))
+                      spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased),
+        strategy=strategy, batch_size=s.predict_batch_size, jit_compile=s.jit_compile)
     fields = batch_predict.Fields.parse(s.predict_text_fields, s.predict_id_field, "--predict_text_fields")
     summary = batch_predict.predict_shards(predictor, s.predict_input_glob, task.predict_dir, fields,
-                                           s.predict_batch_size, glob_flag="--predict_input_glob")
+                                           predictor.batch_size, glob_flag="--predict_input_glob")
     return [shard["output"] for shard in summary["shards"]]
