@@ -145,7 +145,7 @@ def test_feature_cache_follows_its_input_and_a_failed_encoding_leaves_none(tmp_p
 
 
 def test_unknown_task_and_missing_files(tmp_path):
-    with pytest.raises(ValueError, match="unknown task; known: cola"):
+    with pytest.raises(ValueError, match="unknown task; known: brown_genre, cola"):
         cd.get_task("glue")
     with pytest.raises(FileNotFoundError, match="dev_mismatched.tsv"):
         cd.read_examples(cd.get_task("mnli_mismatched"), str(tmp_path), "dev")

@@ -91,8 +91,14 @@ def assert_same_checkpoints(straight_dir: str, resumed_dir: str):
     assert sorted(straight) == sorted(resumed)
     assert straight["/global_step/VARIABLE_VALUE"] == TRAIN_STEPS
     assert [n for n in straight if n.startswith("/dropout_seeds/")] and [n for n in straight if "/optimizer/" in n]
-    for name in straight:  # bit-identical, dropout on
-        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+    for name in straight:  # dropout on
+        # The same batches, masks and updates: bit-identical in almost every run; once (RACE, a full suite run)
+        # 2 of 256 elements of an Adam moment differed by 1 ulp (1e-17 absolute), float32 summation order across
+        # two processes. A wrong data position or dropout mask moves the weights by 1e-3 and more.
+        if np.asarray(straight[name]).dtype.kind in "fc":
+            np.testing.assert_allclose(resumed[name], straight[name], rtol=5e-7, atol=0, err_msg=name)
+        else:  # steps, seeds, the recorded data order
+            np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
 
 
 def classifier_values(tmp_path, **task) -> dict:

@@ -81,7 +81,7 @@ def _close(ours, theirs, what):
 def _ours(architecture, checkpoint):
     """Our model for an HF architecture, loaded from ``checkpoint`` (an HFCheckpoint)."""
     config = checkpoint.xlnet_config(dropout=0.0, dropatt=0.0)
-    summary = checkpoint.summary() if checkpoint.head in ("classification", "multiple_choice") else {}
+    summary = checkpoint.summary() if checkpoint.head in ("XLNetClassifier", "XLNetMultipleChoice") else {}
     model = {"XLNetModel": lambda: XLNetModel(config), "XLNetLMHeadModel": lambda: XLNetPretrainer(config),
              "XLNetForSequenceClassification": lambda: XLNetClassifier(config, checkpoint.num_labels, **summary),
              "XLNetForMultipleChoice": lambda: XLNetMultipleChoice(config, **summary),
@@ -136,7 +136,7 @@ def test_hf_checkpoint_loads_with_the_same_logits(architecture, tmp_path):
     assert os.path.exists(os.path.join(folder, "model.safetensors"))
     checkpoint = hf.HFCheckpoint(folder)
     ours = _ours(architecture, checkpoint)
-    token = checkpoint.token_head() if checkpoint.head == "token" else None
+    token = checkpoint.token_head() if checkpoint.head == "per_token" else None
     _compare(architecture, theirs, ours, token)
 
 
@@ -145,7 +145,7 @@ def test_our_model_saved_as_hf_gives_hf_the_same_logits(architecture, tmp_path):
     # Ours from an HF model of another seed, so the weights are not HF's defaults; then out through save_model.
     source = hf.HFCheckpoint(_save_hf(_hf_model(architecture, seed=1), tmp_path / "source"))
     ours = _ours(architecture, source)
-    token = source.token_head() if source.head == "token" else None
+    token = source.token_head() if source.head == "per_token" else None
     folder = hf.save_model(ours, str(tmp_path / "out"), spiece_model=SPIECE, token_arrays=token)
     theirs = getattr(transformers, architecture).from_pretrained(folder).eval()
     _compare(architecture, theirs, ours, token)

@@ -47,14 +47,17 @@ SCHEME = "hf://"
 HUB_FILES = ["config.json", "spiece.model", "tokenizer_config.json"]
 _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 
-# HF architecture -> the head it carries ("token": a per-token projection of start/end logits, no model here).
+# HF architecture -> the model of this stack that carries its head (xlnet_tf.models), by class name; "per_token":
+# a per-token projection with no model here (XLNetForQuestionAnsweringSimple's start/end logits; ``token_head``).
 ARCHITECTURES = {
-    "XLNetModel": None, "XLNetLMHeadModel": "lm", "XLNetForSequenceClassification": "classification",
-    "XLNetForMultipleChoice": "multiple_choice", "XLNetForQuestionAnswering": "squad",
-    "XLNetForTokenClassification": "tagging", "XLNetForQuestionAnsweringSimple": "token",
+    "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
+    "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnswering": "XLNetSquad",
+    "XLNetForTokenClassification": "XLNetTagger", "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
-_HEAD_MODULES = {"lm_loss": "lm", "start_logits": "squad", "classifier": "tagging", "qa_outputs": "token"}
+_HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
+_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "start_logits": "XLNetSquad", "classifier": "XLNetTagger",
+                 "qa_outputs": "per_token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
@@ -75,10 +78,10 @@ _STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
 _SUMMARY = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
             "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
 _HEADS = {
-    "lm": {"lm_loss.bias": ("model/lm_loss/bias", False)},
-    "multiple_choice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
+    "XLNetPretrainer": {"lm_loss.bias": ("model/lm_loss/bias", False)},
+    "XLNetMultipleChoice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
                         "logits_proj.bias": ("logits/dense/bias", False)},
-    "squad": {
+    "XLNetSquad": {
         "start_logits.dense.weight": ("start_logits/dense/kernel", True),
         "start_logits.dense.bias": ("start_logits/dense/bias", False),
         "end_logits.dense_0.weight": ("end_logits/dense_0/kernel", True),
@@ -96,11 +99,11 @@ _HEADS = {
 
 def _head_mapping(head: Optional[str], task_scope: str = "task", regression: bool = False) -> dict:
     """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
-    if head == "classification":
+    if head == "XLNetClassifier":
         prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
         return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True),
                 "logits_proj.bias": (prefix + "bias", False)}
-    if head == "tagging":  # XLNetTagger: dropout and one dense layer on every position, as HF's classifier
+    if head == "XLNetTagger":  # XLNetTagger: dropout and one dense layer on every position, as HF's classifier
         prefix = f"model/tagging_{task_scope}/logit/"
         return {"classifier.weight": (prefix + "kernel", True), "classifier.bias": (prefix + "bias", False)}
     return _HEADS.get(head, {})
@@ -246,7 +249,7 @@ class HFCheckpoint:
     def regression(self) -> bool:
         """An HF sequence classifier is a regressor with one label, unless its problem_type says otherwise."""
         problem = self.config.get("problem_type")
-        return problem == "regression" or (problem is None and self.num_labels == 1)
+        return problem == _HF_REGRESSION or (problem is None and self.num_labels == 1)
 
     @property
     def num_labels(self) -> int:
@@ -330,11 +333,11 @@ class HFCheckpoint:
         for hf_name, (tf1_name, transpose) in head.items():
             value = take(hf_name)
             out[tf1_name] = value.T if transpose else value
-        if self.head == "lm":
+        if self.head == "XLNetPretrainer":
             tied = weights.pop("lm_loss.weight", None)  # tied to the embedding (safetensors drops the copy)
             if tied is not None and not np.array_equal(tied, out[t + "word_embedding/lookup_table"]):
                 raise InputError(f"{where}: lm_loss.weight differs from word_embedding.weight (XLNet ties them)")
-        if self.head == "token":
+        if self.head == "per_token":
             for name in _token_module(self.weights):
                 weights.pop(name, None)
         if weights:
@@ -343,8 +346,8 @@ class HFCheckpoint:
 
     def head_mapping(self, task_scope: str = "task") -> dict:
         """The head's {HF name: (TF1 name, transposed)}."""
-        mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "classification" else False)
-        if self.head in ("classification", "multiple_choice") and not self.summary()["use_summ_proj"]:
+        mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "XLNetClassifier" else False)
+        if self.head in ("XLNetClassifier", "XLNetMultipleChoice") and not self.summary()["use_summ_proj"]:
             mapping = {k: v for k, v in mapping.items() if k not in _SUMMARY}
         return mapping
 
@@ -353,7 +356,7 @@ class HFCheckpoint:
         ``XLNetForQuestionAnsweringSimple`` (``qa_outputs``): ``{"kernel": [d_model, num_labels], "bias":
         [num_labels]}``, applied as ``sequence_output @ kernel + bias`` (QA: column 0 start, 1 end logits).
         A token-tagging task model assigns these to its output layer."""
-        if self.head not in ("token", "tagging"):
+        if self.head not in ("per_token", "XLNetTagger"):
             raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
         module = _token_module(self.weights)
         return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
@@ -551,9 +554,9 @@ def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "t
         if hf_name in _SUMMARY and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
             continue
         state[hf_name] = tf1[tf1_name].T if transpose else tf1[tf1_name]
-    if head == "lm":
+    if head == "XLNetPretrainer":
         state["lm_loss.weight"] = state["transformer.word_embedding.weight"]
-    if head == "token":
+    if head == "per_token":
         state["classifier.weight"], state["classifier.bias"] = token_arrays["kernel"].T, token_arrays["bias"]
     return {name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}
 
@@ -581,7 +584,7 @@ def hf_config(config, architecture: str = "XLNetModel", labels: Optional[list] =
         values["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
         values["label2id"] = {str(label): i for i, label in enumerate(labels)}
     if architecture == "XLNetForSequenceClassification":
-        values["problem_type"] = "regression" if regression else "single_label_classification"
+        values["problem_type"] = _HF_REGRESSION if regression else "single_label_classification"
     return values
 
 
@@ -607,27 +610,27 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
     """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
-    ``XLNetSquad``, ``XLNetTagger``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``) as an HF
-    directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
-    classes (config.json's id2label)."""
+    ``XLNetSquad``, ``XLNetTagger``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``)
+    as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
+    or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
-    heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("lm", "XLNetLMHeadModel"),
-             "XLNetClassifier": ("classification", "XLNetForSequenceClassification"),
-             "XLNetMultipleChoice": ("multiple_choice", "XLNetForMultipleChoice"),
-             "XLNetSquad": ("squad", "XLNetForQuestionAnswering"),
-             "XLNetTagger": ("tagging", "XLNetForTokenClassification")}
+    heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
+             "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
+             "XLNetMultipleChoice": ("XLNetMultipleChoice", "XLNetForMultipleChoice"),
+             "XLNetSquad": ("XLNetSquad", "XLNetForQuestionAnswering"),
+             "XLNetTagger": ("XLNetTagger", "XLNetForTokenClassification")}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     head, architecture = heads[kind]
     if token_arrays is not None:
         if kind != "XLNetModel":
             raise InputError("token_arrays: a token head goes on an XLNetModel (the backbone)")
-        head, architecture = "token", "XLNetForTokenClassification"
+        head, architecture = "per_token", "XLNetForTokenClassification"
         labels = labels or [f"LABEL_{i}" for i in range(np.shape(token_arrays["bias"])[0])]
     tf1 = {name: np.asarray(var.numpy(), np.float32) for name, var in model.tf1_variables().items()}
     config = model.config
     regression = bool(getattr(model, "regression", False))
-    if head in ("classification", "tagging"):
+    if head in ("XLNetClassifier", "XLNetTagger"):
         labels = labels or [f"LABEL_{i}" for i in range(model.num_labels)]
     extra = {}
     for name in ("summary_type", "start_n_top", "end_n_top"):

@@ -114,7 +114,7 @@ def convert_hf(source: str, output_dir: str, format: str = "native", task_scope:
     config = checkpoint.xlnet_config()
     spiece = io_utils.join(checkpoint.path, "spiece.model")
     spiece = spiece if io_utils.exists(spiece) else None
-    if checkpoint.head == "token":
+    if checkpoint.head == "per_token":
         logging.warning("%s: %s's per-token head (start/end logits) has no model here; only the network is "
                         "converted (xlnet_tf.hf.token_head reads the head's arrays)", source, checkpoint.architecture)
     if format == "release":
@@ -126,7 +126,7 @@ def convert_hf(source: str, output_dir: str, format: str = "native", task_scope:
                 io_utils.copy(spiece, io_utils.join(tmp, "spiece.model"))
         logging.info("wrote %s (%s: %d tensors)", output_dir, checkpoint.architecture or "XLNet", len(tensors))
         return io_utils.join(output_dir, "xlnet_model.ckpt")
-    if checkpoint.head not in (None, "lm"):
+    if checkpoint.head not in (None, "XLNetPretrainer"):
         logging.warning("%s: its %s head is not kept in the native layout (the network only); --format=release "
                         "keeps it", source, checkpoint.architecture)
     model = XLNetPretrainer(config)

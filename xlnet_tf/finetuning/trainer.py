@@ -107,8 +107,8 @@ def check_data_order(settings: FinetuneSettings, strategy: tf.distribute.Strateg
                             f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
         raise SettingsError(
             f"--model_dir={settings.model_dir}: {resumed} was trained with {flags(recorded)}; resuming with "
-            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with the recorded values, "
-            "or start a new --model_dir (warm-started from this one with --init_checkpoint)")
+            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with "
+            "the recorded values, or start a new --model_dir (warm-started from this one with --init_checkpoint)")
 
 
 def keep_data_order(training, order: dict) -> None:

@@ -174,7 +174,8 @@ class MetadataInfo:
 
     def __init__(self, meta: dict):
         self.__dict__.update(dict(kind=None, task="", max_seq_length=None, lower_case=False, labels=None, pair=False,
-                                  global_step=0, max_qa_length=128, squad={}), **meta)
+                                  global_step=0, max_qa_length=128, squad={}, segment_length=0, mem_len=0),
+                             **meta)
 
 
 # -- a run's task ------------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def _load_hf_task_weights(network: keras.Model, checkpoint: HFCheckpoint, new_he
         return "fine-tuned"
     except InputError as whole:
         reason = str(whole).strip().splitlines()[-1].strip()
-    if checkpoint.head not in (None, "lm") and not new_head:
+    if checkpoint.head not in (None, "XLNetPretrainer") and not new_head:
         raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
                          f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its network")
     load_hf_pretrained(network, checkpoint)
@@ -462,7 +462,7 @@ class XLNetTextClassifier(_TextTaskModel):
         ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
         states of memory per layer (default: all earlier segments; docs/long_documents.md)."""
         source = _source(path)
-        hf_head = _hf_head(source, ("classification",))
+        hf_head = _hf_head(source, ("XLNetClassifier",))
         if hf_head:
             num_labels = source.num_labels if num_labels is None else num_labels
             regression = source.regression if regression is None else regression
@@ -546,7 +546,7 @@ class XLNetTextMultipleChoice(_TextTaskModel):
         """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
         question+option tokens kept)."""
         source = _source(path)
-        hf_head = _hf_head(source, ("multiple_choice",))
+        hf_head = _hf_head(source, ("XLNetMultipleChoice",))
         preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_qa_length=max_qa_length)
         network = XLNetMultipleChoice(config, summary_type=summary_type or hf_head.get("summary_type", "last"),
@@ -939,7 +939,7 @@ class XLNetTextTagger(_TextTaskModel):
 
         source = _source(path)
         if labels is None:
-            if not (isinstance(source, HFCheckpoint) and source.head == "tagging" and source.labels):
+            if not (isinstance(source, HFCheckpoint) and source.head == "XLNetTagger" and source.labels):
                 raise ValueError("labels: the tags of the head are needed (only an HF XLNetForTokenClassification "
                                  "with named labels records them)")
             labels = source.labels

@@ -196,7 +196,6 @@ class RunSettings(Settings):
         # brings its config.json, spiece.model and casing where the flags do not name them.
         from xlnet_tf import hf
 
-        self._hf_casing = None
         if not (self.init_checkpoint and hf.is_hf_dir(self.init_checkpoint)):
             return
         self.init_checkpoint = hf.resolve(self.init_checkpoint)
@@ -205,10 +204,17 @@ class RunSettings(Settings):
             self.model_config_path = io_utils.join(folder, "config.json")
         if self.spiece_model_file is None and io_utils.exists(io_utils.join(folder, "spiece.model")):
             self.spiece_model_file = io_utils.join(folder, "spiece.model")
-        tokenizer = io_utils.join(folder, "tokenizer_config.json")
-        if io_utils.exists(tokenizer):
-            self._hf_casing = bool(io_utils.read_json(tokenizer).get("do_lower_case", False))
-            self.uncased = self.uncased or self._hf_casing
+        self.uncased = self.uncased or bool(self._hf_lower_case())
+
+    def _hf_lower_case(self) -> Optional[bool]:
+        """The casing of an HF ``--init_checkpoint`` (its tokenizer_config.json), None if it says none (or the
+        checkpoint is not an HF directory)."""
+        from xlnet_tf import hf
+
+        if not (self.init_checkpoint and hf.is_hf_dir(self.init_checkpoint)):
+            return None
+        tokenizer = io_utils.join(hf.resolve(self.init_checkpoint), "tokenizer_config.json")
+        return bool(io_utils.read_json(tokenizer).get("do_lower_case", False)) if io_utils.exists(tokenizer) else None
 
     # -- what subclasses say about themselves --------------------------------------------------------------
     def required(self) -> tuple:
@@ -246,7 +252,7 @@ class RunSettings(Settings):
                 errors.append(f"--{name}={getattr(self, name)} must be positive")
         if self.save_steps is not None and self.save_steps <= 0:
             errors.append(f"--save_steps={self.save_steps} must be positive")
-        if getattr(self, "_hf_casing", None) is False and self.uncased:
+        if self.uncased and self._hf_lower_case() is False:
             errors.append(f"--uncased, but --init_checkpoint={self.init_checkpoint} is a cased model "
                           "(tokenizer_config.json: do_lower_case false)")
         if self.init_checkpoint and not checkpoint_exists(self.init_checkpoint):
