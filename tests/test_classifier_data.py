@@ -119,6 +119,19 @@ def test_bad_utf8_names_its_line_a_bom_is_dropped_and_gzip_is_named(tmp_path):
     assert (example.text_a, example.label) == ("good film", "1")
 
 
+def test_json_lines_name_the_line_of_bad_utf8_or_json_and_drop_a_bom(tmp_path):
+    task = cd.get_task("brown_genre")
+    good = '{"id": "d1", "text": "A long day.", "label": "press: reportage"}\n'
+    (tmp_path / "genre_train.jsonl").write_bytes(("\ufeff" + good + "\n" + good).encode("utf-8"))
+    assert [e.guid for e in cd.read_examples(task, str(tmp_path), "train").examples] == ["d1", "d1"]
+    (tmp_path / "genre_train.jsonl").write_bytes(good.encode("utf-8") + b'{"text": "bad \xff"}\n')
+    with pytest.raises(ValueError, match=r"genre_train\.jsonl:2: not UTF-8 text \(byte 15 of the line\)"):
+        cd.read_examples(task, str(tmp_path), "train")
+    (tmp_path / "genre_train.jsonl").write_text(good + "\n" + '{"text": "cut off\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"genre_train\.jsonl:3: not JSON"):
+        cd.read_examples(task, str(tmp_path), "train")
+
+
 @pytest.mark.parametrize("score", ["17.5", "-0.1", "nan", "inf"])
 def test_sts_b_score_outside_its_range_names_file_and_line(tmp_path, score):
     _write(str(tmp_path / "train.tsv"), "\t".join(["c"] * 9 + ["score"]) + "\n"

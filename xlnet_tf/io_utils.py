@@ -207,6 +207,26 @@ def read_json(path: str):
         return json.load(f)
 
 
+def read_jsonl(path: str) -> Iterator[tuple]:
+    """``(line number, JSON value)`` of each non-blank line of a JSON-lines file (a UTF-8 BOM dropped); an InputError
+    names ``path:line`` of a line that is not UTF-8 or not JSON."""
+    from xlnet_tf.errors import InputError
+
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").lstrip("\ufeff") if number == 1 else raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}:{number}: not UTF-8 text (byte {e.start + 1} of the line)") from None
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError as e:
+                raise InputError(f"{path}:{number}: not JSON ({e})") from None
+            yield number, value
+
+
 def remove(path: str) -> None:
     """Removes the file ``path`` (no error if it is already gone)."""
     if is_uri(path):

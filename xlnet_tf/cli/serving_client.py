@@ -210,20 +210,12 @@ def predict_rest(s: ServingClientSettings, rows: Sequence[dict]) -> list:
 def read_rows(path: str) -> list:
     """The JSONL ``--input_file``: one object of texts per line (blank lines skipped)."""
     rows = []
-    with io_utils.open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise InputError(f"{path}:{number}: not JSON ({e})") from None
-            ok = isinstance(row, dict) and row and all(
-                isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
-                for v in row.values())
-            if not ok:
-                raise InputError(f"{path}:{number}: expected an object of texts (RACE's options: a list of texts)")
-            rows.append(row)
+    for number, row in io_utils.read_jsonl(path):
+        ok = isinstance(row, dict) and row and all(
+            isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in row.values())
+        if not ok:
+            raise InputError(f"{path}:{number}: expected an object of texts (RACE's options: a list of texts)")
+        rows.append(row)
     if not rows:
         raise InputError(f"--input_file={path}: no rows")
     return rows

@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -236,28 +235,21 @@ def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
     from official.nlp.data import classifier_data_lib as lib
 
     examples, skipped = [], []
-    with io_utils.open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise InputError(f"{where}: not a JSON object ({e})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: not a JSON object")
-            text = row.get("text")
-            if not isinstance(text, str) or not text.strip():
-                skipped.append(f"{where}: no text")
-                continue
-            label = row.get("label")
-            if labeled and label not in labels:
-                raise InputError(f"{where}: label {label!r} is not in the task's label set {labels} (wrong "
-                                 "--task_name or a corrupted file?)")
-            guid = str(row.get("id", len(examples)))
-            examples.append(lib.InputExample(guid=guid, text_a=text, text_b=None,
-                                             label=label if labeled else None, example_id=where))
+    for line_number, row in io_utils.read_jsonl(path):
+        where = f"{path}:{line_number}"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: not a JSON object")
+        text = row.get("text")
+        if not isinstance(text, str) or not text.strip():
+            skipped.append(f"{where}: no text")
+            continue
+        label = row.get("label")
+        if labeled and label not in labels:
+            raise InputError(f"{where}: label {label!r} is not in the task's label set {labels} (wrong "
+                             "--task_name or a corrupted file?)")
+        guid = str(row.get("id", len(examples)))
+        examples.append(lib.InputExample(guid=guid, text_a=text, text_b=None,
+                                         label=label if labeled else None, example_id=where))
     if skipped:
         logging.warning("%s: skipped %d line(s) without text, e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
     return ExampleSet(examples, skipped, path)

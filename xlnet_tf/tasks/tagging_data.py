@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import re
 from typing import Optional
@@ -83,24 +82,16 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
 
 def _jsonl(path: str, labelled: bool) -> list:
     sentences = []
-    with io_utils.open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{n}: not JSON ({e})") from None
-            tokens = obj.get("tokens") if isinstance(obj, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, str) and t.strip() for t in tokens):
-                raise InputError(f'{path}:{n}: expected {{"tokens": [non-empty strings], "tags": [...]}}')
-            tags = obj.get("tags") if labelled else []
-            if labelled and (not isinstance(tags, list) or len(tags) != len(tokens)
-                             or not all(isinstance(t, str) and t for t in tags)):
-                raise InputError(f"{path}:{n}: 'tags' must be a list of {len(tokens)} non-empty strings, one per "
-                                 "token")
-            if tokens:
-                sentences.append(Sentence(str(obj.get("id", f"{os.path.basename(path)}:{n}")), tokens, list(tags)))
+    for n, obj in io_utils.read_jsonl(path):
+        tokens = obj.get("tokens") if isinstance(obj, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, str) and t.strip() for t in tokens):
+            raise InputError(f'{path}:{n}: expected {{"tokens": [non-empty strings], "tags": [...]}}')
+        tags = obj.get("tags") if labelled else []
+        if labelled and (not isinstance(tags, list) or len(tags) != len(tokens)
+                         or not all(isinstance(t, str) and t for t in tags)):
+            raise InputError(f"{path}:{n}: 'tags' must be a list of {len(tokens)} non-empty strings, one per token")
+        if tokens:
+            sentences.append(Sentence(str(obj.get("id", f"{os.path.basename(path)}:{n}")), tokens, list(tags)))
     return sentences
 
 
