@@ -28,7 +28,8 @@ def main(model_dir, out_path, train_steps=3, iterations=3, save_steps=None):
                                 # and the uninterrupted one (a fixed train_steps) follow the same schedule
                                 min_lr_ratio=1.0)
     try:
-        metrics = run_pretraining(strategy, CONFIG.replace(dropout=0.3, dropatt=0.3), settings, make_dataset_fn(synthetic_examples(32), 2))
+        metrics = run_pretraining(strategy, CONFIG.replace(dropout=0.3, dropatt=0.3), settings,
+                                  make_dataset_fn(synthetic_examples(32), 2))
     except WorkerLostError as e:  # what the entry points print as their one line
         print(f"error: {e}", flush=True)
         sys.exit(1)

@@ -149,7 +149,8 @@ def test_the_tools_print_one_line_and_exit_1(pretrained, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     started = {name: subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True) for name, argv in commands.items()}
-    expected = {"other_shape": f"{wide_checkpoint}: not a checkpoint of this model (Received incompatible tensor","checkpoint": f"{damaged['bad_index']}: unreadable checkpoint (truncated, corrupt, or not a "
+    expected = {"other_shape": f"{wide_checkpoint}: not a checkpoint of this model (Received incompatible tensor",
+                "checkpoint": f"{damaged['bad_index']}: unreadable checkpoint (truncated, corrupt, or not a "
                               "TensorFlow checkpoint)",
                 "squad": f"--model_dir={tmp_path}/s holds no fine-tuned checkpoint to evaluate, predict or export "
                          "with: train first (--do_train) or name one with --predict_ckpt"}

@@ -40,14 +40,13 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import (assign_arrays, is_tf1_checkpoint, load_hf_pretrained, load_original_checkpoint,
                                  load_pretrained, read_model, resolve_checkpoint)
+from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
-from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.squad_answers import answerable_inputs, answers_from_windows, squad_window_losses
 from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
-from xlnet_tf.errors import InputError
 
 # SQuAD windows: the labels of training, and what the answers are read from after the network.
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
