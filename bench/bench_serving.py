@@ -108,7 +108,7 @@ def child_tf(args) -> dict:
     for library in sorted(glob.glob(os.path.join(text_dir, "python", "ops", "_*.so"))):
         tf.load_op_library(library)
     assert not [m for m in sys.modules if m.startswith("xlnet_tf")]
-    data = np.load(args._data, allow_pickle=True)
+    data = np.load(args._data)
     loaded = tf.saved_model.load(args._export)
     text_fn, ids_fn = loaded.signatures["serving_default"], loaded.signatures["serve_ids"]
     results = {}
@@ -138,7 +138,7 @@ def child_hf(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(SPIECE, os.path.join(tmp, "spiece.model"))
         tokenizer = transformers.XLNetTokenizerFast.from_pretrained(tmp)
-    data = np.load(args._data, allow_pickle=True)
+    data = np.load(args._data)
     autocast = args._dtype == "mixed_bfloat16"
     results = {}
 
@@ -303,7 +303,7 @@ def main():
             began, load = time.perf_counter(), os.getloadavg()[0]
             path, strings, features, pre_only = export(dtype, os.path.join(tmp, dtype), log)
             data = os.path.join(tmp, f"{dtype}.npz")
-            np.savez(data, sentences=np.array([s.encode() for s in strings], dtype=object), **features)
+            np.savez(data, sentences=np.array([s.encode() for s in strings]), **features)
             ours = run_child("tf", dtype, path, data, args, log)
             hf = run_child("hf", dtype, path, data, args, log)
             run = {"rows": {key: (ours[key], hf[key]) for key in ours}}

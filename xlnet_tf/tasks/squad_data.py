@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import pickle
 import random
 from typing import Iterable, Optional
 
@@ -38,7 +37,7 @@ from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 from xlnet_tf.training.settings import SettingsError
 from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the eval features are JSON (1 pickled them: a pickle can run code when read)
 
 
 class SquadFileError(SettingsError):
@@ -289,7 +288,8 @@ def _to_xlnet_feature(f, unique_id: int, example_index: int) -> SquadFeature:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Cached features: train TFRecords (one shard per --proc_id) and pickled eval features, each with a manifest so a
+# Cached features: train TFRecords (one shard per --proc_id) and eval features as JSON (never a pickle: a cache
+# directory may be shared, and reading a pickle can run code), each with a manifest so a
 # changed input file or setting rebuilds them instead of silently reusing stale data.
 
 
@@ -318,7 +318,7 @@ def train_record_path(output_dir: str, s: FeatureSettings, proc_id) -> str:
 
 def eval_feature_path(output_dir: str, s: FeatureSettings) -> str:
     return os.path.join(output_dir, f"{s.prefix()}.slen-{s.max_seq_length}.qlen-{s.max_query_length}"
-                                    ".eval.features.pkl")
+                                    ".eval.features.json")
 
 
 def stale_fields(path: str, fingerprint: dict) -> list:
@@ -399,25 +399,53 @@ def train_shards(output_dir: str, s: FeatureSettings) -> list[str]:
 
 
 def prepare_eval_features(predict_file: str, output_dir: str, s: FeatureSettings, overwrite: bool = False):
-    """``(SquadFile, features, skipped)`` of the evaluation file, with the features cached as a pickle."""
+    """``(SquadFile, features, skipped)`` of the evaluation file, with the features cached as JSON."""
     squad = read_squad_file(predict_file, is_training=False)
     path = eval_feature_path(output_dir, s)
     fingerprint = s.fingerprint(predict_file)
     if not overwrite and not stale_fields(path, fingerprint):
-        with io_utils.open(path, "rb") as f:
-            features, skipped = pickle.load(f)
+        features, skipped = _read_eval_features(path)
         logging.info("using cached eval features %s (%d features)", path, len(features))
     else:
         tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
         features, skipped = convert_examples_to_features(
             squad.examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=False,
             source=predict_file)
-        atomic_write(path, lambda f: pickle.dump((features, skipped), f), mode="wb")
+        _write_eval_features(path, features, skipped)
         _write_manifest(path, fingerprint, num_features=len(features))
     skipped = {**squad.skipped, **skipped}
     logging.info("%s: %d examples -> %d features; skipped: %s", predict_file, len(squad.examples), len(features),
                  _counts(skipped) or "none")
     return squad, features, skipped
+
+
+def _write_eval_features(path: str, features: list, skipped: dict) -> None:
+    rows = []
+    for f in features:
+        row = dataclasses.asdict(f)
+        row["token_is_max_context"] = [[int(k), bool(v)] for k, v in f.token_is_max_context.items()]  # int keys
+        rows.append(row)
+    atomic_write(path, lambda f: json.dump({"features": rows, "skipped": skipped}, f, default=_plain))
+
+
+def _plain(value):
+    """NumPy scalars in a feature, as JSON numbers."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _read_eval_features(path: str) -> tuple:
+    try:
+        with io_utils.open(path, encoding="utf-8") as f:
+            cached = json.load(f)
+        features = []
+        for row in cached["features"]:
+            row["token_is_max_context"] = {int(k): bool(v) for k, v in row["token_is_max_context"]}
+            features.append(SquadFeature(**row))
+        return features, dict(cached["skipped"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: damaged feature cache ({e}); delete it (or pass --overwrite_data)") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
