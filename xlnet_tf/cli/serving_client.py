@@ -16,7 +16,9 @@ receives: gRPC ``PredictionService.Predict`` with a ``PredictRequest`` whose inp
 ``rows_from_response``/``rows_from_rest`` read the replies, for a Python client of its own.
 
 A server that does not answer, an unknown model or signature, or a request the model refuses ends in one line
-naming ``--server``/``--model_name`` and the server's message, exit 1.
+naming ``--server``/``--model_name`` and the server's message, exit 1. ``--timeout`` bounds the whole call, also
+against a server that answers one byte at a time; a REST reply that is not a JSON object of outputs, or is larger
+than ``--max_reply_mb``, is refused the same way.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class ServingClientSettings(Settings):
     input_file: Optional[str] = setting(None, "JSONL: one object per row, keyed by the signature's inputs "
                                               "(sentence2, question/context, article/question/options).")
     field: str = setting("sentence", "The input the texts given as arguments go to.")
-    timeout: float = setting(30.0, "Seconds to wait for the server's answer.")
+    timeout: float = setting(30.0, "Seconds the whole call may take (connecting, sending, the complete answer).")
+    max_reply_mb: float = setting(256.0, "REST: the largest reply accepted, in MiB (a larger one is refused).")
     texts: tuple = setting((), "Raw texts, one row each.", positional="rest")
 
     def required(self) -> tuple:
@@ -59,6 +62,8 @@ class ServingClientSettings(Settings):
             errors.append("give texts as arguments or --input_file, one of the two")
         if self.timeout <= 0:
             errors.append(f"--timeout={self.timeout}: must be positive")
+        if self.max_reply_mb <= 0:
+            errors.append(f"--max_reply_mb={self.max_reply_mb}: must be positive")
         return errors
 
 
@@ -137,6 +142,9 @@ def rows_from_response(response, n: int) -> list:
 
 def rows_from_rest(reply: dict, n: int) -> list:
     """A REST predict reply (``{"outputs": {...}}`` for the columnar body) as ``n`` rows."""
+    if not isinstance(reply, dict):
+        raise InputError(f"the server's reply is a JSON {type(reply).__name__}, not an object of outputs: "
+                         f"{json.dumps(reply)[:80]}")
     if "error" in reply:
         raise InputError(f"the server refused the request: {reply['error']}")
     outputs = reply.get("outputs")
@@ -181,29 +189,94 @@ def _grpc_message(s: ServingClientSettings, error) -> str:
 
 
 def predict_rest(s: ServingClientSettings, rows: Sequence[dict]) -> list:
-    import urllib.error
-    import urllib.request
+    """POSTs the rows; ``--timeout`` bounds the whole call (connecting, sending, the headers and the body: a
+    server that drips its answer byte by byte is cut off at the deadline, not after each read), and a reply over
+    ``--max_reply_mb`` is refused (by its Content-Length or as it arrives)."""
+    import http.client
+    import socket
+    import threading
+    import time
 
     version = f"/versions/{s.model_version}" if s.model_version is not None else ""
     url = f"http://{s.server}/v1/models/{s.model_name}{version}:predict"
     body = json.dumps(rest_body(rows, s.signature_name)).encode("utf-8")
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    limit = int(s.max_reply_mb * (1 << 20))
+    host, _, port = s.server.rpartition(":")
+    deadline = time.monotonic() + s.timeout
+    late, opened = threading.Event(), []
+    connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=s.timeout)
+
+    def cut_off():  # wakes a read blocked on a socket that answers too slowly
+        late.set()
+        for sock in opened:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    watchdog = threading.Timer(s.timeout, cut_off)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        with urllib.request.urlopen(request, timeout=s.timeout) as answer:
-            reply = json.loads(answer.read().decode("utf-8"))
-    except urllib.error.HTTPError as e:
-        try:
-            message = json.loads(e.read().decode("utf-8")).get("error", "")
-        except ValueError:
-            message = ""
-        flag = f"--model_name={s.model_name}" if e.code == 404 else f"--server={s.server}"
-        raise InputError(f"{flag}: {url} answered HTTP {e.code} {e.reason}: {message}".rstrip(": ")) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
+        connection.connect()
+        opened.append(connection.sock)  # the response keeps reading it after the connection lets it go
+        if late.is_set() or deadline - time.monotonic() <= 0:
+            raise socket.timeout()
+        opened[0].settimeout(deadline - time.monotonic())
+        connection.request("POST", url[len(f"http://{s.server}"):], body=body,
+                           headers={"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        declared = answer.getheader("Content-Length")
+        if declared and declared.strip().isdigit() and int(declared) > limit:
+            raise InputError(f"--server={s.server}: {url} announces a reply of {int(declared)} bytes, more than "
+                             f"--max_reply_mb={s.max_reply_mb:g}: refused")
+        chunks, size = [], 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            opened[0].settimeout(left)
+            chunk = answer.read1(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise InputError(f"--server={s.server}: {url} sent more than --max_reply_mb={s.max_reply_mb:g} "
+                                 "MiB: refused")
+        if late.is_set():
+            raise socket.timeout()
+        data = b"".join(chunks)
+        status, reason = answer.status, answer.reason
+    except InputError:
+        raise
+    except (socket.timeout, TimeoutError):
+        raise InputError(f"--server={s.server}: no complete answer from {url} within --timeout={s.timeout:g} s") \
+            from None
+    except (OSError, http.client.HTTPException) as e:
+        if late.is_set():
+            raise InputError(f"--server={s.server}: no complete answer from {url} within --timeout={s.timeout:g} "
+                             "s") from None
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise InputError(f"--server={s.server}: no REST model server answers at {url} ({reason}): check host, "
                          "port (8501) and that it runs") from None
+    finally:
+        watchdog.cancel()
+        connection.close()
+    try:
+        reply = json.loads(data.decode("utf-8"))
     except ValueError as e:
-        raise InputError(f"--server={s.server}: {url} did not answer JSON ({e})") from None
+        if status >= 400:
+            reply = None
+        else:
+            raise InputError(f"--server={s.server}: {url} did not answer JSON ({e})") from None
+    if status >= 400:
+        message = reply.get("error", "") if isinstance(reply, dict) else ""
+        flag = f"--model_name={s.model_name}" if status == 404 else f"--server={s.server}"
+        raise InputError(f"{flag}: {url} answered HTTP {status} {reason}: {message}".rstrip(": "))
+    if not isinstance(reply, dict):
+        raise InputError(f"--server={s.server}: {url} answered {type(reply).__name__} "
+                         f"{json.dumps(reply)[:80]}, not a JSON object of outputs (is it a TF Serving REST port?)")
     return rows_from_rest(reply, len(rows))
 
 
