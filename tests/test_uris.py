@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE, make_flags
 from xlnet_tf import io_utils
+from xlnet_tf.errors import InputError
 
 CORPUS = os.path.join(REPO, "data", "corpus", "brown_sample.txt")
 gfile = tf.io.gfile
@@ -187,3 +188,63 @@ def test_a_missing_uri_is_one_line_naming_the_flag(tmp_path):
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"error: --model_dir=file://{tmp_path}/none: not a directory" in done.stderr
+
+
+# -- a URI that cannot be used (issue 36): no network, no credentials, permission denied -> one line naming it ------
+
+def _failing_gfile(monkeypatch, error):
+    def fail(*args, **kwargs):
+        raise error
+    for name in ("exists", "isdir", "listdir", "glob", "stat", "makedirs", "GFile", "copy", "rename", "remove"):
+        monkeypatch.setattr(tf.io.gfile, name, fail)
+
+
+@pytest.mark.parametrize("error, says", [
+    (tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl code 6 meaning "
+                                                   "'Could not resolve hostname'\n\t when reading gs://b/x"),
+     "gs://b/x: cannot be reached (Error executing an HTTP request: libcurl code 6"),
+    (tf.errors.PermissionDeniedError(None, None, "Error executing an HTTP request: HTTP response code 403"),
+     "gs://b/x: permission denied (Error executing an HTTP request: HTTP response code 403); check the network "
+     "and the credentials"),
+    (tf.errors.UnauthenticatedError(None, None, "no token"), "gs://b/x: not authenticated"),
+])
+def test_every_io_function_names_a_uri_it_cannot_use(monkeypatch, error, says):
+    _failing_gfile(monkeypatch, error)
+    calls = {"exists": lambda p: io_utils.exists(p), "isdir": lambda p: io_utils.isdir(p),
+             "listdir": lambda p: io_utils.listdir(p), "glob": lambda p: io_utils.glob(p + "/*"),
+             "stat": lambda p: io_utils.stat(p), "makedirs": lambda p: io_utils.makedirs(p),
+             "read": lambda p: io_utils.read_text(p), "json": lambda p: io_utils.read_json(p),
+             "write": lambda p: io_utils.write_text_atomic(p, "x"), "copy": lambda p: io_utils.copy(p, p + "2")}
+    for what, call in calls.items():
+        with pytest.raises(InputError) as caught:
+            call("gs://b/x")
+        assert str(caught.value).startswith("gs://b/x") and says.split(" (")[0].split(": ", 1)[1] in str(
+            caught.value) and "\n" not in str(caught.value), (what, str(caught.value))
+    assert says in str(caught.value)
+
+
+def test_tensorflows_own_uri_errors_are_one_line_and_others_keep_their_traceback():
+    from xlnet_tf.cli.flags import user_error_message
+
+    raw = tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl code 6\n\t when "
+                                                        "reading metadata of gs://bucket/m/checkpoint")
+    assert user_error_message(raw) == (
+        "gs://bucket/m/checkpoint: cannot be reached (Error executing an HTTP request: libcurl code 6); check the "
+        "network and the credentials (gcloud auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS)")
+    assert user_error_message(tf.errors.NotFoundError(None, None, "gs://bucket/none/x.index")) == \
+        "gs://bucket/none/x.index: not found"
+    assert user_error_message(tf.errors.InvalidArgumentError(None, None, "shape mismatch")) is None
+    assert user_error_message(tf.errors.InternalError(None, None, "a kernel failed")) is None
+
+
+@pytest.mark.multiprocess
+def test_run_tagger_with_gs_paths_and_no_network_is_one_line():
+    """This machine has no network: the gs:// data directory is named with the cause (was a traceback)."""
+    done = subprocess.run(
+        [sys.executable, "run_tagger.py", "--data_dir=gs://xlnet-no-such-bucket/x", "--model_dir=gs://xlnet-no-such-"
+         "bucket/m", f"--spiece_model_file={SPIECE}", "--model_config_path=configs/tiny.json", "--do_train",
+         "--train_steps=1"], cwd=REPO, capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-2]
+    assert line.startswith("run_tagger.py: error: gs://xlnet-no-such-bucket/"), line

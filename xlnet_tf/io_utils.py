@@ -20,6 +20,11 @@ of a converted checkpoint directory (training checkpoints are TensorFlow's: ``Ch
 before the new one is moved in (local disks swap it in one rename). Writers of one path are not locked against
 each other here: each export takes a fresh version number and refuses one that appeared meanwhile.
 
+Unreachable URIs. A URI that cannot be read or written (no network, no credentials, permission denied, a filesystem
+TensorFlow lacks) raises an ``InputError`` naming the path and the cause in one line (``uri_error_message``), from
+every function here; the command-line tools print the same line for such an error raised inside TensorFlow
+(a checkpoint or TFRecord on gs://). A missing bucket or object is "not found", as a missing local file.
+
 ram:// (TensorFlow's in-memory filesystem, used by the tests) matches names by prefix: its listing of "a" includes
 the entries of a sibling "a.b", and a checkpoint prefix counts as a directory. ``listdir`` and ``walk`` drop such
 entries there; ``checkpoint.resolve_checkpoint`` tests for ``<prefix>.index`` first.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import io
 import json
 import os
@@ -48,6 +54,54 @@ def _gfile():
     import tensorflow as tf
 
     return tf.io.gfile
+
+
+# TensorFlow's errors of a filesystem that could not be used, by class name -> what the user reads.
+_URI_FAILURES = {"NotFoundError": "not found", "PermissionDeniedError": "permission denied",
+                 "UnauthenticatedError": "not authenticated (no or expired credentials)",
+                 "UnimplementedError": "no filesystem for this scheme in this TensorFlow",
+                 "FailedPreconditionError": "cannot be reached", "UnavailableError": "cannot be reached",
+                 "DeadlineExceededError": "cannot be reached (timed out)", "AbortedError": "cannot be reached",
+                 "UnknownError": "cannot be used", "InternalError": "cannot be used"}
+_CREDENTIALS_HINT = {"gs": "check the network and the credentials (gcloud auth application-default login, or "
+                           "GOOGLE_APPLICATION_CREDENTIALS)"}
+
+
+def uri_error_message(path: str, error: BaseException) -> Optional[str]:
+    """The one line for TensorFlow's ``error`` on the URI ``path`` (see the module docstring), or None if it is not
+    a filesystem error."""
+    kind = type(error).__name__
+    if not type(error).__module__.startswith("tensorflow") or kind not in _URI_FAILURES:
+        return None
+    text = str(getattr(error, "message", "") or error).strip()
+    cause = " ".join(text.splitlines()[0].split()) if text else kind
+    cause = re.sub(r"^\{\{[^}]*\}\}\s*", "", cause)[:300]
+    if kind == "NotFoundError":
+        return f"{path}: not found"
+    scheme = path.split("://", 1)[0]
+    hint = _CREDENTIALS_HINT.get(scheme, "check the network, the credentials and the path")
+    return f"{path}: {_URI_FAILURES[kind]} ({cause}); {hint}"
+
+
+def _names_uri_errors(fn):
+    """Raises TensorFlow's filesystem errors on a URI argument as an InputError naming it (one line): the path given
+    to the outermost function of this module (the user's, not a parent directory made on the way)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - only TensorFlow's filesystem errors are translated
+            uri = next((a for a in args if isinstance(a, str) and is_uri(a)), None)
+            cause = getattr(error, "uri_cause", error)
+            message = uri and uri_error_message(uri, cause)
+            if message:
+                from xlnet_tf.errors import InputError
+
+                translated = InputError(message)
+                translated.uri_cause = cause
+                raise translated from None
+            raise
+    return wrapper
 
 
 def is_uri(path: str) -> bool:
@@ -86,18 +140,24 @@ def probe(path: str, kind: str = "exists") -> Optional[bool]:
     return {"exists": exists, "dir": isdir, "file": isfile}[kind](path)
 
 
+@_names_uri_errors
 def exists(path: str) -> bool:
     return _gfile().exists(path) if is_uri(path) else os.path.exists(path)
 
 
+@_names_uri_errors
 def isdir(path: str) -> bool:
-    return _gfile().isdir(path) if is_uri(path) else os.path.isdir(path)
+    if not is_uri(path):
+        return os.path.isdir(path)
+    # tf.io.gfile.isdir answers False for a path it cannot reach: exists() raises for that (naming the cause)
+    return _gfile().exists(path) and _gfile().isdir(path)
 
 
 def isfile(path: str) -> bool:
     return exists(path) and not isdir(path)
 
 
+@_names_uri_errors
 def makedirs(path: str) -> None:
     """Creates ``path`` and its parents (no error if it exists)."""
     if is_uri(path):
@@ -106,6 +166,7 @@ def makedirs(path: str) -> None:
         os.makedirs(path or ".", exist_ok=True)
 
 
+@_names_uri_errors
 def listdir(path: str) -> list:
     """Entry names (no trailing "/") of the directory ``path``, sorted."""
     if not is_uri(path):
@@ -117,6 +178,7 @@ def listdir(path: str) -> list:
     return sorted(names)
 
 
+@_names_uri_errors
 def glob(pattern: str) -> list:
     """Paths matching ``pattern``, sorted (the scheme kept)."""
     if is_uri(pattern):
@@ -138,6 +200,7 @@ def walk(path: str) -> Iterator[tuple]:
         yield from walk(join(path, name))
 
 
+@_names_uri_errors
 def stat(path: str) -> tuple:
     """(size in bytes, modification time in ns; 0 where the filesystem keeps none, as ram://) of a file."""
     if is_uri(path):
@@ -154,14 +217,14 @@ def getsize(path: str) -> int:
 class _RawGFile(io.RawIOBase):
     """A GFile opened for reading, as the raw stream under io.TextIOWrapper (encodings, errors=, newline=)."""
 
-    def __init__(self, f):
-        self._f = f
+    def __init__(self, f, path: str):
+        self._f, self.path = f, path
 
     def readable(self):
         return True
 
     def readinto(self, b):
-        data = self._f.read(len(b))
+        data = _names_uri_errors(lambda path: self._f.read(len(b)))(self.path)
         b[:len(data)] = data
         return len(data)
 
@@ -171,6 +234,7 @@ class _RawGFile(io.RawIOBase):
         super().close()
 
 
+@_names_uri_errors
 def open(path: str, mode: str = "r", encoding: Optional[str] = None, errors: Optional[str] = None,  # noqa: A001
          newline: Optional[str] = None):
     """``builtins.open`` for a local path; a ``tf.io.gfile.GFile`` for a URI, read through io.BufferedReader (and
@@ -186,22 +250,25 @@ def open(path: str, mode: str = "r", encoding: Optional[str] = None, errors: Opt
             gfile.makedirs(parent)
     if "r" not in mode:
         return gfile.GFile(path, mode.replace("t", ""))
-    raw = io.BufferedReader(_RawGFile(gfile.GFile(path, "rb")), buffer_size=1 << 20)
+    raw = io.BufferedReader(_RawGFile(gfile.GFile(path, "rb"), path), buffer_size=1 << 20)
     if "b" in mode:
         return raw
     return io.TextIOWrapper(raw, encoding=encoding or "utf-8", errors=errors, newline=newline)
 
 
+@_names_uri_errors
 def read_bytes(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
 
 
+@_names_uri_errors
 def read_text(path: str) -> str:
     with open(path, "r", encoding="utf-8") as f:
         return f.read()
 
 
+@_names_uri_errors
 def read_json(path: str):
     with open(path, "r", encoding="utf-8") as f:
         return json.load(f)
@@ -227,6 +294,7 @@ def read_jsonl(path: str) -> Iterator[tuple]:
             yield number, value
 
 
+@_names_uri_errors
 def remove(path: str) -> None:
     """Removes the file ``path`` (no error if it is already gone)."""
     if is_uri(path):
@@ -250,6 +318,7 @@ def rmtree(path: str) -> None:
         pass
 
 
+@_names_uri_errors
 def copy(src: str, dst: str) -> None:
     """Copies the file ``src`` to ``dst`` (replacing it; the parent of ``dst`` is created)."""
     makedirs(dirname(dst) or ".")
@@ -259,6 +328,7 @@ def copy(src: str, dst: str) -> None:
         shutil.copyfile(src, dst)
 
 
+@_names_uri_errors
 def rename(src: str, dst: str) -> None:
     """Moves the file ``src`` over ``dst``: atomic on a local disk; a copy and a delete on an object store."""
     if is_uri(src) or is_uri(dst):
@@ -328,6 +398,7 @@ def atomic_path(path: str, last=()):
         rmtree(tmp)
 
 
+@_names_uri_errors
 def atomic_write(path: str, write_fn, mode: str = "w") -> str:
     """Writes ``path`` through ``write_fn(file)`` atomically (``mode`` "w" for text, "wb" for bytes): into a
     temporary file ``.<name>.tmp-*`` next to it (a killed writer's leftovers are recognisable by that name), synced

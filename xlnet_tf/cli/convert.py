@@ -67,7 +67,8 @@ class ConvertSettings(Settings):
         if self.hf_dir:
             if self.release_dir or self.checkpoint:
                 errors.append("--hf_dir converts a HuggingFace model: not with --release_dir or --checkpoint")
-            elif not hf.is_hf_dir(self.hf_dir):
+            elif io_utils.probe(self.hf_dir, "dir") is not None and not hf.is_hf_dir(self.hf_dir):
+                # (a gs://... directory is checked once TensorFlow, which reads it, is loaded)
                 errors.append(f"--hf_dir={self.hf_dir}: not a HuggingFace XLNet directory (config.json with "
                               "model_type xlnet)")
         elif self.format != "native":

@@ -44,8 +44,9 @@ A tool is a settings dataclass and a function that takes it::
     resume (no ``--helpfull`` pointer: no flag is wrong).
   - One of these raised inside TensorFlow (a tf.data generator, a py_function), which re-raises it as its own
     error with the Python traceback in its message: the message alone is printed. And TensorFlow's
-    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a read-only file system
-    (``user_error_message``).
+    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a read-only file system, a
+    URI TensorFlow cannot use: no network, no credentials, permission denied (``io_utils.uri_error_message``;
+    ``user_error_message``).
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
 """
@@ -295,6 +296,8 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
 # exception's class name and message, then its Python traceback ("{{function_node ...}} InputError: <message>\n
 # Traceback (most recent call last): ...").
 _WRAPPED = re.compile(r"(?:^|\}\} |\n)(\w+): (.*?)(?:\nTraceback \(most recent call last\)|\Z)", re.S)
+# A URI in TensorFlow's message of a filesystem error (io_utils.uri_error_message says which are).
+_URI_IN_MESSAGE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
 # Out of disk or quota, a read-only file system: the user's to fix, whichever file was being written.
 _USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
 
@@ -323,6 +326,10 @@ def user_error_message(error: BaseException) -> Optional[str]:
     wrapped = _WRAPPED.search(text)
     if wrapped and wrapped.group(1) in _user_error_names():
         return wrapped.group(2).strip()
+    uri = _URI_IN_MESSAGE.search(text)  # a checkpoint, summary or TFRecord on gs://... that TensorFlow cannot use
+    message = uri and io_utils.uri_error_message(uri.group(0).rstrip(".,;:'\")"), error)
+    if message:
+        return message
     if type(error).__name__ == "DataLossError":
         detail = re.sub(r"\{\{[^}]*\}\}\s*", "", text).strip().splitlines()
         return (f"damaged input: {detail[0] if detail else 'DataLossError'} (a truncated or corrupt TFRecord or "
