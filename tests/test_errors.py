@@ -174,3 +174,54 @@ def test_a_corrupt_saved_model_pb_is_named(tmp_path):
         custom_ops(str(tmp_path / "1"))
     with pytest.raises(InputError, match=rf"--saved_model={tmp_path}/1: cannot load it"):
         SavedModelPredictor(str(tmp_path))
+
+
+# -- non-finite numbers (issue 36): every config reader refuses NaN and infinity, naming the key ----------------------
+
+@pytest.mark.parametrize("key, value", [("layer_norm_eps", "NaN"), ("initializer_range", "Infinity"),
+                                        ("summary_last_dropout", "-Infinity")])
+def test_an_hf_config_with_a_non_finite_number_is_refused_naming_it(tmp_path, key, value):
+    from xlnet_tf import hf
+
+    (tmp_path / "config.json").write_text('{"model_type": "xlnet", "d_model": 16, "n_layer": 1, "n_head": 2, '
+                                          f'"d_inner": 32, "vocab_size": 100, "{key}": {value}}}')
+    with pytest.raises(InputError, match=rf"config.json: {key} is not a finite number"):
+        hf.HFCheckpoint(str(tmp_path)).xlnet_config()
+    with pytest.raises(InputError, match=rf"config.json: {key} is not a finite number"):
+        XLNetConfig.from_json(tmp_path / "config.json")
+    with pytest.raises(InputError, match=rf"{key} is not a finite number"):
+        XLNetConfig.from_hf(json.loads((tmp_path / "config.json").read_text()), "c.json")
+
+
+def test_an_xlnet_config_and_settings_refuse_non_finite_numbers(tmp_path):
+    path = tmp_path / "xlnet_config.json"
+    path.write_text(json.dumps(dict(MICRO_CONFIG)).rstrip("}") + ', "dropout": NaN}')
+    with pytest.raises(InputError, match="dropout is not a finite number"):
+        XLNetConfig.from_json(path)
+    with pytest.raises(InputError, match="initializer_range must be a finite number"):
+        XLNetConfig(**MICRO_CONFIG, initializer_range=float("nan"))
+    from xlnet_tf.cli.launch import LaunchSettings
+    from xlnet_tf.cli.serving_client import ServingClientSettings
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+
+    errors = " | ".join(ClassifierSettings(learning_rate=float("nan"), dropout=float("inf")).errors() +
+                        ServingClientSettings(timeout=float("nan")).errors() +
+                        LaunchSettings(stop_after=float("inf"), command=("true",)).errors())
+    for flag in ("--learning_rate=nan", "--dropout=inf", "--timeout=nan", "--stop_after=inf"):
+        assert f"{flag}: not a finite number" in errors, errors
+
+
+def test_a_config_file_with_nan_is_refused_naming_the_flag(tmp_path):
+    """YAML's .nan reaches a float flag: the settings refuse it (one line through the tool, as every setting)."""
+    from absl import flags
+
+    from xlnet_tf.cli.flags import apply_config_file, define_flags, settings_from_flags
+    from xlnet_tf.cli.serving_client import ServingClientSettings
+
+    values = flags.FlagValues()
+    define_flags(ServingClientSettings, values)
+    values(["prog"])
+    (tmp_path / "c.yaml").write_text("timeout: .nan\nserver: 'h:1'\nmodel_name: m\n")
+    apply_config_file(values, str(tmp_path / "c.yaml"))
+    with pytest.raises(InputError, match=r"--timeout=nan: not a finite number"):
+        settings_from_flags(ServingClientSettings, values, ["x"]).validate()

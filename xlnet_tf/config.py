@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Optional
 
@@ -73,6 +74,8 @@ class XLNetConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             _check_type(field.name, value, field.type)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InputError(f"XLNetConfig: {field.name} must be a finite number, got {value}")
         for name in ("n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
             if getattr(self, name) <= 0:
                 raise InputError(f"XLNetConfig: {name} must be positive, got {getattr(self, name)}")
@@ -124,6 +127,9 @@ class XLNetConfig:
             raise InputError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(values, dict):
             raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        bad = io_utils.non_finite_keys(values)
+        if bad:
+            raise InputError(f"{path}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
         if values.get("model_type") == "xlnet":  # a HuggingFace config.json
             return cls.from_hf(values, path, **overrides)
         # The original's train.py carries an unused d_embed flag that some configs include.
@@ -137,7 +143,11 @@ class XLNetConfig:
         activation = c.get("ff_activation", "gelu")
         if activation not in HF_ACTIVATIONS:
             raise InputError(f"{source}: ff_activation {activation!r} is not one of {sorted(HF_ACTIVATIONS)}")
-        if abs(float(c.get("layer_norm_eps", 1e-12)) - 1e-12) > 1e-15:
+        bad = io_utils.non_finite_keys(c)
+        if bad:
+            raise InputError(f"{source}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
+        eps = c.get("layer_norm_eps", 1e-12)
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or abs(float(eps) - 1e-12) > 1e-15:
             raise InputError(f"{source}: layer_norm_eps {c['layer_norm_eps']} (this stack's LayerNorms use "
                              "XLNet's 1e-12)")
         clamp_len = c.get("clamp_len") or -1

@@ -195,6 +195,9 @@ def _read_json(path: str) -> dict:
         raise InputError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(values, dict):
         raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+    bad = io_utils.non_finite_keys(values)
+    if bad:
+        raise InputError(f"{path}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
     return values
 
 

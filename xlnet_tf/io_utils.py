@@ -37,6 +37,7 @@ import contextlib
 import functools
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -292,6 +293,18 @@ def read_jsonl(path: str) -> Iterator[tuple]:
             except ValueError as e:
                 raise InputError(f"{path}:{number}: not JSON ({e})") from None
             yield number, value
+
+
+def non_finite_keys(value, prefix: str = "") -> list:
+    """The keys (``a.b[2]``) of NaN and infinite numbers in a parsed JSON/YAML value: Python's json reads ``NaN``
+    and ``Infinity``, YAML ``.nan`` and ``.inf``, and no setting of this stack means one."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [prefix or "value"]
+    if isinstance(value, dict):
+        return [k for key, v in value.items() for k in non_finite_keys(v, f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(value, (list, tuple)):
+        return [k for i, v in enumerate(value) for k in non_finite_keys(v, f"{prefix}[{i}]")]
+    return []
 
 
 @_names_uri_errors

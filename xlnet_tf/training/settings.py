@@ -13,6 +13,7 @@ validates its settings again then), with the same message.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
@@ -131,6 +132,10 @@ class Settings:
         errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
                    if getattr(self, name) and path_missing(getattr(self, name))]
+        # absl's float flags and YAML (.nan, .inf) take non-finite numbers; no setting means one, and every
+        # comparison with NaN is False: "--learning_rate=nan" would pass "must be positive".
+        errors += [f"--{f.name}={getattr(self, f.name)}: not a finite number" for f in dataclasses.fields(self)
+                   if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
         for name in self.output_dirs():
             problem = getattr(self, name) and output_dir_problem(getattr(self, name))
             if problem:
