@@ -338,3 +338,69 @@ def test_text_tagger_from_an_hf_token_classifier_takes_its_tags_and_head(tmp_pat
         hf.save_model(tagger.network, str(tmp_path / "out"), SPIECE, lower_case=True, labels=tags)).eval()
     assert again.config.id2label == dict(enumerate(tags))
     _close(again.classifier.bias.detach().numpy(), theirs.classifier.bias, "tagging head written back")
+
+
+def test_warm_start_keeps_an_hf_head_that_fits_and_says_which_head_it_drops(tmp_path, caplog):
+    """run_*.py --init_checkpoint=<HF dir> (issue 36): the head is kept where its labels are the task's (in the task's
+    order: HF's [neg, neu, pos] trained as [pos, neg, neu] gives the same logits per label name); other labels, or
+    another head, start a new head, and a warning names the head and the reason."""
+    import logging
+
+    from xlnet_tf.checkpoint import warm_start
+
+    names = ["neg", "neu", "pos"]
+    theirs = _hf_model("XLNetForSequenceClassification", id2label=dict(enumerate(names)),
+                       label2id={n: i for i, n in enumerate(names)})
+    folder = _save_hf(theirs, tmp_path / "hf")
+    config = hf.HFCheckpoint(folder).xlnet_config(dropout=0.0, dropatt=0.0)
+    ours = ["pos", "neg", "neu"]
+    model = XLNetClassifier(config, 3)
+    model(_features())
+    warm_start(model, folder, labels=ours)
+    with torch.no_grad():
+        expected = theirs(**_torch_inputs()).logits.numpy()
+    got = model(_features(), training=False)["logits"].numpy()
+    _close(got, expected[:, [names.index(n) for n in ours]], "logits by label name")
+
+    for labels, why in ((["0", "1", "2"], "its labels ['neg', 'neu', 'pos'] are not this task's ['0', '1', '2']"),
+                        (None, None)):
+        fresh = XLNetClassifier(config, 3 if labels else 2)
+        fresh(_features())
+        before = fresh.tf1_variables()["model/classification_task/logit/kernel"].numpy().copy()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            warm_start(fresh, folder, labels=labels)
+        after = fresh.tf1_variables()["model/classification_task/logit/kernel"].numpy()
+        np.testing.assert_array_equal(before, after)  # the head is new
+        warning = " ".join(r.getMessage() for r in caplog.records)
+        assert "its XLNetForSequenceClassification head is not loaded" in warning, warning
+        assert (why or "it has 3 labels, this task 2") in warning, warning
+    caplog.clear()
+    tagger = XLNetTagger(config, 3)
+    tagger(_features())
+    with caplog.at_level(logging.WARNING):
+        warm_start(tagger, folder, labels=names)
+    assert "it is an XLNetForSequenceClassification; this task trains an XLNetTagger" in caplog.text
+
+
+def test_run_tagger_from_an_hf_token_classifier_keeps_its_tag_order(tmp_path, caplog):
+    """The training file's tags, when the HF head names them all, are the head's in HF's order (so its head loads);
+    a training tag it lacks starts a new head, with a warning (issue 36)."""
+    import logging
+
+    from xlnet_tf.tasks.tagging import TaggingFamily, TaggingSettings
+
+    tags = ["O", "I-PER", "B-PER"]
+    folder = _save_hf(_hf_model("XLNetForTokenClassification", id2label=dict(enumerate(tags)),
+                                label2id={t: i for i, t in enumerate(tags)}), tmp_path / "hf")
+    for row, expected in (({"tokens": ["Jane", "ran"], "tags": ["B-PER", "O"]}, tags),
+                          ({"tokens": ["Paris"], "tags": ["B-LOC"]}, ["B-LOC"])):
+        data = tmp_path / expected[0]
+        data.mkdir()
+        (data / "train.jsonl").write_text(json.dumps(row) + "\n")
+        settings = TaggingSettings.from_values(dict(init_checkpoint=folder, data_dir=str(data), do_train=True,
+                                                    model_dir=str(data / "model")))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert TaggingFamily().task(settings).labels == expected
+        assert ("its XLNetForTokenClassification head is not kept" in caplog.text) == (expected != tags)

@@ -251,3 +251,58 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     # Word accuracy over each word once: a multiple of 1 / number of words.
     total = sum(len(w) for w in words)
     assert round(result["accuracy"] * total, 3) == pytest.approx(round(result["accuracy"] * total))
+
+
+# -- tags the head does not have; a stale record of tags (issue 36) ----------------------------------------------
+def _task(tmp_path, train_rows, dev_rows=None, **values):
+    from xlnet_tf.tasks.tagging import TaggingFamily
+
+    for split, rows in (("train", train_rows), ("dev", dev_rows)):
+        if rows is not None:
+            (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps({"tokens": [w for w, _ in r],
+                                                                           "tags": [t for _, t in r]}) + "\n"
+                                                              for r in rows))
+    settings = TaggingSettings.from_values(dict(dict(
+        model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, data_dir=str(tmp_path),
+        model_dir=str(tmp_path / "model"), do_train=True, do_eval=dev_rows is not None, max_seq_length=SEQ),
+        **values))
+    return TaggingFamily().task(settings)
+
+
+POS = [[("The", "DET"), ("cat", "NOUN"), ("sat", "VERB")], [("A", "DET"), ("dog", "NOUN")]]
+
+
+def test_tags_only_in_the_dev_file_are_reported_and_count_as_errors(tmp_path, caplog):
+    import logging
+
+    task = _task(tmp_path, POS, [[("The", "DET"), ("cat", "NOUN"), ("purred", "ADV"), ("loudly", "ADV")]])
+    assert task.labels == ["DET", "NOUN", "VERB"]
+    with caplog.at_level(logging.WARNING):
+        data = task.eval_data()
+    assert "2 word(s) have tags the training data lacks {'ADV': 2}" in caplog.text
+    summary = task.data_summary(data)
+    assert summary["unknown_tags"] == {"ADV": 2} and summary["num_unknown_tag_words"] == 2
+    report = task.write_eval({"accuracy": 0.5}, 1, "ckpt", data)
+    with open(tmp_path / "model" / "eval_results.dev.json") as f:
+        assert json.load(f)["data"]["unknown_tags"] == {"ADV": 2} == report["data"]["unknown_tags"]
+    # the metrics count them wrong: the head can only predict training tags
+    assert td.tagging_metrics([["DET", "NOUN", "ADV", "ADV"]], [["DET", "NOUN", "VERB", "VERB"]], "plain")[
+        "accuracy"] == 0.5
+
+
+def test_a_stale_tag_record_is_replaced_and_one_with_a_checkpoint_refuses_other_tags(tmp_path, caplog):
+    import logging
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "tagging.tags.json").write_text(json.dumps({"tags": ["B-PER", "I-PER", "O"], "scheme": "bio"}))
+    with caplog.at_level(logging.WARNING):  # a failed run's record (no checkpoint): the training file decides
+        assert _task(tmp_path, POS).tag_info == {"tags": ["DET", "NOUN", "VERB"], "scheme": "plain"}
+    assert "of a run that left no checkpoint; replaced" in caplog.text
+    assert json.loads((model_dir / "tagging.tags.json").read_text())["tags"] == ["DET", "NOUN", "VERB"]
+    (model_dir / "tagging.tags.json").write_text(json.dumps({"tags": ["B-PER", "I-PER", "O"], "scheme": "bio"}))
+    (model_dir / "checkpoint").write_text('model_checkpoint_path: "model-4"\n')
+    with pytest.raises(InputError, match=r"has tags \['DET', 'NOUN', 'VERB'\] that .*tagging.tags.json \(the head "
+                                         r"of the checkpoints in --model_dir=.*\['B-PER', 'I-PER', 'O'\]\) lacks"):
+        _task(tmp_path, POS).tag_info
+    assert _task(tmp_path, POS, do_train=False, do_eval=True).tag_info["tags"] == ["B-PER", "I-PER", "O"]

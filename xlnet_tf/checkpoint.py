@@ -131,6 +131,68 @@ def load_hf_pretrained(model, checkpoint) -> None:
     assign_arrays(model if with_bias else backbone, tensors, checkpoint.source)
 
 
+def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
+    """``(tensors, None)``: an HF checkpoint's weights, head included, for the task model ``model`` (its head's
+    classes put in the order of ``labels``, the task's, where the checkpoint names the same labels in another);
+    or ``(None, why)`` when its head is not this model's: another kind, another number of labels, other label
+    names, other shapes. ``(None, None)``: the checkpoint has no task head (a bare or LM model)."""
+    head, kind = checkpoint.head, type(model).__name__
+    if head in (None, "XLNetPretrainer"):
+        return None, None
+    if head != kind:
+        return None, f"it is an {checkpoint.architecture}; this task trains an {kind}"
+    regression = bool(getattr(model, "regression", False))
+    if kind == "XLNetClassifier" and checkpoint.regression != regression:
+        return None, f"it is a {'regressor' if checkpoint.regression else 'classifier'}; this task's head is not"
+    order = None
+    if kind in ("XLNetClassifier", "XLNetTagger") and not regression:
+        if checkpoint.num_labels != model.num_labels:
+            return None, f"it has {checkpoint.num_labels} labels, this task {model.num_labels}"
+        theirs, ours = checkpoint.labels, [str(label) for label in labels or ()]
+        if theirs and ours:
+            if sorted(theirs) != sorted(ours):
+                return None, f"its labels {theirs[:10]} are not this task's {ours[:10]}"
+            order = [theirs.index(label) for label in ours]
+    scope = getattr(model, "task_scope", "task")
+    try:
+        tensors = checkpoint.tf1_tensors(task_scope=scope)
+    except InputError as error:
+        return None, str(error).splitlines()[-1].strip()
+    if order and order != sorted(order):
+        for name in list(tensors):
+            if re.search(r"_%s/logit/(kernel|bias)$" % re.escape(scope), name):
+                tensors[name] = np.take(tensors[name], order, axis=-1)
+    shapes = {n: np.shape(v) for n, v in tensors.items()}
+    wrong = [n for n, var in model.tf1_variables().items() if tuple(shapes.get(n, ())) != tuple(var.shape)]
+    if wrong:
+        return None, f"its weights do not fit this {kind} ({', '.join(wrong[:3])})"
+    return tensors, None
+
+
+def warm_start(model, path: str, labels=None) -> None:
+    """``--init_checkpoint`` into a task model about to be trained: the network (``load_pretrained``), and from an
+    HF checkpoint whose head fits (``hf_task_tensors``: the same kind, and the task's labels in any order, or
+    unnamed and as many) its head too. A head that does not fit is not loaded, and a warning says which and why:
+    a new head for a new task is right, but not silently."""
+    from xlnet_tf import hf
+
+    if hf.is_hf_dir(path):
+        checkpoint = hf.HFCheckpoint(path)
+        tensors, why = hf_task_tensors(model, checkpoint, labels)
+        if tensors is not None:
+            assign_arrays(model, tensors, checkpoint.source)
+            logging.info("initialised the network and the %s head from %s", checkpoint.architecture, path)
+            return
+        load_pretrained(model, path)
+        if why:
+            logging.warning("--init_checkpoint=%s: its %s head is not loaded (%s); the %s head starts from random "
+                            "weights", path, checkpoint.architecture, why, type(model).__name__)
+        logging.info("initialised the network from %s", path)
+        return
+    load_pretrained(model, path)
+    logging.info("initialised the network from %s", path)
+
+
 def read_model(model, path: str) -> None:
     """Restores ``model``'s weights (nothing else) from the training checkpoint ``path``; an InputError naming it
     if it holds another model (different task or shape) or cannot be read."""

@@ -42,7 +42,9 @@ def run(settings) -> Optional[dict]:
         # What `python -m xlnet_tf.cli.export` rebuilds the model from: written once the inputs were read, so that
         # a run that failed on them leaves the record of the run trained in this directory before (if any).
         write_run_record(s.model_dir, family, s)
-        model, train_metrics = train(strategy, FinetuneTask(task.build_model, task.loss), s, dataset_fn)
+        # labels: an HF --init_checkpoint's head is kept where it names the task's labels (checkpoint.warm_start)
+        finetune = FinetuneTask(task.build_model, task.loss, getattr(task, "labels", None))
+        model, train_metrics = train(strategy, finetune, s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
 
     def inference_model(checkpoint_path=None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -30,10 +30,13 @@ class FinetuneTask:
 
     build_model: () -> keras model (created inside the strategy scope).
     loss_fn: (features, outputs) -> (sum of per-example losses, number of examples), per replica.
+    labels: the head's classes in order (classification, tagging), which an HF --init_checkpoint's head must name
+    for it to be kept (``checkpoint.warm_start``); None where the task has none.
     """
 
     build_model: Callable
     loss_fn: Callable
+    labels: Optional[list] = None
 
 
 def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: FinetuneSettings,
@@ -48,7 +51,7 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
     # network of any task model, and a fine-tuned checkpoint restores everything.
     training = setup_training(strategy, s, task.build_model, checkpoint_name="model",
-                              lr_layer_decay_rate=s.lr_layer_decay_rate, warn_from_scratch=True)
+                              lr_layer_decay_rate=s.lr_layer_decay_rate, warn_from_scratch=True, labels=task.labels)
     model, optimizer = training.model, training.optimizer
     if training.finished():
         return model, {"step": training.start_step}

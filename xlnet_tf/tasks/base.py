@@ -245,7 +245,8 @@ class Task(abc.ABC):
         import tensorflow as tf
 
         from xlnet_tf import hf
-        from xlnet_tf.checkpoint import assign_arrays, is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
+        from xlnet_tf.checkpoint import (assign_arrays, hf_task_tensors, is_tf1_checkpoint, load_original_checkpoint,
+                                         resolve_checkpoint)
         from xlnet_tf.training.settings import SettingsError
         from xlnet_tf.training.setup import read_model, restore_for_inference
 
@@ -256,8 +257,13 @@ class Task(abc.ABC):
             raise FileNotFoundError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
                                     "--init_checkpoint: train first (--do_train) or point at a fine-tuned checkpoint")
         if hf.is_hf_dir(s.init_checkpoint):
-            checkpoint = hf.HFCheckpoint(s.init_checkpoint)  # names every missing head weight if not this task's
-            assign_arrays(model, checkpoint.tf1_tensors(getattr(model, "task_scope", "task")), checkpoint.source)
+            checkpoint = hf.HFCheckpoint(s.init_checkpoint)
+            # its head, its classes put in the task's label order; refused (saying why) if it is not this task's
+            tensors, why = hf_task_tensors(model, checkpoint, getattr(self, "labels", None))
+            if tensors is None:
+                raise SettingsError(f"--init_checkpoint={s.init_checkpoint}: not a fine-tuned checkpoint of this "
+                                    f"task: {why or 'it has no task head'}")
+            assign_arrays(model, tensors, checkpoint.source)
             return s.init_checkpoint
         prefix = resolve_checkpoint(s.init_checkpoint)
         if is_tf1_checkpoint(prefix):

@@ -185,31 +185,69 @@ class TaggingTask(RecordsTask):
 
     @functools.cached_property
     def tag_info(self) -> dict:
-        """The tags (the head's classes) and the scheme: those recorded in ``<model_dir>/tagging.tags.json`` (the
-        checkpoints' head: a resumed run, evaluation, export), else the training file's (then recorded)."""
+        """The tags (the head's classes) and the scheme: those recorded in ``<model_dir>/tagging.tags.json`` when
+        the directory has a checkpoint they belong to (a resumed run, evaluation, export; a training file with a
+        tag the record lacks is refused, naming both), else the training file's (then recorded). A record without
+        a checkpoint is a failed run's, not this one's: the training file decides (a warning says so)."""
+        from absl import logging
+
         from xlnet_tf import io_utils
         from xlnet_tf.errors import InputError
 
         s = self.settings
-        if io_utils.exists(self._tags_path):
-            return io_utils.read_json(self._tags_path)
-        if not (s.train_file or s.data_dir):
+        recorded = io_utils.read_json(self._tags_path) if io_utils.exists(self._tags_path) else None
+        trained = io_utils.exists(os.path.join(s.model_dir, "checkpoint"))
+        has_train_file = bool(s.train_file or s.data_dir)
+        if recorded is not None and (trained or not (has_train_file and s.do_train)):
+            if has_train_file and s.do_train:
+                new = sorted(set(tagging_data.tag_list(self.read("train"))) - set(recorded["tags"]))
+                if new:
+                    raise InputError(f"{s.split_file('train')} has tags {new[:10]} that {self._tags_path} (the head "
+                                     f"of the checkpoints in --model_dir={s.model_dir}: {recorded['tags'][:10]}) "
+                                     "lacks: train in a new --model_dir")
+            return recorded
+        if not has_train_file:
             raise InputError(f"{self._tags_path}: not found, and no --train_file/--data_dir to read the tags from "
                              "(train first, or give the training file)")
         train = self.read("train")
         tags = tagging_data.tag_list(train)
         if not tags:
             raise InputError(f"{s.split_file('train')}: no tagged words")
+        pretrained = self._hf_tags(tags)
         scheme = tagging_data.detect_scheme(tags) if s.tag_scheme == "auto" else s.tag_scheme
         if scheme == "bio" and tagging_data.detect_scheme(tags) != "bio":
             bad = [t for t in tags if not tagging_data._BIO_TAG.match(t)][:5]
             raise InputError(f"--tag_scheme=bio: {s.split_file('train')} has tags that are not O or X-TYPE: {bad}")
-        info = {"tags": tags, "scheme": scheme}
+        info = {"tags": pretrained or tags, "scheme": scheme}
+        if recorded is not None and recorded != info:
+            logging.warning("%s: tags %s of a run that left no checkpoint; replaced by %s's", self._tags_path,
+                            recorded.get("tags", [])[:10], s.split_file("train"))
         if s.do_train:
             from xlnet_tf.io_utils import write_json_atomic
             io_utils.makedirs(s.model_dir)
             write_json_atomic(self._tags_path, info)
         return info
+
+    def _hf_tags(self, tags: list) -> Optional[list]:
+        """An HF token classifier's tags, in its order (its head then loads as it is), when --init_checkpoint is one
+        whose named tags include every training tag; else None (a warning says why its head is not kept)."""
+        from absl import logging
+
+        from xlnet_tf import hf
+
+        s = self.settings
+        if not (s.init_checkpoint and hf.is_hf_dir(s.init_checkpoint)):
+            return None
+        checkpoint = hf.HFCheckpoint(s.init_checkpoint)
+        if checkpoint.head != "XLNetTagger":
+            return None
+        if checkpoint.labels and set(tags) <= set(checkpoint.labels):
+            return list(checkpoint.labels)
+        named = checkpoint.labels[:20] if checkpoint.labels else f"{checkpoint.num_labels} unnamed"
+        logging.warning("--init_checkpoint=%s: its %s head is not kept (a new one starts from random weights): its "
+                        "tags %s do not include the training file's %s", s.init_checkpoint, checkpoint.architecture,
+                        named, tags[:20])
+        return None
 
     @property
     def labels(self) -> list:
@@ -218,6 +256,29 @@ class TaggingTask(RecordsTask):
     @property
     def scheme(self) -> str:
         return self.tag_info["scheme"]
+
+    def data_summary(self, data) -> dict:
+        """The base counts, and the words whose gold tag the head does not have (tags seen only in this split):
+        the model cannot predict them, so they count as errors in accuracy (and their entities as missed)."""
+        from xlnet_tf.tasks.base import data_summary
+
+        summary = data_summary(data.meta)
+        unknown = data.meta.get("unknown_tags") or {}
+        if unknown:
+            summary.update(unknown_tags=unknown, num_unknown_tag_words=int(
+                data.meta.get("num_unknown_tag_words", sum(unknown.values()))))
+        return summary
+
+    def encoded(self, split: str):
+        data = super().encoded(split)
+        unknown = data.meta.get("unknown_tags") or {}
+        if unknown:
+            from absl import logging
+
+            logging.warning("%s: %d word(s) have tags the training data lacks %s: the model cannot predict them; "
+                            "they count as errors", self.settings.split_file(split),
+                            data.meta.get("num_unknown_tag_words", sum(unknown.values())), unknown)
+        return data
 
     def prepare(self, split: str) -> tuple:
         s = self.settings

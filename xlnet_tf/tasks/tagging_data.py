@@ -212,6 +212,7 @@ def prepare_features(path: str, sentences_fn, tokenizer, tags: list, max_seq_len
 
         return dict(source=path, num_examples=len(sentences), num_skipped=0, skipped=[],
                     num_words=sum(len(s.words) for s in sentences), unknown_tags=dict(unknown.most_common(20)),
+                    num_unknown_tag_words=sum(unknown.values()),
                     guids=[s.guid for s in sentences]), rows()
 
     return records.cache_features(cache, expected, overwrite, encode)

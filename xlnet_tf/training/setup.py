@@ -18,7 +18,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.checkpoint import checkpoint_reader, load_pretrained, read_model  # read_model: re-exported for the runners
+from xlnet_tf.checkpoint import checkpoint_reader, load_pretrained, read_model, warm_start  # noqa: F401 (read_model,
+# load_pretrained: re-exported for the runners)
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import WorkerLostError
 from xlnet_tf.layers.dropout import seed_states
@@ -164,7 +165,8 @@ def lost_worker_message(error: tf.errors.OpError, checkpoint: Optional[str]) -> 
 
 def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, build_model: Callable[[], keras.Model],
                    *, checkpoint_name: str, saved_model: Callable = lambda model: model,
-                   lr_layer_decay_rate: float = 1.0, warn_from_scratch: bool = False) -> Training:
+                   lr_layer_decay_rate: float = 1.0, warn_from_scratch: bool = False,
+                   labels: Optional[list] = None) -> Training:
     """Builds the model (``build_model()``), its optimizer and a global step under ``strategy``, a checkpoint
     manager writing ``<model_dir>/<checkpoint_name>-<step>`` (``saved_model(model)`` saved as ``model``), and
     restores: the latest checkpoint in ``model_dir`` (weights, optimizer, step), else the network from
@@ -187,9 +189,8 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
     resumed = _resume(checkpoint, s.model_dir)  # every worker resumes from the chief's checkpoints
     if resumed:
         logging.info("resumed from %s at step %d", resumed, int(global_step.numpy()))
-    elif s.init_checkpoint:
-        load_pretrained(model, s.init_checkpoint)
-        logging.info("initialised the network from %s", s.init_checkpoint)
+    elif s.init_checkpoint:  # the network; an HF checkpoint's head too where it fits the task (``labels``)
+        warm_start(model, s.init_checkpoint, labels)
     else:
         logging.log(logging.WARNING if warn_from_scratch else logging.INFO,
                     "no --init_checkpoint: training from random weights")
