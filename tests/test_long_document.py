@@ -200,3 +200,17 @@ def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkey
         values.update(overrides)
         with pytest.raises(SettingsError, match=message):
             make_flags(tmp_path, **values).validate()
+
+
+def test_export_gives_no_answer_for_a_document_without_text(genre_run):
+    """--do_predict skips a document with no text (issue 36); the export's raw-text signature agrees: label "",
+    zero probabilities for an empty or whitespace-only one (Unicode spaces too), and the others as alone."""
+    _, result = genre_run
+    serve = tf.saved_model.load(result["export"]).signatures["serving_default"]
+    texts = ["", "  \t\n ", "\u3000\u00a0", "The jury said the election was conducted well."]
+    out = serve(sentence=tf.constant(texts))
+    assert [label.decode() for label in out["label"].numpy()][:3] == ["", "", ""]
+    assert out["label"].numpy()[3] != b""
+    np.testing.assert_array_equal(out["probabilities"].numpy()[:3], 0.0)
+    alone = serve(sentence=tf.constant(texts[3:]))["probabilities"].numpy()
+    np.testing.assert_allclose(out["probabilities"].numpy()[3:], alone, atol=1e-6)

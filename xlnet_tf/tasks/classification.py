@@ -78,6 +78,23 @@ class ClassificationFamily(TaskFamily):
         return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
                 "label": tf.gather(tf.constant(list(info.labels), tf.string), best)}
 
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        """As ``outputs_from_ids``, except for a row with a text that is empty or only whitespace: --do_predict and
+        batch prediction skip such a row ("no text"), so the export gives it no answer either: ``label`` "",
+        ``probabilities`` and ``logits`` zeros (regression: ``score`` NaN)."""
+        import tensorflow as tf
+
+        outputs = super().outputs_from_text(model, preprocessor, texts, info)
+        blank_text = r"[\s\x0b\x1c-\x1f\x85\p{Z}]*"  # what Python's str.strip() removes: RE2's \s is ASCII only
+        has_text = tf.reduce_all(tf.stack([tf.logical_not(tf.strings.regex_full_match(text, blank_text))
+                                           for text in texts.values()]), axis=0)
+        empty = {"label": lambda v: tf.fill(tf.shape(v), ""), "score": lambda v: tf.fill(tf.shape(v), float("nan"))}
+        for name, value in outputs.items():
+            blank = empty.get(name, tf.zeros_like)(value)
+            mask = tf.reshape(has_text, [-1] + [1] * (len(value.shape) - 1))
+            outputs[name] = tf.where(mask, value, tf.cast(blank, value.dtype))
+        return outputs
+
     def serves_inputs(self, names: set) -> bool:
         return names in ({"sentence"}, set(TEXT_INPUTS), IDS_INPUTS)
 
