@@ -99,3 +99,31 @@ def test_release_round_trip(tmp_path, kind):
 
     with pytest.raises(FileExistsError, match="already holds a release"):
         write_release(model, release, CONFIG, SPIECE)
+
+
+def test_a_release_layout_exports_as_hf_with_its_head(tmp_path):
+    """cli.export --format=hf of a release directory (a --format=release export, or a conversion with its task
+    scope), --predict_ckpt=<dir>/xlnet_model.ckpt or the directory alone (issue 36: was "not a checkpoint of this
+    model" with an empty list): the TF1 checkpoint is read by its names, head included."""
+    from classifier_helpers import micro_config
+
+    from xlnet_tf import hf
+    from xlnet_tf.cli.export import ExportSettings, export
+    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+
+    config_path = micro_config(tmp_path)
+    settings = ClassifierSettings.from_values(dict(task_name="sst-2", model_config_path=config_path,
+                                                   spiece_model_file=SPIECE, model_dir=str(tmp_path / "run")))
+    task = settings.family().task(settings)
+    model = task.build_model()
+    model({k: tf.constant(task.dummy_features[k])[None] for k in ("input_ids", "segment_ids", "padding_mask")})
+    release = write_release(model, str(tmp_path / "release"), task.model_config, SPIECE)
+    given = {"format", "task_name", "model_config_path", "spiece_model_file", "predict_ckpt"}
+    for n, ckpt in enumerate((os.path.join(release, "xlnet_model.ckpt"), None)):
+        out = export(ExportSettings(model_dir=release, export_dir=str(tmp_path / f"hf{n}"), format="hf",
+                                    predict_ckpt=ckpt, task_name="sst-2", model_config_path=config_path,
+                                    spiece_model_file=SPIECE), given - ({"predict_ckpt"} if ckpt is None else set()))
+        checkpoint = hf.HFCheckpoint(out)
+        assert checkpoint.architecture == "XLNetForSequenceClassification" and checkpoint.labels == ["0", "1"]
+        kernel = model.tf1_variables()["model/classification_sst-2/logit/kernel"].numpy()
+        np.testing.assert_array_equal(checkpoint.weights["logits_proj.weight"], kernel.T)

@@ -251,7 +251,8 @@ class Task(abc.ABC):
         from xlnet_tf.training.setup import read_model, restore_for_inference
 
         s = self.settings
-        if checkpoint_path or tf.train.latest_checkpoint(s.model_dir):
+        release = tf.io.gfile.exists(os.path.join(s.model_dir, "xlnet_model.ckpt.index"))  # a release directory
+        if checkpoint_path or tf.train.latest_checkpoint(s.model_dir) or release:
             return restore_for_inference(model, s.model_dir, checkpoint_path)
         if not s.init_checkpoint:
             raise FileNotFoundError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Callable, Optional
 
@@ -235,12 +236,23 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
 
 
 def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
-    """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``."""
+    """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``: a native
+    checkpoint, or a fine-tuned one in the original TF1 layout (a ``--format=release`` export or conversion, the
+    original code's run_classifier output), read by its TF1 names (a missing head variable is named)."""
+    from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
+
     path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+    if not path and tf.io.gfile.exists(os.path.join(model_dir, "xlnet_model.ckpt.index")):  # a release directory
+        path = checkpoint_path = os.path.join(model_dir, "xlnet_model.ckpt")
     if not path:
         raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
                                 "export with: train first (--do_train) or name one with --predict_ckpt "
                                 "(--init_checkpoint is the starting point of training, not read without it)")
+    if checkpoint_path:
+        path = resolve_checkpoint(checkpoint_path)
+        if is_tf1_checkpoint(path):
+            load_original_checkpoint(model, path)
+            return path
     read_model(model, path)
     return path
 
