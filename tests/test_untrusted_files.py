@@ -68,7 +68,7 @@ GOOD = {"w": ("0", 0, (2, 2), (2, 1))}
 
 
 def _legacy(state: bytes = None, header: tuple = None, keys: bytes = None) -> bytes:
-    header = header or (pickle.dumps(hf._LEGACY_MAGIC, 2), pickle.dumps(1001, 2), pickle.dumps({"little_endian": True}, 2))
+    header = header or tuple(pickle.dumps(v, 2) for v in (hf._LEGACY_MAGIC, 1001, {"little_endian": True}))
     body = state if state is not None else _state_pickle(GOOD)
     keys = keys if keys is not None else pickle.dumps(["0"], 2)
     return b"".join(header) + body + keys + struct.pack("<q", STORAGE.size) + STORAGE.tobytes()

@@ -21,8 +21,8 @@ HuggingFace directory.
 Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve in bfloat16, ``--predict_ckpt``
 for another checkpoint); without a record (a model directory of an older xlnet_tf, a release directory of a
 fine-tuned model (``--format=release`` output, or ``cli.convert --format=release --task_scope=...``), or a
-fine-tuned TF1 checkpoint given as ``--predict_ckpt``, read by its TF1 names) ``--task_name``, ``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and
-``--max_seq_length`` say what the model is. A run of a task family of your own records its ``--task_module``,
+fine-tuned TF1 checkpoint given as ``--predict_ckpt``, read by its TF1 names) ``--task_name``,
+``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and ``--max_seq_length`` say what the model is. A run of a task family of your own records its ``--task_module``,
 which is loaded again (``--task_module`` names it where the record's path no longer holds). ``--config_file`` (YAML
 of flag values) works as in the other entry points. The layouts: docs/serving.md.
 """
