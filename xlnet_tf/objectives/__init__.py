@@ -95,7 +95,7 @@ class Objective(abc.ABC):
         ``outputs`` on ``batch``: cross-entropy and accuracy of the LM logits [B, P, V] against ``target``,
         weighted by ``target_mask``, per ``loss_terms`` part of the P rows. The sums (not means) make the mean
         over the global batch exact under any replica split."""
-        from xlnet_tf.training.losses import prediction_terms
+        from xlnet_tf.objectives.losses import prediction_terms
 
         return prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"], self.loss_terms)
 
