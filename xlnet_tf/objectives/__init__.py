@@ -20,14 +20,7 @@ from __future__ import annotations
 import abc
 from typing import Mapping, NamedTuple
 
-
-class BatchShape(NamedTuple):
-    """The pretraining shape settings a batch is built for (``run_pretrain.py``'s flags of the same names)."""
-
-    seq_len: int
-    reuse_len: int
-    perm_size: int
-    num_predict: int
+from xlnet_tf.data.batch_shape import BatchShape  # noqa: F401 (objectives.BatchShape, as before)
 
 
 class StreamLayout(NamedTuple):
