@@ -83,7 +83,7 @@ def run(settings) -> Optional[dict]:
             result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
 
     if s.export_dir:
-        result["export"] = export_serving(model, s.export_dir, task.serving_info(step), s.spiece_model_file)
+        result["export"] = export_serving(model, s.export_dir, task.export_info(step), s.spiece_model_file)
     return result
 
 

@@ -341,7 +341,14 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def serving_info(self, step: int):
-        """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``)."""
+        """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``, built
+        with ``family=self.family``: the family's hooks make the export's signatures)."""
+
+    def export_info(self, step: int):
+        """``serving_info(step)`` carrying this task's family, what the runner and ``cli.export`` hand the export
+        writer (a family's ``ServingInfo`` built without ``family=`` gets it here)."""
+        info = self.serving_info(step)
+        return info if info.family is not None else dataclasses.replace(info, family=self.family)
 
 
 @dataclasses.dataclass

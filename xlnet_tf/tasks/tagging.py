@@ -307,5 +307,5 @@ class TaggingTask(RecordsTask):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=TASK, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           labels=self.labels, pair=False, global_step=step,
+                           labels=self.labels, pair=False, global_step=step, family=self.family,
                            squad=dict(tag_scheme=self.scheme, window_stride=s.stride))
