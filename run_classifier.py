@@ -17,7 +17,7 @@ their tasks are then ``--task_name`` values like the built-in ones.
 
 from xlnet_tf import tasks
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 
 def task_defaults(flags) -> dict:

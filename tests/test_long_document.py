@@ -186,7 +186,7 @@ def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkey
     import yaml
 
     from classifier_helpers import DEFAULTS, make_flags
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
     from xlnet_tf.training.settings import SettingsError
 
     monkeypatch.chdir(REPO)

@@ -62,7 +62,7 @@ class TaskFamily(abc.ABC):
     @property
     def settings_class(self):
         """The settings dataclass of ``entry_point``."""
-        from xlnet_tf.finetuning.task_settings import ClassifierSettings
+        from xlnet_tf.tasks.task_settings import ClassifierSettings
         return ClassifierSettings
 
     def task_names(self) -> tuple:

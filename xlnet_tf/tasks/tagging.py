@@ -21,7 +21,7 @@ import functools
 import os
 from typing import ClassVar, Optional
 
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks import tagging_data
 from xlnet_tf.tasks.base import RecordsTask, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
