@@ -32,4 +32,4 @@ def task_defaults(flags) -> dict:
 
 
 if __name__ == "__main__":
-    cli.run(ClassifierSettings, "xlnet_tf.finetuning.runner:run", defaults_for=task_defaults)
+    cli.run(ClassifierSettings, "xlnet_tf.runner:run", defaults_for=task_defaults)

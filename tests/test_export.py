@@ -49,7 +49,7 @@ def decoded(output) -> list:
 def run(tmp_path_factory):
     """The tiny model fine-tuned for 2 steps on the MRPC fixture (a sentence-pair task), with --do_predict and
     --export_dir in the same run, as a user runs it."""
-    from xlnet_tf.finetuning import runner
+    from xlnet_tf import runner
 
     tmp = tmp_path_factory.mktemp("export")
     settings = make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"),

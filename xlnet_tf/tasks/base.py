@@ -16,7 +16,7 @@
   of its own, e.g. SQuAD files), ``encode_ids`` (rows for a token-id signature), ``batch_outputs``,
   ``batch_row`` (the output line), ``batch_identity`` (recorded in the summary: labels, regression).
 
-``Task`` hooks are what the generic runner (``xlnet_tf.finetuning.runner``) calls for the stages train, eval,
+``Task`` hooks are what the generic runner (``xlnet_tf.runner``) calls for the stages train, eval,
 predict and export; ``RecordsTask`` implements them for tasks whose examples are encoded once into TFRecords
 (classification, RACE, a user's sequence task), leaving ``prepare``, ``feature_spec``, ``dummy_features``,
 ``build_model``, ``loss``, ``metrics`` and ``write_prediction_files`` to the family.
