@@ -17,7 +17,7 @@ their tasks are then ``--task_name`` values like the built-in ones.
 
 from xlnet_tf import tasks
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 
 def task_defaults(flags) -> dict:
@@ -32,4 +32,4 @@ def task_defaults(flags) -> dict:
 
 
 if __name__ == "__main__":
-    cli.run(ClassifierSettings, "xlnet_tf.finetuning.runner:run", defaults_for=task_defaults)
+    cli.run(ClassifierSettings, "xlnet_tf.runner:run", defaults_for=task_defaults)

@@ -23,4 +23,4 @@ from xlnet_tf.cli import flags as cli
 from xlnet_tf.tasks.squad import SquadSettings
 
 if __name__ == "__main__":
-    cli.run(SquadSettings, "xlnet_tf.finetuning.runner:run")
+    cli.run(SquadSettings, "xlnet_tf.runner:run")

@@ -22,4 +22,4 @@ from xlnet_tf.cli import flags as cli
 from xlnet_tf.tasks.tagging import TaggingSettings
 
 if __name__ == "__main__":
-    cli.run(TaggingSettings, "xlnet_tf.finetuning.runner:run")
+    cli.run(TaggingSettings, "xlnet_tf.runner:run")

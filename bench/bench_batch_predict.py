@@ -60,7 +60,7 @@ def build(config_path: str, work: str, max_seq_length: int):
     import tensorflow as tf
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.finetuning import serving as export
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     config = json.load(open(config_path))
     config["n_token"] = 8000  # the bundled SentencePiece model; the embedding lookup's cost does not depend on it

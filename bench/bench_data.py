@@ -58,10 +58,11 @@ def main():
         records = manifest["num_records"]
 
         from xlnet_tf.data.reader import pretrain_dataset
+        from xlnet_tf.objectives import get_objective
 
         def read_rate(perm_mask_dtype):
             it = iter(pretrain_dataset(out, 32, 512, 256, PERM_SIZE, 85, True, seed=0,
-                                       perm_mask_dtype=perm_mask_dtype))
+                                       perm_mask_dtype=perm_mask_dtype, objective=get_objective("plm")))
             next(it)  # warm-up: graph tracing and the first prefetch
             t0 = time.perf_counter()
             for _ in range(args.read_batches):

@@ -167,6 +167,7 @@ def export(dtype: str, directory: str, log) -> tuple:
     import tensorflow as tf
 
     sys.path.insert(0, ROOT)
+    from xlnet_tf import tasks
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
     from xlnet_tf.models.heads import XLNetClassifier
@@ -175,7 +176,8 @@ def export(dtype: str, directory: str, log) -> tuple:
     keras.utils.set_random_seed(0)
     model = XLNetClassifier(XLNetConfig.from_json(CONFIG), num_labels=2, task_scope="bench", dtype=dtype)
     pre = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ)
-    info = ServingInfo(kind="classification", task="bench", max_seq_length=SEQ, labels=["0", "1"], global_step=1)
+    info = ServingInfo(kind="classification", task="bench", max_seq_length=SEQ, labels=["0", "1"], global_step=1,
+                       family=tasks.for_kind("classification"))
     start = time.perf_counter()
     path = write_serving_model(model, directory, info, SPIECE, pre)
     log(f"exported {dtype} in {time.perf_counter() - start:.0f} s: {path}")

@@ -88,8 +88,8 @@ def pretrain_one(args, plan, work, corpus, objective, log) -> dict:
 
 
 def finetune_one(args, plan, work, init, seed, log) -> float:
-    from xlnet_tf.finetuning.runner import run
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.runner import run
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     name = f"finetune_{init}_seed{seed}"
     steps = plan["finetune_steps"]

@@ -132,8 +132,8 @@ def label_subset(args, work, count: str, seed: int) -> str:
 
 
 def finetune_one(args, work, spm, count, seed, steps, init_name, init_checkpoint, log) -> float:
-    from xlnet_tf.finetuning.runner import run
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.runner import run
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     model_dir = os.path.join(work, "finetune", f"n{count}_seed{seed}_{init_name}")
     results = os.path.join(model_dir, "eval_results.dev.json")

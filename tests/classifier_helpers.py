@@ -3,7 +3,7 @@
 import json
 import os
 
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "fixtures")

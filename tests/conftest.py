@@ -30,7 +30,7 @@ def squad_run(tmp_path_factory):
     dev file and --export_dir, as a user runs them. Shared by test_export_squad.py and test_batch_predict.py (a
     SQuAD export takes half a minute to write on 2 cores); tests leave export, model_dir and predictions as they
     are."""
-    from xlnet_tf.finetuning import runner
+    from xlnet_tf import runner
     from xlnet_tf.tasks import squad_data
     from xlnet_tf.tasks.squad import SquadSettings
 

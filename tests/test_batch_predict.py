@@ -18,7 +18,8 @@ import tensorflow as tf
 from classifier_helpers import REPO, SPIECE, make_flags
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
-from xlnet_tf.finetuning import runner, serving as exporter
+from xlnet_tf import runner
+from xlnet_tf.finetuning import serving as exporter
 
 SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
                                                   encoding="utf-8").read().splitlines()[1:]]

@@ -11,7 +11,7 @@ import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
 from xlnet_tf.tasks import classifier_data
-from xlnet_tf.finetuning.runner import run
+from xlnet_tf.runner import run
 from xlnet_tf.training.settings import SettingsError
 
 EXPECTED_METRICS = {"cola": {"mcc", "accuracy"}, "mrpc": {"f1", "accuracy"}, "qqp": {"f1", "accuracy"},

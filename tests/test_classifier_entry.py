@@ -11,7 +11,7 @@ _DUMP = """
 import json, sys
 from absl import flags
 from xlnet_tf.cli.flags import apply_config_file, define_flags
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 define_flags(ClassifierSettings)
 flags.FLAGS(["x"])
 defaults = {name: flags.FLAGS[name].default for name in flags.FLAGS}

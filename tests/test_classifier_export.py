@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from classifier_helpers import MICRO_CONFIG, SPIECE
+from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, existing_versions, export_serving, next_version
 from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
 from xlnet_tf.preprocessing import XLNetPreprocessor
@@ -28,11 +29,11 @@ def test_both_signatures_match_keras(tmp_path, kind):
     if kind == "multiple_choice":
         model = XLNetMultipleChoice(MICRO_CONFIG)
         info = ServingInfo(kind=kind, task="race", max_seq_length=SEQ, labels=list("ABCD"), global_step=5,
-                           max_qa_length=10)
+                           max_qa_length=10, family=tasks.for_kind(kind))
     else:
         model = XLNetClassifier(MICRO_CONFIG, num_labels=3, task_scope="t", regression=kind == "regression")
         info = ServingInfo(kind=kind, task="t", max_seq_length=SEQ, labels=None if kind == "regression" else
-                           ["a", "b", "c"], pair=kind == "classification", global_step=5)
+                           ["a", "b", "c"], pair=kind == "classification", global_step=5, family=tasks.for_kind(kind))
     path = export_serving(model, str(tmp_path / "serving"), info, SPIECE)
     assert path == str(tmp_path / "serving" / "5")
     loaded = tf.saved_model.load(path)

@@ -9,8 +9,8 @@ import sys
 import tensorflow as tf
 
 from classifier_helpers import DEFAULTS, REPO, SPIECE
-from xlnet_tf.finetuning.runner import run
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.runner import run
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 SENTIMENT = os.path.join(REPO, "data", "sentiment")
 MARGIN = 0.12  # accuracy points above the majority class

@@ -24,7 +24,7 @@ from xlnet_tf.cli.launch import LaunchSettings
 from xlnet_tf.cli.predict import PredictSettings
 from xlnet_tf.cli.serving_ops import ServingOpsSettings
 from xlnet_tf.cli.train_spm import TrainSpmSettings
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
 from xlnet_tf.tasks.tagging import TaggingSettings
 from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, RunSettings, SettingsError
@@ -178,7 +178,7 @@ def test_tools_check_their_settings_before_tensorflow_loads():
         import sys
         from absl import flags
         from xlnet_tf.cli import convert, create_data, export, flags as cli, jobs, predict, train_spm
-        from xlnet_tf.finetuning.task_settings import ClassifierSettings
+        from xlnet_tf.tasks.task_settings import ClassifierSettings
         from xlnet_tf.tasks.squad import SquadSettings
         from xlnet_tf.training.settings import PretrainSettings
         for settings_cls in (PretrainSettings, ClassifierSettings, SquadSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,

@@ -10,6 +10,7 @@ from xlnet_tf.errors import InputError
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
+from xlnet_tf.objectives import get_objective
 from xlnet_tf.objectives.plm import (local_permutation, make_pretraining_batch, make_pretraining_features,
                                     part_seeds)
 from xlnet_tf.data.reader import pretrain_dataset
@@ -170,7 +171,7 @@ def _records(data_dir, n):
 
 def _dataset(data_dir, **kw):
     args = dict(per_replica_batch_size=BSZ // CORES, seq_len=SEQ, reuse_len=REUSE, perm_size=PERM,
-                num_predict=P, bi_data=True, seed=5)
+                num_predict=P, bi_data=True, seed=5, objective=get_objective("plm"))
     args.update(kw)
     return pretrain_dataset(data_dir, **args)
 

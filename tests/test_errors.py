@@ -18,7 +18,7 @@ from xlnet_tf.cli.flags import user_error_message
 from xlnet_tf.cli.predict import PredictSettings
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
-from xlnet_tf.finetuning import runner
+from xlnet_tf import runner
 from xlnet_tf.models.xlnet import XLNetModel
 
 

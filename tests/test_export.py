@@ -49,7 +49,7 @@ def decoded(output) -> list:
 def run(tmp_path_factory):
     """The tiny model fine-tuned for 2 steps on the MRPC fixture (a sentence-pair task), with --do_predict and
     --export_dir in the same run, as a user runs it."""
-    from xlnet_tf.finetuning import runner
+    from xlnet_tf import runner
 
     tmp = tmp_path_factory.mktemp("export")
     settings = make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"),
@@ -235,11 +235,12 @@ def test_export_command_from_the_model_dir_alone(run, tmp_path):
 def test_bad_requests_multiple_choice(tmp_path):
     """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices)."""
     from classifier_helpers import MICRO_CONFIG, SPIECE
+    from xlnet_tf import tasks
     from xlnet_tf.finetuning.serving import ServingInfo, export_serving
     from xlnet_tf.models.heads import XLNetMultipleChoice
 
     info = ServingInfo(kind="multiple_choice", task="race", max_seq_length=SEQ, labels=list("ABCD"),
-                       max_qa_length=16, global_step=1)
+                       max_qa_length=16, global_step=1, family=tasks.for_kind("multiple_choice"))
     path = export_serving(XLNetMultipleChoice(MICRO_CONFIG), str(tmp_path), info, SPIECE)
     reply = serve({"export": path, "fuzz": {"signature": "serving_default", "count": 300, "seed": 2},
                    "calls": [{"signature": "serving_default", "inputs": {

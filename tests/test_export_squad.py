@@ -15,6 +15,7 @@ import tensorflow as tf
 from test_export import decoded, serve, strings
 from test_squad import REPO, SMALL, _inference_batch  # the head's test batch (P, Q, CLS, pad)
 from xlnet_tf.cli import serving_client as client
+from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.models.heads import XLNetSquad
@@ -35,7 +36,7 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
     model = XLNetSquad(SMALL, start_n_top=3, end_n_top=2)
     batch = _inference_batch()
     expected = model(batch, training=False)
-    info = ServingInfo(kind="squad", task="squad", max_seq_length=24, global_step=0,
+    info = ServingInfo(kind="squad", task="squad", max_seq_length=24, global_step=0, family=tasks.get("squad"),
                        squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
                                   n_best_size=5))
     path = write_serving_model(model, str(tmp_path / "serving"), info)

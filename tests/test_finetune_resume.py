@@ -15,8 +15,8 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from classifier_helpers import DEFAULTS, FIXTURES, REPO, SPIECE, micro_config
 from xlnet_tf.errors import InputError
-from xlnet_tf.finetuning import runner
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf import runner
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
 
 TRAIN_STEPS, SAVE_STEPS = 16, 5

@@ -169,7 +169,7 @@ def test_bias_activation_dropout(dtype, activation, with_dropout):
 def test_cross_entropy_and_hits(vocab):
     """The LM loss's cross-entropy per row, its hit (the label is the first arg max) and the logits' gradient
     under per-row loss weights, as the training step takes it; vocabularies below, at and past the 16 lanes."""
-    from xlnet_tf.training.losses import cross_entropy_and_hits
+    from xlnet_tf.objectives.losses import cross_entropy_and_hits
 
     rng = np.random.default_rng(13)
     logits = rng.normal(size=(3, 11, vocab)) * 4
@@ -279,7 +279,7 @@ def test_every_fast_path_is_accounted_for():
 
 def test_importing_the_fast_paths_builds_nothing(tmp_path):
     """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
-    code = ("import xlnet_tf.models.xlnet, xlnet_tf.training.losses, xlnet_tf.training.optimization\n"
+    code = ("import xlnet_tf.models.xlnet, xlnet_tf.objectives.losses, xlnet_tf.training.optimization\n"
             "from xlnet_tf import kernels, ops\n"
             "assert len(kernels.fast_paths()) >= 6 and ops._library.cache_info().currsize == 0")
     env = dict(os.environ, XLNET_TF_OPS_DIR=str(tmp_path / "ops"), TF_CPP_MIN_LOG_LEVEL="2")

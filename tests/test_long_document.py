@@ -114,7 +114,7 @@ def genre_run(tmp_path_factory):
     """run_classifier's stages on the bundled Brown genre documents with --long_document=memory: 2 training steps,
     eval, --do_predict over a JSON-lines glob, export."""
     from classifier_helpers import make_flags
-    from xlnet_tf.finetuning import runner
+    from xlnet_tf import runner
 
     tmp = tmp_path_factory.mktemp("genre")
     settings = make_flags(tmp, task_name="brown_genre", data_dir=os.path.join(REPO, "data", "brown_genre"),
@@ -186,7 +186,7 @@ def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkey
     import yaml
 
     from classifier_helpers import DEFAULTS, make_flags
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
     from xlnet_tf.training.settings import SettingsError
 
     monkeypatch.chdir(REPO)

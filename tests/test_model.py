@@ -579,7 +579,7 @@ def test_dropout_random_words_follow_their_definition_and_are_uniform():
 
 
 def test_cross_entropy_rejects_labels_outside_the_vocabulary():
-    from xlnet_tf.training.losses import cross_entropy
+    from xlnet_tf.objectives.losses import cross_entropy
 
     logits = tf.zeros([2, 3, 50])
     np.testing.assert_allclose(cross_entropy(logits, tf.zeros([2, 3], tf.int32))[0].numpy(),

@@ -1,11 +1,35 @@
-"""Package structure: no import cycles between xlnet_tf's modules (counting imports inside functions too)."""
+"""Package structure: the layers of docs/design.md hold (no import runs up them) and no import cycles between
+xlnet_tf's modules, counting imports inside functions and dynamic loads (``importlib`` by a literal name, registries
+of dotted names) too."""
 
 import ast
 import pathlib
+import re
 
 import xlnet_tf
 
 ROOT = pathlib.Path(xlnet_tf.__file__).parent
+DESIGN = ROOT.parent / "docs" / "design.md"
+
+# The layers, top first: a module may import from its own layer and the layers below it. Members are paths under
+# xlnet_tf/ (a package with all its modules, or a module); docs/design.md draws the same table.
+LAYERS = (
+    ("cli", ("__init__.py", "cli/")),
+    ("runner", ("runner.py",)),
+    ("batch", ("batch/",)),
+    ("tasks", ("tasks/",)),
+    ("finetuning", ("finetuning/",)),
+    ("training", ("training/",)),
+    ("objectives", ("objectives/", "flops.py")),
+    ("data", ("data/",)),
+    ("models", ("models/", "checkpoint.py", "hf.py", "preprocessing.py")),
+    ("layers", ("layers/",)),
+    ("text", ("config.py", "tokenization.py")),
+    ("kernels", ("kernels/", "ops/")),
+    ("base", ("errors.py", "io_utils.py")),
+)
+# A string that names a module of the package (``"xlnet_tf.tasks.squad:SquadFamily"``): a dynamic import.
+DOTTED = re.compile(r"xlnet_tf(\.\w+)+(:\w+)?")
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -13,22 +37,91 @@ def _module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    """The xlnet_tf modules that ``path`` imports anywhere in its body (``from pkg import mod`` counts as mod)."""
-    found = set()
+MODULES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _imports(name: str) -> dict:
+    """The xlnet_tf modules that module ``name`` imports anywhere in its body -> the line of the first such import:
+    ``import``/``from ... import`` statements (``from pkg import mod`` counts as mod, ``from pkg import attr`` as
+    pkg), and every string literal that is a dotted name of the package (``importlib.import_module("xlnet_tf.x")``,
+    a registry's ``"xlnet_tf.x:Class"``), as the module it names."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def known(dotted: str):
+        while dotted and dotted not in MODULES:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    found = {}
     for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return {name for name in found if name in modules}
+            targets = [known(alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(filter(None, [package.rsplit(".", node.level - 1)[0], base]))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else known(base)
+                       for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
+            targets = [known(node.value.partition(":")[0])]
+        for target in targets:
+            if target and target != name:
+                found.setdefault(target, node.lineno)
+    return found
+
+
+def _layer_of() -> dict:
+    """Module name -> (layer index, layer name), from ``LAYERS`` (0 = top)."""
+    layers = {}
+    for index, (layer, members) in enumerate(LAYERS):
+        for member in members:
+            module = "xlnet_tf" + ("" if member == "__init__.py" else "." + member.rstrip("/").removesuffix(".py"))
+            for name in MODULES:
+                if name == module or (member.endswith("/") and name.startswith(module + ".")):
+                    layers[name] = (index, layer)
+    return layers
+
+
+def test_every_module_has_a_layer():
+    """A new module or package is placed in ``LAYERS`` (and in docs/design.md's diagram)."""
+    layers = _layer_of()
+    assert not sorted(set(MODULES) - set(layers)), "modules in no layer of LAYERS (tests/test_package.py)"
+
+
+def test_no_import_runs_up_the_layers():
+    layers = _layer_of()
+    upward = []
+    for name in sorted(MODULES):
+        for target, line in sorted(_imports(name).items()):
+            if layers[target][0] < layers[name][0]:
+                upward.append(f"{MODULES[name].relative_to(ROOT.parent)}:{line} ({layers[name][1]}) imports "
+                              f"{target} ({layers[target][1]}, a layer above)")
+    assert not upward, "imports that run up the layers of docs/design.md:\n  " + "\n  ".join(upward)
+
+
+def test_design_doc_draws_the_layers():
+    """docs/design.md's layer diagram (the ``text`` block after "Layers, top to bottom") is ``LAYERS``."""
+    text = DESIGN.read_text(encoding="utf-8")
+    block = re.search(r"Layers, top to bottom.*?\n```text\n(.*?)\n```", text, re.S)
+    assert block, "docs/design.md has no layer diagram"
+    drawn = []
+    for line in block.group(1).splitlines():
+        words = line.split()
+        members = []
+        for word in words[1:]:
+            if not (word.endswith("/") or word.endswith(".py")):
+                break
+            members.append(word)
+        drawn.append((words[0], tuple(members)))
+    assert drawn == [(layer, tuple(members)) for layer, members in LAYERS]
 
 
 def test_no_import_cycles():
-    paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    graph = {name: _imports(path, set(paths)) - {name} for name, path in paths.items()}
-    # A package's own __init__ importing its submodules is not a cycle through them.
+    graph = {name: set(_imports(name)) for name in MODULES}
+    # A module importing its own package is no edge: importing the module has run the package's __init__ already
+    # (so a package's __init__ that imports or loads its submodules is no cycle through them).
     for name in graph:
         graph[name] = {dep for dep in graph[name] if not name.startswith(dep + ".")}
 

@@ -10,7 +10,7 @@ import pytest
 from classifier_helpers import FIXTURES, SPIECE, make_flags
 from xlnet_tf.tasks import race_data
 from xlnet_tf.finetuning.serving import existing_versions
-from xlnet_tf.finetuning.runner import run
+from xlnet_tf.runner import run
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 RACE = os.path.join(FIXTURES, "race")

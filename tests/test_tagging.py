@@ -17,7 +17,7 @@ import xlnet_tf
 from classifier_helpers import REPO, SPIECE, micro_config
 from xlnet_tf.batch import prediction as bp
 from xlnet_tf.errors import InputError
-from xlnet_tf.finetuning import runner
+from xlnet_tf import runner
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks import tagging_data as td
 from xlnet_tf.tasks import tagging_graph as tg

@@ -181,8 +181,8 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
     import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels)
     import yaml
 
-    from xlnet_tf.finetuning import runner
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf import runner
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     dev = write_data(tmp_path / "data", np.random.default_rng(0))
 

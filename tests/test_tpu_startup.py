@@ -15,7 +15,7 @@ import pytest
 from classifier_helpers import REPO
 from test_cli import parsed
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.training.settings import PretrainSettings
 
 TINY = os.path.join(REPO, "configs", "tiny.json")

@@ -87,7 +87,7 @@ def test_pretrain_finetune_export_predict_on_ram():
     """The library, every path on ram://: data written from a ram:// corpus, 2 pretraining steps, 2 fine-tuning
     steps from that checkpoint with prediction and an export, batch prediction with the export, a job's files."""
     from xlnet_tf.batch import job_runner, prediction as bp
-    from xlnet_tf.finetuning import runner
+    from xlnet_tf import runner
     from xlnet_tf.finetuning.serving import existing_versions
     from xlnet_tf.training.pretraining import pretrain
     from xlnet_tf.training.settings import PretrainSettings

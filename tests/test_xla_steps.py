@@ -150,7 +150,7 @@ def test_squad_steps_compile_static(tmp_path):
 
 def test_run_classifier_with_jit_compile_trains_as_without(tmp_path):
     """``--jit_compile``: fine-tuning and evaluation through XLA give what the plain run gives (to XLA's fusions)."""
-    from xlnet_tf.finetuning.runner import run
+    from xlnet_tf.runner import run
 
     results = []
     for jit in (False, True):

@@ -8,7 +8,6 @@ rest). Here they live in one validated object: ``XLNetConfig.from_json`` reads t
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any, Optional
@@ -120,13 +119,7 @@ class XLNetConfig:
         Example: ``XLNetConfig.from_json("xlnet_cased_L-12_H-768_A-12/xlnet_config.json", mem_len=384)``.
         """
         path = os.fspath(path)
-        try:
-            with io_utils.open(path, encoding="utf-8") as f:
-                values = json.load(f)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(values, dict):
-            raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        values = io_utils.read_mapping(path, "json", missing=None, expected="a JSON object")
         bad = io_utils.non_finite_keys(values)
         if bad:
             raise InputError(f"{path}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")

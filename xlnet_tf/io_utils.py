@@ -275,6 +275,43 @@ def read_json(path: str):
         return json.load(f)
 
 
+def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, missing: Optional[str] = "file",
+                 expected: str = "a mapping", empty: bool = False, error: Optional[type] = None) -> dict:
+    """The mapping in the YAML (``fmt="yaml"``) or JSON file ``path``: the one loader of the files of settings
+    (``--config_file``, job files, ``xlnet_config.json``), with one set of messages, each naming ``label`` (default:
+    the path) and raised as ``error`` (default ``InputError``): ``<missing> not found`` (``missing=None``: not
+    checked, a missing file raises FileNotFoundError), ``not valid YAML (...)`` / ``not valid JSON (...)`` (on
+    one line), ``cannot read it (...)``, ``expected <expected>, got <type>``. ``empty``: an empty YAML file is
+    ``{}``."""
+    from xlnet_tf.errors import InputError
+
+    error, label = error or InputError, label or path
+    if missing and not exists(path):
+        raise error(f"{label}: {missing} not found")
+    if fmt == "json":
+        parse, invalid = json.load, json.JSONDecodeError
+    else:
+        import yaml
+
+        parse, invalid = yaml.safe_load, yaml.YAMLError
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = parse(f)
+    except invalid as e:
+        raise error(f"{label}: not valid {fmt.upper()} ({' '.join(str(e).split())})") from None
+    except FileNotFoundError:
+        if missing:
+            raise error(f"{label}: {missing} not found") from None
+        raise
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"{label}: cannot read it ({e})") from None
+    if value is None and empty:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{label}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
 def read_jsonl(path: str) -> Iterator[tuple]:
     """``(line number, JSON value)`` of each non-blank line of a JSON-lines file (a UTF-8 BOM dropped); an InputError
     names ``path:line`` of a line that is not UTF-8 or not JSON."""

@@ -91,15 +91,8 @@ class Job:
 
 def load_job(path: str) -> Job:
     """Reads and checks a job file (see the module docstring); expands seeds into runs."""
-    if not io_utils.exists(path):
-        raise JobError(f"{path}: job file not found")
-    try:
-        with io_utils.open(path, encoding="utf-8") as f:
-            spec = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise JobError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(spec, dict):
-        raise JobError(f"{path}: expected a mapping with output_dir, defaults and runs")
+    spec = io_utils.read_mapping(path, missing="job file", expected="a mapping with output_dir, defaults and runs",
+                                 error=JobError)
     unknown = sorted(set(spec) - set(JOB_KEYS))
     if unknown:
         raise JobError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))} (a job file has "

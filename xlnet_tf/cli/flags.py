@@ -63,7 +63,6 @@ import types
 import typing
 from typing import Callable, Optional, Union
 
-import yaml
 from absl import app, flags, logging
 
 from xlnet_tf import io_utils
@@ -158,17 +157,8 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
         return {}
     # A URI (gs://...) is read through tf.io.gfile: the one case where TensorFlow loads before the settings
     # are checked (the file holds them).
-    if not io_utils.exists(path):
-        raise flags.ValidationError(f"--config_file={path}: file not found")
-    try:
-        with io_utils.open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
-    except yaml.YAMLError as e:
-        raise flags.ValidationError(f"--config_file={path}: not valid YAML ({' '.join(str(e).split())})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise flags.ValidationError(f"--config_file={path}: cannot read it ({e})") from None
-    if not isinstance(values, dict):
-        raise flags.ValidationError(f"--config_file={path}: expected a mapping of flag names to values")
+    values = io_utils.read_mapping(path, label=f"--config_file={path}", expected="a mapping of flag names to values",
+                                   empty=True, error=flags.ValidationError)
     applied = {}
     for key, value in values.items():
         if key not in flag_values:

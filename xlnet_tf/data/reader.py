@@ -6,7 +6,8 @@ consecutive, core by core. Use with ``strategy.distribute_datasets_from_function
 
     def dataset_fn(ctx):
         return pretrain_dataset(data_dir, ctx.get_per_replica_batch_size(global_batch), seq_len=512,
-                                reuse_len=256, perm_size=256, num_predict=85, bi_data=True, input_context=ctx)
+                                reuse_len=256, perm_size=256, num_predict=85, bi_data=True, input_context=ctx,
+                                objective=objectives.get_objective("plm"))
 
 Each worker (input pipeline) reads a contiguous block of shards (``input_pipeline_id`` of
 ``num_input_pipelines``), and its per-replica batches are ``bsz_per_host / num_core_per_host`` records. The
@@ -19,10 +20,11 @@ model's ``bi_data`` relative position encoding assumes. The data must therefore 
 given.
 
 Factorisation orders are sampled online (a new order every time a record is read, as the original), with
-stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches. ``objective``
-names what is built from the records (``xlnet_tf.objectives``: its ``make_batch``): XLNet's permutation LM
-(``plm``, the default), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their masked
-spans online too, so the same records serve every objective.
+stateless random ops seeded by ``(seed, batch index)``: the same seed gives the same batches. ``objective`` (an
+``xlnet_tf.objectives.Objective``: its ``make_batch``) builds the model inputs from the records: XLNet's
+permutation LM (``plm``), UniLMv2's pseudo-masked LM (``pmlm``) or MPNet (``mpnet``); the last two draw their
+masked spans online too, so the same records serve every objective. The reader is handed the objective, and does
+not look one up: objectives build on this package (``data.factorization``), not the other way round.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Optional
 
 import tensorflow as tf
 
+from xlnet_tf.data.batch_shape import BatchShape
 from xlnet_tf.data.manifest import check_manifest, load_manifest
-from xlnet_tf.objectives import BatchShape, get_objective
 from xlnet_tf.errors import InputError
 
 __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
@@ -42,10 +44,11 @@ __all__ = ["pretrain_dataset", "load_manifest", "check_manifest"]
 def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, reuse_len: int, perm_size: int,
                      num_predict: int, bi_data: bool, input_context: Optional[tf.distribute.InputContext] = None,
                      seed: Optional[int] = None, repeat: bool = True, split: str = "train",
-                     skip_batches: int = 0, perm_mask_dtype=tf.float32, objective: str = "plm") -> tf.data.Dataset:
+                     skip_batches: int = 0, perm_mask_dtype=tf.float32, *, objective) -> tf.data.Dataset:
     """Per-replica batches of dicts: ``input_ids`` int32 [B,L], ``segment_ids`` int32 [B,L], ``perm_mask``
     float32 [B,L,L] (1 = may not attend), ``target_mapping`` float32 [B,P,L], ``target`` int32 [B,P],
-    ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``. Other objectives: the
+    ``target_mask`` float32 [B,P]; static shapes, ``B = per_replica_batch_size``: the inputs of XLNet's ``objective``
+    (``xlnet_tf.objectives.get_objective("plm")``; the objective itself, not its name). Other objectives: the
     inputs of their ``make_batch`` (``xlnet_tf.objectives.pmlm`` / ``mpnet``: ``reuse_len``, ``perm_size`` and
     ``num_predict`` are then not used, nor checked against the data).
 
@@ -61,7 +64,9 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
     Raises ValueError when the data was written with other settings (see ``check_manifest``) or when the batch
     size / replica count does not split host batches into whole cores.
     """
-    objective = get_objective(objective)
+    if isinstance(objective, str):
+        raise TypeError(f"pretrain_dataset: objective={objective!r} is a name; pass the objective "
+                        f"(xlnet_tf.objectives.get_objective({objective!r}))")
     shape = BatchShape(seq_len, reuse_len, perm_size, num_predict)
     errors = objective.shape_errors(shape)
     if errors:

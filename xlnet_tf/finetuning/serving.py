@@ -1,6 +1,7 @@
-"""TF Serving exports of fine-tuned models: one writer for every task family (``xlnet_tf.tasks``: the family of
-``ServingInfo.kind`` says what the signatures take and return), used by ``run_classifier.py --export_dir``,
-``run_squad.py --export_dir``, ``python -m xlnet_tf.cli.export`` and the Keras text models' ``export``.
+"""TF Serving exports of fine-tuned models: one writer for every task family (``xlnet_tf.tasks``: the family that
+``ServingInfo`` carries, handed over by the family's task, says what the signatures take and return), used by
+``run_classifier.py --export_dir``, ``run_squad.py --export_dir``, ``python -m xlnet_tf.cli.export`` and the Keras
+text models' ``export``.
 
 Layout (what TF Serving expects under a model's base path)::
 
@@ -32,13 +33,13 @@ import dataclasses
 import json
 import os
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf import kernels, tasks
+from xlnet_tf import kernels
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
 from xlnet_tf.errors import InputError
@@ -52,7 +53,9 @@ METADATA_FILE = "metadata.json"
 class ServingInfo:
     """What a client of an export must know, written into it (``metadata`` signature, ``metadata.json``).
 
-    ``kind``: one of a registered family's ``serving_kinds`` (``xlnet_tf.tasks.for_kind``).
+    ``kind``: one of ``family.serving_kinds()``. ``family``: the task family whose hooks make the signatures; not
+    a field (not written into the export, not compared): the family hands itself over (its task's ``serving_info``
+    passes ``family=self.family``; ``xlnet_tf.tasks.for_kind(kind)`` finds it), serving never looks it up.
     ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
     ``squad``: SQuAD's ``max_query_length``, ``doc_stride``, ``max_answer_length``, ``start_n_top``,
     ``end_n_top``; ``max_qa_length``: RACE's question+option budget.
@@ -71,16 +74,24 @@ class ServingInfo:
     squad: dict = dataclasses.field(default_factory=dict)
     segment_length: int = 0
     mem_len: int = 0
+    family: dataclasses.InitVar[Any] = None
 
-    def __post_init__(self):
-        tasks.for_kind(self.kind)  # a ValueError naming the kinds known
-
-    @property
-    def family(self):
-        return tasks.for_kind(self.kind)
+    def __post_init__(self, family):
+        self.family = family
+        if family is not None and self.kind not in family.serving_kinds():
+            raise InputError(f"kind must be one of {', '.join(family.serving_kinds())} (the {family.name} family's), "
+                             f"got {self.kind!r}")
 
     def to_json(self, version: int) -> dict:
         return dict(dataclasses.asdict(self), version=version, format="xlnet_tf.serving/1")
+
+
+def family_of(info: ServingInfo):
+    """The task family ``info`` carries; a ValueError if it carries none."""
+    if info.family is None:
+        raise ValueError(f"ServingInfo(kind={info.kind!r}) carries no task family: pass family= (the family that "
+                         "serves the kind: a task's self.family, or xlnet_tf.tasks.for_kind(kind))")
+    return info.family
 
 
 # -- the run record ---------------------------------------------------------------------------------------------
@@ -147,7 +158,7 @@ class ServingModule(tf.Module):
     def __init__(self, model, info: ServingInfo, version: int, preprocessor=None):
         super().__init__(name="xlnet_serving")
         self.model, self.preprocessor, self.info = model, preprocessor, info
-        family = info.family
+        family = family_of(info)
         # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
         # (keyed by code object) can hand one module's traced branch to another's.
         ids = family.ids_spec(info)
@@ -234,7 +245,7 @@ def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
     from xlnet_tf.preprocessing import XLNetPreprocessor
 
     return XLNetPreprocessor.from_file(spiece_model_file, seq_length=info.max_seq_length,
-                                       lower_case=info.lower_case, **info.family.preprocessor_kwargs(info))
+                                       lower_case=info.lower_case, **family_of(info).preprocessor_kwargs(info))
 
 
 def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str]) -> str:

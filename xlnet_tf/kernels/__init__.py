@@ -3,7 +3,7 @@
 A handful of functions are written in plain TensorFlow where they belong (the attention probabilities in
 ``layers/attention.py``, the residual LayerNorm in ``layers/normalization.py``, the feed-forward activation in
 ``layers/feedforward.py``, the projections in ``layers/linear.py``, the LM loss's cross-entropy and accuracy in
-``training/losses.py``, the AdamW update in ``training/optimization.py``) and decorated with
+``objectives/losses.py``, the AdamW update in ``training/optimization.py``) and decorated with
 ``@kernels.fast_path(fast=fast.<name>)``, which names their fast version (``xlnet_tf/kernels/fast.py``: C++ CPU
 kernels and a matmul routing). That plain definition is the specification: read it and ignore everything else.
 Where the fast backend is selected and its version applies to the arguments, it runs instead and computes the

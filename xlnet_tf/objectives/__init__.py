@@ -20,14 +20,7 @@ from __future__ import annotations
 import abc
 from typing import Mapping, NamedTuple
 
-
-class BatchShape(NamedTuple):
-    """The pretraining shape settings a batch is built for (``run_pretrain.py``'s flags of the same names)."""
-
-    seq_len: int
-    reuse_len: int
-    perm_size: int
-    num_predict: int
+from xlnet_tf.data.batch_shape import BatchShape  # noqa: F401 (objectives.BatchShape, as before)
 
 
 class StreamLayout(NamedTuple):
@@ -95,7 +88,7 @@ class Objective(abc.ABC):
         ``outputs`` on ``batch``: cross-entropy and accuracy of the LM logits [B, P, V] against ``target``,
         weighted by ``target_mask``, per ``loss_terms`` part of the P rows. The sums (not means) make the mean
         over the global batch exact under any replica split."""
-        from xlnet_tf.training.losses import prediction_terms
+        from xlnet_tf.objectives.losses import prediction_terms
 
         return prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"], self.loss_terms)
 

@@ -5,7 +5,7 @@ task, in one module: which ``--task_name`` values it runs and their settings che
 and cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
 (raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction needs (input formats,
 output rows). The generic machinery asks this registry and never branches on a task kind: the fine-tuning runner of
-run_classifier.py and run_squad.py (``xlnet_tf.finetuning.runner``), exports (``xlnet_tf.finetuning.serving``,
+run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports (``xlnet_tf.finetuning.serving``,
 ``python -m xlnet_tf.cli.export``), batch prediction (``python -m xlnet_tf.cli.predict``) and jobs.
 
 Built-in families (``BUILTIN``, loaded on first use): ``classification`` (GLUE, IMDB, Yelp; STS-B as regression),

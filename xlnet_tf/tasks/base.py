@@ -16,7 +16,7 @@
   of its own, e.g. SQuAD files), ``encode_ids`` (rows for a token-id signature), ``batch_outputs``,
   ``batch_row`` (the output line), ``batch_identity`` (recorded in the summary: labels, regression).
 
-``Task`` hooks are what the generic runner (``xlnet_tf.finetuning.runner``) calls for the stages train, eval,
+``Task`` hooks are what the generic runner (``xlnet_tf.runner``) calls for the stages train, eval,
 predict and export; ``RecordsTask`` implements them for tasks whose examples are encoded once into TFRecords
 (classification, RACE, a user's sequence task), leaving ``prepare``, ``feature_spec``, ``dummy_features``,
 ``build_model``, ``loss``, ``metrics`` and ``write_prediction_files`` to the family.
@@ -62,7 +62,7 @@ class TaskFamily(abc.ABC):
     @property
     def settings_class(self):
         """The settings dataclass of ``entry_point``."""
-        from xlnet_tf.finetuning.task_settings import ClassifierSettings
+        from xlnet_tf.tasks.task_settings import ClassifierSettings
         return ClassifierSettings
 
     def task_names(self) -> tuple:
@@ -348,7 +348,14 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def serving_info(self, step: int):
-        """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``)."""
+        """What an export of this task records for its clients (``xlnet_tf.finetuning.serving.ServingInfo``, built
+        with ``family=self.family``: the family's hooks make the export's signatures)."""
+
+    def export_info(self, step: int):
+        """``serving_info(step)`` carrying this task's family, what the runner and ``cli.export`` hand the export
+        writer (a family's ``ServingInfo`` built without ``family=`` gets it here)."""
+        info = self.serving_info(step)
+        return info if info.family is not None else dataclasses.replace(info, family=self.family)
 
 
 @dataclasses.dataclass

@@ -233,7 +233,8 @@ class ClassificationTask(RecordsTask):
         long_document = {} if s.segments == 1 else dict(segment_length=s.max_seq_length, mem_len=s.memory_length)
         return ServingInfo(kind=REGRESSION if self.regression else CLASSIFICATION, task=self.name,
                            max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
-                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, **long_document)
+                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, family=self.family,
+                           **long_document)
 
 
 def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:

@@ -155,4 +155,5 @@ class RaceTask(RecordsTask):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=self.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           labels=self.labels, pair=False, global_step=step, max_qa_length=s.max_qa_length)
+                           labels=self.labels, pair=False, global_step=step, max_qa_length=s.max_qa_length,
+                           family=self.family)

@@ -401,7 +401,7 @@ class SquadTask(Task):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=self.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           global_step=step, squad=dict(max_query_length=s.max_query_length,
+                           global_step=step, family=self.family, squad=dict(max_query_length=s.max_query_length,
                                                         doc_stride=s.doc_stride,
                                                         max_answer_length=s.max_answer_length,
                                                         start_n_top=s.start_n_top, end_n_top=s.end_n_top,

@@ -21,7 +21,7 @@ import functools
 import os
 from typing import ClassVar, Optional
 
-from xlnet_tf.finetuning.task_settings import ClassifierSettings
+from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks import tagging_data
 from xlnet_tf.tasks.base import RecordsTask, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
@@ -368,5 +368,5 @@ class TaggingTask(RecordsTask):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=TASK, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           labels=self.labels, pair=False, global_step=step,
+                           labels=self.labels, pair=False, global_step=step, family=self.family,
                            squad=dict(tag_scheme=self.scheme, window_stride=s.stride))

@@ -394,6 +394,7 @@ class _TextTaskModel(keras.Model):
 
         ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
         takes ``sentence2``; ``task``: recorded in the metadata."""
+        from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
         pre = self.preprocessor
@@ -403,7 +404,7 @@ class _TextTaskModel(keras.Model):
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
                            max_qa_length=pre.max_qa_length, squad=self._serving_squad(),
-                           **self._serving_long_document())
+                           family=tasks.for_kind(kind), **self._serving_long_document())
         return write_serving_model(self.network, export_dir, info, preprocessor=pre)
 
     def _serving_squad(self) -> dict:

@@ -66,7 +66,7 @@ def pretrain(settings: PretrainSettings) -> dict:
         batches_per_step = (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * s.grad_accum_steps
         return pretrain_dataset(s.data_dir, per_replica, s.seq_len, s.reuse_len, s.permutation_size, s.num_predict,
                                 s.bi_data, input_context=ctx, seed=s.seed, skip_batches=start_step * batches_per_step,
-                                objective=s.objective, perm_mask_dtype=PERM_MASK_WIRE_DTYPE)
+                                objective=get_objective(s.objective), perm_mask_dtype=PERM_MASK_WIRE_DTYPE)
 
     try:
         return run_pretraining(strategy, model_config, s, dataset_fn)

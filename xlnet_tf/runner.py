@@ -1,5 +1,7 @@
-"""The fine-tuning runner of run_classifier.py and run_squad.py: the stages train, eval, predict and export of any
-task family, through the hooks of its ``Task`` (``xlnet_tf.tasks.base``).
+"""The fine-tuning runner of run_classifier.py, run_squad.py and run_tagger.py: the stages train, eval, predict and
+export of any task family, through the hooks of its ``Task`` (``xlnet_tf.tasks.base``). It coordinates the task
+families, batch prediction and the exports, so it sits above them (docs/design.md's layers; it was
+``xlnet_tf.finetuning.runner``).
 
 ``run(settings)`` takes the entry point's settings (``ClassifierSettings`` or ``SquadSettings``, built from the
 flags by ``xlnet_tf.cli``, or directly); ``settings.family()`` names the task family (``xlnet_tf.tasks``). Nothing
@@ -85,7 +87,7 @@ def run(settings) -> Optional[dict]:
             result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
 
     if s.export_dir:
-        result["export"] = export_serving(model, s.export_dir, task.serving_info(step), s.spiece_model_file)
+        result["export"] = export_serving(model, s.export_dir, task.export_info(step), s.spiece_model_file)
     return result
 
 

@@ -1,8 +1,9 @@
 """Settings of run_classifier.py: ``FinetuneSettings`` plus the flags of the task families it runs (classification
 and regression, multiple choice, and families of a ``--task_module``). Field names and defaults are the flags' (the
 original run_classifier.py / run_race.py ones). What is specific to a family is checked by the family
-(``TaskFamily.settings_errors``). run_squad.py's settings are the squad family's (``xlnet_tf.tasks.squad``). No
-TensorFlow here: the entry points validate before it loads."""
+(``TaskFamily.settings_errors``). run_squad.py's settings are the squad family's (``xlnet_tf.tasks.squad``). It
+lives with the families, in the layer of their registry, which it asks (it was ``xlnet_tf.finetuning.task_settings``
+below them). No TensorFlow here: the entry points validate before it loads."""
 
 from __future__ import annotations
 
