@@ -202,7 +202,7 @@ def test_an_xlnet_config_and_settings_refuse_non_finite_numbers(tmp_path):
         XLNetConfig(**MICRO_CONFIG, initializer_range=float("nan"))
     from xlnet_tf.cli.launch import LaunchSettings
     from xlnet_tf.cli.serving_client import ServingClientSettings
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     errors = " | ".join(ClassifierSettings(learning_rate=float("nan"), dropout=float("inf")).errors() +
                         ServingClientSettings(timeout=float("nan")).errors() +

@@ -109,7 +109,7 @@ def test_a_release_layout_exports_as_hf_with_its_head(tmp_path):
 
     from xlnet_tf import hf
     from xlnet_tf.cli.export import ExportSettings, export
-    from xlnet_tf.finetuning.task_settings import ClassifierSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
 
     config_path = micro_config(tmp_path)
     settings = ClassifierSettings.from_values(dict(task_name="sst-2", model_config_path=config_path,
