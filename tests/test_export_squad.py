@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_export import decoded, serve, strings
-from test_squad import REPO, SMALL, _inference_batch  # the head's test batch (P, Q, CLS, pad)
+from export_helpers import REPO, decoded, serve, strings
+from squad_helpers import SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
@@ -33,7 +33,7 @@ def op_types(path: str) -> set:
 def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
     keras.utils.set_random_seed(1)
     model = XLNetSquad(SMALL, start_n_top=3, end_n_top=2)
-    batch = _inference_batch()
+    batch = inference_batch()
     expected = model(batch, training=False)
     info = ServingInfo(kind="squad", task="squad", max_seq_length=24, global_step=0,
                        squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,

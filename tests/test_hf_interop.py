@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from needs import require  # noqa: E402
+
+torch = require("torch")
+transformers = require("transformers")
 
 from xlnet_tf import hf  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402

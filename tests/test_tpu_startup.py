@@ -10,10 +10,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from classifier_helpers import REPO
-from test_cli import parsed
+from cli_helpers import parsed
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.finetuning.task_settings import ClassifierSettings
 from xlnet_tf.training.settings import PretrainSettings
