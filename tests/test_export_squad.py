@@ -73,6 +73,7 @@ def served(squad_run):
                                 "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
 
 
+@pytest.mark.slow
 def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run, served):
     """serving_default on the dev questions and contexts answers what run_squad.py --do_predict writes (text and
     null odds), with offsets into the original context."""
@@ -113,6 +114,7 @@ def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(served):
     assert out["start_char"]["value"][1:] == [-1, -1]
 
 
+@pytest.mark.slow
 def test_export_command_writes_the_squad_release_from_the_model_dir(squad_run):
     """python -m xlnet_tf.cli.export --format=release on a run_squad model directory: the original run_squad.py head
     names next to the network's, from the run's record alone."""

@@ -102,6 +102,7 @@ def classifier_values(tmp_path, **task) -> dict:
 @pytest.mark.parametrize("task", [dict(task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2")),
                                   dict(task_name="race", data_dir=os.path.join(FIXTURES, "race"), max_qa_length=16)],
                          ids=["classification", "race"])
+@pytest.mark.slow
 def test_killed_classifier_run_resumes_exactly(tmp_path, task):
     values = classifier_values(tmp_path, **task)
     runner.run(ClassifierSettings.from_values(values))
@@ -149,6 +150,7 @@ def one_batch_off_is_caught(values, tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_killed_squad_run_resumes_exactly(tmp_path):
     squad = os.path.join(FIXTURES, "squad")
     values = dict(common(tmp_path), train_file=os.path.join(squad, "train-v2.0.json"),

@@ -275,6 +275,7 @@ def test_every_fast_path_is_accounted_for():
 
 
 
+@pytest.mark.slow
 def test_importing_the_fast_paths_builds_nothing(tmp_path):
     """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
     code = ("import xlnet_tf.models.xlnet, xlnet_tf.training.losses, xlnet_tf.training.optimization\n"

@@ -52,6 +52,7 @@ def train(tmp_path, name, strategy, per_replica_batch, objective="pmlm", steps=4
     return metrics, model
 
 
+@pytest.mark.slow
 def test_pmlm_on_two_replicas_matches_one_device(tmp_path):
     config = CONFIG.replace(dropout=0.0, dropatt=0.0)  # replicas draw their own dropout masks
     one, model_one = train(tmp_path, "one", create_strategy("one_device"), 4, config=config)
@@ -61,6 +62,7 @@ def test_pmlm_on_two_replicas_matches_one_device(tmp_path):
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_one(tmp_path):
     from xlnet_tf.models.heads import XLNetClassifier
 
@@ -90,6 +92,7 @@ def test_memory_is_refused_for_objectives_without_it():
         PretrainSettings(**dict(vars(settings), objective="bert", mem_len=0)).validate()
 
 
+@pytest.mark.slow
 def test_both_pmlm_terms_fall_on_real_text(tmp_path):
     corpus = tmp_path / "text.txt"
     with open(os.path.join(REPO, "data", "corpus", "brown_sample.txt"), encoding="utf-8") as f:

@@ -33,6 +33,7 @@ def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwarg
     return metrics, model
 
 
+@pytest.mark.slow
 def test_mirrored_two_replicas_matches_one_device(tmp_path):
     one, model_one = train(tmp_path, "one", create_strategy("one_device"), per_replica_batch=4, weight_decay=0.01)
     two_strategy = create_strategy("mirrored")
@@ -43,6 +44,7 @@ def test_mirrored_two_replicas_matches_one_device(tmp_path):
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     # Without memory, two micro-batches of 2 are the same work as one batch of 4.
     no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
@@ -54,6 +56,7 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
 
 
 @pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
+@pytest.mark.slow
 def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
     """Stopped at a checkpoint and rerun, training ends with the weights of an uninterrupted run: the dropout
     layers' seed states are checkpointed with the weights, the optimizer and the step."""
@@ -68,6 +71,7 @@ def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
     assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_without_saving(tmp_path):
     strategy = create_strategy("one_device")
     train(tmp_path, "nan", strategy, per_replica_batch=2, steps=2, save_steps=2)
@@ -76,6 +80,7 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
     """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns. (It arrives
     after the first step: the first host loop reports after one step and goes on.)"""
@@ -115,6 +120,7 @@ def test_first_report_comes_after_one_step(tmp_path, monkeypatch):
     assert reported == [1, 4]
 
 
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, monkeypatch):
     """A half-written newest checkpoint is skipped with a warning; training resumes from the one before and ends
     where an uninterrupted run does. If every checkpoint is damaged, the error names them."""

@@ -251,6 +251,7 @@ def _read(path):
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_run_squad_v11_train_and_eval(tmp_path):
     # Warm start from a checkpoint in the original TF1 release format (names as in xlnet_model.ckpt).
     network = XLNetModel(XLNetConfig.from_json(os.path.join(REPO, "configs", "tiny.json")))
@@ -274,6 +275,7 @@ def test_run_squad_v11_train_and_eval(tmp_path):
     assert list((model_dir / "data").glob("spiece.model.0.slen-64.qlen-16.train.tf_record"))
 
 
+@pytest.mark.slow
 def test_run_squad_v20_prepro_train_predict_export(tmp_path):
     model_dir, data_dir = tmp_path / "v20", tmp_path / "features"
     common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}",
@@ -305,6 +307,7 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
     assert min(out["cls_logits"].numpy()[first_example]) == pytest.approx(null_odds[qid], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_run_squad_reports_bad_flags_and_files(tmp_path):
     bad = _write(tmp_path, "train.json", '{"data": [')
     # The three runs at once (independent; each waits seconds for TensorFlow's import).
