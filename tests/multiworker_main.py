@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from test_pretraining_loop import CONFIG, PREDICT, SEQ, make_dataset_fn, synthetic_examples  # noqa: E402
+from pretraining_helpers import CONFIG, PREDICT, SEQ, make_dataset_fn, synthetic_examples  # noqa: E402
 from xlnet_tf.errors import WorkerLostError  # noqa: E402
 from xlnet_tf.training.distribute import create_strategy  # noqa: E402
 from xlnet_tf.training.pretraining import run_pretraining  # noqa: E402

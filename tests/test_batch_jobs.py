@@ -131,6 +131,7 @@ def _job(path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) once the first run has a
     checkpoint; the rerun resumes that run from it, records the failure with its reason and finishes the third;

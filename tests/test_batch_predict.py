@@ -280,6 +280,7 @@ def _cli(args, **kw):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     """3 shards x 2k rows: a job SIGKILLed once its first shard is written and then rerun gives files
     byte-identical to an uninterrupted run's (here the same engine in this process, to spare a TensorFlow start);
@@ -326,6 +327,7 @@ def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     assert summary["complete"] and summary["rows"] == 6000 and summary["skipped"] == 0
 
 
+@pytest.mark.slow
 def test_squad_questions_from_the_raw_text_export(squad_run, tmp_path):
     """A SQuAD export's serving_default (question, context -> answer; run_squad.py's, conftest.py): a SQuAD file's
     questions are streamed with their ids, and each answer is the export's own for that question."""

@@ -25,6 +25,7 @@ TEXT = {"classification": dict(sentence=["A gripping film.", "", "Dull, dull, du
 
 
 @pytest.mark.parametrize("kind", ["classification", "regression", "multiple_choice"])
+@pytest.mark.slow
 def test_both_signatures_match_keras(tmp_path, kind):
     if kind == "multiple_choice":
         model = XLNetMultipleChoice(MICRO_CONFIG)

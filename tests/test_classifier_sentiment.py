@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from classifier_helpers import DEFAULTS, REPO, SPIECE
@@ -29,6 +30,7 @@ def _pretrained_checkpoint(tmp_path):
     return model_dir
 
 
+@pytest.mark.slow
 def test_finetuned_tiny_model_beats_majority_class(tmp_path):
     with open(os.path.join(SENTIMENT, "dev.tsv"), encoding="utf-8") as f:
         labels = [row[1] for row in list(csv.reader(f, delimiter="\t", quotechar=None))[1:]]

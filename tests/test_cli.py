@@ -15,6 +15,7 @@ import pytest
 from absl import flags
 
 from classifier_helpers import REPO
+from cli_helpers import parsed
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.cli.convert import ConvertSettings
 from xlnet_tf.cli.create_data import CreateDataSettings
@@ -32,13 +33,6 @@ from xlnet_tf.training.settings import PretrainDataSettings, PretrainSettings, R
 TOOL_SETTINGS = [PretrainSettings, ClassifierSettings, SquadSettings, ExportSettings, PredictSettings, JobsSettings,
                  CreateDataSettings, ConvertSettings, TrainSpmSettings, ServingOpsSettings,
                  LaunchSettings, TaggingSettings]
-
-
-def parsed(settings_cls, *argv, define=cli.define_flags):
-    values = flags.FlagValues()
-    define(settings_cls, values)
-    rest = values(["prog", *argv])
-    return values, rest[1:]
 
 
 # -- defining flags from the settings ---------------------------------------------------------------------------------

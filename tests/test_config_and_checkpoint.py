@@ -38,6 +38,7 @@ def test_bundled_configs_parse(name):
     assert config.n_head * config.d_head == config.d_model
 
 
+@pytest.mark.slow
 def test_released_shapes_give_the_published_parameter_counts():
     large = XLNetConfig.from_json(os.path.join(REPO, "configs", "xlnet_cased_L-24_H-1024_A-16.json"))
     base = XLNetConfig.from_json(os.path.join(REPO, "configs", "xlnet_cased_L-12_H-768_A-12.json"))

@@ -141,6 +141,7 @@ def test_resume_after_simulated_crash(written, corpus, tmp_path):
     assert not any(n.startswith(".") for n in os.listdir(copy / "tfrecords"))
 
 
+@pytest.mark.slow
 def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""
     reference_dir, manifest = written

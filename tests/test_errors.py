@@ -120,6 +120,7 @@ def test_init_checkpoint_is_checked_before_the_data_is_encoded(pretrained, tmp_p
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_tools_print_one_line_and_exit_1(pretrained, tmp_path):
     """As a user runs them (started together: each pays TensorFlow's import): a damaged --init_checkpoint, a
     fine-tuned checkpoint of another shape, and run_squad.py evaluating with only --init_checkpoint."""

@@ -8,41 +8,18 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURES, REPO, make_flags
+from export_helpers import PYTHON, decoded, serve, strings
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf.tasks import classifier_data
 from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
 
-PYTHON = sys.executable
 TINY = os.path.join(REPO, "configs", "tiny.json")
 SEQ = 48
-
-
-def serve(request: dict, timeout: int = 300) -> dict:
-    """``tests/serving_client.py`` in a fresh process: the reply (see its docstring)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([PYTHON, os.path.join(REPO, "tests", "serving_client.py")], input=json.dumps(request),
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd="/")
-    assert done.returncode == 0, f"the serving client crashed ({done.returncode}):\n{done.stderr[-3000:]}"
-    reply = json.loads(done.stdout.strip().splitlines()[-1])
-    assert reply["modules"] == [] or request.get("python_text"), reply["modules"]
-    assert not [m for m in reply["modules"] if m.startswith("xlnet_tf")]
-    return reply
-
-
-def strings(values) -> dict:
-    encode = (lambda v: [encode(x) for x in v] if isinstance(v, list)
-              else base64.b64encode(v if isinstance(v, bytes) else v.encode()).decode())
-    return {"dtype": "string", "value": encode(list(values))}
-
-
-def decoded(output) -> list:
-    return [base64.b64decode(v).decode() for v in output["value"]]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +39,7 @@ def run(tmp_path_factory):
     return dict(tmp=tmp, settings=settings, export=result["export"], examples=examples, predicted=predicted)
 
 
+@pytest.mark.slow
 def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
     s = run["settings"]
     assert run["export"] == os.path.join(s.export_dir, "2")  # version = the checkpoint's global step
@@ -110,6 +88,7 @@ def served(run):
         "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
 
 
+@pytest.mark.slow
 def test_raw_text_and_ids_equal_do_predict_in_a_fresh_process(run, served):
     """serving_default on the dev sentences gives run_classifier --do_predict's logits; serve_ids on the ids of
     the Python tokenizer too; the metadata signature says what the client needs."""
@@ -169,6 +148,7 @@ def test_the_serving_clients_requests_get_do_predicts_answers(run, served):
         np.testing.assert_allclose([sum(a["probabilities"]) for a in answer], 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_both_signatures(run):
     cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
     done = subprocess.run([cli, "show", "--dir", run["export"], "--all"], capture_output=True, text=True,
@@ -197,6 +177,7 @@ def test_bad_requests_give_defined_outputs_or_a_clear_error(served):
     assert counts["non_finite"] == 0 and counts["wrong_batch"] == 0 and counts["expected_errors"] > 0
 
 
+@pytest.mark.slow
 def test_export_command_from_the_model_dir_alone(run, tmp_path):
     """python -m xlnet_tf.cli.export needs only --model_dir and --export_dir; a second export of the same step gets
     the next version (never overwriting one); --format=release writes the original layout."""
@@ -232,6 +213,7 @@ def test_export_command_from_the_model_dir_alone(run, tmp_path):
     assert wrong.returncode == 1 and "was fine-tuned on mrpc" in wrong.stderr
 
 
+@pytest.mark.slow
 def test_bad_requests_multiple_choice(tmp_path):
     """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices)."""
     from classifier_helpers import MICRO_CONFIG, SPIECE
@@ -265,6 +247,7 @@ TF_SERVING_TEXT_LIBRARIES = {
     "utf8_binarize_op", "whitespace_tokenizer", "whitespace_tokenizer_v2", "wordpiece_tokenizer"}
 
 
+@pytest.mark.slow
 def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server(run):
     """python -m xlnet_tf.cli.serving_ops lists each op beyond TensorFlow's with its tensorflow-text library; every
     one is a library TF Serving's model server links, so the stock server loads the export (TF versions equal)."""
@@ -279,6 +262,7 @@ def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server(run):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_the_serving_client_command_over_the_wire(run, served, tmp_path):
     """python -m xlnet_tf.cli.serving_client against servers on 127.0.0.1 that answer as the fresh serving process
     did (a gRPC PredictionService, a REST endpoint): its request arrives as built, each row's answer is printed as

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_export import decoded, serve, strings
-from test_squad import REPO, SMALL, _inference_batch  # the head's test batch (P, Q, CLS, pad)
+from export_helpers import REPO, decoded, serve, strings
+from squad_helpers import SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
@@ -34,7 +34,7 @@ def op_types(path: str) -> set:
 def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
     keras.utils.set_random_seed(1)
     model = XLNetSquad(SMALL, start_n_top=3, end_n_top=2)
-    batch = _inference_batch()
+    batch = inference_batch()
     expected = model(batch, training=False)
     info = ServingInfo(kind="squad", task="squad", max_seq_length=24, global_step=0, family=tasks.get("squad"),
                        squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
@@ -74,6 +74,7 @@ def served(squad_run):
                                 "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
 
 
+@pytest.mark.slow
 def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run, served):
     """serving_default on the dev questions and contexts answers what run_squad.py --do_predict writes (text and
     null odds), with offsets into the original context."""
@@ -114,6 +115,7 @@ def test_bad_squad_requests_give_defined_outputs_or_a_clear_error(served):
     assert out["start_char"]["value"][1:] == [-1, -1]
 
 
+@pytest.mark.slow
 def test_export_command_writes_the_squad_release_from_the_model_dir(squad_run):
     """python -m xlnet_tf.cli.export --format=release on a run_squad model directory: the original run_squad.py head
     names next to the network's, from the run's record alone."""

@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-if os.environ.get("CI") == "true":  # CI has the test extra: a missing one fails there instead of skipping
-    import torch
-    import transformers
-else:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+from needs import require  # noqa: E402
+
+torch = require("torch")
+transformers = require("transformers")
 
 from xlnet_tf import hf  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402
@@ -197,6 +195,7 @@ def test_unmapped_and_missing_weights_are_named(tmp_path):
         checkpoint.tf1_tensors()
 
 
+@pytest.mark.slow
 def test_text_model_from_hf_directory_takes_config_head_and_casing(tmp_path):
     """from_checkpoint on an HF classifier: its labels, summary and lower-casing; the tokenizer's ids are HF's."""
     import xlnet_tf
@@ -320,6 +319,7 @@ def test_export_of_a_squad_run_as_hf(squad_run, tmp_path):
     _compare("XLNetForQuestionAnswering", theirs, ours)
 
 
+@pytest.mark.slow
 def test_text_tagger_from_an_hf_token_classifier_takes_its_tags_and_head(tmp_path):
     """XLNetForTokenClassification is the tagging family's head: from_checkpoint takes its tags (id2label), its
     casing and its weights, and what it predicts are those tags; written back, HF reads the same head."""

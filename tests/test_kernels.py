@@ -3,8 +3,8 @@ gradient, float32 and bfloat16, with and without dropout (the same mask from the
 multiples of the C++ kernels' 16 lanes; the contract binding each plain definition to its fast version; the one
 switch; the C++ kernels' errors for bad inputs.
 
-The tests of the C++ kernels are skipped only where there is no C++ compiler. Where there is one (CI), a kernel
-library that does not build or load fails them, with the compiler's error: they never pass by running the plain
+The tests of the C++ kernels are skipped only where there is no C++ compiler, and never under CI=true (there a
+missing compiler fails them). Where there is one, a kernel library that does not build or load fails them, with the compiler's error: they never pass by running the plain
 ops twice."""
 
 import ast
@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_tf
+from needs import require_compiler
 from xlnet_tf import kernels, ops
 from xlnet_tf.kernels import fast
 from xlnet_tf.layers.attention import attention_probs
@@ -29,12 +30,9 @@ from xlnet_tf.layers.normalization import residual_layer_norm
 
 @pytest.fixture(scope="module")
 def kernel_library():
-    """The C++ kernels, built and loaded; skips where no compiler is found, fails where one is and the build or
-    the load fails."""
-    compiler = ops._compiler()  # pylint: disable=protected-access - the build's own choice ($CXX, else PATH)
-    if compiler is None:
-        pytest.skip("no C++ compiler on PATH (c++, g++, clang++) and no $CXX: the custom kernels cannot be built "
-                    "here (the plain ops run instead)")
+    """The C++ kernels, built and loaded; skips where no compiler is found (fails under CI=true), fails where one
+    is and the build or the load fails."""
+    compiler = require_compiler()
     try:
         tf.load_op_library(str(ops.build()))
         failure = None
@@ -277,6 +275,7 @@ def test_every_fast_path_is_accounted_for():
 
 
 
+@pytest.mark.slow
 def test_importing_the_fast_paths_builds_nothing(tmp_path):
     """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
     code = ("import xlnet_tf.models.xlnet, xlnet_tf.objectives.losses, xlnet_tf.training.optimization\n"

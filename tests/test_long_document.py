@@ -125,6 +125,7 @@ def genre_run(tmp_path_factory):
     return settings, runner.run(settings)
 
 
+@pytest.mark.slow
 def test_memory_run_trains_evaluates_predicts_and_exports(genre_run):
     settings, result = genre_run
     assert result["train"]["step"] == 2 and 0.0 <= result["eval"]["metrics"]["accuracy"] <= 1.0

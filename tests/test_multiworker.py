@@ -7,9 +7,9 @@ import socket
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import tensorflow as tf
+
+from training_state import assert_same_state, checkpoint_state
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,6 +40,7 @@ def _start_workers(tmp_path, *args, workers):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_three_workers_train_in_lockstep(tmp_path):
     """Started by python -m xlnet_tf.cli.launch (TF_CONFIG per worker, {worker} in the command)."""
     done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=3", "--",
@@ -71,6 +72,7 @@ def _wait_for(path, procs, seconds=300):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_preempted_or_killed_workers_stop_together_and_a_rerun_resumes(tmp_path):
     """Three workers. SIGTERM to worker 1 (a preemption): all save at the same step and exit 0. Then, rerun,
     SIGKILL of worker 2: worker 0 stops within the coordination service's heartbeat timeout, non-zero, with one
@@ -115,21 +117,15 @@ def test_preempted_or_killed_workers_stop_together_and_a_rerun_resumes(tmp_path)
         assert p.returncode == 0, out[-3000:]
     assert json.loads((tmp_path / "out0.json").read_text())["step"] == resume + 2
 
+    # (Not beside the rerun: six workers on a loaded 2-core machine miss the coordination service's heartbeats.)
     (tmp_path / "straight").mkdir()
     procs = _start_workers(tmp_path / "straight", resume + 2, 2, 4, workers=3)
     for p in procs:
         out, _ = p.communicate(timeout=300)
         assert p.returncode == 0, out[-3000:]
-    resumed, straight = (tf.train.load_checkpoint(str(d / "model" / f"xlnet_model-{resume + 2}"))
+    # not compared: save_counter, the number of saves (the preemption's is one more), which no step reads
+    resumed, straight = (checkpoint_state(str(d / "model" / f"xlnet_model-{resume + 2}"),
+                                          skip=lambda name: name.startswith("save_counter/"))
                          for d in (tmp_path, tmp_path / "straight"))
-    names = sorted(resumed.get_variable_to_shape_map())
-    assert names == sorted(straight.get_variable_to_shape_map())
-    assert any("seed" in n.lower() or "rng" in n.lower() for n in names), names  # dropout's state is in it
-    differ = {}
-    for name in names:
-        a, b = np.asarray(resumed.get_tensor(name)), np.asarray(straight.get_tensor(name))
-        # not compared: the object graph (strings) and save_counter, the number of saves (the preemption's is one
-        # more), which no step reads
-        if a.dtype != object and not name.startswith("save_counter/") and not np.array_equal(a, b):
-            differ[name] = float(np.max(np.abs(a.astype(np.float64) - b)))
-    assert differ == {}, differ
+    assert any("seed" in n.lower() or "rng" in n.lower() for n in straight), sorted(straight)  # dropout's state
+    assert_same_state(resumed, straight)  # to float32 round-off (training_state.py); bit-identical so far

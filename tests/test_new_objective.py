@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_pmlm_training import scalars
+from pretraining_helpers import scalars
 from xlnet_tf.checkpoint import pretraining_objective
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from needs import require_compiler
 from xlnet_tf import XLNetConfig, XLNetPretrainer, kernels
 from xlnet_tf.training.optimization import (WarmupDecaySchedule, XLNetAdamW, apply_gradients_across_replicas,
                                             create_optimizer, layerwise_lr_multipliers)
@@ -156,11 +157,6 @@ def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
     assert opt._use_weight_decay(net.blocks[0].rel_attn.q_kernel)
 
 
-def _compiler_available():
-    import shutil
-    return any(shutil.which(c) for c in ("c++", "g++", "clang++"))
-
-
 def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
     """``steps`` of apply_gradients_across_replicas on a few variables (decayed, excluded, scalar and per-slice
     multipliers); returns (variables, moments, the step's op types)."""
@@ -198,8 +194,7 @@ def test_fused_adamw_kernel_is_bit_identical_to_tensorflows_ops(clip_norm):
     """On CPU the clip scale, decay and Adam run as one custom kernel; the variables and moments after several
     steps must equal TensorFlow's ops (clip multiply, decay assign, ResourceApplyAdam) exactly, with clipping
     active (gradient norm ~ 150) or off, decay exclusions and learning-rate multipliers."""
-    if not _compiler_available():
-        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    require_compiler()
     fused_vars, fused_moments, fused_ops = _train("fast", clip_norm)
     plain_vars, plain_moments, plain_ops = _train("plain", clip_norm)
     assert "XlnetFusedAdamW" in fused_ops and "ResourceApplyAdam" not in fused_ops
@@ -211,8 +206,7 @@ def test_fused_adamw_kernel_is_bit_identical_to_tensorflows_ops(clip_norm):
 def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
     """Two CPU replicas (the update runs in cross-replica context on another thread), and a jit_compiled step
     (XLA cannot run the custom kernel: TensorFlow's ops are used there): the same update as the plain path."""
-    if not _compiler_available():
-        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    require_compiler()
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"],
                                               cross_device_ops=tf.distribute.ReductionToOneDevice())
     plain_vars, _, _ = _train("plain", 1.0, strategy=strategy)
@@ -251,8 +245,7 @@ def test_fused_adamw_falls_back_when_the_kernel_cannot_be_built(monkeypatch, tmp
 
 
 def test_fused_adamw_kernel_rejects_bad_inputs_by_name():
-    if not _compiler_available():
-        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    require_compiler()
     from xlnet_tf import ops
 
     op = ops.fused_adamw()
@@ -271,8 +264,7 @@ def test_fused_adamw_library_is_built_once_into_a_shared_cache(monkeypatch, tmp_
     """``python -m xlnet_tf.ops`` / first use: one library in $XLNET_TF_OPS_DIR, readable by other users, no
     temporary files left; a second build reuses it, a changed source builds anew. (A one-function source with
     TensorFlow's real flags: the caching is under test here; the kernels' own build is every fast-path test's.)"""
-    if not _compiler_available():
-        pytest.skip("no C++ compiler: the fused kernel cannot be built here (the optimizer falls back)")
+    require_compiler()
     from xlnet_tf import ops
 
     source = tmp_path / "probe.cc"

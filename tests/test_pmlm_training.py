@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_pretraining_loop import assert_same_weights
+from pretraining_helpers import assert_same_weights, scalars
+from training_state import ROUND_OFF
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
 from xlnet_tf.objectives import BatchShape, get_objective
@@ -51,15 +52,17 @@ def train(tmp_path, name, strategy, per_replica_batch, objective="pmlm", steps=4
     return metrics, model
 
 
+@pytest.mark.slow
 def test_pmlm_on_two_replicas_matches_one_device(tmp_path):
     config = CONFIG.replace(dropout=0.0, dropatt=0.0)  # replicas draw their own dropout masks
     one, model_one = train(tmp_path, "one", create_strategy("one_device"), 4, config=config)
     two, model_two = train(tmp_path, "two", create_strategy("mirrored"), 2, config=config)
     for key in ("loss", "loss_ae", "loss_par", "accuracy_ae", "accuracy_par"):
         np.testing.assert_allclose(one[key], two[key], rtol=1e-5, err_msg=key)
-    assert_same_weights(model_one, model_two, atol=2e-5)
+    assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_one(tmp_path):
     from xlnet_tf.models.heads import XLNetClassifier
 
@@ -68,7 +71,7 @@ def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_on
     train(tmp_path, "resumed", strategy, 2, steps=2, save_steps=2)
     resumed, model_resumed = train(tmp_path, "resumed", strategy, 2, steps=4, save_steps=2)
     assert resumed["step"] == 4  # (its report covers step 4 only: a run's first host loop reports after a step)
-    assert_same_weights(model_straight, model_resumed, atol=1e-6)
+    assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
     # The checkpoint records its objective; resuming it with another one is refused.
     assert pretraining_objective(str(tmp_path / "resumed")) == "pmlm"
     with pytest.raises(SettingsError, match="holds a run of --objective=pmlm"):
@@ -76,7 +79,7 @@ def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_on
     # Fine-tuning reads the network as from an XLNet checkpoint: nothing to set.
     classifier = XLNetClassifier(CONFIG, num_labels=2)
     load_pretrained(classifier, str(tmp_path / "resumed"))
-    assert_same_weights(classifier.xlnet, model_resumed.xlnet, atol=0)
+    assert_same_weights(classifier.xlnet, model_resumed.xlnet, round_off=0)
 
 
 def test_memory_is_refused_for_objectives_without_it():
@@ -89,16 +92,7 @@ def test_memory_is_refused_for_objectives_without_it():
         PretrainSettings(**dict(vars(settings), objective="bert", mem_len=0)).validate()
 
 
-def scalars(model_dir):
-    """TensorBoard scalars of a run: {tag: [(step, value)]}."""
-    out = {}
-    for path in tf.io.gfile.glob(os.path.join(model_dir, "train", "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                out.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
-    return {tag: sorted(values) for tag, values in out.items()}
-
-
+@pytest.mark.slow
 def test_both_pmlm_terms_fall_on_real_text(tmp_path):
     corpus = tmp_path / "text.txt"
     with open(os.path.join(REPO, "data", "corpus", "brown_sample.txt"), encoding="utf-8") as f:

@@ -256,6 +256,7 @@ def test_config_round_trip_and_errors(preprocessors):
         pre.multiple_choice(["a"], ["b"], ["c"])
 
 
+@pytest.mark.slow
 def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(preprocessors, tmp_path):
     """A SavedModel of a ``tf.function`` over the layer (input signature [None] tf.string) is self-contained:
     a process that imports only tensorflow and tensorflow_text (no xlnet_tf, no sentencepiece, no spiece.model

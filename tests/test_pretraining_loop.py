@@ -8,46 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from training_state import ROUND_OFF
+from pretraining_helpers import CONFIG, PREDICT, SEQ, assert_same_weights, make_dataset_fn, synthetic_examples
 from xlnet_tf.errors import InputError
-from xlnet_tf import XLNetConfig, XLNetPretrainer
+from xlnet_tf import XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.training.distribute import create_strategy
 from xlnet_tf.training.pretraining import run_pretraining
 from xlnet_tf.training.settings import PretrainSettings
-
-SEQ, REUSE, PREDICT, VOCAB = 16, 8, 4, 50
-CONFIG = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=VOCAB, mem_len=8,
-                     reuse_len=REUSE, dropout=0.0, dropatt=0.0)
-
-
-def synthetic_examples(n, seed=0):
-    """n examples with a random factorization order per example (targets = last PREDICT in the order)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(9, VOCAB, (n, SEQ)).astype(np.int32)
-    seg = np.zeros((n, SEQ), np.int32)
-    perm = np.zeros((n, SEQ, SEQ), np.float32)
-    tm = np.zeros((n, PREDICT, SEQ), np.float32)
-    for e in range(n):
-        order = rng.permutation(SEQ)
-        rank = np.argsort(order)
-        targets = order[-PREDICT:]
-        is_target = np.zeros(SEQ, bool)
-        is_target[targets] = True
-        perm[e] = (is_target[None, :] & ((rank[:, None] <= rank[None, :]) | ~is_target[:, None])).astype(np.float32)
-        tm[e, np.arange(PREDICT), np.sort(targets)] = 1
-    target = np.einsum("epl,el->ep", tm, ids).astype(np.int32)
-    return dict(input_ids=ids, segment_ids=seg, perm_mask=perm, target_mapping=tm, target=target,
-                target_mask=np.ones((n, PREDICT), np.float32))
-
-
-def make_dataset_fn(examples, per_replica_batch, accum=1):
-    """As the pretraining reader positions its pipeline: each input pipeline (one per worker) reads its own shard
-    and a step takes a batch for each of that pipeline's replicas, so a resumed run skips that many per step."""
-    def dataset_fn(ctx, start_step):
-        records_per_step = per_replica_batch * (ctx.num_replicas_in_sync // ctx.num_input_pipelines) * accum
-        ds = tf.data.Dataset.from_tensor_slices(examples).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        return ds.repeat().skip(start_step * records_per_step).batch(per_replica_batch, drop_remainder=True)
-    return dataset_fn
 
 
 def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
@@ -65,11 +33,7 @@ def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwarg
     return metrics, model
 
 
-def assert_same_weights(a, b, atol):
-    for va, vb in zip(a.weights, b.weights):
-        np.testing.assert_allclose(va.numpy(), vb.numpy(), atol=atol, err_msg=va.path)
-
-
+@pytest.mark.slow
 def test_mirrored_two_replicas_matches_one_device(tmp_path):
     one, model_one = train(tmp_path, "one", create_strategy("one_device"), per_replica_batch=4, weight_decay=0.01)
     two_strategy = create_strategy("mirrored")
@@ -77,9 +41,10 @@ def test_mirrored_two_replicas_matches_one_device(tmp_path):
     two, model_two = train(tmp_path, "two", two_strategy, per_replica_batch=2, weight_decay=0.01)
     assert one["step"] == two["step"] == 4
     np.testing.assert_allclose(one["loss"], two["loss"], rtol=1e-5)
-    assert_same_weights(model_one, model_two, atol=2e-5)
+    assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     # Without memory, two micro-batches of 2 are the same work as one batch of 4.
     no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
@@ -87,10 +52,11 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     big, model_big = train(tmp_path, "big", strategy, per_replica_batch=4, steps=2, config=no_memory)
     acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=2, steps=2, accum=2, config=no_memory)
     np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
-    assert_same_weights(model_big, model_acc, atol=2e-5)
+    assert_same_weights(model_big, model_acc, round_off=ROUND_OFF)
 
 
 @pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
+@pytest.mark.slow
 def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
     """Stopped at a checkpoint and rerun, training ends with the weights of an uninterrupted run: the dropout
     layers' seed states are checkpointed with the weights, the optimizer and the step."""
@@ -102,9 +68,10 @@ def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
     assert first["step"] == 2
     resumed, model_resumed = train(tmp_path, "resumed", strategy, batch, steps=4, save_steps=2, config=config)
     assert resumed["step"] == 4
-    assert_same_weights(model_straight, model_resumed, atol=1e-6)
+    assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_without_saving(tmp_path):
     strategy = create_strategy("one_device")
     train(tmp_path, "nan", strategy, per_replica_batch=2, steps=2, save_steps=2)
@@ -113,6 +80,7 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
     """Preemption: SIGTERM finishes the current host loop, writes a checkpoint there and returns. (It arrives
     after the first step: the first host loop reports after one step and goes on.)"""
@@ -152,6 +120,7 @@ def test_first_report_comes_after_one_step(tmp_path, monkeypatch):
     assert reported == [1, 4]
 
 
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, monkeypatch):
     """A half-written newest checkpoint is skipped with a warning; training resumes from the one before and ends
     where an uninterrupted run does. If every checkpoint is damaged, the error names them."""
@@ -170,7 +139,7 @@ def test_damaged_latest_checkpoint_resumes_from_the_previous_one(tmp_path, monke
     resumed, model_resumed = train(tmp_path, "damaged", strategy, per_replica_batch=2, steps=4, save_steps=2)
     assert [w for w in warnings if w.startswith("cannot resume from") and "xlnet_model-4" in w], warnings
     assert resumed["step"] == 4
-    assert_same_weights(model_straight, model_resumed, atol=1e-6)
+    assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
 
     for path in glob.glob(str(tmp_path / "damaged" / "xlnet_model-*.index")):
         with open(path, "wb") as f:

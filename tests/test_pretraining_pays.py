@@ -54,6 +54,7 @@ def test_log_unigram_is_a_smoothed_distribution():
     np.testing.assert_allclose(p, np.array([0.5, 1.5, 2.5, 5.5]) / 10.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_short_pretraining_starts_at_the_unigram_entropy(short_run):
     metrics, _, counts = short_run
     p = counts[counts > 0] / counts.sum()

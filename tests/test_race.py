@@ -88,6 +88,7 @@ def test_bad_input(tmp_path):
         race_data.read_examples(str(tmp_path), "train")
 
 
+@pytest.mark.slow
 def test_race_end_to_end(tmp_path):
     flags = make_flags(tmp_path, task_name="race", data_dir=RACE, do_train=True, do_eval=True, do_predict=True,
                        max_seq_length=64, max_qa_length=24, export_dir=str(tmp_path / "export"))

@@ -190,6 +190,7 @@ def bio_run(tmp_path_factory):
                 export=os.path.join(settings.export_dir, "4"))
 
 
+@pytest.mark.slow
 def test_run_tagger_evaluates_and_predicts_every_word(bio_run):
     dev, predicted = bio_run["dev"], bio_run["predicted"]
     assert [p["tokens"] for p in predicted] == [d["tokens"] for d in dev]
@@ -204,6 +205,7 @@ def test_run_tagger_evaluates_and_predicts_every_word(bio_run):
     assert conll.split("\n\n")[0].split("\n")[0].split(" ")[:2] == [dev[0]["tokens"][0], dev[0]["tags"][0]]
 
 
+@pytest.mark.slow
 def test_raw_text_export_returns_tags_with_offsets(bio_run):
     serve = tf.saved_model.load(bio_run["export"]).signatures["serving_default"]
     dev, predicted = bio_run["dev"], bio_run["predicted"]
@@ -225,6 +227,7 @@ def test_raw_text_export_returns_tags_with_offsets(bio_run):
         assert [x.decode() for x in out["entity_text"][i][:e]] == [t[s:x] for _, s, x in want]
 
 
+@pytest.mark.slow
 def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     dev = bio_run["dev"][:4]
     source = tmp_path / "in" / "part-0.jsonl"

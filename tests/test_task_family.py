@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from xlnet_tf import tasks
 from xlnet_tf.finetuning import records
@@ -176,6 +177,7 @@ def _run(args, **kw):
                           timeout=300, **kw)
 
 
+@pytest.mark.slow
 def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels)

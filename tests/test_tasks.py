@@ -64,6 +64,7 @@ def _softmax(logits):
     return tf.nn.softmax(logits).numpy()
 
 
+@pytest.mark.slow
 def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     folder, tensors = release
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
@@ -149,6 +150,7 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
 
 
+@pytest.mark.slow
 def test_fit_and_predict_under_mirrored_strategy(release, tokenizer):
     folder, _ = release
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -164,6 +166,7 @@ def test_fit_and_predict_under_mirrored_strategy(release, tokenizer):
                                _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_text_classifier_trains_with_xla(release, tokenizer):
     """jit_compile=True: Keras compiles the steps (network, loss, optimizer) with XLA, the strings staying in the
     tf.data pipeline; validation data as raw strings; predictions equal to the network on encode_example's ids."""
@@ -183,6 +186,7 @@ def test_text_classifier_trains_with_xla(release, tokenizer):
                                _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_multiple_choice_on_raw_strings(release, tokenizer):
     folder, _ = release
     model = xlnet_tf.XLNetTextMultipleChoice.from_checkpoint(folder, seq_length=48, max_qa_length=12, dropout=0.0,
@@ -288,6 +292,7 @@ def test_squad_window_labels_equal_squad_data(squad_model, tokenizer, name):
     np.testing.assert_array_equal(again["end_positions"].numpy(), windows["end_positions"])
 
 
+@pytest.mark.slow
 def test_squad_fit_predict_and_export_on_raw_strings(release, squad_trained, tmp_path):
     """fit on raw SQuAD 2.0 strings (``squad_trained``) moves the weights; predict's answers on the dev questions
     are the SavedModel export's (run_squad.py --do_predict's rules, test_export_squad.py), with offsets into the
@@ -355,6 +360,7 @@ def _assert_same_updates(got, want, initial, rtol):
         assert np.max(np.abs(got_w - want_w)) <= rtol * change + 1e-7, (got_w.shape, change)
 
 
+@pytest.mark.slow
 def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer, squad_trained):
     """Two replicas (a 2-CPU MirroredStrategy) train XLNetTextSquad as one device does (``squad_trained``), to
     float32 round-off: every replica gets the same number of windows per step (the last step filled up with windows
@@ -443,6 +449,7 @@ def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_i
         model.predict(np.array([], dtype=object))
 
 
+@pytest.mark.slow
 def test_classifier_refuses_labels_that_are_not_its_classes(release):
     """Keras would train on int(1.7) = 1; the classifier knows its classes and refuses fractions and out-of-range
     labels, as arrays (at once) and in a tf.data pipeline (when the batch is read)."""

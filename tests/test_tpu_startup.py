@@ -13,7 +13,7 @@ import time
 import pytest
 
 from classifier_helpers import REPO
-from test_cli import parsed
+from cli_helpers import parsed
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.training.settings import PretrainSettings
@@ -66,6 +66,7 @@ os._exit(0)  # the thread still blocked on the silent server is abandoned, as th
 """
 
 
+@pytest.mark.slow
 def test_each_startup_failure_is_one_bounded_error_saying_what_to_check():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     results = {}
@@ -88,6 +89,7 @@ def test_each_startup_failure_is_one_bounded_error_saying_what_to_check():
     assert all("\n" not in m for m, _ in results.values())
 
 
+@pytest.mark.slow
 def test_entry_points_check_inputs_before_the_tpu_and_fail_in_one_line(tmp_path):
     """run_pretrain.py checks its data directory before connecting; run_classifier.py with good inputs and an
     unreachable TPU ends in one line, exit 1, no traceback, within seconds of TensorFlow's start."""

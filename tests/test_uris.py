@@ -83,6 +83,7 @@ def test_settings_check_uris_after_tensorflow_loads():
     assert "--model_config_path=ram://nope/c.json: file not found" in errors
 
 
+@pytest.mark.slow
 def test_pretrain_finetune_export_predict_on_ram():
     """The library, every path on ram://: data written from a ram:// corpus, 2 pretraining steps, 2 fine-tuning
     steps from that checkpoint with prediction and an export, batch prediction with the export, a job's files."""
@@ -146,6 +147,7 @@ def _tool(command, args, cwd):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_command_line_tools_with_file_uris(tmp_path):
     """data + pretrain -> fine-tune -> export -> batch predict, every path a file:// URI, run from an empty
     working directory: a path taken by a non-gfile API would leave a ``file:`` directory there or fail."""
@@ -181,6 +183,7 @@ def test_command_line_tools_with_file_uris(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_a_missing_uri_is_one_line_naming_the_flag(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "xlnet_tf.cli.export", f"--model_dir=file://{tmp_path}/none",

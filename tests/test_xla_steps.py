@@ -148,6 +148,7 @@ def test_squad_steps_compile_static(tmp_path):
     assert list(results["x"]) == list(range(len(data.features)))
 
 
+@pytest.mark.slow
 def test_run_classifier_with_jit_compile_trains_as_without(tmp_path):
     """``--jit_compile``: fine-tuning and evaluation through XLA give what the plain run gives (to XLA's fusions)."""
     from xlnet_tf.runner import run
