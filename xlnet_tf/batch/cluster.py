@@ -79,9 +79,10 @@ def runs_to_submit(job: job_runner.Job, only: Optional[list] = None) -> tuple:
     return todo, done
 
 
-def task_command(s, job: job_runner.Job, model_dirs: list, index_env: Optional[str] = None) -> list:
+def task_command(s, job: job_runner.Job, task: tuple, model_dirs: list, index_env: Optional[str] = None) -> list:
+    """``task``: the arguments of Python that run one run (the command-line tool's, which hands them down)."""
     python = s.python or (sys.executable if s.scheduler == "slurm" else "python")
-    return ([python, "-m", "xlnet_tf.cli.jobs", "run", f"--script={job.script}"]
+    return ([python, *task, f"--script={job.script}"]
             + ([f"--index_env={index_env}"] if index_env else []) + list(model_dirs))
 
 
@@ -103,7 +104,7 @@ def _header(job: job_runner.Job, runs: list, done: list, then: str) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
 
-def kubernetes_manifest(s, job: job_runner.Job, runs: list, done: list, path: str) -> str:
+def kubernetes_manifest(s, job: job_runner.Job, task: tuple, runs: list, done: list, path: str) -> str:
     """One Indexed Job: completion index i runs runs[i]."""
     name = _name(s, job)
     resources: dict = {}
@@ -115,7 +116,7 @@ def kubernetes_manifest(s, job: job_runner.Job, runs: list, done: list, path: st
         resources.setdefault("requests", {})["memory"] = s.memory
         resources.setdefault("limits", {})["memory"] = s.memory
     container = dict(name="finetune", image=s.image,
-                     command=task_command(s, job, [r.model_dir for r in runs], INDEX_ENV["kubernetes"]))
+                     command=task_command(s, job, task, [r.model_dir for r in runs], INDEX_ENV["kubernetes"]))
     if s.workdir:
         container["workingDir"] = s.workdir
     if resources:
@@ -134,7 +135,7 @@ def kubernetes_manifest(s, job: job_runner.Job, runs: list, done: list, path: st
             + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=1000))
 
 
-def slurm_script(s, job: job_runner.Job, runs: list, done: list, path: str, out: str) -> str:
+def slurm_script(s, job: job_runner.Job, task: tuple, runs: list, done: list, path: str, out: str) -> str:
     """One array script: task i runs runs[i] through srun."""
     q = shlex.quote
     options = [f"--job-name={_name(s, job)}",
@@ -143,7 +144,7 @@ def slurm_script(s, job: job_runner.Job, runs: list, done: list, path: str, out:
     options += [f"--partition={s.partition}"] * bool(s.partition) + [f"--account={s.account}"] * bool(s.account)
     options += [f"--gres=gpu:{s.gpus}"] * bool(s.gpus) + [f"--cpus-per-task={s.cpus}"] * bool(s.cpus)
     options += [f"--mem={s.memory}"] * bool(s.memory) + [f"--time={s.time_limit}"] * bool(s.time_limit)
-    command = " ".join(q(part) for part in task_command(s, job, []))
+    command = " ".join(q(part) for part in task_command(s, job, task, []))
     return ("#!/bin/bash\n" + "".join(f"#SBATCH {option}\n" for option in options)
             + _header(job, runs, done, f"Submit: sbatch {path}") + "set -euo pipefail\n"
             + f"cd {q(s.workdir or os.getcwd())}\n" + "RUNS=(\n"
@@ -151,20 +152,21 @@ def slurm_script(s, job: job_runner.Job, runs: list, done: list, path: str, out:
             + f'exec srun {command} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"\n')
 
 
-def vertex_spec(s, job: job_runner.Job, run: job_runner.Run) -> dict:
+def vertex_spec(s, job: job_runner.Job, task: tuple, run: job_runner.Run) -> dict:
     """A CustomJobSpec, as ``gcloud ai custom-jobs create --config`` takes it."""
     machine = dict(machineType=s.machine_type)
     if s.gpus:
         machine.update(acceleratorType=s.accelerator_type, acceleratorCount=s.gpus)
     spec = dict(workerPoolSpecs=[dict(machineSpec=machine, replicaCount=1, containerSpec=dict(
-        imageUri=s.image, command=task_command(s, job, [run.model_dir])))])
+        imageUri=s.image, command=task_command(s, job, task, [run.model_dir])))])
     if s.service_account:
         spec["serviceAccount"] = s.service_account
     return spec
 
 
-def submit(s, job: job_runner.Job) -> tuple:
-    """Writes the scheduler's files for the runs of ``job`` that are not done; returns (files, runs, done)."""
+def submit(s, job: job_runner.Job, task: tuple) -> tuple:
+    """Writes the scheduler's files for the runs of ``job`` that are not done, each task running Python with the
+    arguments ``task`` + ``--script=...`` + its run directory; returns (files, runs, done)."""
     runs, done = runs_to_submit(job, s.selected)
     if not runs:
         return [], runs, done
@@ -172,10 +174,10 @@ def submit(s, job: job_runner.Job) -> tuple:
     os.makedirs(out, exist_ok=True)
     if s.scheduler == "kubernetes":
         path = os.path.join(out, "job.yaml")
-        files = {path: kubernetes_manifest(s, job, runs, done, path)}
+        files = {path: kubernetes_manifest(s, job, task, runs, done, path)}
     elif s.scheduler == "slurm":
         path = os.path.join(out, "job.sbatch")
-        files = {path: slurm_script(s, job, runs, done, path, out)}
+        files = {path: slurm_script(s, job, task, runs, done, path, out)}
     else:
         files = {}
         commands = []
@@ -183,7 +185,7 @@ def submit(s, job: job_runner.Job) -> tuple:
             path = os.path.join(out, f"{run.name}.yaml")
             command = (f"gcloud ai custom-jobs create --region={shlex.quote(s.region)} --display-name="
                        f"{shlex.quote(_name(s, job) + '.' + run.name)} --config={shlex.quote(path)}")
-            files[path] = f"# Submit: {command}\n" + yaml.safe_dump(vertex_spec(s, job, run), sort_keys=False,
+            files[path] = f"# Submit: {command}\n" + yaml.safe_dump(vertex_spec(s, job, task, run), sort_keys=False,
                                                                     width=1000)
             commands.append(command + "\n")
         path = os.path.join(out, "submit.sh")

@@ -26,6 +26,7 @@ COMMANDS = ("finetune", "submit", "gather", "run")
 SCHEDULERS = ("kubernetes", "slurm", "vertex")  # xlnet_tf.batch.cluster.SCHEDULERS (no import here: see run())
 # Flags of one command only (the others' are errors); submit's per scheduler: xlnet_tf.batch.cluster.
 COMMAND_FLAGS = {"finetune": ("only", "dry_run"), "gather": (), "run": ("script", "index_env")}
+TASK = ("-m", "xlnet_tf.cli.jobs", "run")  # what a cluster task runs (python + these + --script=... + run dirs)
 
 
 @dataclasses.dataclass
@@ -137,7 +138,7 @@ def submit(s: JobsSettings, job) -> int:
     from xlnet_tf import io_utils
     from xlnet_tf.batch import cluster
 
-    files, runs, done = cluster.submit(s, job)
+    files, runs, done = cluster.submit(s, job, TASK)
     if done:
         print(f"[jobs] done before, not submitted: {', '.join(run.name for run in done)}", flush=True)
     if not runs:
