@@ -24,9 +24,11 @@ Each run is a subprocess (``python run_classifier.py --config_file=<model_dir>/j
 over. A run is *done* once its process exits 0 (``<model_dir>/job_done.json``); a rerun of the job skips done
 runs, starts the others again (an interrupted one resumes from its last checkpoint: same ``--model_dir``) and
 tries failed ones again. A run whose flags changed since it started is refused (recorded as failed, naming the
-flags) rather than resumed with other settings. A failure is recorded with its reason and the next run starts.
-``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed, status; mean +- sd
-over the seeds of each entry) are rewritten atomically before and after every run.
+flags) rather than resumed with other settings. A failure is recorded with its reason (``job_failed.json``) and the
+next run starts. ``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed,
+status; mean +- sd over the seeds of each entry) are rewritten atomically before and after every run, from the
+runs' directories alone (``run_row``): ``gather`` writes the same bytes after runs elsewhere (``xlnet_tf.batch.
+cluster``: Kubernetes, Slurm, Vertex AI) or a crash.
 
 No TensorFlow in this process: it only starts and watches the runs. The command line is ``xlnet_tf.cli.jobs``.
 """
