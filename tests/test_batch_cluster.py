@@ -4,7 +4,6 @@ for the Slurm script; the manifests' container commands with their index variabl
 ``run_classifier.py`` (it writes an evaluation report; no TensorFlow): the real end-to-end run, a model trained by
 a generated Slurm task, is in test_batch_jobs.py."""
 
-import json
 import os
 import shutil
 import subprocess
