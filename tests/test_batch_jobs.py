@@ -134,8 +134,10 @@ def _job(path):
 @pytest.mark.slow
 def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) once the first run has a
-    checkpoint; the rerun resumes that run from it, records the failure with its reason and finishes the third;
-    a third invocation skips the two finished runs."""
+    checkpoint. The third run is trained meanwhile as on a cluster: the task of a generated Slurm array script
+    (bash, a stand-in srun on PATH). The rerun skips it, resumes the first run from its checkpoint and records
+    the failure with its reason; a third invocation skips the two finished runs; `jobs gather` then writes the
+    local runner's table, byte for byte."""
     path = write_job(tmp_path, [
         {"name": "first", "train_steps": 12, "save_steps": 1, "iterations": 1},
         {"name": "broken", "data_dir": str(tmp_path / "no_such_dir"), "train_steps": 2},
@@ -150,10 +152,24 @@ def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     assert not (out / "first" / jobs.DONE_FILE).exists(), "the first run finished before the kill"
     assert json.loads((out / "results.json").read_text())["runs"][0]["status"] == "running"
 
+    slurm = tmp_path / "slurm"
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.jobs", "submit", path, "--scheduler=slurm",
+                           "--only=third", f"--out={slurm}", f"--workdir={REPO}", "--gpus=0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and f"[jobs] submit with: sbatch {slurm / 'job.sbatch'}" in done.stdout, done.stderr
+    assert "#SBATCH --array=0-0\n" in (slurm / "job.sbatch").read_text()
+    (slurm / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    (slurm / "srun").chmod(0o755)
+    task = subprocess.run(["bash", str(slurm / "job.sbatch")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SLURM_ARRAY_TASK_ID="0",
+                                                PATH=f"{slurm}:{os.environ['PATH']}"))
+    assert task.returncode == 0 and "trained to step 2" in task.stdout, task.stdout[-3000:] + task.stderr
+    assert (out / "third" / jobs.DONE_FILE).exists() and "job attempt" in (out / "third" / jobs.LOG_FILE).read_text()
+
     proc = _job(path)
     log = proc.communicate(timeout=300)[0]
     assert proc.returncode == 1, log  # a run failed
-    assert "[jobs] first: resuming" in log
+    assert "[jobs] first: resuming" in log and "[jobs] third: done before, skipped" in log
     first_log = (out / "first" / jobs.LOG_FILE).read_text()
     assert first_log.count("job attempt") == 2 and "resumed from" in first_log.split("job attempt")[-1]
     results = json.loads((out / "results.json").read_text())
@@ -170,3 +186,8 @@ def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     log = proc.communicate(timeout=120)[0]
     assert "[jobs] first: done before, skipped" in log and "[jobs] third: done before, skipped" in log
     assert "[jobs] broken: FAILED: --data_dir=" in log
+    local = {name: (out / name).read_bytes() for name in ("results.md", "results.json")}
+    gathered = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.jobs", "gather", path], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    assert gathered.returncode == 1 and "[jobs] 1 of 3 runs not done: broken (failed: --data_dir=" in gathered.stdout
+    assert {name: (out / name).read_bytes() for name in local} == local

@@ -24,9 +24,11 @@ Each run is a subprocess (``python run_classifier.py --config_file=<model_dir>/j
 over. A run is *done* once its process exits 0 (``<model_dir>/job_done.json``); a rerun of the job skips done
 runs, starts the others again (an interrupted one resumes from its last checkpoint: same ``--model_dir``) and
 tries failed ones again. A run whose flags changed since it started is refused (recorded as failed, naming the
-flags) rather than resumed with other settings. A failure is recorded with its reason and the next run starts.
-``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed, status; mean +- sd
-over the seeds of each entry) are rewritten atomically before and after every run.
+flags) rather than resumed with other settings. A failure is recorded with its reason (``job_failed.json``) and the
+next run starts. ``<output_dir>/results.json`` and ``results.md`` (run, task, metric, value, best step, seed,
+status; mean +- sd over the seeds of each entry) are rewritten atomically before and after every run, from the
+runs' directories alone (``run_row``): ``gather`` writes the same bytes after runs elsewhere (``xlnet_tf.batch.
+cluster``: Kubernetes, Slurm, Vertex AI) or a crash.
 
 No TensorFlow in this process: it only starts and watches the runs. The command line is ``xlnet_tf.cli.jobs``.
 """
@@ -57,6 +59,7 @@ from xlnet_tf.training.settings import output_dir_problem
 JOB_KEYS = ("output_dir", "defaults", "runs", "script")
 RUN_KEYS = ("name", "seeds", "metric")  # the job's own keys in a run entry; every other key is a flag
 FLAGS_FILE, LOG_FILE, DONE_FILE = "job_flags.yaml", "job.log", "job_done.json"
+FAILED_FILE = "job_failed.json"  # the last attempt's end when it did not finish: status, reason, finished
 # The task's main metric: what its report names (main_metric); in reports that name none, the first of these.
 MAIN_METRICS = ("mcc", "pearson", "accuracy")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
@@ -193,9 +196,9 @@ def flags_changed(run: Run) -> list:
     return sorted(k for k in set(before) | set(run.flags) if before.get(k) != run.flags.get(k))
 
 
-def prepare_run(run: Run) -> Optional[str]:
-    """Writes the run's flags file; returns the reason it must not start if its flags changed since it started
-    (its model_dir holds a run with other settings, which would be resumed or reported as this one)."""
+def flags_problem(run: Run) -> Optional[str]:
+    """Why the run must not start (or count as done): its model_dir was started with other flags, or the file
+    recording them is damaged; None if neither."""
     try:
         changed = flags_changed(run)
     except JobError as e:  # this run cannot start; the job's other runs can
@@ -203,6 +206,15 @@ def prepare_run(run: Run) -> Optional[str]:
     if changed:
         return (f"its flags changed since it started ({', '.join(changed)}); {run.model_dir} holds the earlier "
                 "run: rename the run, or delete that directory to start it afresh")
+    return None
+
+
+def prepare_run(run: Run) -> Optional[str]:
+    """Writes the run's flags file; returns the reason it must not start if its flags changed since it started
+    (its model_dir holds a run with other settings, which would be resumed or reported as this one)."""
+    problem = flags_problem(run)
+    if problem:
+        return problem
     if not io_utils.exists(os.path.join(run.model_dir, FLAGS_FILE)):
         write_text_atomic(os.path.join(run.model_dir, FLAGS_FILE), dump_flags(run.flags))
     return None
@@ -222,11 +234,51 @@ class _Forward:
             self.child.send_signal(signum)
 
 
-def start_run(run: Run, script: str, log) -> subprocess.Popen:
-    command = [sys.executable, script_path(script), f"--config_file={os.path.join(run.model_dir, FLAGS_FILE)}"]
+def run_command(model_dir: str, script: str) -> list:
+    """The command of one run: the same here (``finetune``) and on a cluster (``run``)."""
+    return [sys.executable, script_path(script), f"--config_file={os.path.join(model_dir, FLAGS_FILE)}"]
+
+
+def start_run(model_dir: str, script: str, log, echo: bool = False) -> subprocess.Popen:
+    command = run_command(model_dir, script)
     log.write(f"\n===== {_now()} job attempt: {' '.join(command)}\n")
     log.flush()
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(command, stdout=subprocess.PIPE if echo else log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=echo, errors="replace" if echo else None)
+
+
+def attempt(model_dir: str, script: str, forward: "_Forward", echo: bool = False) -> dict:
+    """One attempt at a prepared run (its flags file written): the run's process, its output appended to its log
+    (``echo``: also to this process's stdout, as on a cluster), then its end recorded in its directory: DONE_FILE
+    when it exited 0 (not stopped by a forwarded signal), else FAILED_FILE with the status (failed, or
+    interrupted) and the reason. Returns status, reason and seconds."""
+    io_utils.remove(os.path.join(model_dir, FAILED_FILE))  # an earlier attempt's end; this one starts now
+    started = time.monotonic()
+    with _run_log(os.path.join(model_dir, LOG_FILE)) as log:
+        offset = log.tell()
+        forward.child = start_run(model_dir, script, log, echo)
+        if echo:
+            for line in forward.child.stdout:
+                log.write(line)
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        returncode = forward.child.wait()
+        log.flush()
+        log.seek(offset)
+        new_log = log.read()
+    seconds = round(time.monotonic() - started, 1)
+    # A run stopped by a forwarded SIGTERM checkpoints and may still exit 0 (preemption): not done.
+    if returncode == 0 and not forward.received:
+        write_json_atomic(os.path.join(model_dir, DONE_FILE), dict(finished=_now(), seconds=seconds))
+        return dict(status="done", reason=None, seconds=seconds)
+    reason = failure_reason(new_log, returncode)
+    if forward.received:  # exit 0: it checkpointed and stopped (preemption)
+        reason = (f"interrupted by signal {signal.Signals(forward.received).name}"
+                  + ("" if returncode == 0 else f" ({reason})"))
+    status = "interrupted" if forward.received else "failed"
+    write_json_atomic(os.path.join(model_dir, FAILED_FILE), dict(status=status, reason=reason, finished=_now(),
+                                                                 seconds=seconds))
+    return dict(status=status, reason=reason, seconds=seconds)
 
 
 @contextlib.contextmanager
@@ -277,6 +329,46 @@ def read_result(run: Run) -> dict:
     return dict(task=report.get("task"), metric=metric, value=metrics[metric], best_step=step)
 
 
+def _record(path: str) -> Optional[dict]:
+    """A run's end record (DONE_FILE, FAILED_FILE): None if absent; {} if damaged (it still says the run ended)."""
+    if not io_utils.exists(path):
+        return None
+    try:
+        value = io_utils.read_json(path)
+    except ValueError:  # JSONDecodeError, bad UTF-8
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def run_row(run: Run) -> dict:
+    """The run's row of the table from its directory alone, wherever it ran: ``done`` (DONE_FILE, started with
+    the job's flags), ``failed`` or ``interrupted`` (FAILED_FILE, or flags changed since it started), ``started``
+    (a log but no end: running, or killed without a word), else ``pending``. The local runner's table and
+    ``gather``'s are made of these rows, so they are the same bytes for the same directories."""
+    row = dict(run=run.name, group=run.group, task=run.flags.get("task_name"), seed=run.seed,
+               model_dir=run.model_dir, log=os.path.join(run.model_dir, LOG_FILE), status="pending")
+    problem = flags_problem(run)
+    if problem:
+        return dict(row, status="failed", reason=problem)
+    done = _record(os.path.join(run.model_dir, DONE_FILE))
+    if done is not None:
+        row.update(status="done", ended=done.get("finished"), seconds=done.get("seconds"))
+        return dict(row, **read_result(run))
+    failed = _record(os.path.join(run.model_dir, FAILED_FILE))
+    if failed is not None:
+        row.update(status=failed.get("status") if failed.get("status") == "interrupted" else "failed",
+                   reason=failed.get("reason") or f"{os.path.join(run.model_dir, FAILED_FILE)}: unreadable",
+                   ended=failed.get("finished"))
+    elif io_utils.exists(row["log"]):
+        row["status"] = "started"
+    return row
+
+
+def gather(job: Job) -> dict:
+    """Rewrites the job's results table from its runs' directories (wherever the runs ran); returns it."""
+    return write_results(job, [run_row(run) for run in job.runs])
+
+
 def aggregate(rows: list) -> list:
     """Mean and sample standard deviation of each (entry, task, metric) over its done runs (the seeds)."""
     groups: dict = {}
@@ -298,8 +390,9 @@ def _fmt(value, digits=4) -> str:
 def render_markdown(results: dict) -> str:
     runs = results["runs"]
     counts = {s: sum(r["status"] == s for r in runs) for s in ("done", "failed")}
+    updated = f"Updated {results['updated']}" if results["updated"] else "No run has ended yet"
     lines = [f"# Fine-tuning job {results['job_file']}", "",
-             f"Updated {results['updated']}: {counts['done']} of {len(runs)} runs done, {counts['failed']} failed.",
+             f"{updated}: {counts['done']} of {len(runs)} runs done, {counts['failed']} failed.",
              "", "| run | task | metric | value | best step | seed | status |", "|---|---|---|---:|---:|---:|---|"]
     for r in runs:
         lines.append(f"| {r['run']} | {r.get('task') or '-'} | {r.get('metric') or '-'} | {_fmt(r.get('value'))} | "
@@ -317,8 +410,11 @@ def render_markdown(results: dict) -> str:
 
 
 def write_results(job: Job, rows: list) -> dict:
-    """``results.json`` and ``results.md`` in the output directory, each written atomically."""
-    results = dict(job_file=job.path, output_dir=job.output_dir, updated=_now(), runs=rows, tasks=aggregate(rows))
+    """``results.json`` and ``results.md`` in the output directory, each written atomically. ``updated``: when
+    the last run ended (so the same runs give the same bytes, whoever writes the table)."""
+    ended = [r["ended"] for r in rows if r.get("ended")]
+    results = dict(job_file=job.path, output_dir=job.output_dir, updated=max(ended) if ended else None, runs=rows,
+                   tasks=aggregate(rows))
     write_json_atomic(os.path.join(job.output_dir, "results.json"), results)
     write_text_atomic(os.path.join(job.output_dir, "results.md"), render_markdown(results))
     return results
@@ -354,59 +450,41 @@ def run_job(job: Job, only: Optional[list] = None) -> dict:
         except (ValueError, AttributeError, KeyError, TypeError) as error:  # JSONDecodeError, bad UTF-8, layout
             print(f"[jobs] {results_path}: unreadable ({type(error).__name__}: {str(error)[:200]}); rewritten from "
                   "the runs' directories (earlier failure reasons are lost)", flush=True)
-    rows = []
-    for run in job.runs:
-        row = dict(run=run.name, group=run.group, task=run.flags.get("task_name"), seed=run.seed,
-                   model_dir=run.model_dir, log=os.path.join(run.model_dir, LOG_FILE), status="pending")
-        if io_utils.exists(os.path.join(run.model_dir, DONE_FILE)) and not flags_changed(run):
-            row.update(status="done", **read_result(run))
-        elif run.name in previous and previous[run.name]["status"] in ("failed", "interrupted"):
-            row.update(status=previous[run.name]["status"], reason=previous[run.name].get("reason"))
-        rows.append(row)
+    rows = [run_row(run) for run in job.runs]
+    for i, run in enumerate(job.runs):  # runs of an earlier version, whose directories hold no FAILED_FILE
+        before = previous.get(run.name) or {}
+        if rows[i]["status"] in ("pending", "started") and before.get("status") in ("failed", "interrupted"):
+            rows[i].update(status=before["status"], reason=before.get("reason"))
     write_results(job, rows)
 
     forward = _Forward()
     handlers = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        for run, row in zip(job.runs, rows):
+        for i, run in enumerate(job.runs):
             if run not in selected:
                 continue
-            if row["status"] == "done":
+            if rows[i]["status"] == "done":
                 print(f"[jobs] {run.name}: done before, skipped", flush=True)
                 continue
             problem = prepare_run(run)
             if problem:
-                row.update(status="failed", reason=problem)
+                rows[i].update(status="failed", reason=problem)
                 print(f"[jobs] {run.name}: FAILED: {problem}", flush=True)
                 write_results(job, rows)
                 continue
             resuming = io_utils.exists(os.path.join(run.model_dir, "checkpoint"))
             print(f"[jobs] {run.name}: {'resuming' if resuming else 'starting'} ({run.model_dir})", flush=True)
-            row.update(status="running", reason=None, started=_now())
+            rows[i] = {k: v for k, v in rows[i].items() if k not in ("reason", "ended")}
+            rows[i].update(status="running", started=_now())
             write_results(job, rows)
-            started = time.monotonic()
-            with _run_log(row["log"]) as log:
-                offset = log.tell()
-                forward.child = start_run(run, job.script, log)
-                returncode = forward.child.wait()
-                log.flush()
-                log.seek(offset)
-                new_log = log.read()
-            row["seconds"] = round(time.monotonic() - started, 1)
-            # A run stopped by a forwarded SIGTERM checkpoints and may still exit 0 (preemption): not done.
-            if returncode == 0 and not forward.received:
-                write_json_atomic(os.path.join(run.model_dir, DONE_FILE), dict(finished=_now(), seconds=row["seconds"]))
-                row.update(status="done", **read_result(run))
-                print(f"[jobs] {run.name}: done in {row['seconds']:.0f}s: {row.get('metric')} "
+            outcome = attempt(run.model_dir, job.script, forward)
+            rows[i] = row = run_row(run)
+            if outcome["status"] == "done":
+                print(f"[jobs] {run.name}: done in {outcome['seconds']:.0f}s: {row.get('metric')} "
                       f"{_fmt(row.get('value'))}", flush=True)
             else:
-                reason = failure_reason(new_log, returncode)
-                if forward.received:  # exit 0: it checkpointed and stopped (preemption)
-                    reason = (f"interrupted by signal {signal.Signals(forward.received).name}"
-                              + ("" if returncode == 0 else f" ({reason})"))
-                status = "interrupted" if forward.received else "failed"
-                row.update(status=status, reason=reason)
-                print(f"[jobs] {run.name}: {status.upper()}: {reason} (log: {row['log']})", flush=True)
+                print(f"[jobs] {run.name}: {outcome['status'].upper()}: {outcome['reason']} (log: {row['log']})",
+                      flush=True)
             write_results(job, rows)
             if forward.received:
                 break
