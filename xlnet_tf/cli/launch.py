@@ -123,8 +123,21 @@ def main(s: LaunchSettings) -> int:
     host = f"[{s.host}]" if ":" in s.host else s.host  # an IPv6 address in host:port
     cluster = [f"{host}:{port}" for port in free_ports(s.host, s.workers)]
     preexec = _die_with_launcher()
-    procs, pumps = [], []
+    procs, pumps, received = [], [], []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    # Before the first worker starts: a signal that came between a worker's start and the handler would end the
+    # launcher with its workers left to the parent-death signal, and with -N instead of the shell's 128 + N.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
     for index in range(s.workers):
+        if received:  # stopped while starting: start no more
+            break
         command = [part.replace("{worker}", str(index)) for part in s.command]
         try:
             procs.append(subprocess.Popen(command, env=dict(os.environ, TF_CONFIG=tf_config(cluster, index)),
@@ -139,13 +152,6 @@ def main(s: LaunchSettings) -> int:
         pumps.append(threading.Thread(target=_pump, args=(proc, f"[worker {index}] "), daemon=True))
         pumps[-1].start()
 
-    def forward(signum, _frame):
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, forward)
     failed: Optional[float] = None
     first: Optional[subprocess.Popen] = None  # the first worker seen failing: its status is the launcher's
     while None in [proc.poll() for proc in procs]:  # (a list: every worker polled, each time)
@@ -161,6 +167,8 @@ def main(s: LaunchSettings) -> int:
     for pump in pumps:
         pump.join(timeout=5)
     first = first or next((proc for proc in procs if proc.returncode), None)
+    if received and not procs:  # stopped before any worker started
+        return 128 + received[0]
     return exit_status(first.returncode) if first else 0
 
 
