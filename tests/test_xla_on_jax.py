@@ -43,7 +43,9 @@ def exported(tmp_path_factory):
 
     out = str(tmp_path_factory.mktemp("xla_bundle"))
     cfg = dataclasses.replace(export.TINY, n_layer=1, seq_len=16, reuse_len=8, mem_len=8, num_predict=4, batch=2)
-    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf"], False, REF_STEPS, seed=0, log=lambda *_: None)
+    # min_param_bytes: the position encodings (and larger constants) travel as parameters, as at full size.
+    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf"], False, REF_STEPS, seed=0, log=lambda *_: None,
+                  min_param_bytes=1024)
     result_path = os.path.join(out, "result.json")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--platform", "cpu",
@@ -76,12 +78,22 @@ def test_runner_imports_no_tensorflow(exported):
 
 
 def test_bundle_ships_no_weights(exported):
-    """Initial weights are generated on the device from the manifest: the bundle holds batches and a few seeds."""
+    """Initial weights are generated on the device from the manifest: the bundle holds batches, a few seeds and
+    the module's large constants (once); the dropout counters TF folds into constants are iotas again."""
+    import gzip
+
+    from tensorflow.compiler.xla.service import hlo_pb2
+
     out, _ = exported
     manifest = bundle.read_manifest(out)
     for workload in manifest["workloads"]:
         kinds = [next(iter(p["init"])) for p in workload["params"] if p["role"] != "batch"]
         assert kinds.count("uniform") >= 5 and "stored" in kinds  # the embedding, kernels ...; the dropout seeds
+        assert "file" in kinds  # the position encodings
+        with gzip.open(os.path.join(out, workload["hlo"])) as f:
+            module = hlo_pb2.HloModuleProto.FromString(f.read())
+        opcodes = [i.opcode for c in module.computations for i in c.instructions]
+        assert "iota" in opcodes
         assert all(p["init"].get("stored") is None or np.prod(p["shape"]) <= 16 for p in workload["params"]
                    if p["role"] != "batch")
 

@@ -50,8 +50,11 @@ def np_dtype(name: str):
 
 def generate(init: dict, seed: int, index: int, shape, dtype: str, stored=None) -> np.ndarray:
     """The initial value of parameter ``index``: ``init`` is {"const": c}, {"uniform": [mean, std]} (uniform on
-    mean +- std * sqrt(3), whose standard deviation is std) or {"stored": key} (``stored[key]``)."""
+    mean +- std * sqrt(3), whose standard deviation is std), {"stored": key} (``stored[key]``) or {"file": name}
+    (a bundle file's "value", loaded into ``stored[name]``)."""
     shape, dt = tuple(shape), np_dtype(dtype)
+    if "file" in init:  # a large constant of the module, stored once per bundle (read by initial_state)
+        return unpack(stored[init["file"]], "value")
     if "stored" in init:
         return unpack(stored, init["stored"])
     if "const" in init:
@@ -111,6 +114,13 @@ def initial_state(bundle: str, workload: dict) -> tuple[list, list]:
     workload's input batches ({key: array}), as numpy arrays."""
     with np.load(os.path.join(bundle, workload["npz"])) as data:
         data = dict(data)
+    if workload.get("batches"):
+        with np.load(os.path.join(bundle, workload["batches"])) as shared:
+            data.update(shared)
+    for p in workload["params"]:
+        if "file" in p.get("init", {}) and p["init"]["file"] not in data:
+            with np.load(os.path.join(bundle, p["init"]["file"])) as shared:
+                data[p["init"]["file"]] = dict(shared)
     values = []
     for i, p in enumerate(workload["params"]):
         if p["role"] == "batch":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -54,13 +55,13 @@ TINY = BenchConfig("tiny", n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=1
 SHORT_DTYPE = {"float32": "f32", "mixed_bfloat16": "bf16"}
 
 # The device bundle (``--preset gpu``): what bench/gpu/run_on_device.sh runs. base-512 is timed at batch 32 (what
-# a GPU wants; TF cannot compute its reference on this 2-core, 23 GB machine) and verified at batch 4 (the bench's
-# base-512 batch, which TF runs here).
+# a GPU wants; TF cannot compute its reference on this 2-core, 23 GB machine) and verified at batch 2 (the same
+# module but for the batch dimension; TF's XLA step on CPU takes ~5 GB and tens of seconds per step there).
 GPU_PRESET = [
     # (config, batch, objectives, dtypes, finetune, infer, ref_steps)
     ("bench-small", 32, "plm,pmlm,mpnet", "float32,mixed_bfloat16", "", False, 2),
     ("base-512", 32, "plm,pmlm,mpnet", "float32,mixed_bfloat16", "", False, 0),
-    ("base-512", 4, "plm,pmlm,mpnet", "float32,mixed_bfloat16", "", False, 2),
+    ("base-512", 2, "plm,pmlm,mpnet", "float32,mixed_bfloat16", "", False, 2),
     ("infer-base", 32, "", "float32,mixed_bfloat16", "clf", True, 2),
     ("squad-512", 8, "", "float32,mixed_bfloat16", "squad", False, 2),
 ]
@@ -237,6 +238,59 @@ def _aliases(hlo_text: str) -> dict:
     return {int(o): int(p) for o, p in re.findall(r"\{(\d+)\}: \((\d+), \{\}", header)}
 
 
+def compact_hlo(proto: bytes, min_param_bytes: int = 1 << 16) -> tuple[bytes, list]:
+    """The module with its large constants out of the file: TF's bridge folds every dropout's Philox counter into
+    a constant ``0, 1, ..., n-1`` (tens of MiB at a GPU's batch), which becomes an ``iota`` again; the remaining
+    constants of the entry computation over ``min_param_bytes`` (position encodings, attention-structure masks)
+    become extra parameters after the step's own: ``(module, [(name, value)])``, their values stored once per
+    bundle. Same computation, same numbers."""
+    from tensorflow.compiler.xla import xla_data_pb2
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    module = hlo_pb2.HloModuleProto.FromString(proto)
+    t = xla_data_pb2.PrimitiveType
+    fields = {t.F32: ("f32s", np.float32), t.S32: ("s32s", np.int32), t.U32: ("u32s", np.uint32),
+              t.PRED: ("preds", np.bool_), t.S64: ("s64s", np.int64), t.BF16: ("bf16s", "bfloat16"),
+              t.U8: ("u8s", np.uint8), t.S8: ("s8s", np.int8), t.F16: ("f16s", np.float16)}
+    entry = next(c for c in module.computations if c.id == module.entry_computation_id)
+    extra = []
+    for computation in module.computations:
+        for ins in computation.instructions:
+            if ins.opcode != "constant" or ins.shape.element_type not in fields:
+                continue
+            field, dtype = fields[ins.shape.element_type]
+            dims = list(ins.shape.dimensions)
+            n = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            if n < 256:
+                continue
+            raw = getattr(ins.literal, field)
+            if isinstance(raw, bytes):  # bf16s, f16s, u8s, s8s: packed little-endian bytes
+                value = np.frombuffer(raw, fmt.np_dtype(dtype) if isinstance(dtype, str) else dtype)
+            else:
+                value = np.asarray(raw, dtype)
+            if value.size != n:
+                continue
+            if len(dims) == 1 and value.dtype.kind in "iu" and np.array_equal(value, np.arange(n)):
+                ins.opcode = "iota"
+                ins.ClearField("literal")
+                del ins.dimensions[:]
+                ins.dimensions.append(0)
+                continue
+            layout = list(ins.shape.layout.minor_to_major)
+            if (computation.id != module.entry_computation_id or value.nbytes < min_param_bytes
+                    or layout != sorted(layout, reverse=True)):
+                continue
+            ins.opcode = "parameter"
+            ins.ClearField("literal")
+            ins.parameter_number = len(entry.program_shape.parameters)
+            entry.program_shape.parameters.append(ins.shape)
+            entry.program_shape.parameter_names.append(ins.name)
+            module.host_program_shape.parameters.append(ins.shape)
+            module.host_program_shape.parameter_names.append(ins.name)
+            extra.append((ins.name, value.reshape(dims)))
+    return module.SerializeToString(), extra
+
+
 def _paths(structure, prefix=""):
     """``tf.nest.flatten``'s order with each leaf's path ("0/input_ids", "mems/1"): dicts by sorted key."""
     if isinstance(structure, dict):
@@ -253,7 +307,8 @@ def _read(handle, dtype):
     return tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
 
 
-def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps: int, seed: int, log) -> dict:
+def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps: int, seed: int, log,
+                    min_param_bytes: int = 1 << 16) -> dict:
     import tensorflow as tf
 
     fn, batches, state = built["fn"], built["batches"], built["state"]
@@ -316,9 +371,10 @@ def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps:
                        "group": group, "shape": list(value.shape), "dtype": dtype.name, "init": init})
         generated = fmt.generate(init, seed, index, value.shape, dtype.name, npz)
         initial.append((handle, generated))
+    batch_npz = {}
     for b, batch in enumerate(batches):
         for key, tensor in batch.items():
-            fmt.pack(f"batch{b}/{key}", tensor.numpy(), npz)
+            fmt.pack(f"batch{b}/{key}", tensor.numpy(), batch_npz)
 
     outputs = [path for path, _ in _paths(concrete.structured_outputs)]
     carry = {str(o): p for o, p in _aliases(text).items()}
@@ -358,17 +414,37 @@ def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps:
         reference = {"steps": steps, "by": f"TensorFlow {tf.__version__} XLA on CPU ({os.cpu_count()} cores)",
                      "seconds": time.perf_counter() - t1}
 
+    proto, constants = compact_hlo(proto, min_param_bytes)
+    for cname, value in constants:  # stored once per bundle, by content (shared by a config's workloads)
+        store = {}
+        fmt.pack("value", value, store)
+        digest = hashlib.sha1(np.ascontiguousarray(value).tobytes() + str(value.dtype).encode()).hexdigest()[:12]
+        file = f"const-{digest}.npz"
+        if not os.path.exists(os.path.join(out_dir, file)):
+            np.savez_compressed(os.path.join(out_dir, file), **store)
+        params.append({"role": "constant", "name": cname, "group": "constant", "shape": list(value.shape),
+                       "dtype": "bfloat16" if value.dtype.name == "bfloat16" else value.dtype.name,
+                       "init": {"file": file}})
     hlo_name, npz_name = f"{name}.hlo.pb.gz", f"{name}.npz"
     with gzip.open(os.path.join(out_dir, hlo_name), "wb", compresslevel=9) as f:
         f.write(proto)
     np.savez_compressed(os.path.join(out_dir, npz_name), **npz)
-    workload = dict(meta, name=name, kind=built["kind"], hlo=hlo_name, npz=npz_name, seed=seed,
+    # The batches: one file per distinct content (a float32 and a bfloat16 step of a config read the same ones).
+    digest = hashlib.sha1()
+    for key in sorted(batch_npz):
+        digest.update(key.encode() + np.ascontiguousarray(batch_npz[key]).tobytes())
+    batches_name = f"batches-{digest.hexdigest()[:12]}.npz"
+    if not os.path.exists(os.path.join(out_dir, batches_name)):
+        np.savez_compressed(os.path.join(out_dir, batches_name), **batch_npz)
+    workload = dict(meta, name=name, kind=built["kind"], hlo=hlo_name, npz=npz_name, batches=batches_name,
+                    seed=seed,
                     n_batches=len(batches), params=params, outputs=outputs, carry=carry,
                     flops_per_step=built["flops"], hlo_bytes=len(proto),
                     hlo_ops=_op_mix(text), reference=reference, trace_seconds=trace_s)
-    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in (hlo_name, npz_name))
-    log(f"  {name}: {n_params} parameters, {len(outputs)} outputs + {len(_aliases(text))} updated variables, "
-        f"HLO {len(proto) / 2**20:.1f} MiB, {size / 2**20:.2f} MiB on disk, traced in {trace_s:.0f} s")
+    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in (hlo_name, npz_name, batches_name))
+    size += sum(os.path.getsize(os.path.join(out_dir, p["init"]["file"])) for p in params if p["role"] == "constant")
+    log(f"  {name}: {n_params} parameters (+{len(constants)} large constants), {len(outputs)} outputs + "
+        f"{len(_aliases(text))} updated variables, HLO {len(proto) / 2**20:.1f} MiB, {size / 2**20:.2f} MiB on disk, traced in {trace_s:.0f} s")
     return workload
 
 
@@ -379,7 +455,8 @@ def _op_mix(hlo_text: str) -> dict:
     return dict(ops.most_common(25))
 
 
-def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, log=print, manifest=None):
+def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, log=print, manifest=None,
+           min_param_bytes=1 << 16):
     import keras
     import tensorflow as tf
 
@@ -401,7 +478,8 @@ def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, l
                  build_finetune(cfg, what, dtype) if kind == "finetune" else build_infer(cfg, dtype))
         meta = dict(config=dataclasses.asdict(cfg), workload=kind, objective=what, dtype=dtype, batch=cfg.batch,
                     seq_len=cfg.seq_len, tokens_per_step=cfg.batch * cfg.seq_len)
-        manifest["workloads"].append(export_workload(out_dir, name, built, meta, ref_steps, seed, log))
+        manifest["workloads"].append(export_workload(out_dir, name, built, meta, ref_steps, seed, log,
+                                                     min_param_bytes))
         fmt.write_manifest(out_dir, manifest)
     return manifest
 
@@ -419,6 +497,8 @@ def main(argv=None):
     parser.add_argument("--infer", action="store_true", help="also the inference forward")
     parser.add_argument("--ref_steps", type=int, default=3, help="TF's reference steps (0: none)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min_param_bytes", type=int, default=1 << 16,
+                        help="the module's constants from this size on become parameters stored once per bundle")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
 
@@ -435,17 +515,22 @@ def main(argv=None):
     if os.path.exists(os.path.join(args.out, "manifest.json")):
         manifest = fmt.read_manifest(args.out)
     t0 = time.perf_counter()
-    if args.preset == "gpu":
+    if args.preset == "gpu":  # one process per row: each config's models and TF's compiled steps freed after it
+        import subprocess
         for config, batch, objectives, dtypes, finetune, infer, ref_steps in GPU_PRESET:
-            cfg = dataclasses.replace(config_named(config), batch=batch)
-            manifest = export(args.out, cfg, split(objectives), split(dtypes), split(finetune), infer, ref_steps,
-                              args.seed, manifest=manifest)
+            cmd = [sys.executable, os.path.abspath(__file__), "--out", args.out, "--config", config, "--batch",
+                   str(batch), "--objectives", objectives, "--dtypes", dtypes, "--finetune", finetune,
+                   "--ref_steps", str(ref_steps), "--seed", str(args.seed), "--threads", str(args.threads)]
+            print("$ " + " ".join(cmd), flush=True)
+            subprocess.run(cmd + (["--infer"] if infer else []), check=True)
+        manifest = fmt.read_manifest(args.out)
     else:
         cfg = config_named(args.config, args.set)
         if args.batch:
             cfg = dataclasses.replace(cfg, batch=args.batch)
         manifest = export(args.out, cfg, split(args.objectives), split(args.dtypes), split(args.finetune),
-                          args.infer, args.ref_steps, args.seed, manifest=manifest)
+                          args.infer, args.ref_steps, args.seed, manifest=manifest,
+                          min_param_bytes=args.min_param_bytes)
     size = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print(f"wrote {args.out}: {len(manifest['workloads'])} workloads, {size / 2**20:.1f} MiB, "
           f"{time.perf_counter() - t0:.0f} s")

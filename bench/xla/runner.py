@@ -147,15 +147,9 @@ class Workload:
         self.initial, batches = fmt.initial_state(bundle, spec)
         self.setup_s = time.perf_counter() - t
         self.batches = [{k: xla.put(v) for k, v in b.items()} for b in batches]
-        self.hlo = fmt.read_hlo(bundle, spec)
         self.carry = {int(o): p for o, p in spec["carry"].items()}
         self.outputs = spec["outputs"]
         self.state = None
-
-    def compile(self, fp32_highest=False):
-        t = time.perf_counter()
-        executable = self.xla.compile(self.xla.mlir(self.hlo, fp32_highest))
-        return executable, time.perf_counter() - t
 
     def reset(self):
         self.state = [None if v is None else self.xla.put(v) for v in self.initial]
@@ -229,7 +223,8 @@ def peak_for(dtype: str, peaks: dict) -> tuple[str, float]:
 
 
 def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=True, peak_size=None,
-        verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True) -> dict:
+        verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True, compile_threads=1,
+        json_path=None) -> dict:
     start = time.perf_counter()
     xla = JaxlibXla(platform_name)
     manifest = fmt.read_manifest(bundle)
@@ -245,18 +240,49 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         log("matmul peak: " + ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in result["peaks_flops"].items()))
     if verify_fp32_highest is None:
         verify_fp32_highest = xla.platform != "cpu"
+    if not compile_threads:
+        compile_threads = 1 if xla.platform == "cpu" else min(8, os.cpu_count() or 1)
+
+    def needs_highest(spec):
+        return verify_fp32_highest and spec["dtype"] == "float32" and bool(spec.get("reference"))
+
+    def compile_job(spec, highest):
+        t = time.perf_counter()
+        executable = xla.compile(xla.mlir(fmt.read_hlo(bundle, spec), highest))
+        return executable, time.perf_counter() - t
+
+    # Compiles ahead in threads (XLA compiles release the GIL; a GPU compile is mostly single-threaded), in the
+    # bundle's order; each workload waits for its own.
+    pool = None
+    if compile_threads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(compile_threads)
+    compiled = {}
+    for spec in workloads:
+        for highest in ((False, True) if needs_highest(spec) else (False,)):
+            key = (spec["name"], highest)
+            compiled[key] = pool.submit(compile_job, spec, highest) if pool else None
+
+    def executable_for(spec, highest):
+        future = compiled.pop((spec["name"], highest))
+        return future.result() if future is not None else compile_job(spec, highest)
+
     for spec in workloads:
         if deadline_s and time.perf_counter() - start > deadline_s:
             result["skipped"].append({"name": spec["name"], "why": f"past the {deadline_s:.0f} s deadline"})
             log(f"[{spec['name']}] skipped: past the deadline")
+            for highest in (False, True):
+                future = compiled.pop((spec["name"], highest), None)
+                if future is not None:
+                    future.cancel()
             continue
         row = {"name": spec["name"], "workload": spec["workload"], "objective": spec.get("objective"),
                "dtype": spec["dtype"], "config": spec["config"]["name"], "batch": spec["batch"],
                "seq_len": spec["seq_len"], "tokens_per_step": spec["tokens_per_step"],
-               "flops_per_step": spec["flops_per_step"]}
+               "flops_per_step": spec["flops_per_step"], "verify": {"checked": False}}
         try:
             w = Workload(xla, bundle, spec)
-            executable, row["compile_s"] = w.compile()
+            executable, row["compile_s"] = executable_for(spec, False)
             stats = executable.get_compiled_memory_stats()
             row["compiled_memory_gib"] = (stats.argument_size_in_bytes + stats.output_size_in_bytes
                                           - stats.alias_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 30
@@ -264,8 +290,8 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
             if dump_hlo:
                 _dump(executable, dump_hlo, spec["name"], row)
             checker = executable
-            if verify_fp32_highest and spec["dtype"] == "float32" and spec.get("reference"):
-                checker, row["verify_compile_s"] = w.compile(fp32_highest=True)
+            if needs_highest(spec):
+                checker, row["verify_compile_s"] = executable_for(spec, True)
                 row["verify_precision"] = "HIGHEST"
             row["verify"] = w.verify(checker)
             del checker
@@ -293,8 +319,19 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:500] if str(e) else ''}"
             log(f"[{spec['name']}] ERROR {row['error']}")
         result["workloads"].append(row)
+        if json_path:  # as it goes: a run cut short still leaves its rows
+            _write_json(json_path, result)
+    if pool:
+        pool.shutdown(wait=False, cancel_futures=True)
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+def _write_json(path: str, result: dict) -> None:
+    result = dict(result, tensorflow_imported="tensorflow" in sys.modules)
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def _dump(executable, directory: str, name: str, row: dict) -> None:
@@ -331,18 +368,19 @@ def main(argv=None):
     parser.add_argument("--peak_size", type=int, default=None)
     parser.add_argument("--deadline", type=float, default=None, help="seconds; later workloads are skipped")
     parser.add_argument("--dump_hlo", default=None, help="directory for the optimised HLO and its op mix")
-    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--json", default=None, help="write the results here (after every workload)")
+    parser.add_argument("--compile_threads", type=int, default=None,
+                        help="workloads compiled ahead in parallel (default: 1 on CPU, 8 on an accelerator)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every verified workload is within "
                                                              "tolerance and none failed")
     args = parser.parse_args(argv)
     names = [n for n in args.workloads.split(",") if n]
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
-                 time_steps=not args.no_time)
+                 time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json)
     result["tensorflow_imported"] = "tensorflow" in sys.modules
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        _write_json(args.json, result)
     bad = [w["name"] for w in result["workloads"]
            if "error" in w or (w.get("verify", {}).get("checked") and not w["verify"]["ok"])]
     unchecked = [w["name"] for w in result["workloads"] if not w.get("verify", {}).get("checked")]
