@@ -228,8 +228,11 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
     start = time.perf_counter()
     xla = JaxlibXla(platform_name)
     manifest = fmt.read_manifest(bundle)
-    workloads = [w for w in manifest["workloads"]
-                 if not names or any(fnmatch.fnmatch(w["name"], n) for n in names)]
+    workloads = manifest["workloads"]
+    if names:  # in the order of the first pattern each matches
+        def rank(w):
+            return next((i for i, n in enumerate(names) if fnmatch.fnmatch(w["name"], n)), None)
+        workloads = sorted((w for w in workloads if rank(w) is not None), key=rank)
     info = xla.versions()
     log(f"runner: {info}; {len(workloads)} workloads from {bundle}")
     result = {"info": info, "bundle": os.path.abspath(bundle), "workloads": [], "skipped": []}
@@ -360,7 +363,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", required=True)
     parser.add_argument("--platform", default=None, help="jax platform (cpu, cuda); default: jax's default")
-    parser.add_argument("--workloads", default="", help="comma list of names or globs (default: all)")
+    parser.add_argument("--workloads", default="", help="comma list of names or globs, run in this order "
+                                                                 "(default: all, in the bundle's order)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no_time", action="store_true", help="verify only")
