@@ -1,8 +1,8 @@
 """The GPU tables from one device run (``bench/gpu/run_on_device.sh``): ours (``bench/xla/runner.py``'s JSON) and
 HF's modes (``bench/bench_gpu_peer.py``'s), side by side, never typed by hand.
 
-    python3 bench/gpu/report.py --ours OUT/ours.json --peer OUT/gpu_peer.json --md OUT/gpu_table.md   # on the device
-    .venv/bin/python bench/gpu/report.py --ours OUT/ours.json --peer OUT/gpu_peer.json --update       # here, after
+    python3 bench/gpu_report.py --ours OUT/ours.json --peer OUT/gpu_peer.json --md OUT/gpu_table.md   # on the device
+    .venv/bin/python bench/gpu_report.py --ours OUT/ours.json --peer OUT/gpu_peer.json --update       # here, after
 
 ``--update`` writes the tables into bench/reports/gpu.md and a two-line summary into the README (between the
 ``gpu_report.py`` markers), and both JSONs into bench/results_gpu.json. Standard library only.
@@ -15,8 +15,7 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.dirname(HERE)
+BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 README_LIMIT = 10_000  # tests/test_docs.py
 HEADLINE = ("base-512", "plm", "mixed_bfloat16")  # the issue's goal: >= 40% MFU, >= 3x HF's best tokens/s
