@@ -29,15 +29,15 @@ PYEOF
 cat "$OUT/nvidia-smi.txt" "$OUT/versions.txt"
 
 # Ours. The GPU is ours alone: no preallocation, so that the peer (next, another process) has the memory back.
-# Order: the goal's row first (base-512 plm bf16 at batch 8), then the other base-512 and bench-small rows, the
+# Order: the goal's row first (base-512 plm bf16 at batch 32), then the other base-512 and bench-small rows, the
 # checked (smaller-batch) base-512 rows, fine-tuning and the forward.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 225 "$PY" bench/xla/runner.py --bundle "$BUNDLE" --platform gpu --json "$OUT/ours.json" \
-  --workloads 'base-512_plm_bf16_b8,base-512_*_b8,bench-small_*,base-512_*_b2,clf-*,squad-*,*forward*,*' \
+  --workloads 'base-512_plm_bf16_b32,base-512_*_b32,bench-small_*,base-512_*_b2,clf-*,squad-*,*forward*,*' \
   --steps 20 --warmup 3 --deadline 190 --dump_hlo "$OUT/hlo" 2>&1 | grep -v "^WARNING: All log" | tee "$OUT/ours.log"
 
 # The peer, every mode; base-512 first (the goal's comparison), torch.compile last within each config.
-timeout 150 "$PY" bench/bench_gpu_peer.py --out "$OUT" --configs base-512:8,bench-small:32 --infer infer-base:32 \
+timeout 150 "$PY" bench/bench_gpu_peer.py --out "$OUT" --configs base-512:32,bench-small:32 --infer infer-base:32 \
   --modes bf16,tf32,fp32,compile-bf16 --steps 20 --warmup 5 --deadline 120 2>&1 | tee "$OUT/peer.log" | tail -25
 
 "$PY" bench/gpu_report.py --ours "$OUT/ours.json" --peer "$OUT/gpu_peer.json" --md "$OUT/gpu_table.md" > /dev/null \

@@ -224,7 +224,7 @@ def peak_for(dtype: str, peaks: dict) -> tuple[str, float]:
 
 def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=True, peak_size=None,
         verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True, compile_threads=1,
-        json_path=None) -> dict:
+        json_path=None, compile_only=False) -> dict:
     start = time.perf_counter()
     xla = JaxlibXla(platform_name)
     manifest = fmt.read_manifest(bundle)
@@ -247,7 +247,7 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         compile_threads = 1 if xla.platform == "cpu" else min(8, os.cpu_count() or 1)
 
     def needs_highest(spec):
-        return verify_fp32_highest and spec["dtype"] == "float32" and bool(spec.get("reference"))
+        return not compile_only and verify_fp32_highest and spec["dtype"] == "float32" and bool(spec.get("reference"))
 
     def compile_job(spec, highest):
         t = time.perf_counter()
@@ -284,6 +284,17 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                "seq_len": spec["seq_len"], "tokens_per_step": spec["tokens_per_step"],
                "flops_per_step": spec["flops_per_step"], "verify": {"checked": False}}
         try:
+            if compile_only:  # "does it compile, and what memory does the step need": no state, no steps
+                executable, row["compile_s"] = executable_for(spec, False)
+                stats = executable.get_compiled_memory_stats()
+                row.update(compiled_memory_gib=(stats.argument_size_in_bytes + stats.output_size_in_bytes
+                                                - stats.alias_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 30,
+                           temp_memory_gib=stats.temp_size_in_bytes / 2 ** 30)
+                log(f"[{spec['name']}] compiled in {row['compile_s']:.1f} s: step memory "
+                    f"{row['compiled_memory_gib']:.2f} GiB (temporaries {row['temp_memory_gib']:.2f}), "
+                    f"{spec['flops_per_step'] / 1e12:.2f} TFLOP/step")
+                result["workloads"].append(row)
+                continue
             w = Workload(xla, bundle, spec)
             executable, row["compile_s"] = executable_for(spec, False)
             stats = executable.get_compiled_memory_stats()
@@ -368,6 +379,8 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no_time", action="store_true", help="verify only")
+    parser.add_argument("--compile_only", action="store_true",
+                        help="compile and report the step's device memory (XLA's) and FLOPs; run nothing")
     parser.add_argument("--no_peaks", action="store_true")
     parser.add_argument("--peak_size", type=int, default=None)
     parser.add_argument("--deadline", type=float, default=None, help="seconds; later workloads are skipped")
@@ -381,15 +394,18 @@ def main(argv=None):
     names = [n for n in args.workloads.split(",") if n]
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
-                 time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json)
+                 time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json,
+                 compile_only=args.compile_only)
     result["tensorflow_imported"] = "tensorflow" in sys.modules
     if args.json:
         _write_json(args.json, result)
     bad = [w["name"] for w in result["workloads"]
            if "error" in w or (w.get("verify", {}).get("checked") and not w["verify"]["ok"])]
-    unchecked = [w["name"] for w in result["workloads"] if not w.get("verify", {}).get("checked")]
+    unchecked = [w["name"] for w in result["workloads"]
+                 if not w.get("verify", {}).get("checked") and not args.compile_only]
+    ok = "compiled" if args.compile_only else "all verified within tolerance"
     print(f"runner: {len(result['workloads'])} workloads in {result['seconds']:.0f} s; "
-          f"{'all verified within tolerance' if not bad else 'FAILED: ' + ', '.join(bad)}"
+          f"{ok if not bad else 'FAILED: ' + ', '.join(bad)}"
           + (f"; not verified (no reference): {', '.join(unchecked)}" if unchecked else ""))
     if args.check and bad:
         sys.exit(1)
