@@ -504,6 +504,23 @@ def drop(out_dir: str, patterns: list) -> None:
     print(f"dropped {len(gone)} workloads: {', '.join(w['name'] for w in gone)}")
 
 
+def merge(out_dir: str, other: str) -> None:
+    """Adds ``other``'s workloads to ``out_dir`` (two exports run side by side, each into its own directory)."""
+    import shutil
+
+    manifest, extra = fmt.read_manifest(out_dir), fmt.read_manifest(other)
+    names = {w["name"] for w in manifest["workloads"]}
+    clash = sorted(names & {w["name"] for w in extra["workloads"]})
+    if clash:
+        raise ValueError(f"{out_dir} already has {', '.join(clash)}")
+    for name in os.listdir(other):
+        if name != "manifest.json" and not os.path.exists(os.path.join(out_dir, name)):
+            shutil.copy2(os.path.join(other, name), os.path.join(out_dir, name))
+    manifest["workloads"] += extra["workloads"]
+    fmt.write_manifest(out_dir, manifest)
+    print(f"merged {len(extra['workloads'])} workloads into {out_dir}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="bundle directory (workloads are added to its manifest)")
@@ -520,11 +537,16 @@ def main(argv=None):
     parser.add_argument("--min_param_bytes", type=int, default=1 << 16,
                         help="the module's constants from this size on become parameters stored once per bundle")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--merge", default="", help="add the workloads of this bundle directory to --out; export "
+                                                    "nothing")
     parser.add_argument("--drop", default="", help="remove these workloads (comma list of globs) from --out, and "
                                                    "the files no other workload uses; export nothing")
     args = parser.parse_args(argv)
     if args.drop:
         drop(args.out, [g for g in args.drop.split(",") if g])
+        return
+    if args.merge:
+        merge(args.out, args.merge)
         return
 
     from workload import set_thread_env

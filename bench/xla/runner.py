@@ -65,11 +65,16 @@ class JaxlibXla:
         self.device = self.backend.local_devices()[0]
         self.platform = self.backend.platform  # "cpu", "cuda", "rocm", "tpu"
 
-    def mlir(self, hlo_proto: bytes, fp32_highest: bool = False) -> str:
-        text = self.xc._xla.mlir.xla_computation_to_mlir_module(self.xc.XlaComputation(hlo_proto))
-        if fp32_highest:
-            text = text.replace("precision = [DEFAULT, DEFAULT]", "precision = [HIGHEST, HIGHEST]")
-        return text
+    def mlir(self, hlo_proto: bytes, fp32_highest: bool = False):
+        """The module as MLIR text (the precision rewrite needs text), or, where a jaxlib lacks that conversion,
+        as StableHLO bytecode (``hlo_to_stablehlo``: newer jaxlibs; no precision rewrite there)."""
+        mlir = self.xc._xla.mlir
+        if hasattr(mlir, "xla_computation_to_mlir_module") and hasattr(self.xc, "XlaComputation"):
+            text = mlir.xla_computation_to_mlir_module(self.xc.XlaComputation(hlo_proto))
+            if fp32_highest:
+                text = text.replace("precision = [DEFAULT, DEFAULT]", "precision = [HIGHEST, HIGHEST]")
+            return text
+        return mlir.hlo_to_stablehlo(hlo_proto)
 
     def compile(self, mlir_text: str):
         devices = [self.device]
