@@ -249,7 +249,7 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
     if verify_fp32_highest is None:
         verify_fp32_highest = xla.platform != "cpu"
     if not compile_threads:
-        compile_threads = 1 if xla.platform == "cpu" else min(8, os.cpu_count() or 1)
+        compile_threads = 1 if xla.platform == "cpu" else min(16, os.cpu_count() or 1)
 
     def needs_highest(spec):
         return not compile_only and verify_fp32_highest and spec["dtype"] == "float32" and bool(spec.get("reference"))
@@ -392,7 +392,7 @@ def main(argv=None):
     parser.add_argument("--dump_hlo", default=None, help="directory for the optimised HLO and its op mix")
     parser.add_argument("--json", default=None, help="write the results here (after every workload)")
     parser.add_argument("--compile_threads", type=int, default=None,
-                        help="workloads compiled ahead in parallel (default: 1 on CPU, 8 on an accelerator)")
+                        help="workloads compiled ahead in parallel (default: 1 on CPU, up to 16 on an accelerator)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every verified workload is within "
                                                              "tolerance and none failed")
     args = parser.parse_args(argv)
