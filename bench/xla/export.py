@@ -458,6 +458,11 @@ def _op_mix(hlo_text: str) -> dict:
     return dict(ops.most_common(25))
 
 
+def workload_name(cfg, kind: str, what, dtype: str) -> str:
+    label = {"pretrain": f"{cfg.name}_{what}", "finetune": f"{what}-{cfg.seq_len}", "infer": f"{cfg.name}_forward"}[kind]
+    return f"{label}_{SHORT_DTYPE.get(dtype, dtype)}_b{cfg.batch}"
+
+
 def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, log=print, manifest=None,
            min_param_bytes=1 << 16):
     import keras
@@ -470,9 +475,7 @@ def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, l
     jobs += [("finetune", t, d) for t in finetune for d in dtypes]
     jobs += [("infer", None, d) for d in dtypes] if infer else []
     for kind, what, dtype in jobs:
-        label = {"pretrain": f"{cfg.name}_{what}", "finetune": f"{what}-{cfg.seq_len}",
-                 "infer": f"{cfg.name}_forward"}[kind]
-        name = f"{label}_{SHORT_DTYPE.get(dtype, dtype)}_b{cfg.batch}"
+        name = workload_name(cfg, kind, what, dtype)
         if name in known:
             raise ValueError(f"{out_dir} already has {name}")
         log(f"[{name}] {kind} {what or ''} {dtype}: {cfg}")
@@ -562,17 +565,25 @@ def main(argv=None):
     if os.path.exists(os.path.join(args.out, "manifest.json")):
         manifest = fmt.read_manifest(args.out)
     t0 = time.perf_counter()
-    if args.preset == "gpu":  # one process per row: each config's models and TF's compiled steps freed after it
+    if args.preset == "gpu":  # one process per workload: TF's compiled reference steps are freed after each
         import subprocess
-        done = {(w["config"]["name"], w["batch"]) for w in (manifest or {"workloads": []})["workloads"]}
+        done = {w["name"] for w in (manifest or {"workloads": []})["workloads"]}
         for config, batch, objectives, dtypes, finetune, infer, ref_steps in GPU_PRESET:
-            if (config, batch) in done:  # a rerun continues where the last one stopped
-                continue
-            cmd = [sys.executable, os.path.abspath(__file__), "--out", args.out, "--config", config, "--batch",
-                   str(batch), "--objectives", objectives, "--dtypes", dtypes, "--finetune", finetune,
-                   "--ref_steps", str(ref_steps), "--seed", str(args.seed), "--threads", str(args.threads)]
-            print("$ " + " ".join(cmd), flush=True)
-            subprocess.run(cmd + (["--infer"] if infer else []), check=True)
+            cfg = dataclasses.replace(config_named(config), batch=batch)
+            jobs = [("--objectives", o) for o in split(objectives)] + [("--finetune", t) for t in split(finetune)]
+            jobs += [("--infer", None)] if infer else []
+            for flag, what in jobs:
+                for dtype in split(dtypes):
+                    kind = {"--objectives": "pretrain", "--finetune": "finetune", "--infer": "infer"}[flag]
+                    if workload_name(cfg, kind, what, dtype) in done:  # a rerun continues where the last stopped
+                        continue
+                    cmd = [sys.executable, os.path.abspath(__file__), "--out", args.out, "--config", config,
+                           "--batch", str(batch), "--objectives", what if flag == "--objectives" else "",
+                           "--finetune", what if flag == "--finetune" else "", "--dtypes", dtype,
+                           "--ref_steps", str(ref_steps), "--seed", str(args.seed), "--threads", str(args.threads)]
+                    cmd += ["--infer"] if flag == "--infer" else []
+                    print("$ " + " ".join(cmd), flush=True)
+                    subprocess.run(cmd, check=True)
         manifest = fmt.read_manifest(args.out)
     else:
         cfg = config_named(args.config, args.set)
