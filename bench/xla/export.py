@@ -444,8 +444,8 @@ def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps:
                     n_batches=len(batches), params=params, outputs=outputs, carry=carry,
                     flops_per_step=built["flops"], hlo_bytes=len(proto),
                     hlo_ops=_op_mix(text), reference=reference, trace_seconds=trace_s)
-    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in (hlo_name, npz_name, batches_name))
-    size += sum(os.path.getsize(os.path.join(out_dir, p["init"]["file"])) for p in params if p["role"] == "constant")
+    files = {hlo_name, npz_name, batches_name} | {p["init"]["file"] for p in params if p["role"] == "constant"}
+    size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in files)
     log(f"  {name}: {n_params} parameters (+{len(constants)} large constants), {len(outputs)} outputs + "
         f"{len(_aliases(text))} updated variables, HLO {len(proto) / 2**20:.1f} MiB, {size / 2**20:.2f} MiB on disk, traced in {trace_s:.0f} s")
     return workload
