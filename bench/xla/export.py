@@ -165,9 +165,10 @@ def finetune_batches(cfg, task, n):
                 start = 0 if impossible else int(rng.integers(0, p))
                 end = start if impossible else int(min(p - 1, start + rng.integers(0, 8)))
                 cls_index = n_real - 1
+                p_mask = [0.0] * p + [1.0] * (cfg.seq_len - p)
+                p_mask[cls_index] = 0.0  # "no answer" is the CLS position (squad_data: CLS 0)
                 rows.append(dict(input_ids=ids + [0] * pad, segment_ids=segs + [SQUAD_SEG_ID_PAD] * pad,
-                                 padding_mask=[1.0] * n_real + [0.0] * pad,
-                                 p_mask=[0.0] * p + [1.0] * (cfg.seq_len - p),
+                                 padding_mask=[1.0] * n_real + [0.0] * pad, p_mask=p_mask,
                                  cls_index=cls_index, start_positions=cls_index if impossible else start,
                                  end_positions=cls_index if impossible else end, is_impossible=float(impossible)))
         batch = {}

@@ -19,10 +19,12 @@ Tolerances (relative, per step, on the loss, the gradient norm and the norms of 
   their matmuls at HIGHEST precision (an extra compile): XLA's DEFAULT lets cuBLAS multiply in TF32 (10-bit
   mantissa), as TensorFlow on a GPU would, which no float32 CPU reference can match to 1e-4. The timed module is
   the DEFAULT one, as the step runs there.
-* mixed_bfloat16: 4e-3 on the loss, 2e-2 on the norms. The activations and matmul inputs are bfloat16 (8-bit
-  mantissa: relative rounding up to 2^-8 = 3.9e-3) and the two XLA versions fuse and so round in different places;
-  the loss is a float32 mean over many targets, so one bfloat16 rounding step of it (2^-8) is the largest
-  difference that is not a discrepancy, and gradients (sums of bf16 products) get five times that.
+* mixed_bfloat16: 1e-2 on the loss, 3e-2 on the norms. Activations and matmul inputs are bfloat16 (8 significant
+  bits: one rounding step is 2^-8 = 3.9e-3 relative) and the two XLA versions fuse, and so round, in different
+  places; over a 12-layer step that moves a small batch's loss by up to 3.8e-3 (measured: the classifier at
+  XLNet-Base size, batch 4, step 2; pretraining losses, means over many targets, by <= 8e-5). 1e-2 is 2.5 rounding
+  steps. The float32 check is the one that catches a wrong export (a misplaced parameter or a state not carried
+  moves the loss by far more than 1e-4).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import bundle as fmt  # noqa: E402
 
 TOLERANCE = {
     "float32": {"loss": 1e-4, "grad_norm": 1e-3, "update_norm": 1e-3, "output_norm": 1e-4},
-    "mixed_bfloat16": {"loss": 4e-3, "grad_norm": 2e-2, "update_norm": 2e-2, "output_norm": 4e-3},
+    "mixed_bfloat16": {"loss": 1e-2, "grad_norm": 3e-2, "update_norm": 3e-2, "output_norm": 1e-2},
 }
 
 
