@@ -135,17 +135,20 @@ def hf_config(cfg):
 
 class HFTrain:
     """``XLNetLMHeadModel`` on the same arrays: perm_mask, target_mapping, mems carried (use_mems); loss = target-
-    masked CE over the P targets; clip_grad_norm_ 1.0; torch AdamW."""
+    masked CE over the P targets; clip_grad_norm_ 1.0; torch AdamW. ``precision``: "fp32", or "bf16" (autocast: HF's
+    mixed precision, the counterpart of our mixed_bfloat16); ``compile``: the model under ``torch.compile``
+    (inductor, HF's fastest mode where it compiles)."""
 
-    name = "HF torch fp32"
-
-    def __init__(self, cfg):
+    def __init__(self, cfg, precision="fp32", compile=False):
         import torch
         from transformers import XLNetLMHeadModel
 
         torch.manual_seed(0)
-        self.torch = torch
+        self.torch, self.precision = torch, precision
+        self.name = ("HF torch.compile " if compile else "HF torch ") + ("fp32" if precision == "fp32" else
+                                                                          "bf16 autocast")
         self.model = XLNetLMHeadModel(hf_config(cfg)).train()
+        self.forward = torch.compile(self.model) if compile else self.model
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-8)
         self.batches = []
         for seed in range(2):
@@ -161,36 +164,39 @@ class HFTrain:
     def step(self):
         torch = self.torch
         b = self.batches[self.i % 2]
-        out = self.model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
-                         target_mapping=b["target_mapping"], mems=self.mems, use_mems=True)
-        losses = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]),
-                                                   b["target"].reshape(-1), reduction="none")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            out = self.forward(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
+                               perm_mask=b["perm_mask"], target_mapping=b["target_mapping"], mems=self.mems,
+                               use_mems=True)
+        logits = out.logits.float()
+        losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["target"].reshape(-1),
+                                                   reduction="none")
         mask = b["target_mask"].reshape(-1)
         loss = (losses * mask).sum() / mask.sum().clamp(min=1.0)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
-        self.mems = [m.detach() for m in out.mems]
+        self.mems = [m.detach().float() for m in out.mems]
         self.loss = float(loss.detach())
         self.i += 1
 
 
 class HFInfer:
-    name = "HF torch fp32"
-
-    def __init__(self, cfg):
+    def __init__(self, cfg, precision="fp32"):
         import torch
         from transformers import XLNetModel as HFModel
 
-        self.torch = torch
+        self.torch, self.precision = torch, precision
+        self.name = "HF torch " + ("fp32" if precision == "fp32" else "bf16 autocast")
         self.model = HFModel(hf_config(cfg)).eval()
         b = make_batch(cfg, 0)
         self.input_ids = torch.from_numpy(b["input_ids"]).long()
         self.token_type_ids = torch.from_numpy(b["segment_ids"]).long()
 
     def step(self):
-        with self.torch.inference_mode():
+        torch = self.torch
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
             self.model(input_ids=self.input_ids, token_type_ids=self.token_type_ids, use_mems=False)
 
 
@@ -390,7 +396,8 @@ def main():
     parser.add_argument("--steps_per_rep", type=int, default=2)
     parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
                         help="XLA rows: auto = fp32 XLA row in the full run only (bf16 XLA matmuls don't use AMX)")
-    parser.add_argument("--skip", default="", help="comma list of: hf, mg, infer, memory")
+    parser.add_argument("--skip", default="", help="comma list of: hf, compile (HF's torch.compile rows), mg, infer, "
+                                                   "memory")
     parser.add_argument("--objectives", default="pmlm,mpnet",
                         help="other pretraining objectives timed next to XLNet's on the same backbone and batch "
                              "(comma list of pmlm, mpnet; empty: none)")
@@ -439,12 +446,14 @@ def main():
     if xla:
         systems.append(OursTrain(cfg, "float32", jit=True))
     notes = {}
-    if "hf" not in skip:
-        hf = peer_guard(lambda: HFTrain(cfg), log, "HF")
-        if isinstance(hf, str):
-            notes["HF torch fp32"] = hf
-        else:
-            systems.append(hf)
+    if "hf" not in skip:  # HF at its best: fp32, bf16 autocast, and torch.compile of each where it compiles here
+        modes = [("fp32", False), ("bf16", False)] + ([] if "compile" in skip else [("fp32", True), ("bf16", True)])
+        for precision, compiled in modes:
+            hf = peer_guard(lambda: HFTrain(cfg, precision, compiled), log, f"HF {precision} compile={compiled}")
+            if isinstance(hf, str):
+                notes[("HF torch.compile " if compiled else "HF torch ") + precision] = hf
+            else:
+                systems.append(hf)
     if "mg" not in skip:
         mg = peer_guard(lambda: ModelGardenTrain(cfg), log, "Model Garden")
         if isinstance(mg, str):
@@ -462,9 +471,10 @@ def main():
         log(f"\n[inference] content stream, XLNet-Base shape, batch {icfg.batch} x seq {icfg.seq_len}")
         isystems = [OursInfer(icfg, "float32"), OursInfer(icfg, "mixed_bfloat16")]
         if torch is not None:
-            h = peer_guard(lambda: HFInfer(icfg), log, "HF inference")
-            if not isinstance(h, str):
-                isystems.append(h)
+            for precision in ("fp32", "bf16"):
+                h = peer_guard(lambda: HFInfer(icfg, precision), log, f"HF inference {precision}")
+                if not isinstance(h, str):
+                    isystems.append(h)
         infer_times = interleaved(isystems, max(2, reps - 1), 2, warmup=1, log=log)
 
     # --- memory, base-512 batch 4 ---------------------------------------------------------------------------------
@@ -531,7 +541,7 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
         rows = [f"| implementation | step (s, median) | tokens/s | MFU | ours-best vs this |{loss_head}",
                 f"|---|---:|---:|---:|---:|{loss_rule}"]
         for name, t in sorted(med.items(), key=lambda kv: kv[1]):
-            peak = peak16 if "bfloat16" in name else peak32
+            peak = peak16 if ("bfloat16" in name or "bf16" in name) else peak32
             mfu = flops / t / peak
             tag = ""
             if name == fastest:
@@ -577,6 +587,15 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
     if hf:
         ratios.append(f"**Ours vs HF PyTorch fp32 (tokens/s):** fp32 {hf / med[best32]:.2f}x (target >= 2.0x)"
                       + (f"; mixed_bfloat16 {hf / med[best16]:.2f}x (target >= 3.5x with AMX)" if best16 else ""))
+    hf_rows = {n: t for n, t in med.items() if n.startswith("HF ")}
+    if len(hf_rows) > 1:  # best against best, and bfloat16 against bfloat16
+        hf_best = min(hf_rows, key=hf_rows.get)
+        hf16 = {n: t for n, t in hf_rows.items() if "bf16" in n}
+        line = (f"**Best against best:** ours ({fastest}) vs {hf_best} {hf_rows[hf_best] / ours[fastest]:.2f}x")
+        if best16 and hf16:
+            h16 = min(hf16, key=hf16.get)
+            line += f"; same precision: ours mixed_bfloat16 vs {h16} {hf16[h16] / med[best16]:.2f}x"
+        ratios.append(line)
     if mg:
         ratios.append(f"**Ours vs Model Garden fp32:** fp32 {mg / med[best32]:.2f}x"
                       + (f"; mixed_bfloat16 {mg / med[best16]:.2f}x" if best16 else ""))

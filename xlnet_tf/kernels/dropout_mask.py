@@ -37,12 +37,31 @@ def _mix(v):
 
 
 def hash_words(count, seed):
-    """``count`` uniform uint32 words from ``seed`` (int [2]): word i = F(F(F(i ^ k0) + k1) ^ k0)."""
+    """``count`` uniform uint32 words from ``seed`` (int [2]): word i = F(F(F(i ^ k0) + k1) ^ k0). Under XLA only
+    (``_counter``)."""
     s = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
     k0 = _mix(s[0] + tf.constant(0x9E3779B9, tf.uint32))
     k1 = _mix(tf.bitwise.bitwise_xor(s[1], k0))
-    i = tf.bitcast(tf.range(count, dtype=tf.int32), tf.uint32)
+    i = tf.bitcast(_counter(count), tf.uint32)
     return _mix(tf.bitwise.bitwise_xor(_mix(_mix(tf.bitwise.bitwise_xor(i, k0)) + k1), k0))
+
+
+_ROW = 1024
+
+
+def _counter(count):
+    """``0, 1, ..., count - 1`` (int32), as ``row * 1024 + column`` of two short ranges behind an XLA optimisation
+    barrier. A plain ``tf.range(count)`` with the count known when XLA compiles is folded by TensorFlow's bridge
+    into a literal of ``count`` words (half the dropped tensor's size: gigabytes of constants in a base-size step
+    at batch 32, in host memory while compiling and in the module); the barrier keeps the two short ranges from
+    being folded into it, so the counter is computed in the fused loop. Same values, same bits. (Only inside
+    ``_words``, which XLA always compiles.)"""
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    count = tf.cast(count, tf.int32)
+    rows, columns = gen_xla_ops.xla_optimization_barrier(
+        [tf.range((count + _ROW - 1) // _ROW, dtype=tf.int32), tf.range(_ROW, dtype=tf.int32)])
+    return tf.reshape(rows[:, None] * _ROW + columns[None, :], [-1])[:count]
 
 
 # Compiled by XLA into one vectorised loop (inlined under whole-step XLA and on TPU); op by op, the ten uint32

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 37's one GPU call: ours (our real training steps, exported by TensorFlow here, compiled and run by jax on the
+# GPU: no TensorFlow there), then HF PyTorch XLNet in every mode, then the tables. Sized for <= 6 minutes on an
+# H100/H200 so that a rerun fits in a 15-minute lease; each part has a deadline and writes its JSON as it goes.
+#
+# Here, first (once; ~40 min on 2 cores, the TF reference steps dominate):
+#   .venv/bin/python bench/xla/export.py --out bench/gpu/bundle --preset gpu
+# Then, from a session with a GPU (the device tool; bench/gpu/bundle is git-ignored, so it is carried):
+#   run(command="bash bench/gpu/run_on_device.sh", carry=["bench/gpu/bundle"], timeout_s=420)
+# Back here, with the files it returned:
+#   .venv/bin/python bench/gpu_report.py --ours <files>/ours.json --peer <files>/gpu_peer.json --update
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-bench/gpu/out}"
+BUNDLE="${BUNDLE:-bench/gpu/bundle}"
+PY="${PYTHON:-python3}"
+mkdir -p "$OUT"
+start=$(date +%s)
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true; } > "$OUT/nvidia-smi.txt" 2>&1
+"$PY" - > "$OUT/versions.txt" 2>&1 <<'PYEOF'
+import importlib, platform
+print("python", platform.python_version())
+for m in ("jax", "jaxlib", "torch", "transformers", "numpy", "ml_dtypes"):
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, "not importable:", e)
+PYEOF
+cat "$OUT/nvidia-smi.txt" "$OUT/versions.txt"
+
+# Ours. The GPU is ours alone: no preallocation, so that the peer (next, another process) has the memory back.
+# Order: the goal's row first (base-512 plm bf16 at batch 32), then the other base-512 and bench-small rows, the
+# checked (smaller-batch) base-512 rows, fine-tuning and the forward.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+timeout 225 "$PY" bench/xla/runner.py --bundle "$BUNDLE" --platform gpu --json "$OUT/ours.json" \
+  --workloads 'base-512_plm_bf16_b32,base-512_*_b32,bench-small_*,base-512_*_b2,clf-*,squad-*,*forward*,*' \
+  --steps 20 --warmup 3 --deadline 190 --dump_hlo "$OUT/hlo" 2>&1 | grep -v "^WARNING: All log" | tee "$OUT/ours.log"
+
+# The peer, every mode; base-512 first (the goal's comparison), torch.compile last within each config.
+timeout 150 "$PY" bench/bench_gpu_peer.py --out "$OUT" --configs base-512:32,bench-small:32 --infer infer-base:32 \
+  --modes bf16,tf32,fp32,compile-bf16 --steps 20 --warmup 5 --deadline 120 2>&1 | tee "$OUT/peer.log" | tail -25
+
+"$PY" bench/gpu_report.py --ours "$OUT/ours.json" --peer "$OUT/gpu_peer.json" --md "$OUT/gpu_table.md" > /dev/null \
+  && cat "$OUT/gpu_table.md"
+echo "run_on_device.sh: $(( $(date +%s) - start )) s; results in $OUT"

@@ -1,0 +1,131 @@
+"""Our real training steps, exported as XLA modules (bench/xla/export.py), run by jax without TensorFlow
+(bench/xla/runner.py, what the GPU machines run) and reproduce TensorFlow's own results on this CPU: the tiny
+config's pretraining steps (plm with memory, pmlm) and a fine-tuning step (the classifier).
+
+jax is in the ``test`` extra: under CI=true a missing jax fails these tests (in one line) instead of skipping them.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+if os.environ.get("CI") == "true":
+    try:
+        import jax  # noqa: F401
+    except ImportError as error:
+        pytest.fail(f"jax is not installed ({error}): it is in the test extra, pip install -e '.[test]'",
+                    pytrace=False)
+else:
+    pytest.importorskip("jax", reason="jax is in the test extra (pip install -e '.[test]')")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+XLA_DIR = os.path.join(ROOT, "bench", "xla")
+sys.path.insert(0, XLA_DIR)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import bundle  # noqa: E402
+import runner  # noqa: E402
+
+# The tiny config, one layer: the three workloads export, compile (TF and jax) and run in about 30 s on 2 cores.
+REF_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The bundle (plm f32 with memory, pmlm f32, the classifier's fine-tuning step f32) and the runner's results
+    on jax CPU, in a process that imports no TensorFlow."""
+    import export
+
+    out = str(tmp_path_factory.mktemp("xla_bundle"))
+    cfg = dataclasses.replace(export.TINY, n_layer=1, seq_len=16, reuse_len=8, mem_len=8, num_predict=4, batch=2)
+    # min_param_bytes: the position encodings (and larger constants) travel as parameters, as at full size.
+    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf"], False, REF_STEPS, seed=0, log=lambda *_: None,
+                  min_param_bytes=1024)
+    result_path = os.path.join(out, "result.json")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--platform", "cpu",
+                           "--no_peaks", "--steps", "2", "--warmup", "1", "--json", result_path, "--check"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with open(result_path) as f:
+        return out, json.load(f)
+
+
+def test_runner_reproduces_tf_loss_per_step_on_jax_cpu(exported):
+    _, result = exported
+    rows = {w["name"]: w for w in result["workloads"]}
+    assert sorted(rows) == ["clf-16_f32_b2", "tiny_plm_f32_b2", "tiny_pmlm_f32_b2"]
+    for name, row in rows.items():
+        assert "error" not in row, row.get("error")
+        verify = row["verify"]
+        assert verify["checked"] and verify["ok"], (name, verify)
+        assert len(verify["steps"]) == REF_STEPS
+        for step in verify["steps"]:
+            assert step["loss"]["rel"] <= 1e-4, (name, step)
+            assert step["update_norm"]["rel"] <= 1e-3, (name, step)
+        # The memory (plm) and the optimizer state carry from step to step: TF's losses differ per step.
+        assert verify["steps"][0]["loss"]["tf"] != verify["steps"][1]["loss"]["tf"]
+        assert row["median_s"] > 0 and row["tokens_per_s"] > 0
+
+
+def test_runner_imports_no_tensorflow(exported):
+    assert exported[1]["tensorflow_imported"] is False
+
+
+def test_bundle_ships_no_weights(exported):
+    """Initial weights are generated on the device from the manifest: the bundle holds batches, a few seeds and
+    the module's large constants (once); the dropout counters TF folds into constants are iotas again."""
+    import gzip
+
+    from tensorflow.compiler.xla.service import hlo_pb2
+
+    out, _ = exported
+    manifest = bundle.read_manifest(out)
+    for workload in manifest["workloads"]:
+        kinds = [next(iter(p["init"])) for p in workload["params"] if p["role"] != "batch"]
+        assert kinds.count("uniform") >= 5 and "stored" in kinds  # the embedding, kernels ...; the dropout seeds
+        assert "file" in kinds  # the position encodings
+        with gzip.open(os.path.join(out, workload["hlo"])) as f:
+            module = hlo_pb2.HloModuleProto.FromString(f.read())
+        opcodes = [i.opcode for c in module.computations for i in c.instructions]
+        assert "iota" in opcodes
+        assert all(p["init"].get("stored") is None or np.prod(p["shape"]) <= 16 for p in workload["params"]
+                   if p["role"] != "batch")
+
+
+def test_generated_weights_are_the_same_everywhere():
+    """The generator is integer hashing and IEEE float64 arithmetic: these exact values on every platform (the
+    exporter's TF reference and the runner on the device start from them)."""
+    values = bundle.generate({"uniform": [0.0, 0.02]}, seed=7, index=3, shape=(2, 3), dtype="float32")
+    assert values.dtype == np.float32 and values.shape == (2, 3)
+    assert values.view(np.uint32).tolist() == GOLDEN
+    again = bundle.generate({"uniform": [0.0, 0.02]}, seed=7, index=3, shape=(2, 3), dtype="float32")
+    assert np.array_equal(values, again)
+    big = bundle.generate({"uniform": [0.5, 2.0]}, seed=1, index=0, shape=(100_000,), dtype="float64")
+    assert abs(big.mean() - 0.5) < 0.02 and abs(big.std() - 2.0) < 0.02
+    assert bundle.generate({"const": 1.0}, 0, 0, (3,), "bfloat16").dtype.name == "bfloat16"
+
+
+GOLDEN = [[1000781391, 1005265484, 3165917004], [1012706866, 1024253633, 3139710326]]
+
+
+def test_masks_travel_as_bits():
+    store = {}
+    mask = (np.random.default_rng(0).random((4, 32, 32)) < 0.3).astype(np.uint8)
+    bundle.pack("m", mask, store)
+    assert "m.bits" in store and store["m.bits"].nbytes == mask.size // 8
+    assert np.array_equal(bundle.unpack(store, "m"), mask)
+
+
+def test_compare_flags_a_step_out_of_tolerance():
+    ref = [{"loss": 6.9, "grad_norm": 1.7, "update_norm": 0.03, "weights": 17.0}]
+    near = [{"loss": 6.9 * (1 + 5e-5), "grad_norm": 1.7, "update_norm": 0.03, "weights": 17.1}]
+    far = [{"loss": 6.9 * (1 + 5e-4), "grad_norm": 1.7, "update_norm": 0.03, "weights": 17.0}]
+    assert runner.compare(near, ref, "float32")["ok"]
+    assert not runner.compare(far, ref, "float32")["ok"]
+    assert runner.compare(far, ref, "mixed_bfloat16")["ok"]  # within one bfloat16 rounding step
