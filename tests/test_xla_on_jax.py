@@ -14,14 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-if os.environ.get("CI") == "true":
-    try:
-        import jax  # noqa: F401
-    except ImportError as error:
-        pytest.fail(f"jax is not installed ({error}): it is in the test extra, pip install -e '.[test]'",
-                    pytrace=False)
-else:
-    pytest.importorskip("jax", reason="jax is in the test extra (pip install -e '.[test]')")
+from needs import require
+
+require("jax")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_DIR = os.path.join(ROOT, "bench", "xla")
