@@ -241,6 +241,7 @@ def test_tensorflows_own_uri_errors_are_one_line_and_others_keep_their_traceback
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_run_tagger_with_gs_paths_and_no_network_is_one_line():
     """This machine has no network: the gs:// data directory is named with the cause (was a traceback)."""
     done = subprocess.run(

@@ -17,6 +17,7 @@ import pytest
 from needs import require
 
 require("jax")
+pytestmark = pytest.mark.slow  # an export and a jax compile: ~20 s on 2 cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 XLA_DIR = os.path.join(ROOT, "bench", "xla")
