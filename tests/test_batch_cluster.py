@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from classifier_helpers import REPO
-from test_cli import _usage_error
+from cli_helpers import assert_usage_error
+from needs import skip_unless_ci
 from xlnet_tf.batch import cluster, job_runner as jobs
 from xlnet_tf.cli.jobs import TASK, JobsSettings
 from xlnet_tf.errors import InputError
@@ -33,9 +34,7 @@ with open(os.path.join(flags["model_dir"], "eval_results.dev.json"), "w") as f:
 def needs(program: str) -> str:
     path = shutil.which(program)
     if path is None:
-        if os.environ.get("CI") == "true":  # CI has it: missing there is a failure, not a skip
-            pytest.fail(f"{program} is not installed")
-        pytest.skip(f"{program} is not installed")
+        skip_unless_ci(f"{program} is not installed")
     return path
 
 
@@ -173,7 +172,7 @@ def test_tasks_in_separate_processes_and_gather_give_the_local_runners_table(tmp
 
 def test_bad_submit_and_run_flags_are_one_line_errors(tmp_path):
     path = six_runs(tmp_path)
-    _usage_error(_task([sys.executable, "-m", "xlnet_tf.cli.jobs", "submit", path, "--scheduler=slurm",
+    assert_usage_error(_task([sys.executable, "-m", "xlnet_tf.cli.jobs", "submit", path, "--scheduler=slurm",
                         "--image=x"], REPO), "xlnet_tf.cli.jobs", "--image is not a flag of `jobs submit "
                                                                  "--scheduler=slurm`")
     for values, message in [

@@ -15,7 +15,7 @@ import pytest
 from absl import flags
 
 from classifier_helpers import REPO
-from cli_helpers import parsed
+from cli_helpers import assert_usage_error, parsed
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.cli.convert import ConvertSettings
 from xlnet_tf.cli.create_data import CreateDataSettings
@@ -242,26 +242,17 @@ def _run(command, *args, cwd=REPO):
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 
 
-def _usage_error(done, program, message):
-    """One error line naming the input, one line pointing at --helpfull, exit 1, no traceback."""
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr + done.stdout, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert lines[-2].startswith(f"{program}: error: ") and message in lines[-2], done.stderr
-    assert lines[-1].startswith("See `python ") and lines[-1].endswith(" --helpfull` for every flag."), lines[-1]
-
-
 @pytest.mark.parametrize("tool", sorted(TOOLS))
 def test_every_tool_reports_user_errors_the_same_way(tool, tmp_path):
     command, (bad_flag, bad_flag_says), missing_input, missing_input_says, help_text = TOOLS[tool]
     program = command[1] if command[0] == "-m" else command[0]
     arguments = ["finetune", str(tmp_path / "job.yaml")] if tool == "jobs" else []
-    _usage_error(_run(command, *arguments, bad_flag), program, bad_flag_says)
+    assert_usage_error(_run(command, *arguments, bad_flag), program, bad_flag_says)
     broken = tmp_path / "broken.yaml"
     broken.write_text("seed: [1\n")
-    _usage_error(_run(command, *arguments, f"--config_file={broken}"), program,
+    assert_usage_error(_run(command, *arguments, f"--config_file={broken}"), program,
                  f"--config_file={broken}: not valid YAML")
-    _usage_error(_run(command, *missing_input), program, missing_input_says)
+    assert_usage_error(_run(command, *missing_input), program, missing_input_says)
     helpfull = _run(command, "--helpfull")  # (absl ends --helpfull with exit status 1)
     assert "Traceback" not in helpfull.stderr
     assert help_text in " ".join(helpfull.stdout.split()), helpfull.stdout[-2000:]
@@ -274,7 +265,7 @@ def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_p
     corpus.write_text("hello world\nthis is a test\n")
     done = _run(["-m", "xlnet_tf.cli.train_spm"], f"--input={corpus}", f"--model_prefix={tmp_path / 'sp'}",
                 "--vocab_size=8000")
-    _usage_error(done, "xlnet_tf.cli.train_spm", f"--vocab_size=8000 does not fit the text of --input={corpus}: "
+    assert_usage_error(done, "xlnet_tf.cli.train_spm", f"--vocab_size=8000 does not fit the text of --input={corpus}: "
                                                  "Vocabulary size too high (8000)")
     assert not list(tmp_path.glob("sp*"))
 
@@ -300,6 +291,6 @@ def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_p
     '''))
     bug = _run([str(tool)], cwd=str(tmp_path))
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "KeyError: 'missing'" in bug.stderr
-    _usage_error(_run([str(tool)], "--fail=input", cwd=str(tmp_path)), "tool.py", "data.tsv:3: not a number")
+    assert_usage_error(_run([str(tool)], "--fail=input", cwd=str(tmp_path)), "tool.py", "data.tsv:3: not a number")
     done = _run([str(tool)], "--fail=none", "--exit_code=3", cwd=str(tmp_path))
     assert done.returncode == 3 and done.stdout == "working\n" and "Traceback" not in done.stderr

@@ -157,3 +157,16 @@ def test_no_private_keras_modules():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("keras.src")]
     assert not offenders
+
+
+def test_no_test_module_imports_another():
+    """Shared test builders live in helper modules (``tests/*_helpers.py``, ``needs.py``, ``training_state.py``):
+    importing a test module from another runs its module-level setup twice and couples the two files' tests."""
+    tests = pathlib.Path(__file__).parent
+    offenders = []
+    for path in tests.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders
