@@ -39,7 +39,7 @@ def differences(a: dict, b: dict, round_off: float = ROUND_OFF) -> dict:
                 continue
             scale = max(np.abs(x).max(initial=0.0), np.abs(y).max(initial=0.0))
             worst = np.abs(x - y).max(initial=0.0)
-            # the floor: all-zero variables (a bias never updated) must be exactly zero on both sides
+            # (all zeros on both sides: scale 0, no difference; zeros on one side only: a difference of its scale)
             if worst > round_off * scale:
                 out[name] = f"max |a - b| = {worst:.3g}, {worst / scale:.3g} of its scale {scale:.3g}"
         elif not np.array_equal(x, y):
