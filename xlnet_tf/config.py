@@ -119,10 +119,7 @@ class XLNetConfig:
         Example: ``XLNetConfig.from_json("xlnet_cased_L-12_H-768_A-12/xlnet_config.json", mem_len=384)``.
         """
         path = os.fspath(path)
-        values = io_utils.read_mapping(path, "json", missing=None, expected="a JSON object")
-        bad = io_utils.non_finite_keys(values)
-        if bad:
-            raise InputError(f"{path}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
+        values = io_utils.read_mapping(path, "json", missing=None, expected="a JSON object", finite=True)
         if values.get("model_type") == "xlnet":  # a HuggingFace config.json
             return cls.from_hf(values, path, **overrides)
         # The original's train.py carries an unused d_embed flag that some configs include.

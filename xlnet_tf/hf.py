@@ -189,16 +189,7 @@ def is_hf_dir(path) -> bool:
 
 
 def _read_json(path: str) -> dict:
-    try:
-        values = io_utils.read_json(path)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(values, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(values).__name__}")
-    bad = io_utils.non_finite_keys(values)
-    if bad:
-        raise InputError(f"{path}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
-    return values
+    return io_utils.read_mapping(path, "json", missing=None, expected="a JSON object", finite=True)
 
 
 class HFCheckpoint:

@@ -276,13 +276,15 @@ def read_json(path: str):
 
 
 def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, missing: Optional[str] = "file",
-                 expected: str = "a mapping", empty: bool = False, error: Optional[type] = None) -> dict:
+                 expected: str = "a mapping", empty: bool = False, error: Optional[type] = None,
+                 finite: bool = False) -> dict:
     """The mapping in the YAML (``fmt="yaml"``) or JSON file ``path``: the one loader of the files of settings
     (``--config_file``, job files, ``xlnet_config.json``), with one set of messages, each naming ``label`` (default:
     the path) and raised as ``error`` (default ``InputError``): ``<missing> not found`` (``missing=None``: not
     checked, a missing file raises FileNotFoundError), ``not valid YAML (...)`` / ``not valid JSON (...)`` (on
     one line), ``cannot read it (...)``, ``expected <expected>, got <type>``. ``empty``: an empty YAML file is
-    ``{}``."""
+    ``{}``. ``finite``: a NaN or infinite number anywhere is ``<key> is not a finite number (NaN or infinity)``
+    (the files of models; a ``--config_file``'s values are checked per flag, naming the flag)."""
     from xlnet_tf.errors import InputError
 
     error, label = error or InputError, label or path
@@ -309,6 +311,9 @@ def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, m
         return {}
     if not isinstance(value, dict):
         raise error(f"{label}: expected {expected}, got {type(value).__name__}")
+    bad = non_finite_keys(value) if finite else []
+    if bad:
+        raise error(f"{label}: {', '.join(bad[:5])} is not a finite number (NaN or infinity)")
     return value
 
 
