@@ -185,32 +185,32 @@ def test_export_command_from_the_model_dir_alone(run, tmp_path):
     base = str(tmp_path / "serving")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
-    def export(*flags):
-        return subprocess.run([PYTHON, "-m", "xlnet_tf.cli.export", f"--model_dir={s.model_dir}", *flags],
-                              capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    def export(*flags):  # started, not awaited: independent exports run side by side (each imports TensorFlow)
+        return subprocess.Popen([PYTHON, "-m", "xlnet_tf.cli.export", f"--model_dir={s.model_dir}", *flags],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
 
-    first = export(f"--export_dir={base}")
-    assert first.returncode == 0, first.stderr[-3000:]
+    release = str(tmp_path / "release")
+    first, to_release = export(f"--export_dir={base}"), export(f"--export_dir={release}", "--format=release")
+    for done in (first, to_release):
+        _, err = done.communicate(timeout=300)
+        assert done.returncode == 0, err[-3000:]
+    assert sorted(os.listdir(release)) == ["spiece.model", "xlnet_config.json", "xlnet_model.ckpt.data-00000-of-00001",
+                                           "xlnet_model.ckpt.index"]
     os.makedirs(os.path.join(base, "2", "keep"))  # the export must not touch an existing version
     second = export(f"--export_dir={base}")
-    assert second.returncode == 0, second.stderr[-3000:]
+    again = export(f"--export_dir={release}", "--format=release")
+    wrong = export(f"--export_dir={base}", "--task_name=sst-2")
+    (_, second_err), (_, again_err), (_, wrong_err) = (p.communicate(timeout=300) for p in (second, again, wrong))
+    assert second.returncode == 0, second_err[-3000:]
     assert existing_versions(base) == [2, 3] and os.path.isdir(os.path.join(base, "2", "keep"))
-    assert "version 2 exists; writing version 3 instead" in second.stderr
+    assert "version 2 exists; writing version 3 instead" in second_err
+    assert again.returncode == 1 and "already holds a release" in again_err
+    assert wrong.returncode == 1 and "was fine-tuned on mrpc" in wrong_err
     reply = serve({"export": os.path.join(base, "3"), "calls": [
         {"signature": "serving_default", "inputs": {"sentence": strings(e.text_a for e in run["examples"]),
                                                     "sentence2": strings(e.text_b for e in run["examples"])}}]})
     np.testing.assert_allclose(reply["calls"][0]["outputs"]["logits"]["value"],
                                [p["logits"] for p in run["predicted"]], rtol=1e-5, atol=1e-6)
-
-    release = str(tmp_path / "release")
-    done = export(f"--export_dir={release}", "--format=release")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(os.listdir(release)) == ["spiece.model", "xlnet_config.json", "xlnet_model.ckpt.data-00000-of-00001",
-                                           "xlnet_model.ckpt.index"]
-    again = export(f"--export_dir={release}", "--format=release")
-    assert again.returncode == 1 and "already holds a release" in again.stderr
-    wrong = export(f"--export_dir={base}", "--task_name=sst-2")
-    assert wrong.returncode == 1 and "was fine-tuned on mrpc" in wrong.stderr
 
 
 @pytest.mark.slow

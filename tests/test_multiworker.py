@@ -39,24 +39,17 @@ def _start_workers(tmp_path, *args, workers):
     return procs
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-def test_three_workers_train_in_lockstep(tmp_path):
-    """Started by python -m xlnet_tf.cli.launch (TF_CONFIG per worker, {worker} in the command)."""
+def _launch(tmp_path, *args):
+    """The workers started as a user starts them: python -m xlnet_tf.cli.launch (TF_CONFIG per worker, {worker} in
+    the command); every line of their output is prefixed with its worker."""
     done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=3", "--",
                            sys.executable, os.path.join(HERE, "multiworker_main.py"), str(tmp_path / "model"),
-                           str(tmp_path / "out{worker}.json")], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)),
+                           str(tmp_path / "out{worker}.json"), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)),
                           cwd=os.path.dirname(HERE))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {line[:len("[worker 0]")] for line in done.stdout.splitlines()} <= {f"[worker {i}]" for i in range(3)}
-    results = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(3)]
-    assert [r["step"] for r in results] == [3, 3, 3]
-    assert [r["replicas"] for r in results] == [3, 3, 3]
-    assert max(r["loss"] for r in results) - min(r["loss"] for r in results) < 1e-6
-    assert os.path.exists(tmp_path / "model" / "checkpoint")
-    for worker in (1, 2):
-        assert os.path.exists(tmp_path / "model" / f".worker-{worker}" / "checkpoint")
+    return [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(3)]
 
 
 def _wait_for(path, procs, seconds=300):
@@ -77,8 +70,8 @@ def test_preempted_or_killed_workers_stop_together_and_a_rerun_resumes(tmp_path)
     """Three workers. SIGTERM to worker 1 (a preemption): all save at the same step and exit 0. Then, rerun,
     SIGKILL of worker 2: worker 0 stops within the coordination service's heartbeat timeout, non-zero, with one
     line naming the lost task and the step a rerun resumes from; rerunning all workers resumes from that checkpoint
-    and ends with the weights, optimizer state and dropout seeds of an uninterrupted three-worker run, bit for
-    bit."""
+    and ends with the weights, optimizer state and dropout seeds of an uninterrupted three-worker run (started by
+    python -m xlnet_tf.cli.launch, in lockstep), bit for bit."""
     import re
     import signal
     import time
@@ -117,12 +110,14 @@ def test_preempted_or_killed_workers_stop_together_and_a_rerun_resumes(tmp_path)
         assert p.returncode == 0, out[-3000:]
     assert json.loads((tmp_path / "out0.json").read_text())["step"] == resume + 2
 
+    # The uninterrupted run, started by the launcher: three workers in lockstep, each saving its checkpoints.
     # (Not beside the rerun: six workers on a loaded 2-core machine miss the coordination service's heartbeats.)
     (tmp_path / "straight").mkdir()
-    procs = _start_workers(tmp_path / "straight", resume + 2, 2, 4, workers=3)
-    for p in procs:
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, out[-3000:]
+    results = _launch(tmp_path / "straight", resume + 2, 2, 4)
+    assert [r["step"] for r in results] == [resume + 2] * 3 and [r["replicas"] for r in results] == [3, 3, 3]
+    assert max(r["loss"] for r in results) - min(r["loss"] for r in results) < 1e-6
+    for worker in (1, 2):
+        assert os.path.exists(tmp_path / "straight" / "model" / f".worker-{worker}" / "checkpoint")
     # not compared: save_counter, the number of saves (the preemption's is one more), which no step reads
     resumed, straight = (checkpoint_state(str(d / "model" / f"xlnet_model-{resume + 2}"),
                                           skip=lambda name: name.startswith("save_counter/"))

@@ -125,3 +125,23 @@ def test_compare_flags_a_step_out_of_tolerance():
     assert runner.compare(near, ref, "float32")["ok"]
     assert not runner.compare(far, ref, "float32")["ok"]
     assert runner.compare(far, ref, "mixed_bfloat16")["ok"]  # within one bfloat16 rounding step
+
+
+@pytest.mark.parametrize("seq_len", [16, 32, 512])
+def test_squad_batches_fit_any_sequence_length(seq_len):
+    """The SQuAD step's batches (P <sep> Q <sep> <cls>, right-padded) for short configs too: the answer in the
+    paragraph or at CLS, every row within the sequence, CLS the last real token."""
+    import export
+
+    cfg = dataclasses.replace(export.TINY, seq_len=seq_len, batch=8)
+    (batch,) = export.finetune_batches(cfg, "squad", 1)
+    ids, mask, p_mask = (batch[k].numpy() for k in ("input_ids", "padding_mask", "p_mask"))
+    assert ids.shape == (8, seq_len)
+    for row in range(8):
+        cls = int(batch["cls_index"][row])
+        assert cls == int(mask[row].sum()) - 1 and p_mask[row, cls] == 0.0
+        start, end = int(batch["start_positions"][row]), int(batch["end_positions"][row])
+        if batch["is_impossible"][row]:
+            assert start == end == cls
+        else:
+            assert start <= end and p_mask[row, start] == p_mask[row, end] == 0.0

@@ -155,7 +155,8 @@ def finetune_batches(cfg, task, n):
                 rows.append(dict(input_ids=ids, segment_ids=segs, padding_mask=mask, label=int(rng.integers(2)),
                                  is_real_example=1))
             else:  # SQuAD: P <sep> Q <sep> <cls>, right-padded, an answer span in P (or none: is_impossible)
-                q = int(rng.integers(8, 32))
+                # questions of 8-31 tokens at 512 (the device bundle's draws); shorter where the sequence is short
+                q = int(rng.integers(min(8, cfg.seq_len // 8), min(32, cfg.seq_len // 4)))
                 p = int(rng.integers(cfg.seq_len // 2, cfg.seq_len - q - 3 + 1))
                 ids = (rng.integers(9, cfg.n_token, p).tolist() + [SEP_ID] + rng.integers(9, cfg.n_token, q).tolist()
                        + [SEP_ID, CLS_ID])
