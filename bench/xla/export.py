@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import gzip
 import hashlib
-import json
 import os
 import re
 import sys
@@ -468,7 +467,6 @@ def workload_name(cfg, kind: str, what, dtype: str) -> str:
 def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, log=print, manifest=None,
            min_param_bytes=1 << 16):
     import keras
-    import tensorflow as tf
 
     os.makedirs(out_dir, exist_ok=True)
     manifest = manifest or {"format": fmt.FORMAT, "workloads": []}
