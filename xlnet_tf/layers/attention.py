@@ -39,7 +39,6 @@ def rel_shift(scores, klen):
 
     The original's reshape-and-slice on time-major ``[Lq, R, B, N]`` scores, on the last two axes instead.
     """
-    rank = scores.shape.rank
     shape = tf.shape(scores)
     lead, qlen, rlen = shape[:-2], shape[-2], shape[-1]
     # Drop the first row of the [R, Lq] view: the first qlen entries of the flattened [Lq * R] trailing block.
