@@ -63,7 +63,7 @@ class ContentMaskedLM(Objective):
 def toy_objective():
     objective = register(ContentMaskedLM())  # the one registry line
     yield objective
-    del OBJECTIVES[objective.name]  # (the other tests see the package's objectives only)
+    OBJECTIVES.unregister(objective.name)  # (the other tests see the package's objectives only)
 
 
 # ------------------------------------------------------------------------------------------------- its tests
@@ -137,8 +137,17 @@ def test_an_objective_missing_a_hook_is_refused_when_registered():
 
 
 def test_a_name_is_registered_once():
-    with pytest.raises(ValueError, match="'pmlm' is already registered"):
-        register(type(OBJECTIVES["pmlm"])())
+    """Another class under a taken name is refused; the same class again (its module imported twice) replaces."""
+    pmlm = type(OBJECTIVES["pmlm"])
+
+    class Impostor(pmlm):
+        pass
+
+    with pytest.raises(ValueError, match="the objective name 'pmlm' is taken by xlnet_tf.objectives.pmlm.PseudoMaskedLM"):
+        register(Impostor())
+    assert type(OBJECTIVES["pmlm"]) is pmlm
+    register(pmlm())
+    assert type(OBJECTIVES["pmlm"]) is pmlm and list(OBJECTIVES)[:3] == ["plm", "pmlm", "mpnet"]
 
 
 def test_no_code_outside_an_objectives_module_tests_objective_names():

@@ -8,7 +8,7 @@
 An objective is one module: a subclass of ``Objective`` that says which model inputs it builds from the records
 of ``create_pretraining_data`` (``make_batch``), the streams the model runs on them (``stream_layout``, from which
 ``flops.py`` counts the step's FLOPs), its loss terms, and whether Transformer-XL memory is defined for it; plus
-one ``register`` line below. Every objective trains the same network, so checkpoints (which record the objective's
+one line in ``OBJECTIVES``' built-ins below (``xlnet_tf.registry``: the mechanism the task families use too). Every objective trains the same network, so checkpoints (which record the objective's
 name), fine-tuning and export do not depend on it.
 
 No TensorFlow is imported here or when an objective module is imported: the settings check the objective before
@@ -21,6 +21,7 @@ import abc
 from typing import Mapping, NamedTuple
 
 from xlnet_tf.data.batch_shape import BatchShape  # noqa: F401 (objectives.BatchShape, as before)
+from xlnet_tf.registry import Registry
 
 
 class StreamLayout(NamedTuple):
@@ -110,41 +111,18 @@ class Objective(abc.ABC):
         return f"<objective {self.name}>"
 
 
-OBJECTIVES: dict[str, Objective] = {}  # name -> objective, in registration order (``--objective``'s choices)
-
-
-def register(objective: Objective) -> Objective:
-    """Adds ``objective`` (an ``Objective`` instance, or a subclass, which is instantiated) to ``OBJECTIVES`` under
-    its name (which must be new); returns the instance. An objective lacking a hook or a class attribute the
-    reader, trainer or ``flops.py`` need is refused here (a ValueError naming what is missing), not at the first
-    batch."""
-    if isinstance(objective, type):
-        missing = sorted(getattr(objective, "__abstractmethods__", ()))
-        if missing:
-            raise ValueError(f"objectives.register: {objective.__name__} does not implement {', '.join(missing)} "
-                             "(hooks of objectives.Objective)")
-        objective = objective()
+def _problems(objective) -> list:
+    """What the reader, trainer or ``flops.py`` would miss, refused at registration, not at the first batch."""
     if not isinstance(objective, Objective):
-        raise ValueError(f"objectives.register: expected an Objective (instance or subclass), got "
-                         f"{type(objective).__name__}")
+        return [f"expected an Objective (instance or subclass), got {type(objective).__name__}"]
     unset = [attr for attr in ("name", "model_inputs", "loss_terms") if not getattr(objective, attr, None)]
-    if unset:
-        raise ValueError(f"objectives.register: {type(objective).__name__} sets no {', '.join(unset)}")
-    if objective.name in OBJECTIVES:
-        raise ValueError(f"objective {objective.name!r} is already registered ({OBJECTIVES[objective.name]!r})")
-    OBJECTIVES[objective.name] = objective
-    return objective
+    return [f"{type(objective).__name__} sets no {', '.join(unset)}"] if unset else []
 
 
-def get_objective(name: str) -> Objective:
-    if name not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
-    return OBJECTIVES[name]
-
-
-# The objectives of this package (their modules import this one for the base class: it is defined above).
-from xlnet_tf.objectives import mpnet, plm, pmlm  # noqa: E402
-
-register(plm.PermutationLM())
-register(pmlm.PseudoMaskedLM())
-register(mpnet.MaskedPermutedLM())
+# name -> objective, in registration order (``--objective``'s choices); the built-in ones load on first use.
+OBJECTIVES = Registry("objective", "objectives.register", "objectives.Objective", check=_problems,
+                      builtins=("xlnet_tf.objectives.plm:PermutationLM", "xlnet_tf.objectives.pmlm:PseudoMaskedLM",
+                                "xlnet_tf.objectives.mpnet:MaskedPermutedLM"),
+                      unknown="an objective of your own is registered with xlnet_tf.objectives.register")
+register = OBJECTIVES.register
+get_objective = OBJECTIVES.get
