@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
-from xlnet_tf.finetuning.trainer import FinetuneTask, check_data_order, train
+from xlnet_tf.finetuning.trainer import ModelAndLoss, check_data_order, train
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.setup import checkpoint_step, start_run
 
@@ -45,7 +45,7 @@ def run(settings) -> Optional[dict]:
         # a run that failed on them leaves the record of the run trained in this directory before (if any).
         write_run_record(s.model_dir, family, s)
         # labels: an HF --init_checkpoint's head is kept where it names the task's labels (checkpoint.warm_start)
-        finetune = FinetuneTask(task.build_model, task.loss, getattr(task, "labels", None))
+        finetune = ModelAndLoss(task.build_model, task.loss, getattr(task, "labels", None))
         model, train_metrics = train(strategy, finetune, s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
 

@@ -1,7 +1,7 @@
 """The fine-tuning loop shared by run_classifier.py and run_squad.py: train, evaluate, predict under any strategy.
 
-``FinetuneTask`` says what is task-specific (the model, its loss, how to turn model outputs into metrics); the
-loop does the rest: warm start from a pretrained checkpoint (original TF1 or native), AdamW with warmup/decay
+``ModelAndLoss`` is what it takes of a task (the model builder, the loss, the head's labels); the loop does the
+rest: warm start from a pretrained checkpoint (original TF1 or native), AdamW with warmup/decay
 and layer-wise learning rates, global-norm clipping across replicas, ``iterations`` steps per ``tf.function``,
 checkpoints with resume, TensorBoard summaries and progress lines.
 """
@@ -25,8 +25,8 @@ from xlnet_tf.training.setup import setup_training
 
 
 @dataclasses.dataclass
-class FinetuneTask:
-    """What differs between tasks.
+class ModelAndLoss:
+    """What the loop takes of a ``tasks.base.Task`` (the runner builds it from one).
 
     build_model: () -> keras model (created inside the strategy scope).
     loss_fn: (features, outputs) -> (sum of per-example losses, number of examples), per replica.
@@ -39,7 +39,7 @@ class FinetuneTask:
     labels: Optional[list] = None
 
 
-def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: FinetuneSettings,
+def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settings: FinetuneSettings,
           dataset_fn: Callable[[tf.distribute.InputContext, int], tf.data.Dataset]):
     """Fine-tunes and returns ``(model, metrics)``; resumes from ``model_dir`` if it holds a checkpoint.
 
@@ -50,14 +50,15 @@ def train(strategy: tf.distribute.Strategy, task: FinetuneTask, settings: Finetu
     check_jit_compile(strategy, s.jit_compile)
     # Same layout as pretraining (model/xlnet/...), plus the head: a pretraining checkpoint restores the
     # network of any task model, and a fine-tuned checkpoint restores everything.
-    training = setup_training(strategy, s, task.build_model, checkpoint_name="model",
-                              lr_layer_decay_rate=s.lr_layer_decay_rate, warn_from_scratch=True, labels=task.labels)
+    training = setup_training(strategy, s, model_and_loss.build_model, checkpoint_name="model",
+                              lr_layer_decay_rate=s.lr_layer_decay_rate, warn_from_scratch=True,
+                              labels=model_and_loss.labels)
     model, optimizer = training.model, training.optimizer
     if training.finished():
         return model, {"step": training.start_step}
     keep_data_order(training, data_order(s, strategy))
 
-    replica_step = make_replica_step(model, optimizer, task.loss_fn, s.clip)
+    replica_step = make_replica_step(model, optimizer, model_and_loss.loss_fn, s.clip)
     if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
         replica_step = tf.function(replica_step, jit_compile=True)
 
