@@ -1,7 +1,8 @@
 """Batch prediction as a Beam pipeline (xlnet_tf.batch.beam, ``python -m xlnet_tf.cli.predict --runner=...``): its
 rows equal cli.predict's row for row (as sets keyed by file and line) on the DirectRunner's engine (FnApiRunner) in
-memory and with two worker processes, bad rows land in the dead letters with file:line, a bundle that fails once is retried and the
-output is still exact, and Beam's own options pass through the command line while a typo in ours is an error."""
+memory and with two worker processes, bad rows land in the dead letters with file:line, a bundle that fails once
+is retried and the output is still exact, and Beam's own options pass through the command line while a typo in
+ours is an error."""
 
 import glob
 import json

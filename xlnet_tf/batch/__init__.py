@@ -1,6 +1,6 @@
 """Batch jobs: prediction over sharded inputs (``prediction`` on one machine, ``beam`` on an Apache Beam runner)
-and fine-tuning runs from a job file (``job_runner``, ``cluster``). The names below are what the command line (``xlnet_tf.cli.predict``) checks and shows before
-TensorFlow loads; ``prediction`` imports them from here."""
+and fine-tuning runs from a job file (``job_runner``, ``cluster``). The names below are what the command line
+(``xlnet_tf.cli.predict``) checks and shows before TensorFlow loads; ``prediction`` imports them from here."""
 
 SUMMARY_FILE = "predict_summary.json"
 

@@ -13,9 +13,9 @@ differs is what a cluster needs:
   ``dead_letters-SSSSS-of-NNNNN.txt``, one ``file:line: reason`` per bad row; and ``predict_summary.json``
   (``cli.predict``'s keys where they mean the same: settings, per-input counts, skipped rows listed with
   file:line), computed from the rows themselves, so retries do not count twice.
-* **Bad rows** never fail a bundle; they are counted with Beam metrics (namespace ``xlnet_tf.predict``: ``rows``,
-  ``skipped``, ``truncated``). An error in a file as a whole (a TSV header without the named columns, a gzip
-  file) is found before the job starts, as by ``cli.predict``.
+* **Bad rows** never fail a bundle; they are counted with Beam metrics (namespace ``xlnet_tf.batch.beam``:
+  ``rows_read``, ``skipped``, ``rows`` predicted, ``truncated``). An error in a file as a whole (a TSV header
+  without the named columns, a gzip file) is found before the job starts, as by ``cli.predict``.
 * **The model** is loaded once per worker process by ``ExportHandler`` (a RunInference ``ModelHandler``: the
   tensorflow-text ops registered, batches of ``--batch_size`` from ``BatchElements``), or once per machine with
   ``--share_model`` (one copy that the machine's SDK processes call: see ``ExportHandler``).
@@ -47,8 +47,9 @@ from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, 
 from xlnet_tf.batch.predictors import SavedModelPredictor
 from xlnet_tf.batch.rows import model_inputs, output_lines, stack_inputs, with_id
 from xlnet_tf.errors import InputError
+from xlnet_tf.tasks.base import Row
 
-NAMESPACE = "xlnet_tf.predict"  # of the Beam metrics
+NAMESPACE = __name__  # of the Beam metrics: xlnet_tf.batch.beam
 PREDICTIONS = "predictions"  # <output_dir>/predictions-SSSSS-of-NNNNN.jsonl
 DEAD_LETTERS = "dead_letters"  # <output_dir>/dead_letters-SSSSS-of-NNNNN.txt
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
@@ -93,8 +94,6 @@ class LoadedExport:
 
     def predict(self, items: Sequence[tuple]) -> list:
         """``(json_line, truncated)`` of each ``(file, line, id, text_a, text_b)`` item."""
-        from xlnet_tf.tasks.base import Row
-
         inputs = [model_inputs(self.predictor, Row(line, 0, a, b), self.pair) for _, line, _, a, b in items]
         outputs = self.predictor(stack_inputs([x for x, _ in inputs]))
         lines = output_lines(self.predictor, outputs, [i[1] for i in items], [i[2] for i in items],
@@ -296,8 +295,8 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
 
 def predict(s, pipeline_args: Sequence[str] = (), handler: Optional[ModelHandler] = None) -> dict:
     """Runs the pipeline of ``s`` (``cli.predict``'s settings; ``s.runner`` names the runner) with Beam's
-    ``pipeline_args`` (checked by ``cli.predict``) and waits for it; returns the summary it wrote (``{"state": ...}`` if the job ended
-    without one)."""
+    ``pipeline_args`` (checked by ``cli.predict``) and waits for it; returns the summary it wrote
+    (``{"state": ...}`` if the job ended without one)."""
     plan = plan_of(s, handler)
     options = PipelineOptions(list(pipeline_args), runner=s.runner)
     logging.info("predict on %s: %d input file(s) into %s", s.runner, len(plan.shards), s.output_dir)
