@@ -1,6 +1,7 @@
 """Batch prediction as a Beam pipeline (xlnet_tf.batch.beam, ``python -m xlnet_tf.cli.predict --runner=...``): its
 rows equal cli.predict's row for row (as sets keyed by file and line) on the DirectRunner's engine (FnApiRunner) in
-memory and with two worker processes, bad rows land in the dead letters with file:line, a bundle that fails once
+memory and with two worker processes, for a classifier, a regression, a long-document, a token-id and a SQuAD
+export, bad rows land in the dead letters with file:line, a bundle that fails once
 is retried and the output is still exact, and Beam's own options pass through the command line while a typo in
 ours is an error."""
 
@@ -37,6 +38,14 @@ def sst2_export(tmp_path_factory):
     model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
     exporter.export_serving(model, str(tmp / "export"), task.serving_info(1), SPIECE)
     return str(tmp / "export")
+
+
+@pytest.fixture(scope="module")
+def cli_run(sst2_export, tmp_path_factory):
+    """``write_inputs`` predicted by cli.predict: (their glob, its rows keyed by (file, line), its summary)."""
+    tmp = tmp_path_factory.mktemp("beam_cli")
+    inputs = write_inputs(tmp / "in")
+    return (inputs, *cli_rows(sst2_export, inputs, tmp / "cli"))
 
 
 def write_inputs(directory) -> str:
@@ -106,19 +115,59 @@ def check_same(expected, summary, out, inputs):
 
 
 @pytest.mark.slow
-def test_pipeline_rows_equal_cli_predict(sst2_export, tmp_path):
+def test_pipeline_rows_equal_cli_predict(sst2_export, cli_run, tmp_path):
     """The DirectRunner's engine (FnApiRunner: DirectRunner would try to download Prism first) in memory, in this
     process: every usable row once, equal to cli.predict's; the poison rows
     as dead letters with file:line; the summary's counts and settings are cli.predict's. A second run into the
     same directory is refused without --overwrite."""
-    inputs = write_inputs(tmp_path / "in")
-    expected, summary = cli_rows(sst2_export, inputs, tmp_path / "cli")
+    inputs, expected, summary = cli_run
     assert len(expected) == 25 and summary["skipped"] == 3
     s = settings(sst2_export, inputs, tmp_path / "beam", runner="FnApiRunner")
     bb.predict(s, ["--direct_running_mode=in_memory"])
     check_same(expected, summary, str(tmp_path / "beam"), inputs)
     with pytest.raises(ValueError, match=r"holds results \(dead_letters-00000-of-00001.txt, ...\): a Beam job"):
         bb.predict(s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["serve_ids", "regression_pairs", "long_documents"])
+def test_other_exports_equal_cli_predict(kind, sst2_export, tmp_path):
+    """The token-id signature (tokenized in the worker; truncation counted), a sentence-pair regression export
+    and a long-document export (--long_document=memory: documents of several 16-token segments) on the pipeline
+    in memory: their rows and counts are cli.predict's."""
+    export, fields, overrides = sst2_export, "sentence", {}
+    if kind == "serve_ids":
+        overrides = dict(signature="serve_ids", max_seq_length=8)  # most sentences are cut to 8 tokens
+    else:
+        flags = (dict(task_name="sts-b") if kind == "regression_pairs" else
+                 dict(task_name="sst-2", long_document="memory", max_seq_length=16, max_segments=4, mem_len=24))
+        settings_ = make_flags(tmp_path / "model", **flags)
+        task = settings_.family().task(settings_)
+        model = task.build_model()
+        model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+        export = str(tmp_path / "export")
+        exporter.export_serving(model, export, task.serving_info(1), SPIECE)
+    (tmp_path / "in").mkdir()
+    with open(tmp_path / "in" / "rows.tsv", "w", encoding="utf-8") as f:
+        if kind == "regression_pairs":
+            fields = "sentence,sentence2"
+            f.write("id\tsentence\tsentence2\n" + "".join(f"p{i}\t{SENTENCES[i]}\t{SENTENCES[i + 1]}\n"
+                                                           for i in range(12)))
+        else:
+            documents = [" ".join(SENTENCES[i:i + (5 if kind == "long_documents" else 1)]) for i in range(12)]
+            f.write("id\tsentence\n" + "".join(f"d{i}\t{t}\n" for i, t in enumerate(documents)))
+    inputs = str(tmp_path / "in" / "*.tsv")
+    s = settings(export, inputs, tmp_path / "cli", text_fields=fields, **overrides)
+    spec = bb.ModelSpec(export, s.signature, max_seq_length=s.max_seq_length)
+    summary = bp.predict_shards(spec.load(), inputs, s.output_dir, bp.Fields.parse(fields, "id"), s.batch_size,
+                                progress_every_s=1e9)
+    with open(summary["shards"][0]["output"], encoding="utf-8") as f:
+        expected = {(summary["shards"][0]["input"], row["line"]): row for row in map(json.loads, f)}
+    s = settings(export, inputs, tmp_path / "beam", text_fields=fields, runner="FnApiRunner", **overrides)
+    written = bb.predict(s)
+    assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == 12
+    assert written["truncated"] == summary["truncated"] and (written["truncated"] > 0) == (kind == "serve_ids")
+    assert written["settings"] == summary["settings"]
 
 
 class FailsOnce(bb.ExportHandler):
@@ -136,12 +185,11 @@ class FailsOnce(bb.ExportHandler):
 
 
 @pytest.mark.slow
-def test_failed_bundle_is_retried_and_output_is_exact(sst2_export, tmp_path):
+def test_failed_bundle_is_retried_and_output_is_exact(sst2_export, cli_run, tmp_path):
     """The runner that retries failed bundles here (BundleBasedDirectRunner; the FnApi DirectRunner does not
     retry): the injected failure happens, the bundle runs again, and each row is written once, equal to
     cli.predict's."""
-    inputs = write_inputs(tmp_path / "in")
-    expected, summary = cli_rows(sst2_export, inputs, tmp_path / "cli")
+    inputs, expected, summary = cli_run
     s = settings(sst2_export, inputs, tmp_path / "beam", runner="BundleBasedDirectRunner")
     marker = str(tmp_path / "failed-once")
     handler = FailsOnce(marker, bb.ModelSpec(sst2_export), pair=False, batch_size=s.batch_size)
@@ -164,12 +212,11 @@ class RecordsLoads(bb.ExportHandler):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_two_worker_processes(sst2_export, tmp_path, monkeypatch):
+def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):
     """The DirectRunner's engine with two worker processes (multi_processing): the model is loaded there, not
     here, and the rows equal cli.predict's."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(__file__), REPO]))  # RecordsLoads there
-    inputs = write_inputs(tmp_path / "in")
-    expected, summary = cli_rows(sst2_export, inputs, tmp_path / "cli")
+    inputs, expected, summary = cli_run
     s = settings(sst2_export, inputs, tmp_path / "beam", runner="FnApiRunner")
     (tmp_path / "loads").mkdir()
     handler = RecordsLoads(str(tmp_path / "loads"), bb.ModelSpec(sst2_export), pair=False, batch_size=s.batch_size)
@@ -181,11 +228,10 @@ def test_two_worker_processes(sst2_export, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_command_line(sst2_export, tmp_path):
+def test_command_line(sst2_export, cli_run, tmp_path):
     """``python -m xlnet_tf.cli.predict --runner=FnApiRunner`` with one of Beam's options (its value after a
     space): the rows equal cli.predict's; a typo in one of our flags is an error naming it, before TensorFlow."""
-    inputs = write_inputs(tmp_path / "in")
-    expected, summary = cli_rows(sst2_export, inputs, tmp_path / "cli")
+    inputs, expected, summary = cli_run
     out = tmp_path / "beam"
     args = [sys.executable, "-m", "xlnet_tf.cli.predict", "--runner=FnApiRunner", f"--saved_model={sst2_export}",
             f"--input_glob={inputs}", f"--output_dir={out}", "--id_field=id", "--direct_running_mode", "in_memory"]
