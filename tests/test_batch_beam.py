@@ -1,9 +1,8 @@
 """Batch prediction as a Beam pipeline (xlnet_tf.batch.beam, ``python -m xlnet_tf.cli.predict --runner=...``): its
 rows equal cli.predict's row for row (as sets keyed by file and line) on the DirectRunner's engine (FnApiRunner) in
-memory and with two worker processes, for a classifier, a regression, a long-document, a token-id and a SQuAD
-export, bad rows land in the dead letters with file:line, a bundle that fails once
-is retried and the output is still exact, and Beam's own options pass through the command line while a typo in
-ours is an error."""
+memory and with two worker processes, for a classifier, a regression, a long-document, a tagging, a token-id and
+a SQuAD export; bad rows land in the dead letters with file:line; a bundle that fails once is retried and the
+output is still exact; Beam's own options pass through the command line while a typo in ours is an error."""
 
 import glob
 import json
@@ -17,11 +16,12 @@ from needs import require
 
 require("apache_beam")
 
-from classifier_helpers import REPO, SPIECE, make_flags  # noqa: E402
+from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
 from xlnet_tf.batch import beam as bb  # noqa: E402
 from xlnet_tf.batch import prediction as bp  # noqa: E402
 from xlnet_tf.cli import predict as cli_predict  # noqa: E402
 from xlnet_tf.finetuning import serving as exporter  # noqa: E402
+from xlnet_tf.tasks.tagging import TaggingSettings  # noqa: E402
 
 SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
                                                   encoding="utf-8").read().splitlines()[1:]]
@@ -130,18 +130,26 @@ def test_pipeline_rows_equal_cli_predict(sst2_export, cli_run, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["serve_ids", "regression_pairs", "long_documents"])
+@pytest.mark.parametrize("kind", ["serve_ids", "regression_pairs", "long_documents", "tagging"])
 def test_other_exports_equal_cli_predict(kind, sst2_export, tmp_path):
-    """The token-id signature (tokenized in the worker; truncation counted), a sentence-pair regression export
-    and a long-document export (--long_document=memory: documents of several 16-token segments) on the pipeline
-    in memory: their rows and counts are cli.predict's."""
+    """The token-id signature (tokenized in the worker; truncation counted), a sentence-pair regression export,
+    a long-document export (--long_document=memory: documents of several 16-token segments) and a tagging export
+    (random weights, its tags from a one-sentence train file) on the pipeline in memory: their rows and counts
+    are cli.predict's."""
     export, fields, overrides = sst2_export, "sentence", {}
     if kind == "serve_ids":
         overrides = dict(signature="serve_ids", max_seq_length=8)  # most sentences are cut to 8 tokens
     else:
-        flags = (dict(task_name="sts-b") if kind == "regression_pairs" else
-                 dict(task_name="sst-2", long_document="memory", max_seq_length=16, max_segments=4, mem_len=24))
-        settings_ = make_flags(tmp_path / "model", **flags)
+        if kind == "tagging":
+            (tmp_path / "train.jsonl").write_text(json.dumps(
+                {"tokens": ["Peter", "has", "3", "cats"], "tags": ["B-NAME", "O", "B-NUM", "O"]}) + "\n")
+            settings_ = TaggingSettings.from_values(dict(
+                model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, data_dir=str(tmp_path),
+                model_dir=str(tmp_path / "model"), max_seq_length=16, dropout=0.0, dropatt=0.0))
+        else:
+            settings_ = make_flags(tmp_path / "model", **(
+                dict(task_name="sts-b") if kind == "regression_pairs" else
+                dict(task_name="sst-2", long_document="memory", max_seq_length=16, max_segments=4, mem_len=24)))
         task = settings_.family().task(settings_)
         model = task.build_model()
         model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
@@ -267,14 +275,14 @@ def test_squad_questions_equal_cli_predict(squad_run, tmp_path):
     SQuAD file: the same answers as cli.predict's, keyed by the questions' ids."""
     squad_file = os.path.join(REPO, "tests", "fixtures", "squad", "dev-v2.0.json")
     export = os.path.dirname(squad_run["export"])
-    s = settings(export, squad_file, tmp_path / "cli", text_fields="question,context", id_field=None)
+    s = settings(export, squad_file, tmp_path / "cli", text_fields="question,context", id_field=None, batch_size=16)
     predictor = bb.ModelSpec(export).load()
     summary = bp.predict_shards(predictor, squad_file, s.output_dir, bp.Fields.parse(s.text_fields), s.batch_size,
                                 progress_every_s=1e9)
     with open(summary["shards"][0]["output"], encoding="utf-8") as f:
         expected = {(squad_file, row["line"]): row for row in map(json.loads, f)}
     s = settings(export, squad_file, tmp_path / "beam", text_fields="question,context", id_field=None,
-                 runner="FnApiRunner")
+                 batch_size=16, runner="FnApiRunner")
     written = bb.predict(s)
     assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == summary["rows"] > 4
     assert written["shards"][0]["format"] == "squad" and written["skipped"] == 0
