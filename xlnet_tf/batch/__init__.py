@@ -1,6 +1,6 @@
-"""Batch jobs: prediction over sharded inputs (``prediction``) and fine-tuning runs from a job file
-(``job_runner``). The names below are what the command line (``xlnet_tf.cli.predict``) checks and shows before
-TensorFlow loads; ``prediction`` imports them from here."""
+"""Batch jobs: prediction over sharded inputs (``prediction`` on one machine, ``beam`` on an Apache Beam runner)
+and fine-tuning runs from a job file (``job_runner``, ``cluster``). The names below are what the command line
+(``xlnet_tf.cli.predict``) checks and shows before TensorFlow loads; ``prediction`` imports them from here."""
 
 SUMMARY_FILE = "predict_summary.json"
 
@@ -14,3 +14,9 @@ def _formats() -> tuple:
 FORMATS = _formats()
 SIGNATURES = ("auto", "serving_default", "serve_ids")
 DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
+# The Beam runners ``python -m xlnet_tf.cli.predict --runner`` names (xlnet_tf.batch.beam; docs/batch.md). Local:
+# DirectRunner (Beam 2.77 tries Prism first, which downloads its binary, then falls back to FnApiRunner), FnApiRunner
+# (the DirectRunner's batch engine, in memory or in worker processes, directly), BundleBasedDirectRunner (the one
+# that retries a failed bundle).
+BEAM_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "PrismRunner", "DataflowRunner",
+                "FlinkRunner", "SparkRunner", "PortableRunner")

@@ -28,402 +28,39 @@ here (SentencePiece model from the export's ``assets.extra/`` or ``--spiece_mode
 ``context``) answers SQuAD files' questions (``--text_fields=question,context``; docs/batch.md). The task family
 of an export is the one of the ``kind`` its ``metadata.json`` records (``--task_module`` loads a family of your
 own); an export that records none is recognised by its signature's inputs.
+
+The inputs (``xlnet_tf.batch.inputs``), the rows between input and output (``xlnet_tf.batch.rows``) and the models
+(``xlnet_tf.batch.predictors``) are shared with the Beam pipeline (``xlnet_tf.batch.beam``); this module is the
+engine of one machine (shards in turn, resumable, one job per output directory) and names them for its callers.
 """
 
 from __future__ import annotations
 
-import abc
-import codecs
 import contextlib
 import dataclasses
 import json
 import os
 import socket
 import time
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
-import numpy as np
 import tensorflow as tf
 from absl import logging
 
 # Defined in the package (no TensorFlow there) so the command line checks flags before TensorFlow loads.
-from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE  # noqa: F401
+from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
+# The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
+from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
+from xlnet_tf.batch.predictors import KerasPredictor, Predictor, SavedModelPredictor, resolve_saved_model
+from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, output_name, with_id
 from xlnet_tf.errors import InputError
-from xlnet_tf import tasks
-from xlnet_tf.io_utils import GZIP_MAGIC, atomic_write, write_json_atomic
-from xlnet_tf.tasks.base import MetadataInfo, Row
+from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
-OUTPUT_SUFFIX = ".predictions.jsonl"
+__all__ = ["DEFAULT_MAX_SEQ_LENGTH", "FORMATS", "SIGNATURES", "SUMMARY_FILE", "Fields", "KerasPredictor", "LOCK_FILE",
+           "OUTPUT_SUFFIX", "Predictor", "SavedModelPredictor", "check_header", "list_shards", "output_lock",
+           "predict_shards", "read_rows", "resolve_saved_model", "shard_format"]
+
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
-
-
-# --- inputs ------------------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Fields:
-    """Where a row's text is: ``text_a`` (and ``text_b`` for pairs) and an optional ``id``, by column name (TSV
-    header) or key (JSON Lines)."""
-    text_a: str = "sentence"
-    text_b: Optional[str] = None
-    id: Optional[str] = None
-
-    @classmethod
-    def parse(cls, text_fields: str, id_field: Optional[str] = None, flag: str = "--text_fields") -> "Fields":
-        names = [n.strip() for n in (text_fields or "").split(",")]
-        if not 1 <= len(names) <= 2 or not all(names):
-            raise InputError(f"{flag}={text_fields!r}: give one field name, or two for sentence pairs (a,b)")
-        return cls(names[0], names[1] if len(names) > 1 else None, id_field or None)
-
-
-def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
-    """The files matching the comma-separated globs of ``input_glob``, sorted, each once; an error naming the
-    pattern if one matches nothing."""
-    files = []
-    for pattern in (p.strip() for p in (input_glob or "").split(",")):
-        if not pattern:
-            continue
-        matched = sorted(f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f))
-        if not matched and tf.io.gfile.isdir(pattern):
-            raise InputError(f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. "
-                             f"{os.path.join(pattern, '*.tsv')!r}")
-        if not matched:
-            raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
-        files += [f for f in matched if f not in files]
-    if not files:
-        raise InputError(f"{flag} is empty")
-    return files
-
-
-def _family_formats() -> dict:
-    """Input formats of the registered task families: name -> reader(path) of ``Row``s."""
-    return {name: reader for family in tasks.families() for name, reader in family.input_formats().items()}
-
-
-def shard_format(path: str, input_format: str = "auto", family=None) -> str:
-    """The format of a shard: ``input_format``, or by its name (a format of the model's task ``family``, e.g. a
-    ``*.json`` file is a SQuAD file for a SQuAD model; else TSV or JSON Lines)."""
-    if input_format != "auto":
-        return input_format
-    if path.endswith(".tsv"):
-        return "tsv"
-    own = family.input_format_of(path) if family is not None else None
-    if own:
-        return own
-    if path.endswith((".jsonl", ".ndjson", ".json")):
-        return "jsonl"
-    raise InputError(f"{path}: unknown input format (name TSV files *.tsv, JSON Lines *.jsonl, SQuAD files *.json, "
-                     "or set --input_format)")
-
-
-def check_header(path: str, fmt: str, fields: Fields) -> None:
-    """A TSV shard's header must name the fields, and a shard must not be a gzip file: checked for every shard
-    before any is predicted (inside the tf.data generator the error would surface as an opaque iterator error)."""
-    if fmt not in ("tsv", "jsonl"):
-        return
-    for row in read_rows(path, fmt, fields):  # read_rows raises on a bad header or a gzip file, before its first row
-        break
-
-
-def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
-    """Streams the rows of one shard, line by line (1-based line numbers; TSV line 1 is the header). Blank lines
-    are ignored. A TSV header without a named field is an error naming the file. A task family's own format (e.g.
-    SQuAD files): its reader, whose rows carry their ids."""
-    readers = _family_formats()
-    if fmt in readers:
-        yield from readers[fmt](path)
-        return
-    wanted = [n for n in (fields.text_a, fields.text_b, fields.id) if n]
-    columns = None
-    offset = 0
-    with tf.io.gfile.GFile(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            offset += len(raw)
-            if line_no == 1:
-                if raw.startswith(GZIP_MAGIC):
-                    raise InputError(f"{path}: a gzip file, not {fmt.upper()} text: decompress it first")
-                if raw.startswith(codecs.BOM_UTF8):  # a byte-order mark (spreadsheet exports): not text
-                    raw = raw[len(codecs.BOM_UTF8):]
-            try:
-                text = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                yield Row(line_no, offset, problem=f"not UTF-8 ({e.reason})")
-                continue
-            if not text.strip():
-                continue
-            if fmt == "tsv":
-                cells = text.split("\t")
-                if columns is None:
-                    columns = {name.strip(): i for i, name in enumerate(cells)}
-                    missing = [n for n in wanted if n not in columns]
-                    if missing:
-                        raise InputError(f"{path}:{line_no}: header has no column {', '.join(map(repr, missing))} "
-                                         f"(columns: {', '.join(columns)}); set the text/id field flags")
-                    width = len(cells)
-                    continue
-                if len(cells) != width:
-                    yield Row(line_no, offset, problem=f"{len(cells)} columns, header has {width}")
-                    continue
-                values = {n: cells[columns[n]] for n in wanted}
-            else:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    yield Row(line_no, offset, problem=f"not valid JSON ({e.msg})")
-                    continue
-                if not isinstance(obj, dict):
-                    yield Row(line_no, offset, problem="not a JSON object")
-                    continue
-                absent = [n for n in wanted if n not in obj]
-                if absent:
-                    yield Row(line_no, offset, problem=f"no {', '.join(map(repr, absent))}")
-                    continue
-                problem = _json_fields_problem(obj, [n for n in (fields.text_a, fields.text_b) if n], fields.id)
-                if problem:
-                    yield Row(line_no, offset, problem=problem)
-                    continue
-                values = {n: obj[n] if isinstance(obj[n], str) else str(obj[n]) for n in wanted}
-            text_a = values[fields.text_a].strip()
-            text_b = values[fields.text_b].strip() if fields.text_b else ""
-            if not text_a or (fields.text_b and not text_b):
-                yield Row(line_no, offset, problem="empty text")
-                continue
-            yield Row(line_no, offset, text_a, text_b, values[fields.id].strip() if fields.id else "")
-
-
-def _json_fields_problem(obj: dict, text_fields: list, id_field: str) -> str:
-    """Why a JSON row's fields cannot be used ("" if they can): a text must be a string (predicting on the JSON text
-    of 123, null or an object would be a silent wrong answer); an id a string or a number; no string may hold a
-    lone surrogate ("\\ud800" is valid JSON but not Unicode TensorFlow can encode)."""
-    for name in text_fields:
-        if not isinstance(obj[name], str):
-            kind = "null" if obj[name] is None else type(obj[name]).__name__
-            return f"{name!r} is {kind}, not a string"
-    if id_field and (isinstance(obj[id_field], bool) or not isinstance(obj[id_field], (str, int, float))):
-        return f"{id_field!r} (the id) is {type(obj[id_field]).__name__}, not a string or number"
-    for name in [*text_fields, id_field]:
-        if name and isinstance(obj[name], str):
-            try:
-                obj[name].encode("utf-8")
-            except UnicodeEncodeError:
-                return f"{name!r} holds a lone surrogate (not valid Unicode)"
-    return ""
-
-
-# --- models --------------------------------------------------------------------------------------------------------
-
-class Predictor(abc.ABC):
-    """What the engine needs of a model. ``family``: its task family (``xlnet_tf.tasks``), which formats the rows;
-    ``meta``: what the export records for clients (``metadata.json``). ``takes_text``: batches carry the raw strings
-    (``text_a``, ``text_b`` [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask``
-    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch_outputs`` (numpy). ``identity`` names the
-    model and settings, ``described`` what it predicts (the family's ``batch_identity``; a resumed job must use
-    the same)."""
-    family = None
-    meta: dict = {}
-    takes_text: bool = False
-    pair: Optional[bool] = None  # the model reads sentence pairs (None: unknown)
-    tokenizer = None
-    max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
-    identity: dict = {}
-    described: dict = {}
-
-    def _describe(self, output_names) -> None:
-        self.described = self.family.batch_identity(self.meta, output_names)
-
-    @abc.abstractmethod
-    def __call__(self, batch: dict) -> dict:
-        """The predictions of one batch (see the class docstring)."""
-
-
-class KerasPredictor(Predictor):
-    """A restored task model (the checkpoint path; the fast kernels apply) of ``family``, fed token ids; ``meta``:
-    the ``ServingInfo`` (as a dict) an export of it would record.
-
-    It runs as ``--do_predict`` over ``--eval_split`` does (``trainer.predict``): the model's inference step in
-    ``strategy.run`` (default: the current strategy), each local replica on its slice of a batch of static shape
-    [``batch_size``, L] (``batch_size`` rounded up to a multiple of them), compiled with XLA when
-    ``jit_compile``. A shorter batch (a shard's last) is padded with rows of zeros to that shape and the padded
-    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch_outputs`` is applied
-    on the host to the model's outputs (classification: its logits)."""
-
-    def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict,
-                 strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 128,
-                 jit_compile: bool = False):
-        from xlnet_tf.finetuning.trainer import make_predict_step
-        from xlnet_tf.training.xla import check_jit_compile
-
-        self.family, self.meta, self.tokenizer, self.max_seq_length = family, meta, tokenizer, max_seq_length
-        self.identity, self.pair = identity, meta.get("pair")
-        replicas = 1  # the default strategy (one device) has no worker devices to list or check
-        if strategy is not None:
-            check_jit_compile(strategy, jit_compile)
-            replicas = len(strategy.extended.worker_devices)
-        strategy = strategy or tf.distribute.get_strategy()
-        self.batch_size = -(-batch_size // replicas) * replicas
-        per_replica = self.batch_size // replicas
-        spec = family.ids_spec(MetadataInfo(meta))
-        names = list(spec)
-        step = make_predict_step(model, (), jit_compile)
-
-        @tf.function(input_signature=[tf.TensorSpec([self.batch_size, max_seq_length], s.dtype)
-                                      for s in spec.values()])
-        def forward(*features):
-            features = dict(zip(names, features))
-
-            def replica_slice(context):
-                # this worker's replicas (their ids follow one another): every worker predicts the whole batch
-                start = context.replica_id_in_sync_group % replicas * per_replica
-                return {k: v[start:start + per_replica] for k, v in features.items()}
-
-            outputs = strategy.run(step, args=(strategy.experimental_distribute_values_from_function(replica_slice),))
-            return {k: tf.concat(strategy.experimental_local_results(v), 0) for k, v in outputs.items()}
-
-        self._forward, self._names = forward, names
-        self._describe(())
-
-    def __call__(self, batch):
-        rows = int(batch[self._names[0]].shape[0])
-        if rows > self.batch_size:
-            raise ValueError(f"a batch of {rows} rows for a predictor of batches of {self.batch_size}")
-        padded = [tf.pad(batch[k], [[0, self.batch_size - rows], [0, 0]]) for k in self._names]
-        outputs = self._forward(*padded)
-        return self.family.batch_outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
-
-
-def resolve_saved_model(path: str) -> tuple:
-    """(SavedModel directory, version or None): ``path`` itself if it holds ``saved_model.pb``, else its highest
-    numbered version directory that does (TF Serving's ``<base>/<version>/``)."""
-    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        return path, None
-    if not tf.io.gfile.isdir(path):
-        raise FileNotFoundError(f"--saved_model={path}: no such directory")
-    versions = sorted(int(name.rstrip("/")) for name in tf.io.gfile.listdir(path) if name.rstrip("/").isdigit()
-                      and tf.io.gfile.exists(os.path.join(path, name.rstrip("/"), "saved_model.pb")))
-    if not versions:
-        raise FileNotFoundError(f"--saved_model={path}: no saved_model.pb there nor in a numbered version "
-                                "directory (<base>/<version>/saved_model.pb)")
-    return os.path.join(path, str(versions[-1])), versions[-1]
-
-
-class SavedModelPredictor(Predictor):
-    """A SavedModel's signature (see the module docstring for which one ``auto`` picks)."""
-
-    def __init__(self, path: str, signature: str = "auto", spiece_model_file: Optional[str] = None,
-                 max_seq_length: Optional[int] = None, uncased: Optional[bool] = None):
-        import tensorflow_text  # noqa: F401  (registers the text ops that raw-text signatures hold)
-
-        self.path, self.version = resolve_saved_model(path)
-        try:
-            loaded = tf.saved_model.load(self.path)
-        except (OSError, tf.errors.OpError) as e:  # a truncated or foreign saved_model.pb, missing variables
-            message = " ".join(str(e).split())
-            raise InputError(f"--saved_model={self.path}: cannot load it ({message[:300]})") from None
-        self._loaded = loaded  # the signatures' variables live as long as the loaded object
-        signatures = dict(loaded.signatures)
-
-        def inputs_of(name):
-            return signatures[name].structured_input_signature[1]
-
-        def is_text(name):
-            return any(spec.dtype == tf.string for spec in inputs_of(name).values())
-
-        if signature == "auto":
-            if "serving_default" in signatures and is_text("serving_default"):
-                signature = "serving_default"
-            elif "serve_ids" in signatures:
-                signature = "serve_ids"
-            elif "serving_default" in signatures:
-                signature = "serving_default"
-        if signature not in signatures:
-            raise InputError(f"{self.path}: no signature {signature!r} (it has: {', '.join(signatures) or 'none'})")
-        self.signature = signature
-        self._fn = signatures[signature]
-        self._inputs = inputs_of(signature)
-        self.takes_text = is_text(signature)
-        meta = self.meta = self._read_metadata()
-        self.family = self._family(meta, signature)
-        if self.takes_text:
-            self._text_inputs = self.family.batch_text_inputs(meta)
-            if self._text_inputs[0] not in self._inputs or not set(self._inputs) <= set(self._text_inputs):
-                raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch "
-                                 f"prediction of a {self.family.name} export sends {', '.join(self._text_inputs)}")
-        else:
-            ids = ("input_ids", "segment_ids", "padding_mask")
-            if set(self._inputs) != set(ids) or self._inputs["input_ids"].shape.rank != 2:
-                shapes = {k: v.shape.as_list() for k, v in self._inputs.items()}
-                raise InputError(f"{self.path}: signature {signature!r} takes {shapes}; batch prediction from token "
-                                 f"ids needs {', '.join(ids)} [batch, seq] (a classification or regression export; "
-                                 "other exports: their raw-text serving_default)")
-        self._describe(self._fn.structured_outputs)
-        # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
-        self.pair = (len(self._text_inputs) > 1 and self._text_inputs[1] in self._inputs if self.takes_text
-                     else meta.get("pair"))
-        if not self.takes_text and max_seq_length is None:
-            # The fine-tuning run's length, as the export records it; a shorter or longer one changes predictions.
-            max_seq_length = meta.get("max_seq_length")
-            if max_seq_length is None:
-                max_seq_length = DEFAULT_MAX_SEQ_LENGTH
-                logging.warning("%s does not record the fine-tuning run's max_seq_length; tokenizing to %d tokens "
-                                "(set --max_seq_length to the run's)", self.path, max_seq_length)
-        elif self.takes_text and max_seq_length is not None:
-            logging.warning("--max_seq_length=%d is not used: signature %s tokenizes in the graph to the fine-tuning "
-                            "run's length (%s)", max_seq_length, signature, meta.get("max_seq_length", "unrecorded"))
-        elif not self.takes_text and meta.get("max_seq_length") not in (None, max_seq_length):
-            logging.warning("--max_seq_length=%d differs from the fine-tuning run's %d (%s)", max_seq_length,
-                            meta["max_seq_length"], self.path)
-        self.max_seq_length = max_seq_length
-        if not self.takes_text:
-            from xlnet_tf.tokenization import XLNetTokenizer
-            model_file = spiece_model_file or self._asset_spiece()
-            self.tokenizer = XLNetTokenizer(model_file, lower=meta.get("lower_case", False) if uncased is None
-                                            else uncased)
-        self.identity = dict(saved_model=self.path, version=self.version, signature=signature,
-                             max_seq_length=None if self.takes_text else max_seq_length,
-                             spiece_sha256=self.tokenizer.fingerprint() if self.tokenizer else None)
-
-    def _family(self, meta: dict, signature: str):
-        """The export's task family: that of the kind it records, else the one whose signature takes these inputs."""
-        if meta.get("kind"):
-            family = tasks.for_kind(meta["kind"])
-        else:
-            family = tasks.for_signature(self._inputs)
-            if family is None:
-                raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)} and the export "
-                                 "records no kind (assets.extra/metadata.json): no task family serves these inputs")
-        if not family.batch_prediction:
-            raise InputError(f"{self.path}: a {family.name} export; batch prediction handles "
-                             f"{', '.join(f.name for f in tasks.families() if f.batch_prediction)} exports")
-        return family
-
-    def _read_metadata(self) -> dict:
-        """What the export's ``assets.extra/`` says for clients: ``metadata.json`` (kind, labels, lower_case,
-        pair; ``python -m xlnet_tf.cli.export``) or the older ``labels.json`` (kind, labels); {} if neither."""
-        for name in ("metadata.json", "labels.json"):
-            path = os.path.join(self.path, "assets.extra", name)
-            if tf.io.gfile.exists(path):
-                with tf.io.gfile.GFile(path) as f:
-                    try:
-                        return json.load(f)
-                    except json.JSONDecodeError as e:
-                        raise InputError(f"{path}: not valid JSON ({e})") from None
-        return {}
-
-    def _asset_spiece(self) -> str:
-        extra = os.path.join(self.path, "assets.extra")
-        models = tf.io.gfile.glob(os.path.join(extra, "*.model"))
-        if len(models) != 1:
-            raise FileNotFoundError(f"{self.path}: signature {self.signature!r} takes token ids and "
-                                    f"{'no' if not models else 'more than one'} SentencePiece model is in "
-                                    "assets.extra/: give --spiece_model_file")
-        return models[0]  # XLNetTokenizer reads it through tf.io.gfile
-
-    def __call__(self, batch):
-        if self.takes_text:
-            args = {name: batch[key] for name, key in zip(self._text_inputs, ("text_a", "text_b"))
-                    if name in self._inputs}
-        else:
-            args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
-        return self.family.batch_outputs(self._fn(**args), self.meta)
 
 
 # --- the engine -------------------------------------------------------------------------------------------------
@@ -458,34 +95,18 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
                     stats.skipped_rows.append(f"{path}:{row.line}: {row.problem}")
                 continue
             item = {"line": row.line, "end": row.end, "id": row.id}
-            if predictor.takes_text:
-                item.update(text_a=row.text_a, text_b=row.text_b)
-            else:
-                ids, segs, mask, cut = predictor.family.encode_ids(
-                    predictor.tokenizer, row.text_a, row.text_b if fields.text_b else None, L)
-                stats.truncated += cut
-                item.update(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
-                            padding_mask=np.asarray(mask, np.float32))
+            inputs, cut = model_inputs(predictor, row, bool(fields.text_b))
+            stats.truncated += cut
+            item.update(inputs)
             yield item
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature).batch(batch_size).prefetch(2)
 
 
-def output_name(path: str) -> str:
-    return os.path.basename(path) + OUTPUT_SUFFIX
-
-
-def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool) -> list:
-    """JSON lines of one batch; floats rounded to 6 decimals (stable text across runs and machines' last bits)."""
-    lines = []
-    ids = batch["id"].numpy()
-    for i, line in enumerate(batch["line"].numpy()):
-        row = {"line": int(line)}
-        if with_id:
-            row["id"] = ids[i].decode("utf-8")
-        row.update(predictor.family.batch_row(outputs, i, predictor.meta))
-        lines.append(json.dumps(row, ensure_ascii=False))
-    return lines
+def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_ids: bool) -> list:
+    """JSON lines of one batch (``rows.output_lines``)."""
+    ids = [i.decode("utf-8") if with_ids else None for i in batch["id"].numpy()]
+    return output_lines(predictor, outputs, batch["line"].numpy(), ids)
 
 
 def _write_output(path: str, write_fn: Callable) -> None:
@@ -660,7 +281,6 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
         check_header(path, formats[path], fields)
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
     summary = dict(settings=settings, input_glob=input_glob, shards=records, outputs_of_other_inputs=stale)
-    own_formats = _family_formats()
 
     def write_summary():
         totals = {k: sum(s[k] for s in summary["shards"]) for k in ("rows", "skipped", "truncated")}
@@ -682,8 +302,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
 
         def write(f):
             for batch in dataset:
-                with_id = fields.id is not None or formats[path] in own_formats  # e.g. SQuAD questions' ids
-                lines = _format_rows(batch, predictor(batch), predictor, with_id)
+                lines = _format_rows(batch, predictor(batch), predictor, with_id(fields, formats[path]))
                 f.write("\n".join(lines) + "\n")
                 stats.rows += len(lines)
                 progress.update(len(lines), int(batch["end"].numpy()[-1]), label)

@@ -4,14 +4,22 @@
 
 Inputs, outputs, resuming, bad rows and which signature is used: ``xlnet_tf.batch.prediction`` (the engine, which
 ``run_classifier.py --do_predict --predict_input_glob`` shares).
+
+With ``--runner`` (DirectRunner, DataflowRunner, FlinkRunner, ...) the same prediction runs as an Apache Beam
+pipeline (``xlnet_tf.batch.beam``): the options on the command line that are not this tool's flags are Beam's
+pipeline options (``--project``, ``--region``, ``--direct_num_workers``, ...), checked against Beam's so that a
+typo in one of this tool's flags is still an error naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import difflib
+import sys
+from typing import Optional, Sequence
 
-from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
+from absl import app
+from xlnet_tf.batch import BEAM_RUNNERS, DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.training.settings import Settings, path_missing, setting
 
@@ -44,6 +52,11 @@ class PredictSettings(Settings):
     progress_every_s: float = setting(30.0, "Seconds between progress lines.")
     task_module: Optional[str] = setting(None, "The module (dotted name or .py file) of a task family of your own, "
                                          "for its exports (xlnet_tf.tasks).")
+    runner: Optional[str] = setting(None, "Run as an Apache Beam pipeline on this runner (docs/batch.md); the "
+                                    "options this tool does not know go to Beam. Default: no Beam, this machine.",
+                                    choices=BEAM_RUNNERS)
+    share_model: bool = setting(False, "With --runner: one copy of the model per machine, called by its worker "
+                                "processes (Beam's share_model_across_processes), instead of one per process.")
 
     def required(self) -> tuple:
         return ("saved_model", "input_glob", "output_dir")
@@ -62,14 +75,24 @@ class PredictSettings(Settings):
             errors.append(f"--batch_size={self.batch_size} must be positive")
         if self.max_seq_length is not None and self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
+        if self.share_model and not self.runner:
+            errors.append("--share_model shares a model between Beam's worker processes: it needs --runner")
         return errors
 
 
 def main(s: PredictSettings) -> None:
-    """The command: ``predict_shards`` with the SavedModel."""
+    """The command: ``predict_shards`` with the SavedModel, or with ``--runner`` the Beam pipeline."""
     from absl import logging
 
     from xlnet_tf import tasks
+
+    if s.runner:  # Beam: its options checked before TensorFlow loads
+        check_pipeline_args(BEAM_ARGS)
+        tasks.load_module(s.task_module)
+        from xlnet_tf.batch import beam
+
+        beam.predict(s, BEAM_ARGS)
+        return
     from xlnet_tf.batch import prediction
 
     tasks.load_module(s.task_module)
@@ -82,5 +105,58 @@ def main(s: PredictSettings) -> None:
                               s.overwrite, s.progress_every_s)
 
 
+# --- Beam's pipeline options -----------------------------------------------------------------------------------
+
+BEAM_ARGS: list = []  # the command line's Beam pipeline options (split_beam_args)
+
+
+def split_beam_args(argv: Sequence[str]) -> tuple:
+    """``(this tool's arguments, Beam's)``: with ``--runner`` in ``argv``, every ``--option`` that is not a flag
+    of this tool (or absl's) is Beam's, with its value (``--opt=v`` or ``--opt v``); without it, nothing is taken
+    out (an unknown flag stays absl's error, as before Beam)."""
+    argv = list(argv)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in argv[1:]):
+        return argv, []
+    app.define_help_flags()  # --help, --helpfull, ...: defined when absl parses; theirs all the same
+    ours_names = set(cli.FLAGS) | {f.name for f in dataclasses.fields(PredictSettings)} | {"config_file"}
+    ours, beam_args, i = argv[:1], [], 1
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.lstrip("-").split("=", 1)[0]
+        if not arg.startswith("--") or arg == "--" or name in ours_names or (
+                name.startswith("no") and name[2:] in ours_names):
+            ours.append(arg)
+        else:
+            beam_args.append(arg)
+            if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1  # its value (this tool takes no positional arguments)
+                beam_args.append(argv[i])
+        i += 1
+    return ours, beam_args
+
+
+def check_pipeline_args(args: Sequence[str]) -> None:
+    """Every option in ``args`` must be one of Beam's pipeline options (every runner's included), else an error
+    naming it and the nearest flag of this tool or Beam: Beam itself only warns and drops an unknown option, which
+    would hide a typo in one of this tool's flags. Imports Beam's options only (not TensorFlow)."""
+    from apache_beam.options import pipeline_options as po
+
+    # The parser PipelineOptions.get_all_options builds, the same way: Beam's own parser class (its options may
+    # be ValueProvider arguments), each PipelineOptions subclass once.
+    parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
+    for klass in {str(k): k for k in po.PipelineOptions.__subclasses__()}.values():
+        klass._add_argparse_args(parser)  # pylint: disable=protected-access
+    _, unknown = parser.parse_known_args(list(args))
+    if unknown:
+        options = [u for u in unknown if u.startswith("-")]
+        name = (options or unknown)[0].split("=", 1)[0]
+        known = [o for action in parser._actions for o in action.option_strings]  # pylint: disable=protected-access
+        known += [f"--{f.name}" for f in dataclasses.fields(PredictSettings)]
+        near = difflib.get_close_matches(name, known, n=1)
+        raise cli.InputError(f"{name}: not a flag of this tool nor a Beam pipeline option"
+                             + (f" (did you mean {near[0]}?)" if near else ""))
+
+
 if __name__ == "__main__":
+    sys.argv, BEAM_ARGS = split_beam_args(sys.argv)
     cli.run(PredictSettings, main)

@@ -1,0 +1,288 @@
+"""Batch prediction as a Beam pipeline (xlnet_tf.batch.beam, ``python -m xlnet_tf.cli.predict --runner=...``): its
+rows equal cli.predict's row for row (as sets keyed by file and line) on the DirectRunner's engine (FnApiRunner) in
+memory and with two worker processes, for a classifier, a regression, a long-document, a tagging, a token-id and
+a SQuAD export; bad rows land in the dead letters with file:line; a bundle that fails once is retried and the
+output is still exact; Beam's own options pass through the command line while a typo in ours is an error."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from needs import require
+
+require("apache_beam")
+
+from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
+from xlnet_tf.batch import beam as bb  # noqa: E402
+from xlnet_tf.batch import prediction as bp  # noqa: E402
+from xlnet_tf.cli import predict as cli_predict  # noqa: E402
+from xlnet_tf.finetuning import serving as exporter  # noqa: E402
+from xlnet_tf.tasks.tagging import TaggingSettings  # noqa: E402
+
+SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "sentiment", "train.tsv"),
+                                                  encoding="utf-8").read().splitlines()[1:]]
+
+
+@pytest.fixture(scope="module")
+def sst2_export(tmp_path_factory):
+    """A micro SST-2 classifier (random weights) exported with its raw-text serving_default, as
+    ``python -m xlnet_tf.cli.export`` writes it."""
+    tmp = tmp_path_factory.mktemp("beam_export")
+    settings = make_flags(tmp, task_name="sst-2")
+    task = settings.family().task(settings)
+    model = task.build_model()
+    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+    exporter.export_serving(model, str(tmp / "export"), task.serving_info(1), SPIECE)
+    return str(tmp / "export")
+
+
+@pytest.fixture(scope="module")
+def cli_run(sst2_export, tmp_path_factory):
+    """``write_inputs`` predicted by cli.predict: (their glob, its rows keyed by (file, line), its summary)."""
+    tmp = tmp_path_factory.mktemp("beam_cli")
+    inputs = write_inputs(tmp / "in")
+    return (inputs, *cli_rows(sst2_export, inputs, tmp / "cli"))
+
+
+def write_inputs(directory) -> str:
+    """Two shards of the bundled sentences, a TSV and a JSON Lines file, each with poison rows; their glob."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "a.tsv"), "w", encoding="utf-8") as f:
+        f.write("id\tsentence\n" + "".join(f"a{i}\t{t}\n" for i, t in enumerate(SENTENCES[:13])))
+        f.write("poison\tthree\tcolumns\n" + f"a13\t{SENTENCES[13]}\n")
+    with open(os.path.join(directory, "b.jsonl"), "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": f"b{i}", "sentence": t}) + "\n" for i, t in enumerate(SENTENCES[14:25])))
+        f.write('{"id": "b-bad", "sentence": null}\nnot json\n')
+    return os.path.join(directory, "*")
+
+
+def settings(export, inputs, out, **kw):
+    values = dict(saved_model=export, input_glob=inputs, output_dir=str(out), id_field="id", batch_size=4)
+    values.update(kw)
+    return cli_predict.PredictSettings(**values).validate()
+
+
+def cli_rows(export, inputs, out) -> dict:
+    """cli.predict's rows, keyed by (input file, line)."""
+    s = settings(export, inputs, out)
+    predictor = bb.ModelSpec(s.saved_model).load()  # cli.predict's (its defaults), loaded once for both engines
+    summary = bp.predict_shards(predictor, s.input_glob, s.output_dir, bp.Fields.parse(s.text_fields, s.id_field),
+                                s.batch_size, progress_every_s=1e9)
+    rows = {}
+    for shard in summary["shards"]:
+        with open(shard["output"], encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                rows[(shard["input"], row["line"])] = row
+    return rows, summary
+
+
+def beam_rows(out) -> dict:
+    rows = {}
+    for path in glob.glob(os.path.join(out, "predictions-*-of-*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                key = (row.pop("file"), row["line"])
+                assert key not in rows, f"{key} written twice"
+                rows[key] = row
+    return rows
+
+
+def dead_letters(out) -> list:
+    return sorted(line.rstrip("\n") for path in glob.glob(os.path.join(out, "dead_letters-*-of-*.txt"))
+                  for line in open(path, encoding="utf-8"))
+
+
+def check_same(expected, summary, out, inputs):
+    """The Beam run in ``out`` wrote cli.predict's rows, its bad rows as dead letters and its counts."""
+    assert beam_rows(out) == expected
+    directory = os.path.dirname(inputs)
+    assert dead_letters(out) == [f"{directory}/a.tsv:15: 3 columns, header has 2",
+                                 f"{directory}/b.jsonl:12: 'sentence' is null, not a string",
+                                 f"{directory}/b.jsonl:13: not valid JSON (Expecting value)"]
+    with open(os.path.join(out, bp.SUMMARY_FILE), encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["settings"] == summary["settings"]
+    for key in ("rows", "skipped", "truncated", "complete", "shards_total"):
+        assert written[key] == summary[key], key
+    assert [(s["input"], s["rows"], s["skipped"], s["skipped_rows"]) for s in written["shards"]] == [
+        (s["input"], s["rows"], s["skipped"], s["skipped_rows"]) for s in summary["shards"]]
+
+
+@pytest.mark.slow
+def test_pipeline_rows_equal_cli_predict(sst2_export, cli_run, tmp_path):
+    """The DirectRunner's engine (FnApiRunner: DirectRunner would try to download Prism first) in memory, in this
+    process: every usable row once, equal to cli.predict's; the poison rows
+    as dead letters with file:line; the summary's counts and settings are cli.predict's. A second run into the
+    same directory is refused without --overwrite."""
+    inputs, expected, summary = cli_run
+    assert len(expected) == 25 and summary["skipped"] == 3
+    s = settings(sst2_export, inputs, tmp_path / "beam", runner="FnApiRunner")
+    bb.predict(s, ["--direct_running_mode=in_memory"])
+    check_same(expected, summary, str(tmp_path / "beam"), inputs)
+    with pytest.raises(ValueError, match=r"holds results \(dead_letters-00000-of-00001.txt, ...\): a Beam job"):
+        bb.predict(s)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["serve_ids", "regression_pairs", "long_documents", "tagging"])
+def test_other_exports_equal_cli_predict(kind, sst2_export, tmp_path):
+    """The token-id signature (tokenized in the worker; truncation counted), a sentence-pair regression export,
+    a long-document export (--long_document=memory: documents of several 16-token segments) and a tagging export
+    (random weights, its tags from a one-sentence train file) on the pipeline in memory: their rows and counts
+    are cli.predict's."""
+    export, fields, overrides = sst2_export, "sentence", {}
+    if kind == "serve_ids":
+        overrides = dict(signature="serve_ids", max_seq_length=8)  # most sentences are cut to 8 tokens
+    else:
+        if kind == "tagging":
+            (tmp_path / "train.jsonl").write_text(json.dumps(
+                {"tokens": ["Peter", "has", "3", "cats"], "tags": ["B-NAME", "O", "B-NUM", "O"]}) + "\n")
+            settings_ = TaggingSettings.from_values(dict(
+                model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, data_dir=str(tmp_path),
+                model_dir=str(tmp_path / "model"), max_seq_length=16, dropout=0.0, dropatt=0.0))
+        else:
+            settings_ = make_flags(tmp_path / "model", **(
+                dict(task_name="sts-b") if kind == "regression_pairs" else
+                dict(task_name="sst-2", long_document="memory", max_seq_length=16, max_segments=4, mem_len=24)))
+        task = settings_.family().task(settings_)
+        model = task.build_model()
+        model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+        export = str(tmp_path / "export")
+        exporter.export_serving(model, export, task.serving_info(1), SPIECE)
+    (tmp_path / "in").mkdir()
+    with open(tmp_path / "in" / "rows.tsv", "w", encoding="utf-8") as f:
+        if kind == "regression_pairs":
+            fields = "sentence,sentence2"
+            f.write("id\tsentence\tsentence2\n" + "".join(f"p{i}\t{SENTENCES[i]}\t{SENTENCES[i + 1]}\n"
+                                                           for i in range(12)))
+        else:
+            documents = [" ".join(SENTENCES[i:i + (5 if kind == "long_documents" else 1)]) for i in range(12)]
+            f.write("id\tsentence\n" + "".join(f"d{i}\t{t}\n" for i, t in enumerate(documents)))
+    inputs = str(tmp_path / "in" / "*.tsv")
+    s = settings(export, inputs, tmp_path / "cli", text_fields=fields, **overrides)
+    spec = bb.ModelSpec(export, s.signature, max_seq_length=s.max_seq_length)
+    summary = bp.predict_shards(spec.load(), inputs, s.output_dir, bp.Fields.parse(fields, "id"), s.batch_size,
+                                progress_every_s=1e9)
+    with open(summary["shards"][0]["output"], encoding="utf-8") as f:
+        expected = {(summary["shards"][0]["input"], row["line"]): row for row in map(json.loads, f)}
+    s = settings(export, inputs, tmp_path / "beam", text_fields=fields, runner="FnApiRunner", **overrides)
+    written = bb.predict(s)
+    assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == 12
+    assert written["truncated"] == summary["truncated"] and (written["truncated"] > 0) == (kind == "serve_ids")
+    assert written["settings"] == summary["settings"]
+
+
+class FailsOnce(bb.ExportHandler):
+    """The first batch's inference fails once (a worker lost mid-bundle): the marker file says it happened."""
+
+    def __init__(self, marker, *args, **kw):
+        super().__init__(*args, **kw)
+        self.marker = marker
+
+    def run_inference(self, batch, model, inference_args=None):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise ConnectionError("injected: the first bundle's first batch fails once")
+        return super().run_inference(batch, model, inference_args)
+
+
+@pytest.mark.slow
+def test_failed_bundle_is_retried_and_output_is_exact(sst2_export, cli_run, tmp_path):
+    """The runner that retries failed bundles here (BundleBasedDirectRunner; the FnApi DirectRunner does not
+    retry): the injected failure happens, the bundle runs again, and each row is written once, equal to
+    cli.predict's."""
+    inputs, expected, summary = cli_run
+    s = settings(sst2_export, inputs, tmp_path / "beam", runner="BundleBasedDirectRunner")
+    marker = str(tmp_path / "failed-once")
+    handler = FailsOnce(marker, bb.ModelSpec(sst2_export), pair=False, batch_size=s.batch_size)
+    bb.predict(s, [], handler=handler)
+    assert os.path.exists(marker)
+    check_same(expected, summary, str(tmp_path / "beam"), inputs)
+
+
+class RecordsLoads(bb.ExportHandler):
+    """Writes a file named by the process id of each model load into ``directory``."""
+
+    def __init__(self, directory, *args, **kw):
+        super().__init__(*args, **kw)
+        self.directory = directory
+
+    def load_model(self):
+        open(os.path.join(self.directory, str(os.getpid())), "w").close()
+        return super().load_model()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):
+    """The DirectRunner's engine with two worker processes (multi_processing): the model is loaded there, not
+    here, and the rows equal cli.predict's."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(__file__), REPO]))  # RecordsLoads there
+    inputs, expected, summary = cli_run
+    s = settings(sst2_export, inputs, tmp_path / "beam", runner="FnApiRunner")
+    (tmp_path / "loads").mkdir()
+    handler = RecordsLoads(str(tmp_path / "loads"), bb.ModelSpec(sst2_export), pair=False, batch_size=s.batch_size)
+    bb.predict(s, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"], handler=handler)
+    loads = os.listdir(tmp_path / "loads")
+    assert loads and str(os.getpid()) not in loads
+    check_same(expected, summary, str(tmp_path / "beam"), inputs)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_command_line(sst2_export, cli_run, tmp_path):
+    """``python -m xlnet_tf.cli.predict --runner=FnApiRunner`` with one of Beam's options (its value after a
+    space): the rows equal cli.predict's; a typo in one of our flags is an error naming it, before TensorFlow."""
+    inputs, expected, summary = cli_run
+    out = tmp_path / "beam"
+    args = [sys.executable, "-m", "xlnet_tf.cli.predict", "--runner=FnApiRunner", f"--saved_model={sst2_export}",
+            f"--input_glob={inputs}", f"--output_dir={out}", "--id_field=id", "--direct_running_mode", "in_memory"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(args + ["--batch_size=4"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_same(expected, summary, str(out), inputs)
+    typo = subprocess.run(args + ["--batch_sise=4"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert typo.returncode == 1 and ("--batch_sise: not a flag of this tool nor a Beam pipeline option (did you mean "
+                                     "--batch_size?)") in typo.stderr, typo.stderr[-3000:]
+
+
+def test_beam_options_pass_through_and_typos_in_ours_are_errors():
+    """With --runner, options that are not this tool's go to Beam, with their values; one Beam does not know
+    either is an error naming it (and the flag meant). Without --runner nothing is taken out of the arguments."""
+    argv = ["predict", "--runner=DataflowRunner", "--saved_model=m", "--project", "p", "--region=r",
+            "--save_main_session", "--nooverwrite", "--batch_size", "8"]
+    ours, beam_args = cli_predict.split_beam_args(argv)
+    assert ours == ["predict", "--runner=DataflowRunner", "--saved_model=m", "--nooverwrite", "--batch_size", "8"]
+    assert beam_args == ["--project", "p", "--region=r", "--save_main_session"]
+    cli_predict.check_pipeline_args(beam_args + ["--flink_master=localhost:8081", "--direct_num_workers=2"])
+    with pytest.raises(ValueError, match=r"--batch_sise: not a flag of this tool nor a Beam pipeline option "
+                                         r"\(did you mean --batch_size\?\)"):
+        cli_predict.check_pipeline_args(["--batch_sise=3"])
+    assert cli_predict.split_beam_args(["predict", "--batch_sise=3"]) == (["predict", "--batch_sise=3"], [])
+    with pytest.raises(ValueError, match="--share_model shares a model .*: it needs --runner"):
+        cli_predict.PredictSettings(share_model=True).validate()
+
+
+@pytest.mark.slow
+def test_squad_questions_equal_cli_predict(squad_run, tmp_path):
+    """A SQuAD export's raw-text serving_default (conftest's run, shared with the export tests) on the bundled
+    SQuAD file: the same answers as cli.predict's, keyed by the questions' ids."""
+    squad_file = os.path.join(REPO, "tests", "fixtures", "squad", "dev-v2.0.json")
+    export = os.path.dirname(squad_run["export"])
+    s = settings(export, squad_file, tmp_path / "cli", text_fields="question,context", id_field=None, batch_size=16)
+    predictor = bb.ModelSpec(export).load()
+    summary = bp.predict_shards(predictor, squad_file, s.output_dir, bp.Fields.parse(s.text_fields), s.batch_size,
+                                progress_every_s=1e9)
+    with open(summary["shards"][0]["output"], encoding="utf-8") as f:
+        expected = {(squad_file, row["line"]): row for row in map(json.loads, f)}
+    s = settings(export, squad_file, tmp_path / "beam", text_fields="question,context", id_field=None,
+                 batch_size=16, runner="FnApiRunner")
+    written = bb.predict(s)
+    assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == summary["rows"] > 4
+    assert written["shards"][0]["format"] == "squad" and written["skipped"] == 0

@@ -1,0 +1,320 @@
+"""Batch prediction as an Apache Beam pipeline: ``python -m xlnet_tf.cli.predict --runner=...`` (docs/batch.md).
+
+    python -m xlnet_tf.cli.predict --runner=DataflowRunner --saved_model=gs://b/serving/sst2 \\
+        --input_glob='gs://b/big/part-*.tsv' --output_dir=gs://b/out/sst2 --project=P --region=R ...
+
+The inputs, the rows and the model are ``cli.predict``'s (``xlnet_tf.batch.inputs``, ``rows``, ``predictors``): the
+same files and formats, the same bad-row reasons, the same output row with the input's ``file`` in front. What
+differs is what a cluster needs:
+
+* **Outputs** (Beam's file sinks: each bundle writes temporary files that are renamed once the job commits them,
+  so a retried bundle leaves no duplicate): ``<output_dir>/predictions-SSSSS-of-NNNNN.jsonl``, one line per usable
+  row (``{"file": ..., "line": 7, "id": ..., "prediction": ...}``) in no particular order;
+  ``dead_letters-SSSSS-of-NNNNN.txt``, one ``file:line: reason`` per bad row; and ``predict_summary.json``
+  (``cli.predict``'s keys where they mean the same: settings, per-input counts, skipped rows listed with
+  file:line), computed from the rows themselves, so retries do not count twice.
+* **Bad rows** never fail a bundle; they are counted with Beam metrics (namespace ``xlnet_tf.batch.beam``:
+  ``rows_read``, ``skipped``, ``rows`` predicted, ``truncated``). An error in a file as a whole (a TSV header
+  without the named columns, a gzip file) is found before the job starts, as by ``cli.predict``.
+* **The model** is loaded once per worker process by ``ExportHandler`` (a RunInference ``ModelHandler``: the
+  tensorflow-text ops registered, batches of ``--batch_size`` from ``BatchElements``), or once per machine with
+  ``--share_model`` (one copy that the machine's SDK processes call: see ``ExportHandler``).
+* **No resuming**: a job runs every input again; a rerun into an output directory that holds results is refused
+  unless ``--overwrite`` (which deletes them first). The runner retries failed bundles instead.
+* **Parallelism** is per input file (a file's lines are numbered as they are read, by one worker): give at least
+  as many files as worker processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import os
+import threading
+from typing import Optional, Sequence
+
+import apache_beam as beam
+import tensorflow as tf
+from absl import logging
+from apache_beam.metrics import Metrics
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from xlnet_tf import tasks
+from xlnet_tf.batch import FORMATS, SUMMARY_FILE
+from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
+from xlnet_tf.batch.predictors import SavedModelPredictor
+from xlnet_tf.batch.rows import model_inputs, output_lines, stack_inputs, with_id
+from xlnet_tf.errors import InputError
+from xlnet_tf.tasks.base import Row
+
+NAMESPACE = __name__  # of the Beam metrics: xlnet_tf.batch.beam
+PREDICTIONS = "predictions"  # <output_dir>/predictions-SSSSS-of-NNNNN.jsonl
+DEAD_LETTERS = "dead_letters"  # <output_dir>/dead_letters-SSSSS-of-NNNNN.txt
+SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
+MAX_LISTED_SKIPS = 100  # as cli.predict: per input file, the first by line number (all are counted)
+
+
+# --- the model -----------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """How to load the export (``cli.predict``'s flags): picklable, so each worker loads the model itself."""
+    saved_model: str
+    signature: str = "auto"
+    spiece_model_file: Optional[str] = None
+    max_seq_length: Optional[int] = None
+    uncased: Optional[bool] = None
+    task_module: Optional[str] = None
+
+    def load(self) -> SavedModelPredictor:
+        """The predictor, loaded once per process: the launcher's (loaded for its checks) is the one that the
+        workers of a runner in the same process use (FnApiRunner in memory), and RunInference's DoFn instances
+        of a process share one. A loaded export is stateless to call, from any thread."""
+        with _LOADING:
+            if self not in _LOADED:
+                tasks.load_module(self.task_module)  # a family of the user's own, on every worker
+                _LOADED[self] = SavedModelPredictor(self.saved_model, self.signature, self.spiece_model_file,
+                                                    self.max_seq_length, self.uncased)
+            return _LOADED[self]
+
+
+_LOADED: dict = {}  # ModelSpec -> SavedModelPredictor, of this process
+_LOADING = threading.Lock()
+
+
+class LoadedExport:
+    """A loaded export as RunInference's model: one call (``predict``) per batch with plain Python values in and
+    out, so that with ``--share_model`` (the model in one process of the machine, the others calling it through a
+    proxy) a batch crosses processes as its strings and its JSON lines, not as tensors."""
+
+    def __init__(self, predictor: SavedModelPredictor, pair: bool):
+        self.predictor, self.pair = predictor, pair
+
+    def predict(self, items: Sequence[tuple]) -> list:
+        """``(json_line, truncated)`` of each ``(file, line, id, text_a, text_b)`` item."""
+        inputs = [model_inputs(self.predictor, Row(line, 0, a, b), self.pair) for _, line, _, a, b in items]
+        outputs = self.predictor(stack_inputs([x for x, _ in inputs]))
+        lines = output_lines(self.predictor, outputs, [i[1] for i in items], [i[2] for i in items],
+                             files=[i[0] for i in items])
+        return [(text, cut) for text, (_, cut) in zip(lines, inputs)]
+
+
+class ExportHandler(ModelHandler):
+    """Our raw-text (or token-id) SavedModel for Beam's RunInference: ``load_model`` once per worker process
+    (Beam keeps it in the process across bundles; tensorflow-text registered by ``SavedModelPredictor``), batches
+    of ``batch_size`` (``BatchElements``; a bundle's last may be shorter), results ``PredictionResult(item,
+    (json_line, truncated))``.
+
+    ``share``: one copy per machine (Beam's ``share_model_across_processes``), which pays where a machine runs
+    several SDK processes (Dataflow: one per vCPU) and memory, not compute, is what runs out: TensorFlow already
+    spreads one model call over the machine's cores, so N copies cost N times the memory for little more
+    throughput. Off by default: a process that holds its own model skips a hop (bench/bench_beam.py measures
+    both)."""
+
+    def __init__(self, spec: ModelSpec, pair: bool, batch_size: int, share: bool = False):
+        super().__init__(min_batch_size=batch_size, max_batch_size=batch_size)
+        self.spec, self.pair, self.share = spec, pair, share
+
+    def load_model(self) -> LoadedExport:
+        return LoadedExport(self.spec.load(), self.pair)
+
+    def run_inference(self, batch, model, inference_args=None):
+        return [PredictionResult(item, result) for item, result in zip(batch, model.predict(list(batch)))]
+
+    def share_model_across_processes(self) -> bool:
+        return self.share
+
+    def get_num_bytes(self, batch) -> int:
+        return sum(len(a) + len(b) for *_, a, b in batch)
+
+    def get_metrics_namespace(self) -> str:
+        return NAMESPACE
+
+
+# --- the pipeline --------------------------------------------------------------------------------------------------
+
+class ReadShard(beam.DoFn):
+    """``(path, format)`` -> its usable rows ``(file, line, id or None, text_a, text_b)``, and its bad ones
+    ``(file, line, reason)`` to the ``bad`` output (never an exception: a dead letter)."""
+
+    def __init__(self, fields: Fields, task_module: Optional[str]):
+        self.fields, self.task_module = fields, task_module
+        self.rows, self.skipped = Metrics.counter(NAMESPACE, "rows_read"), Metrics.counter(NAMESPACE, "skipped")
+
+    def setup(self):
+        tasks.load_module(self.task_module)  # its input formats (read_rows asks the registry)
+
+    def process(self, shard):
+        path, fmt = shard
+        ids = with_id(self.fields, fmt)
+        for row in read_rows(path, fmt, self.fields):
+            if row.problem:
+                self.skipped.inc()
+                yield beam.pvalue.TaggedOutput("bad", (path, row.line, row.problem))
+            else:
+                self.rows.inc()
+                yield path, row.line, (row.id if ids else None), row.text_a, row.text_b
+
+
+class SummaryFn(beam.CombineFn):
+    """Per input file: rows predicted, skipped, truncated, and the first ``MAX_LISTED_SKIPS`` skipped rows by line;
+    from ``("row", file, truncated)`` and ``("bad", file, line, reason)`` events. Counted from the data (not the
+    metrics, which count a retried bundle's attempts where a runner reports attempted values)."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, event):
+        entry = acc.setdefault(event[1], [0, 0, 0, []])
+        if event[0] == "row":
+            entry[0] += 1
+            entry[2] += event[2]
+        else:
+            entry[1] += 1
+            entry[3] = heapq.nsmallest(MAX_LISTED_SKIPS, entry[3] + [(event[2], event[3])])
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for acc in accumulators:
+            for path, (rows, skipped, truncated, listed) in acc.items():
+                entry = merged.setdefault(path, [0, 0, 0, []])
+                entry[0] += rows
+                entry[1] += skipped
+                entry[2] += truncated
+                entry[3] = heapq.nsmallest(MAX_LISTED_SKIPS, entry[3] + listed)
+        return merged
+
+    def extract_output(self, acc):
+        return acc
+
+
+def _summary(counts: dict, plan: "Plan") -> str:
+    """``predict_summary.json``'s text (as ``cli.predict`` writes it: indented, one trailing newline)."""
+    shards = []
+    for path in plan.shards:
+        rows, skipped, truncated, listed = counts.get(path, [0, 0, 0, []])
+        shards.append(dict(input=path, format=plan.formats[path], rows=rows, skipped=skipped, truncated=truncated,
+                           skipped_rows=[f"{path}:{line}: {reason}" for line, reason in sorted(listed)],
+                           all_rows_bad=bool(skipped and not rows)))
+    summary = dict(settings=plan.settings, input_glob=plan.input_glob, shards=shards, outputs_of_other_inputs=[],
+                   complete=True, shards_total=len(shards),
+                   **{k: sum(s[k] for s in shards) for k in ("rows", "skipped", "truncated")},
+                   runner=plan.runner, predictions=os.path.join(plan.output_dir, f"{PREDICTIONS}-*.jsonl"),
+                   dead_letters=os.path.join(plan.output_dir, f"{DEAD_LETTERS}-*.txt"))
+    return json.dumps(summary, indent=2, ensure_ascii=False)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the launcher checked and the pipeline needs: the input files and their formats, the fields, the
+    output directory, the settings recorded in the summary, and the model handler."""
+    shards: list
+    formats: dict
+    fields: Fields
+    input_glob: str
+    output_dir: str
+    settings: dict
+    handler: ModelHandler
+    task_module: Optional[str] = None
+    runner: str = "DirectRunner"
+
+
+def build(pipeline: beam.Pipeline, plan: Plan) -> None:
+    """The pipeline of ``plan`` on ``pipeline``: read, predict, write (module docstring)."""
+    read = (pipeline
+            | "Inputs" >> beam.Create([(p, plan.formats[p]) for p in plan.shards])
+            | "SpreadInputs" >> beam.Reshuffle()  # input files (few elements) over the workers
+            | "ReadRows" >> beam.ParDo(ReadShard(plan.fields, plan.task_module)).with_outputs("bad", main="rows"))
+    predicted = read.rows | "Predict" >> RunInference(plan.handler)
+    lines = predicted | "Lines" >> beam.Map(_line)
+    _ = lines | "WritePredictions" >> beam.io.WriteToText(
+        os.path.join(plan.output_dir, PREDICTIONS), file_name_suffix=".jsonl", shard_name_template=SHARD_TEMPLATE)
+    _ = (read.bad | "DeadLetterLines" >> beam.Map(lambda bad: f"{bad[0]}:{bad[1]}: {bad[2]}")
+         | "WriteDeadLetters" >> beam.io.WriteToText(os.path.join(plan.output_dir, DEAD_LETTERS),
+                                                     file_name_suffix=".txt", shard_name_template=SHARD_TEMPLATE))
+    events = ((predicted | "RowEvents" >> beam.Map(_row_event),
+               read.bad | "BadEvents" >> beam.Map(lambda bad: ("bad", *bad)))
+              | "Events" >> beam.Flatten())
+    _ = (events | "Count" >> beam.CombineGlobally(SummaryFn())
+         | "Summary" >> beam.Map(_summary, plan)
+         | "WriteSummary" >> beam.io.WriteToText(os.path.join(plan.output_dir, SUMMARY_FILE),
+                                                 shard_name_template="", num_shards=1))
+
+
+_truncated = Metrics.counter(NAMESPACE, "truncated")
+_predicted = Metrics.counter(NAMESPACE, "rows")
+
+
+def _line(result: PredictionResult) -> str:
+    _predicted.inc()
+    _truncated.inc(result.inference[1])
+    return result.inference[0]
+
+
+def _row_event(result: PredictionResult) -> tuple:
+    return ("row", result.example[0], result.inference[1])
+
+
+def _outputs_there(output_dir: str) -> list:
+    return sorted(tf.io.gfile.glob(os.path.join(output_dir, f"{PREDICTIONS}-*"))
+                  + tf.io.gfile.glob(os.path.join(output_dir, f"{DEAD_LETTERS}-*"))
+                  + tf.io.gfile.glob(os.path.join(output_dir, SUMMARY_FILE)))
+
+
+def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
+    """Checks ``s`` (``cli.predict``'s settings) as ``cli.predict`` does before it predicts (the model loads here
+    once, for its family, signature and whether it reads pairs; every input's header is read) and prepares the
+    output directory: a Plan. ``handler``: another model handler (tests)."""
+    if s.input_format not in FORMATS:
+        raise InputError(f"--input_format={s.input_format!r} must be one of {', '.join(FORMATS)}")
+    fields = Fields.parse(s.text_fields, s.id_field)
+    spec = ModelSpec(s.saved_model, s.signature, s.spiece_model_file, s.max_seq_length, s.uncased, s.task_module)
+    predictor = spec.load()
+    if predictor.pair is not None and predictor.pair != bool(fields.text_b):
+        wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
+        raise InputError(f"--text_fields: the model reads {wanted}")
+    shards = list_shards(s.input_glob)
+    formats = {path: shard_format(path, s.input_format, predictor.family) for path in shards}
+    for path in shards:
+        check_header(path, formats[path], fields)
+    settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
+                    id_field=fields.id, **predictor.described)
+    there = _outputs_there(s.output_dir)
+    if there and not s.overwrite:
+        raise InputError(f"--output_dir={s.output_dir} holds results ({os.path.basename(there[0])}, ...): a Beam job "
+                         "predicts every input again; use another --output_dir, or --overwrite to replace them")
+    for path in there:
+        tf.io.gfile.remove(path)
+    tf.io.gfile.makedirs(s.output_dir)
+    handler = handler or ExportHandler(spec, bool(fields.text_b), s.batch_size, s.share_model)
+    return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner)
+
+
+def predict(s, pipeline_args: Sequence[str] = (), handler: Optional[ModelHandler] = None) -> dict:
+    """Runs the pipeline of ``s`` (``cli.predict``'s settings; ``s.runner`` names the runner) with Beam's
+    ``pipeline_args`` (checked by ``cli.predict``) and waits for it; returns the summary it wrote
+    (``{"state": ...}`` if the job ended without one)."""
+    plan = plan_of(s, handler)
+    options = PipelineOptions(list(pipeline_args), runner=s.runner)
+    logging.info("predict on %s: %d input file(s) into %s", s.runner, len(plan.shards), s.output_dir)
+    pipeline = beam.Pipeline(options=options)
+    build(pipeline, plan)
+    result = pipeline.run()
+    state = result.wait_until_finish()
+    summary_path = os.path.join(s.output_dir, SUMMARY_FILE)
+    if not tf.io.gfile.exists(summary_path):
+        return {"state": str(state)}
+    with tf.io.gfile.GFile(summary_path) as f:
+        summary = json.load(f)
+    for shard in summary["shards"]:
+        if shard["all_rows_bad"]:
+            logging.warning("%s: all %d rows are bad, e.g. %s (is it %s? --input_format names the format)",
+                            shard["input"], shard["skipped"], "; ".join(shard["skipped_rows"][:3]),
+                            shard["format"].upper())
+    logging.info("predict: %d input file(s), %d rows predicted, %d bad row(s) skipped%s; summary in %s",
+                 len(summary["shards"]), summary["rows"], summary["skipped"],
+                 f" (file:line: reason in {summary['dead_letters']})" if summary["skipped"] else "", summary_path)
+    return summary
