@@ -237,15 +237,18 @@ def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_command_line(sst2_export, cli_run, tmp_path):
-    """``python -m xlnet_tf.cli.predict --runner=FnApiRunner`` with one of Beam's options (its value after a
-    space): the rows equal cli.predict's; a typo in one of our flags is an error naming it, before TensorFlow."""
+    """``python -m xlnet_tf.cli.predict --runner=DirectRunner`` with one of Beam's options (its value after a
+    space): the rows equal cli.predict's, on the FnApiRunner without trying to download Prism; a typo in one of our
+    flags is an error naming it, before TensorFlow."""
     inputs, expected, summary = cli_run
     out = tmp_path / "beam"
-    args = [sys.executable, "-m", "xlnet_tf.cli.predict", "--runner=FnApiRunner", f"--saved_model={sst2_export}",
+    args = [sys.executable, "-m", "xlnet_tf.cli.predict", "--runner=DirectRunner", f"--saved_model={sst2_export}",
             f"--input_glob={inputs}", f"--output_dir={out}", "--id_field=id", "--direct_running_mode", "in_memory"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(args + ["--batch_size=4"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    # (Beam's DirectRunner logs "Running pipeline with PrismRunner." before it downloads Prism)
+    assert "predict on FnApiRunner" in done.stderr and "with PrismRunner" not in done.stderr, done.stderr[-3000:]
     check_same(expected, summary, str(out), inputs)
     typo = subprocess.run(args + ["--batch_sise=4"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert typo.returncode == 1 and ("--batch_sise: not a flag of this tool nor a Beam pipeline option (did you mean "

@@ -293,13 +293,26 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner)
 
 
+def local_runner(runner: str) -> str:
+    """The runner that runs ``runner``'s pipeline: Beam's DirectRunner (2.77) first tries Prism, downloading its
+    binary from GitHub, and falls back to the FnApiRunner for a batch pipeline like this one; nothing downloads
+    implicitly here, so ``DirectRunner`` is the FnApiRunner at once (``--direct_running_mode``,
+    ``--direct_num_workers`` as for DirectRunner). Prism is ``--runner=PrismRunner``, asked for by name."""
+    if runner == "DirectRunner":
+        logging.info("--runner=DirectRunner: on Beam's FnApiRunner, the engine DirectRunner runs this pipeline on "
+                     "(without first downloading Prism; --runner=PrismRunner for Prism)")
+        return "FnApiRunner"
+    return runner
+
+
 def predict(s, pipeline_args: Sequence[str] = (), handler: Optional[ModelHandler] = None) -> dict:
     """Runs the pipeline of ``s`` (``cli.predict``'s settings; ``s.runner`` names the runner) with Beam's
     ``pipeline_args`` (checked by ``cli.predict``) and waits for it; returns the summary it wrote
     (``{"state": ...}`` if the job ended without one)."""
     plan = plan_of(s, handler)
-    options = PipelineOptions(list(pipeline_args), runner=s.runner)
-    logging.info("predict on %s: %d input file(s) into %s", s.runner, len(plan.shards), s.output_dir)
+    runner = local_runner(s.runner)
+    options = PipelineOptions(list(pipeline_args), runner=runner)
+    logging.info("predict on %s: %d input file(s) into %s", runner, len(plan.shards), s.output_dir)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, plan)
     result = pipeline.run()
