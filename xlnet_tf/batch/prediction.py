@@ -12,7 +12,7 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   input order (``{"line": 7, "id": ..., "prediction": "1", "probabilities": [0.1, 0.9]}``; regression:
   ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
-  What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch_row``).
+  What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch.row``).
 * **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
   written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
   other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).
@@ -96,7 +96,8 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
 
 def _family_formats() -> dict:
     """Input formats of the registered task families: name -> reader(path) of ``Row``s."""
-    return {name: reader for family in tasks.families() for name, reader in family.input_formats().items()}
+    return {name: reader for family in tasks.families() if family.batch is not None
+            for name, reader in family.batch.input_formats().items()}
 
 
 def shard_format(path: str, input_format: str = "auto", family=None) -> str:
@@ -106,7 +107,7 @@ def shard_format(path: str, input_format: str = "auto", family=None) -> str:
         return input_format
     if path.endswith(".tsv"):
         return "tsv"
-    own = family.input_format_of(path) if family is not None else None
+    own = family.batch.input_format_of(path) if family is not None and family.batch is not None else None
     if own:
         return own
     if path.endswith((".jsonl", ".ndjson", ".json")):
@@ -215,8 +216,8 @@ class Predictor(abc.ABC):
     """What the engine needs of a model. ``family``: its task family (``xlnet_tf.tasks``), which formats the rows;
     ``meta``: what the export records for clients (``metadata.json``). ``takes_text``: batches carry the raw strings
     (``text_a``, ``text_b`` [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask``
-    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch_outputs`` (numpy). ``identity`` names the
-    model and settings, ``described`` what it predicts (the family's ``batch_identity``; a resumed job must use
+    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch.outputs`` (numpy). ``identity`` names the
+    model and settings, ``described`` what it predicts (the family's ``batch.identity``; a resumed job must use
     the same)."""
     family = None
     meta: dict = {}
@@ -228,7 +229,7 @@ class Predictor(abc.ABC):
     described: dict = {}
 
     def _describe(self, output_names) -> None:
-        self.described = self.family.batch_identity(self.meta, output_names)
+        self.described = self.family.batch.identity(self.meta, output_names)
 
     @abc.abstractmethod
     def __call__(self, batch: dict) -> dict:
@@ -243,7 +244,7 @@ class KerasPredictor(Predictor):
     ``strategy.run`` (default: the current strategy), each local replica on its slice of a batch of static shape
     [``batch_size``, L] (``batch_size`` rounded up to a multiple of them), compiled with XLA when
     ``jit_compile``. A shorter batch (a shard's last) is padded with rows of zeros to that shape and the padded
-    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch_outputs`` is applied
+    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch.outputs`` is applied
     on the host to the model's outputs (classification: its logits)."""
 
     def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict,
@@ -261,7 +262,7 @@ class KerasPredictor(Predictor):
         strategy = strategy or tf.distribute.get_strategy()
         self.batch_size = -(-batch_size // replicas) * replicas
         per_replica = self.batch_size // replicas
-        spec = family.ids_spec(MetadataInfo(meta))
+        spec = family.serving.ids_spec(MetadataInfo(meta))
         names = list(spec)
         step = make_predict_step(model, (), jit_compile)
 
@@ -287,7 +288,7 @@ class KerasPredictor(Predictor):
             raise ValueError(f"a batch of {rows} rows for a predictor of batches of {self.batch_size}")
         padded = [tf.pad(batch[k], [[0, self.batch_size - rows], [0, 0]]) for k in self._names]
         outputs = self._forward(*padded)
-        return self.family.batch_outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
+        return self.family.batch.outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
 
 
 def resolve_saved_model(path: str) -> tuple:
@@ -343,7 +344,7 @@ class SavedModelPredictor(Predictor):
         meta = self.meta = self._read_metadata()
         self.family = self._family(meta, signature)
         if self.takes_text:
-            self._text_inputs = self.family.batch_text_inputs(meta)
+            self._text_inputs = self.family.batch.text_inputs(meta)
             if self._text_inputs[0] not in self._inputs or not set(self._inputs) <= set(self._text_inputs):
                 raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch "
                                  f"prediction of a {self.family.name} export sends {', '.join(self._text_inputs)}")
@@ -390,9 +391,9 @@ class SavedModelPredictor(Predictor):
             if family is None:
                 raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)} and the export "
                                  "records no kind (assets.extra/metadata.json): no task family serves these inputs")
-        if not family.batch_prediction:
+        if family.batch is None:
             raise InputError(f"{self.path}: a {family.name} export; batch prediction handles "
-                             f"{', '.join(f.name for f in tasks.families() if f.batch_prediction)} exports")
+                             f"{', '.join(f.name for f in tasks.families() if f.batch is not None)} exports")
         return family
 
     def _read_metadata(self) -> dict:
@@ -423,7 +424,7 @@ class SavedModelPredictor(Predictor):
                     if name in self._inputs}
         else:
             args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
-        return self.family.batch_outputs(self._fn(**args), self.meta)
+        return self.family.batch.outputs(self._fn(**args), self.meta)
 
 
 # --- the engine -------------------------------------------------------------------------------------------------
@@ -461,7 +462,7 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
             if predictor.takes_text:
                 item.update(text_a=row.text_a, text_b=row.text_b)
             else:
-                ids, segs, mask, cut = predictor.family.encode_ids(
+                ids, segs, mask, cut = predictor.family.batch.encode_ids(
                     predictor.tokenizer, row.text_a, row.text_b if fields.text_b else None, L)
                 stats.truncated += cut
                 item.update(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
@@ -483,7 +484,7 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_id: bool
         row = {"line": int(line)}
         if with_id:
             row["id"] = ids[i].decode("utf-8")
-        row.update(predictor.family.batch_row(outputs, i, predictor.meta))
+        row.update(predictor.family.batch.row(outputs, i, predictor.meta))
         lines.append(json.dumps(row, ensure_ascii=False))
     return lines
 

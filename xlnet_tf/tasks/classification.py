@@ -20,7 +20,7 @@ import os
 from typing import Optional
 
 from xlnet_tf.tasks import classifier_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
@@ -33,31 +33,8 @@ def _regression(meta: dict, output_names=()) -> bool:
     return meta.get("kind") == REGRESSION or "score" in output_names
 
 
-class ClassificationFamily(TaskFamily):
-    name = CLASSIFICATION
-
-    # -- settings ------------------------------------------------------------------------------------------------
-    def task_names(self) -> tuple:
-        return tuple(classifier_data.TASKS)
-
-    def aliases(self) -> dict:
-        return dict(classifier_data.ALIASES)
-
-    def settings_errors(self, s) -> list:
-        spec = classifier_data.get_task(s.task_name)
-        errors = []
-        if s.is_regression and not spec.regression:
-            errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
-        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
-            errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
-                          "document is one text")
-        return errors
-
-    def task(self, settings) -> "ClassificationTask":
-        return ClassificationTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
-    def serving_kinds(self) -> tuple:
+class ClassificationServing(Serving):
+    def kinds(self) -> tuple:
         return (CLASSIFICATION, REGRESSION)
 
     def text_inputs(self, info) -> dict:
@@ -98,14 +75,15 @@ class ClassificationFamily(TaskFamily):
     def serves_inputs(self, names: set) -> bool:
         return names in ({"sentence"}, set(TEXT_INPUTS), IDS_INPUTS)
 
-    # -- batch prediction ------------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
+
+class ClassificationBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
         return TEXT_INPUTS
 
     def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
         return classifier_data.encode_example(tokenizer, _Example(text_a, text_b), max_seq_length)
 
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+    def outputs(self, outputs: dict, meta: dict) -> dict:
         import tensorflow as tf
 
         if _regression(meta, outputs):
@@ -115,7 +93,7 @@ class ClassificationFamily(TaskFamily):
                  else tf.nn.softmax(tf.cast(outputs["logits"], tf.float32), axis=-1))
         return {"probabilities": tf.cast(probs, tf.float32).numpy()}
 
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
         import numpy as np
 
         if "score" in outputs:
@@ -125,8 +103,34 @@ class ClassificationFamily(TaskFamily):
         labels = meta.get("labels")
         return {"prediction": labels[k] if labels else k, "probabilities": [round(float(p), 6) for p in probs]}
 
-    def batch_identity(self, meta: dict, output_names) -> dict:
+    def identity(self, meta: dict, output_names) -> dict:
         return dict(labels=meta.get("labels"), regression=_regression(meta, output_names))
+
+
+class ClassificationFamily(TaskFamily):
+    name = CLASSIFICATION
+    serving_class = ClassificationServing
+    batch_class = ClassificationBatch
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    def task_names(self) -> tuple:
+        return tuple(classifier_data.TASKS)
+
+    def aliases(self) -> dict:
+        return dict(classifier_data.ALIASES)
+
+    def settings_errors(self, s) -> list:
+        spec = classifier_data.get_task(s.task_name)
+        errors = []
+        if s.is_regression and not spec.regression:
+            errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
+        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
+            errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
+                          "document is one text")
+        return errors
+
+    def task(self, settings) -> "ClassificationTask":
+        return ClassificationTask(self, settings)
 
 
 class _Example:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from xlnet_tf.tasks import race_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
+from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss
 from xlnet_tf.tasks.classification import write_logits
 
 KIND = "multiple_choice"
@@ -23,36 +23,7 @@ RACE_DEFAULTS = dict(max_seq_length=512, train_steps=12000, learning_rate=2e-5, 
                      eval_batch_size=32)
 
 
-class MultipleChoiceFamily(TaskFamily):
-    name = KIND
-    batch_prediction = False
-
-    # -- settings ------------------------------------------------------------------------------------------------
-    def task_names(self) -> tuple:
-        return (TASK,)
-
-    def flag_defaults(self, task_name: str) -> dict:
-        return dict(RACE_DEFAULTS)
-
-    def settings_errors(self, s) -> list:
-        errors = []
-        if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
-            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
-                          f"{s.max_seq_length - 4}]")
-        if s.long_document != "truncate":
-            errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
-                          "are read by classification and regression tasks")
-        if s.high_only and s.middle_only:
-            errors.append("--high_only and --middle_only exclude each other")
-        if s.predict_input_glob:
-            errors.append("--predict_input_glob: batch prediction handles classification and regression tasks, "
-                          f"not {TASK}")
-        return errors
-
-    def task(self, settings) -> "RaceTask":
-        return RaceTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
+class MultipleChoiceServing(Serving):
     def text_inputs(self, info) -> dict:
         return {"article": [None], "question": [None], "options": [None, None]}
 
@@ -86,6 +57,36 @@ class MultipleChoiceFamily(TaskFamily):
 
     def serves_inputs(self, names: set) -> bool:
         return names == {"article", "question", "options"}
+
+
+class MultipleChoiceFamily(TaskFamily):
+    name = KIND
+    serving_class = MultipleChoiceServing
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    def task_names(self) -> tuple:
+        return (TASK,)
+
+    def flag_defaults(self, task_name: str) -> dict:
+        return dict(RACE_DEFAULTS)
+
+    def settings_errors(self, s) -> list:
+        errors = []
+        if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
+            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
+                          f"{s.max_seq_length - 4}]")
+        if s.long_document != "truncate":
+            errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
+                          "are read by classification and regression tasks")
+        if s.high_only and s.middle_only:
+            errors.append("--high_only and --middle_only exclude each other")
+        if s.predict_input_glob:
+            errors.append("--predict_input_glob: batch prediction handles classification and regression tasks, "
+                          f"not {TASK}")
+        return errors
+
+    def task(self, settings) -> "RaceTask":
+        return RaceTask(self, settings)
 
 
 class RaceTask(RecordsTask):

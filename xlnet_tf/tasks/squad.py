@@ -23,7 +23,7 @@ from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
-from xlnet_tf.tasks.base import Row, Task, TaskFamily
+from xlnet_tf.tasks.base import BatchPrediction, Row, Serving, Task, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
 
 KIND = "squad"
@@ -116,27 +116,7 @@ class SquadSettings(FinetuneSettings):
         return self.output_dir or os.path.join(self.model_dir, "data")
 
 
-class SquadFamily(TaskFamily):
-    name = KIND
-    entry_point = "run_squad.py"
-    run_record_runner = KIND
-
-    # -- settings ------------------------------------------------------------------------------------------------
-    @property
-    def settings_class(self):
-        return SquadSettings
-
-    def task_name_of(self, values: dict) -> Optional[str]:
-        return KIND
-
-    def settings_for_export(self, values: dict, task_name: str):
-        values = {k: v for k, v in values.items() if k != "task_name"}
-        return SquadSettings.from_values(values)
-
-    def task(self, settings) -> "SquadTask":
-        return SquadTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
+class SquadServing(Serving):
     def text_inputs(self, info) -> dict:
         return {name: [None] for name in TEXT_INPUTS}
 
@@ -165,8 +145,9 @@ class SquadFamily(TaskFamily):
     def serves_inputs(self, names: set) -> bool:
         return names == set(TEXT_INPUTS)
 
-    # -- batch prediction ------------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
+
+class SquadBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
         return TEXT_INPUTS
 
     def input_formats(self) -> dict:
@@ -175,13 +156,36 @@ class SquadFamily(TaskFamily):
     def input_format_of(self, path: str) -> Optional[str]:
         return KIND if path.endswith(".json") else None
 
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+    def outputs(self, outputs: dict, meta: dict) -> dict:
         return {k: outputs[k].numpy() for k in ANSWER_OUTPUTS}
 
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
         """run_squad.py's answer ("" for none) and where it is in the context (characters)."""
         return dict(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
                     end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
+
+
+class SquadFamily(TaskFamily):
+    name = KIND
+    serving_class = SquadServing
+    batch_class = SquadBatch
+    entry_point = "run_squad.py"
+    run_record_runner = KIND
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    @property
+    def settings_class(self):
+        return SquadSettings
+
+    def task_name_of(self, values: dict) -> Optional[str]:
+        return KIND
+
+    def settings_for_export(self, values: dict, task_name: str):
+        values = {k: v for k, v in values.items() if k != "task_name"}
+        return SquadSettings.from_values(values)
+
+    def task(self, settings) -> "SquadTask":
+        return SquadTask(self, settings)
 
 
 def read_squad_rows(path: str) -> Iterator[Row]:

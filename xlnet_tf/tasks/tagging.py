@@ -23,7 +23,7 @@ from typing import ClassVar, Optional
 
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks import tagging_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
 
 KIND = TASK = "tagging"
@@ -89,8 +89,59 @@ class TaggingSettings(ClassifierSettings):
         return errors
 
 
+class TaggingServing(Serving):
+    def text_inputs(self, info) -> dict:
+        return {TEXT_INPUT: [None]}
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        import tensorflow as tf
+
+        logits = model(features, training=False)["logits"]
+        ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {"logits": logits, "tag_ids": ids, "tags": tf.gather(tf.constant(list(info.labels), tf.string), ids)}
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        from xlnet_tf.tasks.tagging_graph import tag_text
+
+        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
+                        info.squad["tag_scheme"] == "bio")
+
+    def serves_inputs(self, names: set) -> bool:
+        return names == {TEXT_INPUT}
+
+
+class TaggingBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
+        return (TEXT_INPUT,)
+
+    def outputs(self, outputs: dict, meta: dict) -> dict:
+        if "words" not in outputs:
+            raise ValueError("batch prediction of a tagging export needs its raw-text serving_default")
+        return {k: v.numpy() for k, v in outputs.items() if k != "logits"}
+
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
+        n = int(outputs["num_words"][i])
+        row = {"words": [w.decode("utf-8") for w in outputs["words"][i][:n]],
+               "tags": [t.decode("utf-8") for t in outputs["tags"][i][:n]],
+               "start_char": outputs["start_char"][i][:n].tolist(), "end_char": outputs["end_char"][i][:n].tolist(),
+               "scores": [round(float(s), 6) for s in outputs["scores"][i][:n]]}
+        if "num_entities" in outputs:
+            row["entities"] = [
+                {"type": outputs["entity_types"][i][e].decode("utf-8"),
+                 "text": outputs["entity_text"][i][e].decode("utf-8"),
+                 "start_char": int(outputs["entity_start_char"][i][e]),
+                 "end_char": int(outputs["entity_end_char"][i][e])} for e in range(int(outputs["num_entities"][i]))]
+        return row
+
+    def identity(self, meta: dict, output_names) -> dict:
+        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
+        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
+
+
 class TaggingFamily(TaskFamily):
     name = KIND
+    serving_class = TaggingServing
+    batch_class = TaggingBatch
     entry_point = "run_tagger.py"
 
     # -- settings ------------------------------------------------------------------------------------------------
@@ -115,53 +166,6 @@ class TaggingFamily(TaskFamily):
 
     def task(self, settings) -> "TaggingTask":
         return TaggingTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
-    def text_inputs(self, info) -> dict:
-        return {TEXT_INPUT: [None]}
-
-    def outputs_from_ids(self, model, features: dict, info) -> dict:
-        import tensorflow as tf
-
-        logits = model(features, training=False)["logits"]
-        ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return {"logits": logits, "tag_ids": ids, "tags": tf.gather(tf.constant(list(info.labels), tf.string), ids)}
-
-    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        from xlnet_tf.tasks.tagging_graph import tag_text
-
-        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
-                        info.squad["tag_scheme"] == "bio")
-
-    def serves_inputs(self, names: set) -> bool:
-        return names == {TEXT_INPUT}
-
-    # -- batch prediction ----------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
-        return (TEXT_INPUT,)
-
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
-        if "words" not in outputs:
-            raise ValueError("batch prediction of a tagging export needs its raw-text serving_default")
-        return {k: v.numpy() for k, v in outputs.items() if k != "logits"}
-
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
-        n = int(outputs["num_words"][i])
-        row = {"words": [w.decode("utf-8") for w in outputs["words"][i][:n]],
-               "tags": [t.decode("utf-8") for t in outputs["tags"][i][:n]],
-               "start_char": outputs["start_char"][i][:n].tolist(), "end_char": outputs["end_char"][i][:n].tolist(),
-               "scores": [round(float(s), 6) for s in outputs["scores"][i][:n]]}
-        if "num_entities" in outputs:
-            row["entities"] = [
-                {"type": outputs["entity_types"][i][e].decode("utf-8"),
-                 "text": outputs["entity_text"][i][e].decode("utf-8"),
-                 "start_char": int(outputs["entity_start_char"][i][e]),
-                 "end_char": int(outputs["entity_end_char"][i][e])} for e in range(int(outputs["num_entities"][i]))]
-        return row
-
-    def batch_identity(self, meta: dict, output_names) -> dict:
-        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
-        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
 
 
 class TaggingTask(RecordsTask):
