@@ -20,7 +20,7 @@ _EXPORTS = {
     "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
     "XLNetTextMultipleChoice": "xlnet_tf.tasks.text_models",
     "XLNetTextSquad": "xlnet_tf.tasks.text_models",
-    "XLNetTextTagger": "xlnet_tf.tasks.text_models",
+    "XLNetTextTagger": "xlnet_tf.tasks.tagging.text_model",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
@@ -28,5 +28,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     if name in _EXPORTS:
+        if name == "load_pretrained":  # it reads HF checkpoints of any family's head: their names register on load
+            importlib.import_module("xlnet_tf.tasks").families()
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")

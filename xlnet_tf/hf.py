@@ -8,7 +8,8 @@ original release's TF1 name (what the models' ``tf1_variables`` use), so the bac
 ``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice`` and
 ``XLNetForQuestionAnswering`` load into ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice`` and
 ``XLNetSquad`` with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it.
-``XLNetForTokenClassification``'s head is ``XLNetTagger``'s (the tagging family). ``XLNetForQuestionAnsweringSimple``
+A task family's head of its own registers its HF names (``register_head``, e.g. the tagging family's
+``XLNetForTokenClassification``) when the family loads. ``XLNetForQuestionAnsweringSimple``
 has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
 ``save_hf`` writes the other direction.
 
@@ -28,13 +29,14 @@ No TensorFlow here: settings checks read HF configs before TensorFlow loads.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
 import pickle
 import re
 import zipfile
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -52,12 +54,11 @@ _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 ARCHITECTURES = {
     "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
     "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnswering": "XLNetSquad",
-    "XLNetForTokenClassification": "XLNetTagger", "XLNetForQuestionAnsweringSimple": "per_token",
+    "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
 _HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
-_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "start_logits": "XLNetSquad", "classifier": "XLNetTagger",
-                 "qa_outputs": "per_token"}
+_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "start_logits": "XLNetSquad", "qa_outputs": "per_token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
@@ -97,15 +98,62 @@ _HEADS = {
 }
 
 
+
+
+@dataclasses.dataclass(frozen=True)
+class HFHead:
+    """The HF names of a task family's head: ``head`` (the class name of its Keras model), ``architecture`` (HF's
+    class), ``module`` (its weights' first name component, telling the head when config.json names no
+    architecture), ``mapping(task_scope, regression)`` ({HF name: (TF1 name, transposed)}), ``labelled``
+    (config.json's id2label names its classes, as a sequence classifier's), ``per_token`` (``token_head`` reads
+    it)."""
+    head: str
+    architecture: str
+    module: str
+    mapping: Callable[[str, bool], dict]
+    labelled: bool = False
+    per_token: bool = False
+
+
+_REGISTERED: dict = {}  # head -> HFHead, of the task families loaded
+
+
+def register_head(spec: HFHead) -> None:
+    """Makes ``spec``'s architecture readable and writable; an architecture or module another head has is a
+    ValueError (registering the same head again replaces it)."""
+    taken = {a for a, h in ARCHITECTURES.items() if h != spec.head} | {
+        s.architecture for s in _REGISTERED.values() if s.head != spec.head}
+    modules = {m for m, h in _HEAD_MODULES.items() if h != spec.head} | {
+        s.module for s in _REGISTERED.values() if s.head != spec.head}
+    if spec.architecture in taken or spec.module in modules:
+        raise ValueError(f"hf.register_head: {spec.head}: architecture {spec.architecture!r} or module "
+                         f"{spec.module!r} is another head's")
+    _REGISTERED[spec.head] = spec
+
+
+def registered_head(head: Optional[str]) -> Optional[HFHead]:
+    """The registered ``HFHead`` of the model class named ``head`` (None for the heads of ``models.heads``)."""
+    return _REGISTERED.get(head)
+
+
+def _architectures() -> dict:
+    return {**ARCHITECTURES, **{s.architecture: s.head for s in _REGISTERED.values()}}
+
+
+def labelled_head(head: Optional[str]) -> bool:
+    """Whether config.json's id2label names the classes of the model class named ``head``."""
+    spec = registered_head(head)
+    return head == "XLNetClassifier" or (spec is not None and spec.labelled)
+
+
 def _head_mapping(head: Optional[str], task_scope: str = "task", regression: bool = False) -> dict:
     """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
     if head == "XLNetClassifier":
         prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
         return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True),
                 "logits_proj.bias": (prefix + "bias", False)}
-    if head == "XLNetTagger":  # XLNetTagger: dropout and one dense layer on every position, as HF's classifier
-        prefix = f"model/tagging_{task_scope}/logit/"
-        return {"classifier.weight": (prefix + "kernel", True), "classifier.bias": (prefix + "bias", False)}
+    if head in _REGISTERED:
+        return _REGISTERED[head].mapping(task_scope, regression)
     return _HEADS.get(head, {})
 
 
@@ -226,12 +274,14 @@ class HFCheckpoint:
 
     def _head(self) -> Optional[str]:
         if self.architecture is not None:
-            if self.architecture not in ARCHITECTURES:
+            known = _architectures()
+            if self.architecture not in known:
                 raise InputError(f"{self.path}/config.json: architecture {self.architecture!r} is not one this "
-                                 f"stack reads ({', '.join(ARCHITECTURES)})")
-            return ARCHITECTURES[self.architecture]
+                                 f"stack reads ({', '.join(known)}; a task family's head is known once the family "
+                                 "is loaded)")
+            return known[self.architecture]
         modules = {name.split(".", 1)[0] for name in self.weights}
-        for module, head in _HEAD_MODULES.items():
+        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in _REGISTERED.values()}}.items():
             if module in modules:
                 return head
         if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
@@ -350,7 +400,8 @@ class HFCheckpoint:
         ``XLNetForQuestionAnsweringSimple`` (``qa_outputs``): ``{"kernel": [d_model, num_labels], "bias":
         [num_labels]}``, applied as ``sequence_output @ kernel + bias`` (QA: column 0 start, 1 end logits).
         A token-tagging task model assigns these to its output layer."""
-        if self.head not in ("per_token", "XLNetTagger"):
+        spec = registered_head(self.head)
+        if self.head != "per_token" and not (spec is not None and spec.per_token):
             raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
         module = _token_module(self.weights)
         return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
@@ -663,7 +714,7 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
     """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
-    ``XLNetSquad``, ``XLNetTagger``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``)
+    ``XLNetSquad``, a registered head's model; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``)
     as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
     or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
@@ -671,7 +722,7 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
              "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
              "XLNetMultipleChoice": ("XLNetMultipleChoice", "XLNetForMultipleChoice"),
              "XLNetSquad": ("XLNetSquad", "XLNetForQuestionAnswering"),
-             "XLNetTagger": ("XLNetTagger", "XLNetForTokenClassification")}
+             **{s.head: (s.head, s.architecture) for s in _REGISTERED.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     head, architecture = heads[kind]
@@ -683,7 +734,7 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
     tf1 = {name: np.asarray(var.numpy(), np.float32) for name, var in model.tf1_variables().items()}
     config = model.config
     regression = bool(getattr(model, "regression", False))
-    if head in ("XLNetClassifier", "XLNetTagger"):
+    if labelled_head(head):
         labels = labels or [f"LABEL_{i}" for i in range(model.num_labels)]
     extra = {}
     for name in ("summary_type", "start_n_top", "end_n_top"):

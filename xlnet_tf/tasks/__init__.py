@@ -1,16 +1,19 @@
 """Fine-tuning task families and their registry.
 
 A *task family* (``xlnet_tf.tasks.base.TaskFamily``) owns everything that is specific to one kind of fine-tuning
-task, in one module: which ``--task_name`` values it runs and their settings checks, data reading, feature encoding
-and cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
-(raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction needs (input formats,
-output rows). The generic machinery asks this registry and never branches on a task kind: the fine-tuning runner of
-run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports (``xlnet_tf.finetuning.serving``,
-``python -m xlnet_tf.cli.export``), batch prediction (``python -m xlnet_tf.cli.predict``) and jobs.
+task, in one module or package (``tasks/tagging/``: settings, data, in-graph windows, head, Keras text model, HF
+names, hooks): which ``--task_name`` values it runs and their settings checks, data reading, feature encoding and
+cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
+(``family.serving``: raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction
+needs (``family.batch``: input formats, output rows). The generic machinery asks this registry and never branches
+on a task kind: the fine-tuning runner of run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports
+(``xlnet_tf.finetuning.serving``, ``python -m xlnet_tf.cli.export``), batch prediction (``python -m
+xlnet_tf.cli.predict``) and jobs.
 
 Built-in families (``BUILTIN``, loaded on first use): ``classification`` (GLUE, IMDB, Yelp; STS-B as regression),
 ``multiple_choice`` (RACE), ``squad`` (SQuAD 1.1/2.0) and ``tagging`` (token classification). A new built-in
-family is its module, its tests and one line in ``BUILTIN``. A family of your own lives in your module::
+family is its module or package, its tests and one line in ``BUILTIN`` (``tests/test_new_family.py`` adds one).
+A family of your own lives in your module::
 
     from xlnet_tf import tasks
     from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
