@@ -5,11 +5,11 @@ An HF XLNet directory holds ``config.json`` (``model_type: xlnet``), the weights
 ``spiece.model`` and ``tokenizer_config.json`` (``do_lower_case``, ``remove_space``, ``keep_accents``).
 ``HFCheckpoint`` reads one: ``xlnet_config()`` is the ``XLNetConfig``, ``tf1_tensors()`` every weight under the
 original release's TF1 name (what the models' ``tf1_variables`` use), so the backbone and the head of
-``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice`` and
-``XLNetForQuestionAnswering`` load into ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice`` and
-``XLNetSquad`` with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it.
-A task family's head of its own registers its HF names (``register_head``, e.g. the tagging family's
-``XLNetForTokenClassification``) when the family loads. ``XLNetForQuestionAnsweringSimple``
+``XLNetLMHeadModel``, ``XLNetForSequenceClassification`` and ``XLNetForMultipleChoice`` load into
+``XLNetPretrainer``, ``XLNetClassifier`` and ``XLNetMultipleChoice`` with the checks of a release checkpoint. A
+tensor the mapping does not know is an error naming it. A task family's head of its own registers its HF names
+(``register_head``) when the family loads: SQuAD's ``XLNetSquad`` is ``XLNetForQuestionAnswering``, tagging's
+``XLNetTagger`` ``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
 has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
 ``save_hf`` writes the other direction.
 
@@ -53,12 +53,11 @@ _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 # a per-token projection with no model here (XLNetForQuestionAnsweringSimple's start/end logits; ``token_head``).
 ARCHITECTURES = {
     "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
-    "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnswering": "XLNetSquad",
-    "XLNetForQuestionAnsweringSimple": "per_token",
+    "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
 _HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
-_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "start_logits": "XLNetSquad", "qa_outputs": "per_token"}
+_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "qa_outputs": "per_token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
@@ -82,22 +81,7 @@ _HEADS = {
     "XLNetPretrainer": {"lm_loss.bias": ("model/lm_loss/bias", False)},
     "XLNetMultipleChoice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
                         "logits_proj.bias": ("logits/dense/bias", False)},
-    "XLNetSquad": {
-        "start_logits.dense.weight": ("start_logits/dense/kernel", True),
-        "start_logits.dense.bias": ("start_logits/dense/bias", False),
-        "end_logits.dense_0.weight": ("end_logits/dense_0/kernel", True),
-        "end_logits.dense_0.bias": ("end_logits/dense_0/bias", False),
-        "end_logits.LayerNorm.weight": ("end_logits/LayerNorm/gamma", False),
-        "end_logits.LayerNorm.bias": ("end_logits/LayerNorm/beta", False),
-        "end_logits.dense_1.weight": ("end_logits/dense_1/kernel", True),
-        "end_logits.dense_1.bias": ("end_logits/dense_1/bias", False),
-        "answer_class.dense_0.weight": ("answer_class/dense_0/kernel", True),
-        "answer_class.dense_0.bias": ("answer_class/dense_0/bias", False),
-        "answer_class.dense_1.weight": ("answer_class/dense_1/kernel", True),
-    },
 }
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -713,15 +697,14 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
-    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
-    ``XLNetSquad``, a registered head's model; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``)
-    as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
-    or tagger's classes (config.json's id2label)."""
+    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``, a
+    registered head's model (``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
+    ``XLNetForTokenClassification``) as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads.
+    ``labels`` name a classifier's or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
     heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
              "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
              "XLNetMultipleChoice": ("XLNetMultipleChoice", "XLNetForMultipleChoice"),
-             "XLNetSquad": ("XLNetSquad", "XLNetForQuestionAnswering"),
              **{s.head: (s.head, s.architecture) for s in _REGISTERED.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")

@@ -2,17 +2,17 @@
 
 Settings: ``TaggingSettings`` (run_classifier.py's flags plus the files, columns, tag scheme and window stride; its
 own entry point because these flags mean nothing to the sentence tasks). Data, alignment, windows and metrics:
-``data`` (CoNLL or JSONL; each word's tag on its first SentencePiece piece; long sentences in overlapping
+``tagging_data`` (CoNLL or JSONL; each word's tag on its first SentencePiece piece; long sentences in overlapping
 windows, each word labelled once in evaluation by the window where it has the most context). Head:
-``head.XLNetTagger`` (a dense layer on every position; HF's ``XLNetForTokenClassification``: ``hf_names``).
-Keras model on raw text: ``text_model.XLNetTextTagger``. Loss: softmax cross-entropy over the first pieces
-(every window in training; the scoring window in evaluation). Metrics: token accuracy; entity precision, recall
-and F1 (conlleval's definition, via seqeval) for BIO-family tags, the main metric then ``f1``. Predictions:
-``tagging.{split}.predictions.jsonl`` (``{"id", "tokens", "tags"}`` a sentence) and ``tagging.{split}.conll``
-(``word [gold] predicted``, conlleval's input). Serving (``graph``): ``text`` [B] -> the words with
-character offsets and their tags (and entity spans for BIO tags), padded [B, N] tensors plus ``num_words``; token
-ids [B, S] -> ``logits``, ``tag_ids``, ``tags``. Batch prediction: a row's text -> ``words``, ``tags``,
-``start_char``, ``end_char`` (and ``entities``).
+``tagging_head.XLNetTagger`` (a dense layer on every position; HF's ``XLNetForTokenClassification``:
+``tagging_hf_names``). Keras model on raw text: ``tagging_text_model.XLNetTextTagger``. Loss: softmax cross-entropy
+over the first pieces (every window in training; the scoring window in evaluation). Metrics: token accuracy; entity
+precision, recall and F1 (conlleval's definition, via seqeval) for BIO-family tags, the main metric then ``f1``.
+Predictions: ``tagging.{split}.predictions.jsonl`` (``{"id", "tokens", "tags"}`` a sentence) and
+``tagging.{split}.conll`` (``word [gold] predicted``, conlleval's input). Serving (``tagging_graph``): ``text`` [B]
+-> the words with character offsets and their tags (and entity spans for BIO tags), padded [B, N] tensors plus
+``num_words``; token ids [B, S] -> ``logits``, ``tag_ids``, ``tags``. Batch prediction: a row's text -> ``words``,
+``tags``, ``start_char``, ``end_char`` (and ``entities``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import ClassVar, Optional
 
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf import hf
-from xlnet_tf.tasks.tagging import data as tagging_data
-from xlnet_tf.tasks.tagging import hf_names
+from xlnet_tf.tasks.tagging import tagging_data
+from xlnet_tf.tasks.tagging import tagging_hf_names
 from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
 
@@ -34,7 +34,7 @@ TEXT_INPUT = "text"
 SPLITS = ("train", "dev", "test")
 EXTENSIONS = (".conll", ".jsonl", ".txt", ".tsv")
 
-hf.register_head(hf_names.HEAD)
+hf.register_head(tagging_hf_names.HEAD)
 
 
 @dataclasses.dataclass
@@ -106,7 +106,7 @@ class TaggingServing(Serving):
         return {"logits": logits, "tag_ids": ids, "tags": tf.gather(tf.constant(list(info.labels), tf.string), ids)}
 
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        from xlnet_tf.tasks.tagging.graph import tag_text
+        from xlnet_tf.tasks.tagging.tagging_graph import tag_text
 
         return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
                         info.squad["tag_scheme"] == "bio")
@@ -309,7 +309,7 @@ class TaggingTask(RecordsTask):
 
     # -- model -----------------------------------------------------------------------------------------------
     def build_model(self):
-        from xlnet_tf.tasks.tagging.head import XLNetTagger
+        from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger
 
         s = self.settings
         return XLNetTagger(self.model_config, num_labels=len(self.labels), task_scope=s.cls_scope or TASK,
@@ -341,7 +341,7 @@ class TaggingTask(RecordsTask):
         return super().infer(strategy, reduced, data)
 
     def _predicted(self, data, outputs) -> tuple:
-        """(sentences of ``data``'s split, predicted tags per sentence)."""
+        """(sentences of ``tagging_data``'s split, predicted tags per sentence)."""
         sentences = self.read(data.split, labelled=data.split != "test")
         found = tagging_data.word_predictions(outputs, len(sentences))
         predicted = [[self.labels[found[i][w]] for w in range(len(s.words))] for i, s in enumerate(sentences)]

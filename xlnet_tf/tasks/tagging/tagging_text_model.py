@@ -11,14 +11,14 @@ import tensorflow as tf
 
 from xlnet_tf.hf import HFCheckpoint
 from xlnet_tf.preprocessing import XLNetPreprocessor
-from xlnet_tf.tasks.tagging.head import XLNetTagger  # registered for Keras: a saved text tagger holds one
+from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # registered for Keras: a saved text tagger holds one
 from xlnet_tf.tasks.text_models import (_array_dataset, _build_parts, _element_x, _is_encoded, _source, _strings,
                                         _TextTaskModel, load_task_weights)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetTextTagger(_TextTaskModel):
-    """Token classification on raw strings or pre-split words: the windows of ``graph`` + ``XLNetTagger``.
+    """Token classification on raw strings or pre-split words: the windows of ``tagging_graph`` + ``XLNetTagger``.
 
     Inputs of ``fit``/``evaluate``/``predict``: sentences as strings [B] (split into words on whitespace) or as
     lists of words (joined with spaces, so words must not contain whitespace); ``y``: per sentence its tags, a
@@ -38,7 +38,7 @@ class XLNetTextTagger(_TextTaskModel):
     def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, labels=(), window_stride: int = 0,
                  tag_scheme: str = "auto", **kwargs):
         super().__init__(preprocessor, network, **kwargs)
-        from xlnet_tf.tasks.tagging.data import detect_scheme
+        from xlnet_tf.tasks.tagging.tagging_data import detect_scheme
 
         self.labels = [str(t) for t in labels]
         if len(self.labels) != network.num_labels:
@@ -96,7 +96,7 @@ class XLNetTextTagger(_TextTaskModel):
 
     @tf.function(autograph=False, reduce_retracing=True)
     def _windows(self, text, tags=None, scoring=False):
-        from xlnet_tf.tasks.tagging.graph import encode_words, split_words
+        from xlnet_tf.tasks.tagging.tagging_graph import encode_words, split_words
 
         words = split_words(_strings(text))[0]
         encoded = encode_words(self.preprocessor, words, self.window_stride)
@@ -134,7 +134,7 @@ class XLNetTextTagger(_TextTaskModel):
 
     @tf.function(autograph=False, input_signature=[tf.TensorSpec([None], tf.string)])
     def _tagged(self, text):
-        from xlnet_tf.tasks.tagging.graph import tag_text
+        from xlnet_tf.tasks.tagging.tagging_graph import tag_text
 
         return tag_text(self.network, self.preprocessor, text, self.labels, self.window_stride,
                         self.tag_scheme == "bio")
