@@ -14,7 +14,8 @@ from classifier_helpers import SPIECE
 from xlnet_tf.checkpoint import load_original_checkpoint
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
 from xlnet_tf.finetuning.serving import write_release
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
+from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.models.xlnet import XLNetPretrainer
 

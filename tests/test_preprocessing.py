@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf.tasks import classifier_data, race_data
+from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.preprocessing import XLNetPreprocessor, pair_lengths
 from xlnet_tf.tokenization import XLNetTokenizer, preprocess_text
 

@@ -20,7 +20,8 @@ import xlnet_tf
 from xlnet_tf import kernels
 from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
 from xlnet_tf.checkpoint import write_tf1_checkpoint
-from xlnet_tf.tasks import classifier_data, race_data
+from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.tokenization import XLNetTokenizer
 from xlnet_tf.training.optimization import create_optimizer
 

@@ -5,11 +5,11 @@ An HF XLNet directory holds ``config.json`` (``model_type: xlnet``), the weights
 ``spiece.model`` and ``tokenizer_config.json`` (``do_lower_case``, ``remove_space``, ``keep_accents``).
 ``HFCheckpoint`` reads one: ``xlnet_config()`` is the ``XLNetConfig``, ``tf1_tensors()`` every weight under the
 original release's TF1 name (what the models' ``tf1_variables`` use), so the backbone and the head of
-``XLNetLMHeadModel``, ``XLNetForSequenceClassification`` and ``XLNetForMultipleChoice`` load into
-``XLNetPretrainer``, ``XLNetClassifier`` and ``XLNetMultipleChoice`` with the checks of a release checkpoint. A
-tensor the mapping does not know is an error naming it. A task family's head of its own registers its HF names
-(``register_head``) when the family loads: SQuAD's ``XLNetSquad`` is ``XLNetForQuestionAnswering``, tagging's
-``XLNetTagger`` ``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
+``XLNetLMHeadModel`` and ``XLNetForSequenceClassification`` load into ``XLNetPretrainer`` and ``XLNetClassifier``
+with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it. A task family's
+head of its own registers its HF names (``register_head``) when the family loads: RACE's ``XLNetMultipleChoice`` is
+``XLNetForMultipleChoice``, SQuAD's ``XLNetSquad`` ``XLNetForQuestionAnswering``, tagging's ``XLNetTagger``
+``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
 has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
 ``save_hf`` writes the other direction.
 
@@ -53,7 +53,7 @@ _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 # a per-token projection with no model here (XLNetForQuestionAnsweringSimple's start/end logits; ``token_head``).
 ARCHITECTURES = {
     "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
-    "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnsweringSimple": "per_token",
+    "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
 _HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
@@ -75,12 +75,11 @@ _LAYER = {
 }
 # Per-layer in HF, stacked [n_layer, ...] in the original (r_*_bias shared by all layers when untie_r is false).
 _STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
-_SUMMARY = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
+# The sequence summary's projection, in every head that reads one (its mapping includes these; ``HFHead.summary``).
+SUMMARY_NAMES = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
             "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
 _HEADS = {
     "XLNetPretrainer": {"lm_loss.bias": ("model/lm_loss/bias", False)},
-    "XLNetMultipleChoice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
-                        "logits_proj.bias": ("logits/dense/bias", False)},
 }
 
 
@@ -88,15 +87,17 @@ _HEADS = {
 class HFHead:
     """The HF names of a task family's head: ``head`` (the class name of its Keras model), ``architecture`` (HF's
     class), ``module`` (its weights' first name component, telling the head when config.json names no
-    architecture), ``mapping(task_scope, regression)`` ({HF name: (TF1 name, transposed)}), ``labelled``
-    (config.json's id2label names its classes, as a sequence classifier's), ``per_token`` (``token_head`` reads
-    it)."""
+    architecture; None if another head's weights have it too), ``mapping(task_scope, regression)`` ({HF name:
+    (TF1 name, transposed)}), ``labelled`` (config.json's id2label names its classes, as a sequence classifier's),
+    ``per_token`` (``token_head`` reads it), ``summary`` (its mapping includes ``SUMMARY_NAMES``, left out where
+    config.json's ``summary_use_proj`` is false)."""
     head: str
     architecture: str
-    module: str
+    module: Optional[str]
     mapping: Callable[[str, bool], dict]
     labelled: bool = False
     per_token: bool = False
+    summary: bool = False
 
 
 _REGISTERED: dict = {}  # head -> HFHead, of the task families loaded
@@ -109,7 +110,7 @@ def register_head(spec: HFHead) -> None:
         s.architecture for s in _REGISTERED.values() if s.head != spec.head}
     modules = {m for m, h in _HEAD_MODULES.items() if h != spec.head} | {
         s.module for s in _REGISTERED.values() if s.head != spec.head}
-    if spec.architecture in taken or spec.module in modules:
+    if spec.architecture in taken or (spec.module is not None and spec.module in modules):
         raise ValueError(f"hf.register_head: {spec.head}: architecture {spec.architecture!r} or module "
                          f"{spec.module!r} is another head's")
     _REGISTERED[spec.head] = spec
@@ -134,7 +135,7 @@ def _head_mapping(head: Optional[str], task_scope: str = "task", regression: boo
     """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
     if head == "XLNetClassifier":
         prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
-        return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True),
+        return {**SUMMARY_NAMES, "logits_proj.weight": (prefix + "kernel", True),
                 "logits_proj.bias": (prefix + "bias", False)}
     if head in _REGISTERED:
         return _REGISTERED[head].mapping(task_scope, regression)
@@ -265,7 +266,7 @@ class HFCheckpoint:
                                  "is loaded)")
             return known[self.architecture]
         modules = {name.split(".", 1)[0] for name in self.weights}
-        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in _REGISTERED.values()}}.items():
+        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in _REGISTERED.values() if s.module}}.items():
             if module in modules:
                 return head
         if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
@@ -375,8 +376,10 @@ class HFCheckpoint:
     def head_mapping(self, task_scope: str = "task") -> dict:
         """The head's {HF name: (TF1 name, transposed)}."""
         mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "XLNetClassifier" else False)
-        if self.head in ("XLNetClassifier", "XLNetMultipleChoice") and not self.summary()["use_summ_proj"]:
-            mapping = {k: v for k, v in mapping.items() if k not in _SUMMARY}
+        spec = registered_head(self.head)
+        reads_summary = self.head == "XLNetClassifier" or (spec is not None and spec.summary)
+        if reads_summary and not self.summary()["use_summ_proj"]:
+            mapping = {k: v for k, v in mapping.items() if k not in SUMMARY_NAMES}
         return mapping
 
     def token_head(self) -> dict:
@@ -639,7 +642,7 @@ def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "t
             state[f"{prefix}layer.{i}.rel_attn.{name}"] = value if shared else value[i]
     mapping = _head_mapping(head, task_scope, regression)
     for hf_name, (tf1_name, transpose) in mapping.items():
-        if hf_name in _SUMMARY and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
+        if hf_name in SUMMARY_NAMES and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
             continue
         state[hf_name] = tf1[tf1_name].T if transpose else tf1[tf1_name]
     if head == "XLNetPretrainer":
@@ -697,14 +700,13 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
-    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``, a
-    registered head's model (``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
+    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, a registered head's
+    model (``XLNetMultipleChoice``, ``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
     ``XLNetForTokenClassification``) as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads.
     ``labels`` name a classifier's or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
     heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
              "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
-             "XLNetMultipleChoice": ("XLNetMultipleChoice", "XLNetForMultipleChoice"),
              **{s.head: (s.head, s.architecture) for s in _REGISTERED.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")

@@ -155,37 +155,3 @@ def read_segments(network, inputs: dict, num_segments: int, training=None) -> li
         rows = tf.cast(padding[:, s * seg_len:(s + 1) * seg_len], tf.float32)
         mems_padding = (rows if mems_padding is None else tf.concat([mems_padding, rows], axis=1))[:, -mem_len:]
     return outputs
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetMultipleChoice(_FinetuneModel):
-    """RACE-style multiple choice: each of the C option sequences is scored by summary -> ``logits/dense`` (1 unit).
-
-    Features are [B, C, L]; returns ``{"logits": [B, C]}`` (float32).
-    """
-
-    def __init__(self, config, summary_type: str = "last", use_summ_proj: bool = True, **kwargs):
-        super().__init__(config, **kwargs)
-        self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
-        self.score = _dense(1, self.config, "dense", dtype=self.dtype_policy)
-        self.summary.build()
-        self.score.build((None, self.config.d_model))
-
-    def call(self, features, training=None):
-        shape = tf.shape(features["input_ids"])
-        flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in _network_inputs(features).items()}
-        hidden = self.xlnet(flat, training=training)["sequence_output"]
-        scores = self.score(self.summary(hidden, training=training))
-        return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}
-
-    def tf1_variables(self):
-        names = super().tf1_variables()
-        names.update(self.summary.tf1_variables())
-        names["logits/dense/kernel"] = self.score.kernel
-        names["logits/dense/bias"] = self.score.bias
-        return names
-
-    def get_config(self):
-        return dict(config=self.config.to_dict(), summary_type=self.summary_type, use_summ_proj=self.use_summ_proj,
-                    name=self.name, dtype=self.dtype_policy.name)

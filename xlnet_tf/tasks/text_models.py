@@ -1,20 +1,19 @@
 """Fine-tuning models on raw strings, the Keras way: ``compile``/``fit``/``evaluate``/``predict`` on text.
 
-``XLNetTextClassifier`` and ``XLNetTextMultipleChoice`` (and the families' own, e.g. ``XLNetTextSquad``) hold an
-``XLNetPreprocessor`` (strings -> the fine-tuning layout, TensorFlow ops) and the very task network
-``run_classifier.py`` and ``run_squad.py`` train (``xlnet_tf.models.heads.XLNetClassifier`` /
-``XLNetMultipleChoice``, a family's head, kept as ``.network``), so the heads, the input layout and the checkpoints
-are shared with the entry points. As in keras-hub, ``call`` takes token ids and ``fit``/``evaluate``/``predict`` on
-strings run the preprocessor in the tf.data pipeline; ``export`` joins the two in one serving graph.
-``from_checkpoint`` reads a release directory (``xlnet_config.json`` + ``xlnet_model.ckpt`` + ``spiece.model``), a
-directory or prefix of a native checkpoint (``xlnet-convert-checkpoint``, ``run_pretrain.py``,
+``XLNetTextClassifier`` (and the families' own, e.g. ``XLNetTextSquad``) hold an ``XLNetPreprocessor`` (strings ->
+the fine-tuning layout, TensorFlow ops) and the very task network ``run_classifier.py`` and ``run_squad.py`` train
+(``xlnet_tf.models.heads.XLNetClassifier``, or a family's head, kept as ``.network``), so the heads, the input layout
+and the checkpoints are shared with the entry points. As in keras-hub, ``call`` takes token ids and
+``fit``/``evaluate``/``predict`` on strings run the preprocessor in the tf.data pipeline; ``export`` joins the two in
+one serving graph. ``from_checkpoint`` reads a release directory (``xlnet_config.json`` + ``xlnet_model.ckpt`` +
+``spiece.model``), a directory or prefix of a native checkpoint (``xlnet-convert-checkpoint``, ``run_pretrain.py``,
 ``run_classifier.py``), pretrained (the head starts fresh) or fine-tuned (the head is loaded too).
 
-The text model base lives here; a family package holds its own text model in a module of its own, imported
-only when used (the family's ``__init__`` is imported while flags are checked, before TensorFlow loads): the
-tagging and SQuAD families' ``XLNetTextTagger`` and ``XLNetTextSquad`` are ``xlnet_tf.tasks.tagging.tagging_text_model``
-and ``xlnet_tf.tasks.squad.squad_text_model``. A family needs no text model; one
-that wants the Keras API on strings subclasses ``_TextTaskModel`` with its ``preprocess`` and ``call``.
+The text model base and the shared sequence classifier live here; a family package holds its own text model in a
+module of its own, imported only when used (the family's ``__init__`` is imported while flags are checked, before
+TensorFlow loads): ``XLNetTextMultipleChoice``, ``XLNetTextSquad`` and ``XLNetTextTagger`` are in
+``xlnet_tf.tasks.{multiple_choice,squad,tagging}.<family>_text_model``. A family needs no text model; one that
+wants the Keras API on strings subclasses ``_TextTaskModel`` with its ``preprocess`` and ``call``.
 
 Example::
 
@@ -45,7 +44,7 @@ from xlnet_tf.checkpoint import (assign_arrays, is_tf1_checkpoint, load_hf_pretr
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice
+from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.preprocessing import XLNetPreprocessor
 
 # SQuAD windows: the labels of training, and what the answers are read from after the network.
@@ -522,51 +521,3 @@ class XLNetTextClassifier(_TextTaskModel):
         if labels is None and not self.network.regression:
             return [str(i) for i in range(self.network.num_labels)]
         return labels
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextMultipleChoice(_TextTaskModel):
-    """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
-
-    ``fit``/``evaluate``/``predict`` inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as
-    a tuple, or a dict with those keys; ``call`` takes what ``preprocessor.multiple_choice`` gives (each [B, C,
-    S]). Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on the
-    index of the right option.
-    """
-
-    @classmethod
-    def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_qa_length: Optional[int] = None,
-                        config=None, spiece_model=None, lower_case: Optional[bool] = None,
-                        summary_type: Optional[str] = None, use_summ_proj: Optional[bool] = None,
-                        dropout: float = 0.1, dropatt: float = 0.1,
-                        dtype: Optional[str] = None, name: Optional[str] = None,
-                        new_head: bool = False) -> "XLNetTextMultipleChoice":
-        """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
-        question+option tokens kept)."""
-        source = _source(path)
-        hf_head = _hf_head(source, ("XLNetMultipleChoice",))
-        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
-                                            max_qa_length=max_qa_length)
-        network = XLNetMultipleChoice(config, summary_type=summary_type or hf_head.get("summary_type", "last"),
-                                      use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None
-                                      else use_summ_proj, dtype=dtype)
-        load_task_weights(network, source, new_head)
-        return cls(preprocessor, network, name=name)
-
-    def preprocess(self, x) -> dict:
-        """``(article, question, options)`` -- [B], [B], [B, C] strings -- or a dict with those keys -> the three
-        inputs, each [B, C, S]."""
-        if isinstance(x, dict):
-            return self.preprocessor.multiple_choice(x["article"], x["question"], x["options"])
-        if not (isinstance(x, (tuple, list)) and len(x) == 3):
-            raise ValueError(f"inputs: expected (article, question, options), got {type(x).__name__}")
-        return self.preprocessor.multiple_choice(*x)
-
-    def _arrays(self, x, y=None) -> tuple:
-        return (tuple(x) if isinstance(x, list) and len(x) == 3 else x), y
-
-    def call(self, inputs, training=None):
-        return self.network(self._token_ids(inputs), training=training)["logits"]
-
-    def _serving_kind(self) -> str:
-        return "multiple_choice"

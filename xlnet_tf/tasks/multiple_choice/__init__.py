@@ -1,7 +1,7 @@
 """Multiple choice: RACE reading comprehension (``--task_name=race`` of run_classifier.py, run_race.py's defaults).
 
 Data reading and encoding: ``race_data`` (the release layout, one ``article <sep> question-with-option <sep>
-<cls>`` sequence per option, the feature cache). Head: ``models.heads.XLNetMultipleChoice`` (one logit per
+<cls>`` sequence per option, the feature cache). Head: ``multiple_choice_head.XLNetMultipleChoice`` (one logit per
 option). Loss: softmax cross-entropy over the options. Metrics: accuracy overall and per level (middle, high).
 Predictions: ``race.{split}.predictions.json`` ({question id: letter}) and ``race.{split}.logits.json``. Serving:
 ``article`` [B], ``question`` [B], ``options`` [B, C] -> ``logits``, ``probabilities``, ``choice``; token ids
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from xlnet_tf.tasks import race_data
+from xlnet_tf import hf
+from xlnet_tf.tasks.multiple_choice import multiple_choice_hf_names, race_data
 from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss
 from xlnet_tf.tasks.classification import write_logits
 
@@ -21,6 +22,8 @@ TASK = "race"
 # run_race.py's defaults where they differ from run_classifier.py's.
 RACE_DEFAULTS = dict(max_seq_length=512, train_steps=12000, learning_rate=2e-5, adam_epsilon=1e-6,
                      eval_batch_size=32)
+
+hf.register_head(multiple_choice_hf_names.HEAD)
 
 
 class MultipleChoiceServing(Serving):
@@ -116,7 +119,7 @@ class RaceTask(RecordsTask):
         return race_data.dummy_features(self.settings.max_seq_length)
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetMultipleChoice
+        from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 
         s = self.settings
         return XLNetMultipleChoice(self.model_config, summary_type=s.summary_type, use_summ_proj=s.use_summ_proj,

@@ -12,6 +12,10 @@ Data reading and encoding: ``classifier_data`` (tasks, TSV/CSV/IMDB readers, the
 accuracy. Predictions: the GLUE submission TSV (``index<TAB>prediction``) and ``{task}.{split}.logits.json``.
 Serving: ``sentence`` (and ``sentence2`` for pair tasks) -> ``label``, ``probabilities``, ``logits``; regression
 ``score``, ``logits``. Batch prediction rows: ``prediction`` (label) and ``probabilities``, or the score.
+
+The head (``models.heads.XLNetClassifier``), its HF names (``hf``) and the Keras text model
+(``text_models.XLNetTextClassifier``) are not in this package: they are the shared sequence head that other families
+(a user's, ``tests/test_task_family.py``'s) build on.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from xlnet_tf.tasks import classifier_data
+from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
