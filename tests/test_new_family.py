@@ -1,7 +1,8 @@
 """A new built-in family is its package and one registry line: ``tests/fixtures/pair_score`` (sentence-pair
 scoring, its own head and HF name) is added to ``tasks.BUILTIN`` and runs end to end in this process: a few
 training steps on tiny data, a raw-text export, a row served through the export, a file batch-predicted, and its
-head written as an HF model and read back under its own architecture."""
+head written as an HF model and read back under its own architecture (and, the family not loaded, its network
+alone)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,16 @@ def test_a_new_family_is_its_package_and_one_registry_line(registry_line, tmp_pa
     tensors = checkpoint.tf1_tensors(task_scope="pair_score")
     for name, variable in model.tf1_variables().items():
         np.testing.assert_array_equal(tensors[name], variable.numpy())
+
+    # Where the family is not loaded its head is unknown, and the network still loads (load_pretrained).
+    from xlnet_tf.checkpoint import load_pretrained
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.models.xlnet import XLNetModel
+
+    del hf._REGISTERED["XLNetPairScorer"]
+    with pytest.raises(InputError, match="'XLNetForPairScoring' is not one this stack reads"):
+        hf.HFCheckpoint(folder).tf1_tensors()
+    network = XLNetModel(model.config)
+    load_pretrained(network, folder)
+    for name, variable in network.tf1_variables().items():
+        np.testing.assert_array_equal(variable.numpy(), tensors[name])

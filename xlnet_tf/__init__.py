@@ -28,7 +28,5 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     if name in _EXPORTS:
-        if name == "load_pretrained":  # it reads HF checkpoints of any family's head: their names register on load
-            importlib.import_module("xlnet_tf.tasks").families()
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")

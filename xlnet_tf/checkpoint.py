@@ -122,8 +122,8 @@ def assign_arrays(model, tensors: dict, source: str) -> None:
 
 def load_hf_pretrained(model, checkpoint) -> None:
     """The network (and the LM bias, where both have one) of ``model`` from an ``hf.HFCheckpoint``; a head the
-    checkpoint has is not read."""
-    tensors = checkpoint.tf1_tensors()
+    checkpoint has is not read (nor checked, where its task family is not loaded)."""
+    tensors = checkpoint.tf1_tensors(network_only=True)
     backbone = getattr(model, "xlnet", model)
     with_bias = hasattr(model, "lm_bias") and "model/lm_loss/bias" in tensors
     if hasattr(model, "lm_bias") and not with_bias:

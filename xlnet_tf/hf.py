@@ -77,7 +77,7 @@ _LAYER = {
 _STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
 # The sequence summary's projection, in every head that reads one (its mapping includes these; ``HFHead.summary``).
 SUMMARY_NAMES = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
-            "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
+                 "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
 _HEADS = {
     "XLNetPretrainer": {"lm_loss.bias": ("model/lm_loss/bias", False)},
 }
@@ -331,11 +331,11 @@ class HFCheckpoint:
                 "remove_space": bool(values.get("remove_space", True)),
                 "keep_accents": bool(values.get("keep_accents", False))}
 
-    def tf1_tensors(self, task_scope: str = "task") -> dict:
+    def tf1_tensors(self, task_scope: str = "task", network_only: bool = False) -> dict:
         """Every weight under its TF1 name (the backbone's ``model/transformer/...``, the head's as the matching
-        model of ``models.heads`` names it; ``task_scope`` for a sequence classifier). A token head
-        (``token_head``) is left out. An InputError names any weight the mapping does not account for or
-        a missing one."""
+        model names it; ``task_scope`` for a sequence classifier). A token head (``token_head``) is left out. An
+        InputError names any weight the mapping does not account for or a missing one. ``network_only``: the
+        head of a task family that is not loaded (its names unregistered) is not read, the network is."""
         n_layer = self.xlnet_config().n_layer
         weights = dict(self.weights)
         where = f"{self.path}: {self.architecture or 'XLNet'}"
@@ -358,6 +358,8 @@ class HFCheckpoint:
                 stacked[name].append(take(f"layer.{i}.rel_attn.{name}"))
         for name, values in stacked.items():
             out[t + name] = np.stack(values)
+        if network_only and self.architecture is not None and self.architecture not in _architectures():
+            return out
         head = self.head_mapping(task_scope)
         for hf_name, (tf1_name, transpose) in head.items():
             value = take(hf_name)
