@@ -513,3 +513,12 @@ def weighted_loss(per_example, features: dict) -> tuple:
 
 
 Reader = Callable[[str], Iterator[Row]]
+
+
+def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:
+    """``{task}.{split}.logits.json``: ``[{"index", "logits", "prediction"}]`` per example."""
+    from xlnet_tf.io_utils import write_json_atomic
+
+    return write_json_atomic(os.path.join(predict_dir, f"{task}.{split}.logits.json"),
+                             [{"index": g, "logits": [float(x) for x in row], "prediction": p}
+                              for g, row, p in zip(guids, logits, predictions)])

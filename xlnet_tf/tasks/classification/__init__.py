@@ -24,7 +24,7 @@ import os
 from typing import Optional
 
 from xlnet_tf.tasks.classification import classifier_data
-from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
@@ -243,12 +243,3 @@ class ClassificationTask(RecordsTask):
                            max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
                            pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, family=self.family,
                            **long_document)
-
-
-def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:
-    """``{task}.{split}.logits.json``: ``[{"index", "logits", "prediction"}]`` per example."""
-    from xlnet_tf.io_utils import write_json_atomic
-
-    return write_json_atomic(os.path.join(predict_dir, f"{task}.{split}.logits.json"),
-                             [{"index": g, "logits": [float(x) for x in row], "prediction": p}
-                              for g, row, p in zip(guids, logits, predictions)])

@@ -14,8 +14,7 @@ import os
 
 from xlnet_tf import hf
 from xlnet_tf.tasks.multiple_choice import multiple_choice_hf_names, race_data
-from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss
-from xlnet_tf.tasks.classification import write_logits
+from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
 
 KIND = "multiple_choice"
 TASK = "race"
