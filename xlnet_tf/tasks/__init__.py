@@ -1,18 +1,18 @@
 """Fine-tuning task families and their registry.
 
 A *task family* (``xlnet_tf.tasks.base.TaskFamily``) owns everything that is specific to one kind of fine-tuning
-task, in one module or package (``tasks/tagging/``: settings, data, in-graph windows, head, Keras text model, HF
-names, hooks): which ``--task_name`` values it runs and their settings checks, data reading, feature encoding and
+task, in one module or package (a built-in one: ``tasks/<family>/``, its settings, data, head, HF names, Keras text
+model and hooks): which ``--task_name`` values it runs and their settings checks, data reading, feature encoding and
 cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
 (``family.serving``: raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction
-needs (``family.batch``: input formats, output rows). The generic machinery asks this registry and never branches
-on a task kind: the fine-tuning runner of run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports
+needs (``family.batch``: input formats, output rows). The generic machinery asks this registry and never branches on
+a task kind: the fine-tuning runner of run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports
 (``xlnet_tf.finetuning.serving``, ``python -m xlnet_tf.cli.export``), batch prediction (``python -m
 xlnet_tf.cli.predict``) and jobs.
 
 Built-in families (``BUILTIN``, loaded on first use): ``classification`` (GLUE, IMDB, Yelp; STS-B as regression),
 ``multiple_choice`` (RACE), ``squad`` (SQuAD 1.1/2.0) and ``tagging`` (token classification). A new built-in
-family is its module or package, its tests and one line in ``BUILTIN`` (``tests/test_new_family.py`` adds one).
+family is its package, its tests and one line in ``BUILTIN`` (``tests/test_new_family.py`` adds one).
 A family of your own lives in your module::
 
     from xlnet_tf import tasks
@@ -48,7 +48,7 @@ import sys
 from typing import Optional
 from xlnet_tf.errors import InputError
 
-# "module:class" of each built-in family: the one line a new built-in family adds.
+# "package:class" of each built-in family (tasks/<family>/): the one line a new built-in family adds.
 BUILTIN = (
     "xlnet_tf.tasks.classification:ClassificationFamily",
     "xlnet_tf.tasks.multiple_choice:MultipleChoiceFamily",
