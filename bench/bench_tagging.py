@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from xlnet_tf.tasks import tagging_data  # noqa: E402
+from xlnet_tf.tasks.tagging import tagging_data  # noqa: E402
 
 
 def cpu_name() -> str:

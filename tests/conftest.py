@@ -31,7 +31,7 @@ def squad_run(tmp_path_factory):
     SQuAD export takes half a minute to write on 2 cores); tests leave export, model_dir and predictions as they
     are."""
     from xlnet_tf import runner
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
     from xlnet_tf.tasks.squad import SquadSettings
 
     tmp = tmp_path_factory.mktemp("squad_export")

@@ -9,7 +9,7 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, SPIECE
-from xlnet_tf.tasks import classifier_data as cd
+from xlnet_tf.tasks.classification import classifier_data as cd
 from xlnet_tf.finetuning import metrics, records
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
-from xlnet_tf.tasks import classifier_data
+from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.runner import run
 from xlnet_tf.training.settings import SettingsError
 

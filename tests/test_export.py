@@ -15,7 +15,7 @@ import pytest
 from classifier_helpers import FIXTURES, REPO, make_flags
 from export_helpers import PYTHON, decoded, serve, strings
 from xlnet_tf.cli import serving_client as client
-from xlnet_tf.tasks import classifier_data
+from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
 
 TINY = os.path.join(REPO, "configs", "tiny.json")
@@ -219,7 +219,7 @@ def test_bad_requests_multiple_choice(tmp_path):
     from classifier_helpers import MICRO_CONFIG, SPIECE
     from xlnet_tf import tasks
     from xlnet_tf.finetuning.serving import ServingInfo, export_serving
-    from xlnet_tf.models.heads import XLNetMultipleChoice
+    from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 
     info = ServingInfo(kind="multiple_choice", task="race", max_seq_length=SEQ, labels=list("ABCD"),
                        max_qa_length=16, global_step=1, family=tasks.for_kind("multiple_choice"))

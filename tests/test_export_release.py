@@ -14,7 +14,9 @@ from classifier_helpers import SPIECE
 from xlnet_tf.checkpoint import load_original_checkpoint
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
 from xlnet_tf.finetuning.serving import write_release
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad
+from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
+from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.models.xlnet import XLNetPretrainer
 
 CONFIG = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0, dropatt=0.0)

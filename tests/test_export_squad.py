@@ -17,8 +17,8 @@ from squad_helpers import SMALL, inference_batch  # the head's test batch (P, Q,
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
-from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
-from xlnet_tf.models.heads import XLNetSquad
+from xlnet_tf.tasks.squad.squad_answers import INFERENCE_OUTPUTS
+from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
 
 def op_types(path: str) -> set:

@@ -201,7 +201,7 @@ def test_squad_stream_counts_each_pipelines_records(tmp_path):
     else records dealt round-robin; either way a later start continues the same stream."""
     import json
 
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     paths = []
     for i, count in enumerate((5, 9, 4)):

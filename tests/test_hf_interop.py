@@ -23,7 +23,10 @@ transformers = require("transformers")
 from xlnet_tf import hf  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402
 from xlnet_tf.errors import InputError  # noqa: E402
-from xlnet_tf.models.heads import XLNetClassifier, XLNetMultipleChoice, XLNetSquad, XLNetTagger  # noqa: E402
+from xlnet_tf.models.heads import XLNetClassifier  # noqa: E402
+from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice  # noqa: E402
+from xlnet_tf.tasks.squad.squad_head import XLNetSquad  # noqa: E402
+from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # noqa: E402
 from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

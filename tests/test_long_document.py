@@ -143,7 +143,7 @@ def test_memory_run_trains_evaluates_predicts_and_exports(genre_run):
 def test_export_reads_whole_documents_as_raw_text(genre_run):
     """The raw-text signature tokenizes the whole document (its first 62 tokens) and loops over its segments in
     the graph: it answers as serve_ids on the training encoding, and as batch prediction's rows."""
-    from xlnet_tf.tasks import classifier_data
+    from xlnet_tf.tasks.classification import classifier_data
     from xlnet_tf.tokenization import XLNetTokenizer
 
     settings, result = genre_run
@@ -167,7 +167,7 @@ def test_keras_text_model_reads_the_run(genre_run):
     """XLNetTextClassifier(num_segments=...) loads run_classifier's long-document checkpoint, predicts on whole
     documents as the run's export does."""
     import xlnet_tf
-    from xlnet_tf.tasks import classifier_data
+    from xlnet_tf.tasks.classification import classifier_data
 
     settings, result = genre_run
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(

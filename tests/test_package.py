@@ -1,6 +1,6 @@
 """Package structure: the layers of docs/design.md hold (no import runs up them) and no import cycles between
 xlnet_tf's modules, counting imports inside functions and dynamic loads (``importlib`` by a literal name, registries
-of dotted names) too."""
+of dotted names) too; each built-in task family is a package that no other family imports."""
 
 import ast
 import pathlib
@@ -137,6 +137,22 @@ def test_no_import_cycles():
 
     cycles = sorted(name for name in graph if reaches(name, name, set()))
     assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_a_builtin_family_is_a_package_of_its_own():
+    """Each ``tasks.BUILTIN`` line names a package ``tasks/<family>/`` and no family's modules import another
+    family's: a new built-in family is its package plus its registry line (docs/design.md)."""
+    from xlnet_tf import tasks
+
+    packages = [entry.partition(":")[0] for entry in tasks.BUILTIN]
+    assert all(p.count(".") == 2 and MODULES[p].name == "__init__.py" for p in packages), packages
+
+    def family(name):
+        return next((p for p in packages if name == p or name.startswith(p + ".")), None)
+
+    crossing = sorted(f"{name} imports {target}" for name in MODULES if family(name)
+                      for target in _imports(name) if family(target) not in (None, family(name)))
+    assert not crossing, "a family's modules import another family's:\n  " + "\n  ".join(crossing)
 
 
 def test_module_names_say_what_a_module_is():

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf.tasks import classifier_data, race_data
+from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.preprocessing import XLNetPreprocessor, pair_lengths
 from xlnet_tf.tokenization import XLNetTokenizer, preprocess_text
 
@@ -297,7 +298,7 @@ def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(preprocessors
 def _squad_examples(mixed_too: bool = True):
     """(path, examples) of the SQuAD fixtures, and paragraphs of corpus lines mixed with accents, quote pairs,
     digit-commas, odd whitespace, CJK and case oddities (questions: other lines)."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
     out = [(path, squad_data.read_squad_file(path, is_training=False).examples)
            for path in sorted(glob.glob(os.path.join(FIXTURES, "squad", "*.json")))]
     with open(os.path.join(ROOT, "data", "corpus", "brown_sample.txt"), encoding="utf-8") as f:
@@ -318,7 +319,7 @@ def test_squad_windows_equal_squad_data(tokenizers, lower):
     """``pre.squad`` against ``squad_data.convert_examples_to_features`` (squad_lib_sp's algorithm): the same
     windows (ids, segments, masks, p_mask, cls_index, example of each window, max context) and, for every
     paragraph token, the same answer text cut from the original context with its character offsets."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
     seq, query, stride = 48, 12, 16
     pre = XLNetPreprocessor.from_file(SPIECE, seq_length=seq, max_query_length=query, doc_stride=stride,
                                       lower_case=lower)

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
-from xlnet_tf.tasks import race_data
+from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.finetuning.serving import existing_versions
 from xlnet_tf.runner import run
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer

@@ -13,9 +13,9 @@ import tensorflow as tf
 from squad_helpers import SMALL, inference_batch
 from xlnet_tf.checkpoint import write_tf1_checkpoint
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.tasks import squad_data, squad_postprocess
-from xlnet_tf.tasks.squad_answers import squad_loss
-from xlnet_tf.models.heads import XLNetSquad
+from xlnet_tf.tasks.squad import squad_data, squad_postprocess
+from xlnet_tf.tasks.squad.squad_answers import squad_loss
+from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.models.xlnet import XLNetModel
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 

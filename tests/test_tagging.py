@@ -19,8 +19,8 @@ from xlnet_tf.batch import prediction as bp
 from xlnet_tf.errors import InputError
 from xlnet_tf import runner
 from xlnet_tf.preprocessing import XLNetPreprocessor
-from xlnet_tf.tasks import tagging_data as td
-from xlnet_tf.tasks import tagging_graph as tg
+from xlnet_tf.tasks.tagging import tagging_data as td
+from xlnet_tf.tasks.tagging import tagging_graph as tg
 from xlnet_tf.tasks.tagging import TaggingSettings
 from xlnet_tf.tokenization import XLNetTokenizer
 

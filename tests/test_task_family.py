@@ -18,7 +18,7 @@ import pytest
 
 from xlnet_tf import tasks
 from xlnet_tf.finetuning import records
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
 
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -35,21 +35,9 @@ def bucket(text: str) -> str:
 
 # --- the family: everything the toy task needs, in this module ----------------------------------------------------
 
-class LengthBuckets(TaskFamily):
-    """``--task_name=sentence_length``: TSV files ``<data_dir>/{train,dev}.tsv`` with a header ``id, text, label``."""
+class LengthBucketsServing(Serving):
+    """Exports: a "text" input; the bucket and its probabilities out."""
 
-    name = "length_buckets"
-
-    def task_names(self) -> tuple:
-        return ("sentence_length",)
-
-    def settings_errors(self, s) -> list:
-        return [] if s.eval_split != "test" else ["--eval_split=test: sentence_length has no test split"]
-
-    def task(self, settings) -> "LengthBucketsTask":
-        return LengthBucketsTask(self, settings)
-
-    # serving: a "text" input; the bucket and its probabilities out
     def text_inputs(self, info) -> dict:
         return {"text": [None]}
 
@@ -64,13 +52,33 @@ class LengthBuckets(TaskFamily):
     def serves_inputs(self, names: set) -> bool:
         return names == {"text"}
 
-    # batch prediction: one row per line, its bucket and confidence
-    def batch_outputs(self, outputs, meta) -> dict:
+
+class LengthBucketsBatch(BatchPrediction):
+    """Batch prediction: one row per line, its bucket and confidence."""
+
+    def outputs(self, outputs, meta) -> dict:
         return {"probabilities": outputs["probabilities"].numpy()}
 
-    def batch_row(self, outputs, i, meta) -> dict:
+    def row(self, outputs, i, meta) -> dict:
         probs = outputs["probabilities"][i]
         return {"bucket": meta["labels"][int(np.argmax(probs))], "confidence": round(float(np.max(probs)), 6)}
+
+
+class LengthBuckets(TaskFamily):
+    """``--task_name=sentence_length``: TSV files ``<data_dir>/{train,dev}.tsv`` with a header ``id, text, label``."""
+
+    name = "length_buckets"
+    serving_class = LengthBucketsServing
+    batch_class = LengthBucketsBatch
+
+    def task_names(self) -> tuple:
+        return ("sentence_length",)
+
+    def settings_errors(self, s) -> list:
+        return [] if s.eval_split != "test" else ["--eval_split=test: sentence_length has no test split"]
+
+    def task(self, settings) -> "LengthBucketsTask":
+        return LengthBucketsTask(self, settings)
 
 
 class LengthBucketsTask(RecordsTask):
@@ -247,14 +255,14 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
 # --- no task-kind branching outside the family modules --------------------------------------------------------------
 
 PACKAGE = pathlib.Path(REPO) / "xlnet_tf"
-# The family modules and their private helpers (everything in tasks/ but the registry and the base classes).
-FAMILY_MODULES = {p for p in (PACKAGE / "tasks").glob("*.py") if p.name not in ("__init__.py", "base.py")}
+# The family modules and packages and their helpers (everything in tasks/ but the registry and the base classes).
+FAMILY_MODULES = {p for p in (PACKAGE / "tasks").rglob("*.py")} - {PACKAGE / "tasks" / n for n in ("__init__.py", "base.py")}
 
 
 def _kind_strings() -> set:
     """The built-in kinds, family names and task names (a family of this file included)."""
     return {name for family in tasks.families() for name in
-            (family.name, *family.serving_kinds(), *family.task_names(), *family.aliases())}
+            (family.name, *family.serving.kinds(), *family.task_names(), *family.aliases())}
 
 
 def _literals(node) -> list:
@@ -299,19 +307,37 @@ def test_no_task_kind_comparisons_outside_the_family_modules(tmp_path):
 
 
 def test_a_family_missing_a_hook_is_refused_when_registered():
-    class Incomplete(TaskFamily):  # no outputs_from_ids, text_inputs
+    class IncompleteServing(Serving):  # no outputs_from_ids, text_inputs
+        pass
+
+    class Incomplete(TaskFamily):
         name = "incomplete"
+        serving_class = IncompleteServing
 
         def task(self, settings):
             return None
 
-    try:
-        tasks.register(Incomplete)
-    except ValueError as e:
-        assert "Incomplete does not implement outputs_from_ids, text_inputs" in str(e)
-    else:
-        raise AssertionError("an incomplete family was registered")
-    assert "incomplete" not in [f.name for f in tasks.families()]
+    class NoServing(TaskFamily):
+        name = "no_serving"
+
+        def task(self, settings):
+            return None
+
+    class NoTask(TaskFamily):
+        name = "no_task"
+        serving_class = LengthBucketsServing
+
+    for family, why in ((Incomplete, "Incomplete.serving_class (IncompleteServing) does not implement "
+                                     "outputs_from_ids, text_inputs"),
+                        (NoServing(), "NoServing has no serving_class (a Serving subclass)"),
+                        (NoTask, "NoTask does not implement task")):
+        try:
+            tasks.register(family)
+        except ValueError as e:
+            assert why in str(e)
+        else:
+            raise AssertionError(f"an incomplete family was registered: {why}")
+    assert not {"incomplete", "no_serving", "no_task"} & {f.name for f in tasks.families()}
 
     class HalfTask(RecordsTask):  # no prepare, feature_spec, ...
         pass

@@ -20,7 +20,8 @@ import xlnet_tf
 from xlnet_tf import kernels
 from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
 from xlnet_tf.checkpoint import write_tf1_checkpoint
-from xlnet_tf.tasks import classifier_data, race_data
+from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.tokenization import XLNetTokenizer
 from xlnet_tf.training.optimization import create_optimizer
 
@@ -253,7 +254,7 @@ def squad_trained(squad_model):
     """``squad_model`` trained one epoch on one device on the raw SQuAD 2.0 training strings (5 questions a batch,
     SGD), with raw-string validation data, then evaluated: the model several tests check (each training of the
     tiny model traces the tf.data preprocessing and the train step again, seconds on 2 cores)."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     train = squad_data.read_squad_file(os.path.join(SQUAD, "train-v2.0.json"), True).examples
     data = tf.data.Dataset.from_tensor_slices(_squad_inputs(train)).batch(5)
@@ -269,7 +270,7 @@ def squad_trained(squad_model):
 def test_squad_window_labels_equal_squad_data(squad_model, tokenizer, name):
     """The labels fit computes in the graph from raw strings are squad_data's training features' (squad_lib_sp's
     alignment), window by window, answers that no window holds whole and impossible questions included."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     model = squad_model
     examples = squad_data.read_squad_file(os.path.join(SQUAD, name), True).examples
@@ -299,7 +300,7 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, squad_trained, tmp
     contexts."""
     import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels, registered before loading it)
 
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     model, history, train = squad_trained["model"], squad_trained["history"], squad_trained["train"]
     assert np.isfinite(history["loss"][0]) and history["val_loss"][0] > 0
@@ -366,7 +367,7 @@ def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer, squa
     float32 round-off: every replica gets the same number of windows per step (the last step filled up with windows
     of weight 0), and the weights divide by the whole step's windows. XLA (jit_compile=True) trains the same too;
     evaluate and predict agree."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     train, data, initial = squad_trained["train"], squad_trained["data"], squad_trained["initial"]
 

@@ -185,7 +185,7 @@ def test_no_other_unsafe_deserialisation_in_the_tree():
 
 def test_squad_eval_feature_cache_is_json_and_a_planted_pickle_is_never_read(tmp_path):
     """The cache was a pickle that any writer of the (possibly shared) output directory could replace."""
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     dev = os.path.join(root, "tests", "fixtures", "squad", "dev-v2.0.json")

@@ -122,7 +122,7 @@ def test_finetuning_steps_compile_static(tmp_path, task_name, data):
 
 def test_squad_steps_compile_static(tmp_path):
     from xlnet_tf.tasks.squad import SquadFamily, SquadSettings
-    from xlnet_tf.tasks import squad_data
+    from xlnet_tf.tasks.squad import squad_data
 
     squad = os.path.join(FIXTURES, "squad")
     settings = SquadSettings(model_dir=str(tmp_path / "model"), model_config_path=micro_config(tmp_path),

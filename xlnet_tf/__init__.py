@@ -18,9 +18,9 @@ _EXPORTS = {
     "load_pretrained": "xlnet_tf.checkpoint",
     "XLNetPreprocessor": "xlnet_tf.preprocessing",
     "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
-    "XLNetTextMultipleChoice": "xlnet_tf.tasks.text_models",
-    "XLNetTextSquad": "xlnet_tf.tasks.text_models",
-    "XLNetTextTagger": "xlnet_tf.tasks.text_models",
+    "XLNetTextMultipleChoice": "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model",
+    "XLNetTextSquad": "xlnet_tf.tasks.squad.squad_text_model",
+    "XLNetTextTagger": "xlnet_tf.tasks.tagging.tagging_text_model",
 }
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"

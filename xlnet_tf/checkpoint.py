@@ -122,8 +122,8 @@ def assign_arrays(model, tensors: dict, source: str) -> None:
 
 def load_hf_pretrained(model, checkpoint) -> None:
     """The network (and the LM bias, where both have one) of ``model`` from an ``hf.HFCheckpoint``; a head the
-    checkpoint has is not read."""
-    tensors = checkpoint.tf1_tensors()
+    checkpoint has is not read (nor checked, where its task family is not loaded)."""
+    tensors = checkpoint.tf1_tensors(network_only=True)
     backbone = getattr(model, "xlnet", model)
     with_bias = hasattr(model, "lm_bias") and "model/lm_loss/bias" in tensors
     if hasattr(model, "lm_bias") and not with_bias:
@@ -136,6 +136,8 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     classes put in the order of ``labels``, the task's, where the checkpoint names the same labels in another);
     or ``(None, why)`` when its head is not this model's: another kind, another number of labels, other label
     names, other shapes. ``(None, None)``: the checkpoint has no task head (a bare or LM model)."""
+    from xlnet_tf import hf
+
     head, kind = checkpoint.head, type(model).__name__
     if head in (None, "XLNetPretrainer"):
         return None, None
@@ -145,7 +147,7 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     if kind == "XLNetClassifier" and checkpoint.regression != regression:
         return None, f"it is a {'regressor' if checkpoint.regression else 'classifier'}; this task's head is not"
     order = None
-    if kind in ("XLNetClassifier", "XLNetTagger") and not regression:
+    if hf.labelled_head(kind) and not regression:
         if checkpoint.num_labels != model.num_labels:
             return None, f"it has {checkpoint.num_labels} labels, this task {model.num_labels}"
         theirs, ours = checkpoint.labels, [str(label) for label in labels or ()]

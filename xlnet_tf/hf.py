@@ -5,10 +5,11 @@ An HF XLNet directory holds ``config.json`` (``model_type: xlnet``), the weights
 ``spiece.model`` and ``tokenizer_config.json`` (``do_lower_case``, ``remove_space``, ``keep_accents``).
 ``HFCheckpoint`` reads one: ``xlnet_config()`` is the ``XLNetConfig``, ``tf1_tensors()`` every weight under the
 original release's TF1 name (what the models' ``tf1_variables`` use), so the backbone and the head of
-``XLNetLMHeadModel``, ``XLNetForSequenceClassification``, ``XLNetForMultipleChoice`` and
-``XLNetForQuestionAnswering`` load into ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice`` and
-``XLNetSquad`` with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it.
-``XLNetForTokenClassification``'s head is ``XLNetTagger``'s (the tagging family). ``XLNetForQuestionAnsweringSimple``
+``XLNetLMHeadModel`` and ``XLNetForSequenceClassification`` load into ``XLNetPretrainer`` and ``XLNetClassifier``
+with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it. A task family's
+head of its own registers its HF names (``register_head``) when the family loads: RACE's ``XLNetMultipleChoice`` is
+``XLNetForMultipleChoice``, SQuAD's ``XLNetSquad`` ``XLNetForQuestionAnswering``, tagging's ``XLNetTagger``
+``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
 has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
 ``save_hf`` writes the other direction.
 
@@ -28,13 +29,14 @@ No TensorFlow here: settings checks read HF configs before TensorFlow loads.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
 import pickle
 import re
 import zipfile
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -51,13 +53,11 @@ _SAFETENSORS = ["*.safetensors", "model.safetensors.index.json"]
 # a per-token projection with no model here (XLNetForQuestionAnsweringSimple's start/end logits; ``token_head``).
 ARCHITECTURES = {
     "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
-    "XLNetForMultipleChoice": "XLNetMultipleChoice", "XLNetForQuestionAnswering": "XLNetSquad",
-    "XLNetForTokenClassification": "XLNetTagger", "XLNetForQuestionAnsweringSimple": "per_token",
+    "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
 _HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
-_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "start_logits": "XLNetSquad", "classifier": "XLNetTagger",
-                 "qa_outputs": "per_token"}
+_HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "qa_outputs": "per_token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
@@ -75,37 +75,70 @@ _LAYER = {
 }
 # Per-layer in HF, stacked [n_layer, ...] in the original (r_*_bias shared by all layers when untie_r is false).
 _STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
-_SUMMARY = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
-            "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
+# The sequence summary's projection, in every head that reads one (its mapping includes these; ``HFHead.summary``).
+SUMMARY_NAMES = {"sequence_summary.summary.weight": ("model/sequnece_summary/summary/kernel", True),
+                 "sequence_summary.summary.bias": ("model/sequnece_summary/summary/bias", False)}
 _HEADS = {
     "XLNetPretrainer": {"lm_loss.bias": ("model/lm_loss/bias", False)},
-    "XLNetMultipleChoice": {**_SUMMARY, "logits_proj.weight": ("logits/dense/kernel", True),
-                        "logits_proj.bias": ("logits/dense/bias", False)},
-    "XLNetSquad": {
-        "start_logits.dense.weight": ("start_logits/dense/kernel", True),
-        "start_logits.dense.bias": ("start_logits/dense/bias", False),
-        "end_logits.dense_0.weight": ("end_logits/dense_0/kernel", True),
-        "end_logits.dense_0.bias": ("end_logits/dense_0/bias", False),
-        "end_logits.LayerNorm.weight": ("end_logits/LayerNorm/gamma", False),
-        "end_logits.LayerNorm.bias": ("end_logits/LayerNorm/beta", False),
-        "end_logits.dense_1.weight": ("end_logits/dense_1/kernel", True),
-        "end_logits.dense_1.bias": ("end_logits/dense_1/bias", False),
-        "answer_class.dense_0.weight": ("answer_class/dense_0/kernel", True),
-        "answer_class.dense_0.bias": ("answer_class/dense_0/bias", False),
-        "answer_class.dense_1.weight": ("answer_class/dense_1/kernel", True),
-    },
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class HFHead:
+    """The HF names of a task family's head: ``head`` (the class name of its Keras model), ``architecture`` (HF's
+    class), ``module`` (its weights' first name component, telling the head when config.json names no
+    architecture; None if another head's weights have it too), ``mapping(task_scope, regression)`` ({HF name:
+    (TF1 name, transposed)}), ``labelled`` (config.json's id2label names its classes, as a sequence classifier's),
+    ``per_token`` (``token_head`` reads it), ``summary`` (its mapping includes ``SUMMARY_NAMES``, left out where
+    config.json's ``summary_use_proj`` is false)."""
+    head: str
+    architecture: str
+    module: Optional[str]
+    mapping: Callable[[str, bool], dict]
+    labelled: bool = False
+    per_token: bool = False
+    summary: bool = False
+
+
+_REGISTERED: dict = {}  # head -> HFHead, of the task families loaded
+
+
+def register_head(spec: HFHead) -> None:
+    """Makes ``spec``'s architecture readable and writable; an architecture or module another head has is a
+    ValueError (registering the same head again replaces it)."""
+    taken = {a for a, h in ARCHITECTURES.items() if h != spec.head} | {
+        s.architecture for s in _REGISTERED.values() if s.head != spec.head}
+    modules = {m for m, h in _HEAD_MODULES.items() if h != spec.head} | {
+        s.module for s in _REGISTERED.values() if s.head != spec.head}
+    if spec.architecture in taken or (spec.module is not None and spec.module in modules):
+        raise ValueError(f"hf.register_head: {spec.head}: architecture {spec.architecture!r} or module "
+                         f"{spec.module!r} is another head's")
+    _REGISTERED[spec.head] = spec
+
+
+def registered_head(head: Optional[str]) -> Optional[HFHead]:
+    """The registered ``HFHead`` of the model class named ``head`` (None for the heads of ``models.heads``)."""
+    return _REGISTERED.get(head)
+
+
+def _architectures() -> dict:
+    return {**ARCHITECTURES, **{s.architecture: s.head for s in _REGISTERED.values()}}
+
+
+def labelled_head(head: Optional[str]) -> bool:
+    """Whether config.json's id2label names the classes of the model class named ``head``."""
+    spec = registered_head(head)
+    return head == "XLNetClassifier" or (spec is not None and spec.labelled)
 
 
 def _head_mapping(head: Optional[str], task_scope: str = "task", regression: bool = False) -> dict:
     """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
     if head == "XLNetClassifier":
         prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
-        return {**_SUMMARY, "logits_proj.weight": (prefix + "kernel", True),
+        return {**SUMMARY_NAMES, "logits_proj.weight": (prefix + "kernel", True),
                 "logits_proj.bias": (prefix + "bias", False)}
-    if head == "XLNetTagger":  # XLNetTagger: dropout and one dense layer on every position, as HF's classifier
-        prefix = f"model/tagging_{task_scope}/logit/"
-        return {"classifier.weight": (prefix + "kernel", True), "classifier.bias": (prefix + "bias", False)}
+    if head in _REGISTERED:
+        return _REGISTERED[head].mapping(task_scope, regression)
     return _HEADS.get(head, {})
 
 
@@ -226,12 +259,14 @@ class HFCheckpoint:
 
     def _head(self) -> Optional[str]:
         if self.architecture is not None:
-            if self.architecture not in ARCHITECTURES:
+            known = _architectures()
+            if self.architecture not in known:
                 raise InputError(f"{self.path}/config.json: architecture {self.architecture!r} is not one this "
-                                 f"stack reads ({', '.join(ARCHITECTURES)})")
-            return ARCHITECTURES[self.architecture]
+                                 f"stack reads ({', '.join(known)}; a task family's head is known once the family "
+                                 "is loaded)")
+            return known[self.architecture]
         modules = {name.split(".", 1)[0] for name in self.weights}
-        for module, head in _HEAD_MODULES.items():
+        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in _REGISTERED.values() if s.module}}.items():
             if module in modules:
                 return head
         if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
@@ -296,11 +331,11 @@ class HFCheckpoint:
                 "remove_space": bool(values.get("remove_space", True)),
                 "keep_accents": bool(values.get("keep_accents", False))}
 
-    def tf1_tensors(self, task_scope: str = "task") -> dict:
+    def tf1_tensors(self, task_scope: str = "task", network_only: bool = False) -> dict:
         """Every weight under its TF1 name (the backbone's ``model/transformer/...``, the head's as the matching
-        model of ``models.heads`` names it; ``task_scope`` for a sequence classifier). A token head
-        (``token_head``) is left out. An InputError names any weight the mapping does not account for or
-        a missing one."""
+        model names it; ``task_scope`` for a sequence classifier). A token head (``token_head``) is left out. An
+        InputError names any weight the mapping does not account for or a missing one. ``network_only``: the
+        head of a task family that is not loaded (its names unregistered) is not read, the network is."""
         n_layer = self.xlnet_config().n_layer
         weights = dict(self.weights)
         where = f"{self.path}: {self.architecture or 'XLNet'}"
@@ -323,6 +358,8 @@ class HFCheckpoint:
                 stacked[name].append(take(f"layer.{i}.rel_attn.{name}"))
         for name, values in stacked.items():
             out[t + name] = np.stack(values)
+        if network_only and self.architecture is not None and self.architecture not in _architectures():
+            return out
         head = self.head_mapping(task_scope)
         for hf_name, (tf1_name, transpose) in head.items():
             value = take(hf_name)
@@ -341,8 +378,10 @@ class HFCheckpoint:
     def head_mapping(self, task_scope: str = "task") -> dict:
         """The head's {HF name: (TF1 name, transposed)}."""
         mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "XLNetClassifier" else False)
-        if self.head in ("XLNetClassifier", "XLNetMultipleChoice") and not self.summary()["use_summ_proj"]:
-            mapping = {k: v for k, v in mapping.items() if k not in _SUMMARY}
+        spec = registered_head(self.head)
+        reads_summary = self.head == "XLNetClassifier" or (spec is not None and spec.summary)
+        if reads_summary and not self.summary()["use_summ_proj"]:
+            mapping = {k: v for k, v in mapping.items() if k not in SUMMARY_NAMES}
         return mapping
 
     def token_head(self) -> dict:
@@ -350,7 +389,8 @@ class HFCheckpoint:
         ``XLNetForQuestionAnsweringSimple`` (``qa_outputs``): ``{"kernel": [d_model, num_labels], "bias":
         [num_labels]}``, applied as ``sequence_output @ kernel + bias`` (QA: column 0 start, 1 end logits).
         A token-tagging task model assigns these to its output layer."""
-        if self.head not in ("per_token", "XLNetTagger"):
+        spec = registered_head(self.head)
+        if self.head != "per_token" and not (spec is not None and spec.per_token):
             raise InputError(f"{self.path}: {self.architecture or 'this model'} has no per-token head")
         module = _token_module(self.weights)
         return {"kernel": self.weights[module[0]].T, "bias": self.weights[module[1]]}
@@ -604,7 +644,7 @@ def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "t
             state[f"{prefix}layer.{i}.rel_attn.{name}"] = value if shared else value[i]
     mapping = _head_mapping(head, task_scope, regression)
     for hf_name, (tf1_name, transpose) in mapping.items():
-        if hf_name in _SUMMARY and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
+        if hf_name in SUMMARY_NAMES and tf1_name not in tf1:  # use_summ_proj=False: no summary projection
             continue
         state[hf_name] = tf1[tf1_name].T if transpose else tf1[tf1_name]
     if head == "XLNetPretrainer":
@@ -662,16 +702,14 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
-    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, ``XLNetMultipleChoice``,
-    ``XLNetSquad``, ``XLNetTagger``; an ``XLNetModel`` with ``token_arrays`` as ``XLNetForTokenClassification``)
-    as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads. ``labels`` name a classifier's
-    or tagger's classes (config.json's id2label)."""
+    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, a registered head's
+    model (``XLNetMultipleChoice``, ``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
+    ``XLNetForTokenClassification``) as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads.
+    ``labels`` name a classifier's or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
     heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
              "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
-             "XLNetMultipleChoice": ("XLNetMultipleChoice", "XLNetForMultipleChoice"),
-             "XLNetSquad": ("XLNetSquad", "XLNetForQuestionAnswering"),
-             "XLNetTagger": ("XLNetTagger", "XLNetForTokenClassification")}
+             **{s.head: (s.head, s.architecture) for s in _REGISTERED.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     head, architecture = heads[kind]
@@ -683,7 +721,7 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
     tf1 = {name: np.asarray(var.numpy(), np.float32) for name, var in model.tf1_variables().items()}
     config = model.config
     regression = bool(getattr(model, "regression", False))
-    if head in ("XLNetClassifier", "XLNetTagger"):
+    if labelled_head(head):
         labels = labels or [f"LABEL_{i}" for i in range(model.num_labels)]
     extra = {}
     for name in ("summary_type", "start_n_top", "end_n_top"):

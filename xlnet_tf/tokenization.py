@@ -24,7 +24,7 @@ UNK_ID, BOS_ID, EOS_ID, CLS_ID, SEP_ID, PAD_ID, MASK_ID, EOD_ID, EOP_ID = range(
 SPECIAL_SYMBOLS = {"<unk>": UNK_ID, "<s>": BOS_ID, "</s>": EOS_ID, "<cls>": CLS_ID, "<sep>": SEP_ID,
                    "<pad>": PAD_ID, "<mask>": MASK_ID, "<eod>": EOD_ID, "<eop>": EOP_ID}
 # Segment ids of the fine-tuning input layouts (the original's SEG_ID_*), here with the special ids so that the
-# Python encoders (finetuning.records, tasks.squad_data) and the in-graph preprocessor share one definition.
+# Python encoders (finetuning.records, tasks.squad.data) and the in-graph preprocessor share one definition.
 # Sequence tasks (classification, RACE): A <sep> B <sep> <cls>, left-padded; 3 (SEP) is unused.
 SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4
 # SQuAD: P <sep> Q <sep> <cls>, right-padded.

@@ -183,7 +183,8 @@ def build_finetune(cfg, task, dtype):
     import tensorflow as tf
     from xlnet_tf.finetuning.trainer import make_replica_step
     from xlnet_tf.flops import train_flops_per_sequence
-    from xlnet_tf.models.heads import XLNetClassifier, XLNetSquad
+    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
     config = cfg.xlnet_config("pmlm").replace(mem_len=0, reuse_len=None)
     if task == "clf":
@@ -196,7 +197,7 @@ def build_finetune(cfg, task, dtype):
                                                                          logits=outputs["logits"])
             return weighted_loss(per_example, features)
     else:
-        from xlnet_tf.tasks.squad_answers import squad_loss as loss_fn
+        from xlnet_tf.tasks.squad.squad_answers import squad_loss as loss_fn
 
         model = XLNetSquad(config, start_n_top=5, end_n_top=5, dtype=dtype)
     optimizer = _optimizer(model)

@@ -8,7 +8,8 @@ def _formats() -> tuple:
     from xlnet_tf import tasks  # TensorFlow-free: the registry and the families' modules import it lazily
 
     # The two generic formats and those of the task families (e.g. SQuAD files).
-    return ("auto", "tsv", "jsonl") + tuple(name for family in tasks.families() for name in family.input_formats())
+    return ("auto", "tsv", "jsonl") + tuple(name for family in tasks.families() if family.batch is not None
+                                            for name in family.batch.input_formats())
 
 
 FORMATS = _formats()

@@ -56,7 +56,8 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
 
 def family_formats() -> dict:
     """Input formats of the registered task families: name -> reader(path) of ``Row``s."""
-    return {name: reader for family in tasks.families() for name, reader in family.input_formats().items()}
+    return {name: reader for family in tasks.families() if family.batch is not None
+            for name, reader in family.batch.input_formats().items()}
 
 
 def shard_format(path: str, input_format: str = "auto", family=None) -> str:
@@ -66,7 +67,7 @@ def shard_format(path: str, input_format: str = "auto", family=None) -> str:
         return input_format
     if path.endswith(".tsv"):
         return "tsv"
-    own = family.input_format_of(path) if family is not None else None
+    own = family.batch.input_format_of(path) if family is not None and family.batch is not None else None
     if own:
         return own
     if path.endswith((".jsonl", ".ndjson", ".json")):

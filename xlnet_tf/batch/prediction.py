@@ -12,7 +12,7 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   input order (``{"line": 7, "id": ..., "prediction": "1", "probabilities": [0.1, 0.9]}``; regression:
   ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
-  What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch_row``).
+  What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch.row``).
 * **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
   written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
   other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).

@@ -23,8 +23,8 @@ class Predictor(abc.ABC):
     """What the engine needs of a model. ``family``: its task family (``xlnet_tf.tasks``), which formats the rows;
     ``meta``: what the export records for clients (``metadata.json``). ``takes_text``: batches carry the raw strings
     (``text_a``, ``text_b`` [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask``
-    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch_outputs`` (numpy). ``identity`` names the
-    model and settings, ``described`` what it predicts (the family's ``batch_identity``; a resumed job must use
+    float32 [B, L]); ``__call__(batch)`` returns the family's ``batch.outputs`` (numpy). ``identity`` names the
+    model and settings, ``described`` what it predicts (the family's ``batch.identity``; a resumed job must use
     the same)."""
     family = None
     meta: dict = {}
@@ -36,7 +36,7 @@ class Predictor(abc.ABC):
     described: dict = {}
 
     def _describe(self, output_names) -> None:
-        self.described = self.family.batch_identity(self.meta, output_names)
+        self.described = self.family.batch.identity(self.meta, output_names)
 
     @abc.abstractmethod
     def __call__(self, batch: dict) -> dict:
@@ -51,7 +51,7 @@ class KerasPredictor(Predictor):
     ``strategy.run`` (default: the current strategy), each local replica on its slice of a batch of static shape
     [``batch_size``, L] (``batch_size`` rounded up to a multiple of them), compiled with XLA when
     ``jit_compile``. A shorter batch (a shard's last) is padded with rows of zeros to that shape and the padded
-    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch_outputs`` is applied
+    rows' outputs are dropped, so a shard of any length compiles once. The family's ``batch.outputs`` is applied
     on the host to the model's outputs (classification: its logits)."""
 
     def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict,
@@ -69,7 +69,7 @@ class KerasPredictor(Predictor):
         strategy = strategy or tf.distribute.get_strategy()
         self.batch_size = -(-batch_size // replicas) * replicas
         per_replica = self.batch_size // replicas
-        spec = family.ids_spec(MetadataInfo(meta))
+        spec = family.serving.ids_spec(MetadataInfo(meta))
         names = list(spec)
         step = make_predict_step(model, (), jit_compile)
 
@@ -95,7 +95,7 @@ class KerasPredictor(Predictor):
             raise ValueError(f"a batch of {rows} rows for a predictor of batches of {self.batch_size}")
         padded = [tf.pad(batch[k], [[0, self.batch_size - rows], [0, 0]]) for k in self._names]
         outputs = self._forward(*padded)
-        return self.family.batch_outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
+        return self.family.batch.outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
 
 
 def resolve_saved_model(path: str) -> tuple:
@@ -151,7 +151,7 @@ class SavedModelPredictor(Predictor):
         meta = self.meta = self._read_metadata()
         self.family = self._family(meta, signature)
         if self.takes_text:
-            self._text_inputs = self.family.batch_text_inputs(meta)
+            self._text_inputs = self.family.batch.text_inputs(meta)
             if self._text_inputs[0] not in self._inputs or not set(self._inputs) <= set(self._text_inputs):
                 raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)}; batch "
                                  f"prediction of a {self.family.name} export sends {', '.join(self._text_inputs)}")
@@ -198,9 +198,9 @@ class SavedModelPredictor(Predictor):
             if family is None:
                 raise InputError(f"{self.path}: signature {signature!r} takes {sorted(self._inputs)} and the export "
                                  "records no kind (assets.extra/metadata.json): no task family serves these inputs")
-        if not family.batch_prediction:
+        if family.batch is None:
             raise InputError(f"{self.path}: a {family.name} export; batch prediction handles "
-                             f"{', '.join(f.name for f in tasks.families() if f.batch_prediction)} exports")
+                             f"{', '.join(f.name for f in tasks.families() if f.batch is not None)} exports")
         return family
 
     def _read_metadata(self) -> dict:
@@ -231,4 +231,4 @@ class SavedModelPredictor(Predictor):
                     if name in self._inputs}
         else:
             args = {k: tf.cast(batch[k], self._inputs[k].dtype) for k in ("input_ids", "segment_ids", "padding_mask")}
-        return self.family.batch_outputs(self._fn(**args), self.meta)
+        return self.family.batch.outputs(self._fn(**args), self.meta)

@@ -1,7 +1,7 @@
 """Batch prediction's rows between input and output, written once for every engine (``xlnet_tf.batch.prediction``
 on one machine, ``xlnet_tf.batch.beam`` on a Beam runner): a usable input row as a model's inputs
 (``model_inputs``, ``stack_inputs``) and a batch's predictions as output JSON lines (``output_lines``). What a
-prediction holds is the task family's (``xlnet_tf.tasks``: ``encode_ids``, ``batch_row``); the engines call the
+prediction holds is the task family's (``xlnet_tf.tasks``: ``batch.encode_ids``, ``batch.row``); the engines call the
 families' hooks only through here and ``xlnet_tf.batch.predictors``."""
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def model_inputs(predictor, row: Row, pair: bool) -> tuple:
     ``truncated`` if its text was cut to ``max_seq_length``). ``pair``: the second text is used."""
     if predictor.takes_text:
         return dict(text_a=row.text_a, text_b=row.text_b), 0
-    ids, segs, mask, cut = predictor.family.encode_ids(predictor.tokenizer, row.text_a, row.text_b if pair else None,
-                                                       predictor.max_seq_length)
+    ids, segs, mask, cut = predictor.family.batch.encode_ids(predictor.tokenizer, row.text_a,
+                                                             row.text_b if pair else None, predictor.max_seq_length)
     return dict(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
                 padding_mask=np.asarray(mask, np.float32)), int(cut)
 
@@ -51,7 +51,7 @@ def stack_inputs(items: Sequence[dict]) -> dict:
 def output_lines(predictor, outputs: dict, lines: Sequence[int], ids: Sequence[Optional[str]],
                  files: Optional[Sequence[str]] = None) -> list:
     """The JSON lines of one batch's predictions (``outputs``: ``predictor(batch)``): row ``i`` is ``{"file"``
-    (with ``files``), ``"line", "id"`` (unless ``ids[i]`` is None) and the family's ``batch_row``; floats are
+    (with ``files``), ``"line", "id"`` (unless ``ids[i]`` is None) and the family's ``batch.row``; floats are
     rounded to 6 decimals there (stable text across runs and machines' last bits)."""
     result = []
     for i, line in enumerate(lines):
@@ -59,6 +59,6 @@ def output_lines(predictor, outputs: dict, lines: Sequence[int], ids: Sequence[O
         row["line"] = int(line)
         if ids[i] is not None:
             row["id"] = ids[i]
-        row.update(predictor.family.batch_row(outputs, i, predictor.meta))
+        row.update(predictor.family.batch.row(outputs, i, predictor.meta))
         result.append(json.dumps(row, ensure_ascii=False))
     return result

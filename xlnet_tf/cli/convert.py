@@ -106,9 +106,11 @@ def convert_hf(source: str, output_dir: str, format: str = "native", task_scope:
     """Converts the HuggingFace model ``source`` (a directory or ``hf://`` name): ``native`` writes the network
     (and an LM head's bias) as ``convert`` does; ``release`` writes every weight, the head's too, under the
     original TF1 names with ``xlnet_config.json`` and ``spiece.model``. Returns the checkpoint prefix written."""
+    from xlnet_tf import tasks
     from xlnet_tf.checkpoint import load_hf_pretrained, write_tf1_checkpoint
     from xlnet_tf.models.xlnet import XLNetPretrainer
 
+    tasks.families()  # their heads' HF names (e.g. XLNetForTokenClassification's) register as they load
     if io_utils.exists(output_dir):
         raise FileExistsError(f"--output_dir {output_dir} already exists; refusing to overwrite it")
     checkpoint = hf.HFCheckpoint(source)

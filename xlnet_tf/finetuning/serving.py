@@ -17,10 +17,10 @@ renamed into place; an existing version is never replaced.
 Signatures (all traced with the plain kernels: stock TensorFlow ops only, no custom C++ kernels, no XLA):
 
 * ``serving_default``: raw text in (the in-graph ``XLNetPreprocessor``: the fine-tuning run's SentencePiece model,
-  lower-casing and ``max_seq_length``, truncation as in training); the inputs are the family's ``text_inputs``
+  lower-casing and ``max_seq_length``, truncation as in training); the inputs are the family's ``serving.text_inputs``
   (classification: ``sentence`` [and ``sentence2``]; multiple choice: ``article``, ``question``, ``options``;
   SQuAD: ``question``, ``context``), the outputs its ``outputs_from_text``.
-* ``serve_ids``: the encoded layout of the family's ``ids_spec`` (``input_ids``/``segment_ids`` int32,
+* ``serve_ids``: the encoded layout of the family's ``serving.ids_spec`` (``input_ids``/``segment_ids`` int32,
   ``padding_mask`` float32, [batch, seq] or [batch, choices, seq]; SQuAD adds ``p_mask`` and ``cls_index``), any
   batch size and length.
 * ``metadata``: no inputs; ``kind``, ``task``, ``labels``, ``max_seq_length``, ``lower_case``, ``global_step``,
@@ -53,7 +53,7 @@ METADATA_FILE = "metadata.json"
 class ServingInfo:
     """What a client of an export must know, written into it (``metadata`` signature, ``metadata.json``).
 
-    ``kind``: one of ``family.serving_kinds()``. ``family``: the task family whose hooks make the signatures; not
+    ``kind``: one of ``family.serving.kinds()``. ``family``: the task family whose hooks make the signatures; not
     a field (not written into the export, not compared): the family hands itself over (its task's ``serving_info``
     passes ``family=self.family``; ``xlnet_tf.tasks.for_kind(kind)`` finds it), serving never looks it up.
     ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
@@ -78,8 +78,8 @@ class ServingInfo:
 
     def __post_init__(self, family):
         self.family = family
-        if family is not None and self.kind not in family.serving_kinds():
-            raise InputError(f"kind must be one of {', '.join(family.serving_kinds())} (the {family.name} family's), "
+        if family is not None and self.kind not in family.serving.kinds():
+            raise InputError(f"kind must be one of {', '.join(family.serving.kinds())} (the {family.name} family's), "
                              f"got {self.kind!r}")
 
     def to_json(self, version: int) -> dict:
@@ -158,19 +158,19 @@ class ServingModule(tf.Module):
     def __init__(self, model, info: ServingInfo, version: int, preprocessor=None):
         super().__init__(name="xlnet_serving")
         self.model, self.preprocessor, self.info = model, preprocessor, info
-        family = family_of(info)
+        hooks = family_of(info).serving
         # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
         # (keyed by code object) can hand one module's traced branch to another's.
-        ids = family.ids_spec(info)
+        ids = hooks.ids_spec(info)
         names = list(ids)
-        self.serve_ids = tf.function(lambda *t: family.outputs_from_ids(self.model, dict(zip(names, t)), info),
+        self.serve_ids = tf.function(lambda *t: hooks.outputs_from_ids(self.model, dict(zip(names, t)), info),
                                      input_signature=list(ids.values()), autograph=False)
         if preprocessor is not None:
-            text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in family.text_inputs(info).items()}
+            text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in hooks.text_inputs(info).items()}
             texts = list(text)
 
             def serve(*values):
-                return family.outputs_from_text(self.model, self.preprocessor, dict(zip(texts, values)), info)
+                return hooks.outputs_from_text(self.model, self.preprocessor, dict(zip(texts, values)), info)
             self.serve_text = tf.function(self._checked(serve, text), input_signature=list(text.values()),
                                           autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
@@ -245,7 +245,7 @@ def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
     from xlnet_tf.preprocessing import XLNetPreprocessor
 
     return XLNetPreprocessor.from_file(spiece_model_file, seq_length=info.max_seq_length,
-                                       lower_case=info.lower_case, **family_of(info).preprocessor_kwargs(info))
+                                       lower_case=info.lower_case, **family_of(info).serving.preprocessor_kwargs(info))
 
 
 def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str]) -> str:

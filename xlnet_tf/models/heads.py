@@ -1,9 +1,11 @@
-"""Fine-tuning models: the XLNet network plus the original's task heads, with the original variable names.
+"""Fine-tuning models: the XLNet network plus the original's sequence heads (classification, regression, multiple
+choice), with the original variable names; the SQuAD and tagging heads are their families' (``tasks/<family>/head.py``,
+built on ``_FinetuneModel`` here).
 
 Every model here keeps the network as ``.xlnet`` (so ``load_pretrained`` and native checkpoints work) and lists
 its head variables under their TF1 names in ``tf1_variables`` (so fine-tuned checkpoints of the original code
 load too). Inputs follow the original fine-tuning layout: ``A <sep> B <sep> <cls>`` with the CLS token last
-and left padding for classification and RACE; ``P <sep> Q <sep> <cls>`` with right padding for SQuAD.
+and left padding.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
-from xlnet_tf.layers.masks import large_negative
 from xlnet_tf.models.xlnet import XLNetModel, _as_config
 
 
@@ -154,164 +155,3 @@ def read_segments(network, inputs: dict, num_segments: int, training=None) -> li
         rows = tf.cast(padding[:, s * seg_len:(s + 1) * seg_len], tf.float32)
         mems_padding = (rows if mems_padding is None else tf.concat([mems_padding, rows], axis=1))[:, -mem_len:]
     return outputs
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetMultipleChoice(_FinetuneModel):
-    """RACE-style multiple choice: each of the C option sequences is scored by summary -> ``logits/dense`` (1 unit).
-
-    Features are [B, C, L]; returns ``{"logits": [B, C]}`` (float32).
-    """
-
-    def __init__(self, config, summary_type: str = "last", use_summ_proj: bool = True, **kwargs):
-        super().__init__(config, **kwargs)
-        self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
-        self.score = _dense(1, self.config, "dense", dtype=self.dtype_policy)
-        self.summary.build()
-        self.score.build((None, self.config.d_model))
-
-    def call(self, features, training=None):
-        shape = tf.shape(features["input_ids"])
-        flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in _network_inputs(features).items()}
-        hidden = self.xlnet(flat, training=training)["sequence_output"]
-        scores = self.score(self.summary(hidden, training=training))
-        return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}
-
-    def tf1_variables(self):
-        names = super().tf1_variables()
-        names.update(self.summary.tf1_variables())
-        names["logits/dense/kernel"] = self.score.kernel
-        names["logits/dense/bias"] = self.score.bias
-        return names
-
-    def get_config(self):
-        return dict(config=self.config.to_dict(), summary_type=self.summary_type, use_summ_proj=self.use_summ_proj,
-                    name=self.name, dtype=self.dtype_policy.name)
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTagger(_FinetuneModel):
-    """Token classification (tagging): dropout and a dense layer on every position of the content stream, as HF's
-    ``XLNetForTokenClassification`` (the original code has no tagging head; its variables here are
-    ``model/tagging_{scope}/logit/*``). Returns ``{"logits": [B, L, num_labels]}`` (float32)."""
-
-    def __init__(self, config, num_labels: int, task_scope: str = "tagging", **kwargs):
-        super().__init__(config, **kwargs)
-        self.num_labels, self.task_scope = num_labels, task_scope
-        self.dropout = keras.layers.Dropout(self.config.dropout, dtype=self.dtype_policy)
-        self.logit = _dense(num_labels, self.config, "logit", dtype=self.dtype_policy)
-        self.logit.build((None, self.config.d_model))
-
-    def call(self, features, training=None):
-        hidden = self.xlnet(_network_inputs(features), training=training)["sequence_output"]
-        return {"logits": tf.cast(self.logit(self.dropout(hidden, training=training)), tf.float32)}
-
-    def tf1_variables(self):
-        names = super().tf1_variables()
-        names[f"model/tagging_{self.task_scope}/logit/kernel"] = self.logit.kernel
-        names[f"model/tagging_{self.task_scope}/logit/bias"] = self.logit.bias
-        return names
-
-    def get_config(self):
-        return dict(config=self.config.to_dict(), num_labels=self.num_labels, task_scope=self.task_scope,
-                    name=self.name, dtype=self.dtype_policy.name)
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetSquad(_FinetuneModel):
-    """XLNet's SQuAD head (the original ``get_qa_outputs``).
-
-    Features: ``input_ids``, ``segment_ids``, ``padding_mask`` [B, L]; ``p_mask`` [B, L] (1 = not a paragraph
-    token, so not an answer boundary); ``cls_index`` [B]; in training ``start_positions`` [B] (teacher forcing).
-    Outputs (float32):
-      training / with start_positions: ``start_log_probs`` [B, L], ``end_log_probs`` [B, L], ``cls_logits`` [B].
-      inference: ``start_top_log_probs``/``start_top_index`` [B, start_n_top], ``end_top_log_probs``/
-      ``end_top_index`` [B, start_n_top * end_n_top], ``cls_logits`` [B].
-    Variables: ``start_logits/dense/*``, ``end_logits/dense_0/*``, ``end_logits/LayerNorm/*``,
-    ``end_logits/dense_1/*``, ``answer_class/dense_0/*``, ``answer_class/dense_1/kernel``.
-    """
-
-    def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5, **kwargs):
-        super().__init__(config, **kwargs)
-        c, policy = self.config, self.dtype_policy
-        self.start_n_top, self.end_n_top = start_n_top, end_n_top
-        self.start_dense = _dense(1, c, "start_dense", dtype=policy)
-        self.end_dense_0 = _dense(c.d_model, c, "end_dense_0", activation="tanh", dtype=policy)
-        self.end_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="end_layer_norm", dtype=policy)
-        self.end_dense_1 = _dense(1, c, "end_dense_1", dtype=policy)
-        self.answer_dense_0 = _dense(c.d_model, c, "answer_dense_0", activation="tanh", dtype=policy)
-        self.answer_dense_1 = _dense(1, c, "answer_dense_1", use_bias=False, dtype=policy)
-        self.dropout = keras.layers.Dropout(c.dropout, dtype=policy)
-        d = c.d_model
-        self.start_dense.build((None, d))
-        self.end_dense_0.build((None, 2 * d))
-        self.end_layer_norm.build((None, d))
-        self.end_dense_1.build((None, d))
-        self.answer_dense_0.build((None, 2 * d))
-        self.answer_dense_1.build((None, d))
-
-    def _end_logits(self, hidden, start_features, p_mask):
-        """hidden [B, L, D] (or [B, L, K, D] with K start candidates broadcast), start_features alike."""
-        x = self.end_dense_0(tf.concat([hidden, start_features], axis=-1))
-        x = self.end_dense_1(self.end_layer_norm(x))[..., 0]
-        x = tf.cast(x, tf.float32)
-        return _masked(x, p_mask if len(x.shape) == 2 else p_mask[:, :, None])
-
-    def call(self, features, training=None):
-        hidden = self.xlnet(_network_inputs(features), training=training)["sequence_output"]
-        p_mask = tf.cast(features["p_mask"], tf.float32)
-        start_logits = _masked(tf.cast(self.start_dense(hidden)[..., 0], tf.float32), p_mask)
-        start_log_probs = tf.nn.log_softmax(start_logits, axis=-1)
-        outputs = {}
-        if "start_positions" in features:
-            start_index = tf.cast(features["start_positions"], tf.int32)
-            start_h = tf.gather(hidden, start_index, batch_dims=1)  # [B, D] teacher-forced start
-            start_features = tf.broadcast_to(start_h[:, None], tf.shape(hidden))
-            end_log_probs = tf.nn.log_softmax(self._end_logits(hidden, start_features, p_mask), axis=-1)
-            outputs.update(start_log_probs=start_log_probs, end_log_probs=end_log_probs)
-        else:
-            start_top_log_probs, start_top_index = tf.math.top_k(start_log_probs, k=self.start_n_top)
-            start_h = tf.gather(hidden, start_top_index, batch_dims=1)  # [B, K, D]
-            length = tf.shape(hidden)[1]
-            hidden_k = tf.broadcast_to(hidden[:, :, None], [tf.shape(hidden)[0], length, self.start_n_top,
-                                                            tf.shape(hidden)[2]])
-            start_k = tf.broadcast_to(start_h[:, None], tf.shape(hidden_k))
-            end_log_probs = tf.nn.log_softmax(self._end_logits(hidden_k, start_k, p_mask), axis=1)  # [B, L, K]
-            end_top_log_probs, end_top_index = tf.math.top_k(tf.transpose(end_log_probs, [0, 2, 1]),
-                                                             k=self.end_n_top)  # [B, K, end_n_top]
-            batch = tf.shape(hidden)[0]
-            outputs.update(start_top_log_probs=start_top_log_probs, start_top_index=start_top_index,
-                           end_top_log_probs=tf.reshape(end_top_log_probs, [batch, -1]),
-                           end_top_index=tf.reshape(end_top_index, [batch, -1]))
-        # Answer class from the CLS state and the start-probability-weighted summary of the sequence.
-        cls_h = tf.gather(hidden, tf.cast(features["cls_index"], tf.int32), batch_dims=1)
-        start_p = tf.cast(tf.nn.softmax(start_logits, axis=-1), hidden.dtype)
-        start_summary = tf.einsum("bl,bld->bd", start_p, hidden)
-        x = self.answer_dense_0(tf.concat([start_summary, cls_h], axis=-1))
-        x = self.dropout(x, training=training)
-        outputs["cls_logits"] = tf.cast(self.answer_dense_1(x)[:, 0], tf.float32)
-        return outputs
-
-    def tf1_variables(self):
-        names = super().tf1_variables()
-        names.update({
-            "start_logits/dense/kernel": self.start_dense.kernel, "start_logits/dense/bias": self.start_dense.bias,
-            "end_logits/dense_0/kernel": self.end_dense_0.kernel, "end_logits/dense_0/bias": self.end_dense_0.bias,
-            "end_logits/LayerNorm/gamma": self.end_layer_norm.gamma,
-            "end_logits/LayerNorm/beta": self.end_layer_norm.beta,
-            "end_logits/dense_1/kernel": self.end_dense_1.kernel, "end_logits/dense_1/bias": self.end_dense_1.bias,
-            "answer_class/dense_0/kernel": self.answer_dense_0.kernel,
-            "answer_class/dense_0/bias": self.answer_dense_0.bias,
-            "answer_class/dense_1/kernel": self.answer_dense_1.kernel,
-        })
-        return names
-
-    def get_config(self):
-        return dict(config=self.config.to_dict(), start_n_top=self.start_n_top, end_n_top=self.end_n_top,
-                    name=self.name, dtype=self.dtype_policy.name)
-
-
-def _masked(logits, p_mask):
-    """The original's ``logits * (1 - p_mask) - 1e30 * p_mask`` (float32 here, so the constant is safe)."""
-    return logits * (1.0 - p_mask) + large_negative(tf.float32) * p_mask

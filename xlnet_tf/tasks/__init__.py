@@ -1,22 +1,29 @@
 """Fine-tuning task families and their registry.
 
 A *task family* (``xlnet_tf.tasks.base.TaskFamily``) owns everything that is specific to one kind of fine-tuning
-task, in one module: which ``--task_name`` values it runs and their settings checks, data reading, feature encoding
-and cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
-(raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction needs (input formats,
-output rows). The generic machinery asks this registry and never branches on a task kind: the fine-tuning runner of
-run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports (``xlnet_tf.finetuning.serving``,
-``python -m xlnet_tf.cli.export``), batch prediction (``python -m xlnet_tf.cli.predict``) and jobs.
+task, in one module or package (a built-in one: ``tasks/<family>/``, its settings, data, head, HF names, Keras text
+model and hooks): which ``--task_name`` values it runs and their settings checks, data reading, feature encoding and
+cached records, the head model, loss, metrics and prediction files (its ``Task``), the TF Serving signatures
+(``family.serving``: raw-text inputs, token-id inputs, outputs, preprocessor arguments) and what batch prediction
+needs (``family.batch``: input formats, output rows). The generic machinery asks this registry and never branches on
+a task kind: the fine-tuning runner of run_classifier.py and run_squad.py (``xlnet_tf.runner``), exports
+(``xlnet_tf.finetuning.serving``, ``python -m xlnet_tf.cli.export``), batch prediction (``python -m
+xlnet_tf.cli.predict``) and jobs.
 
 Built-in families (``BUILTIN``, loaded on first use): ``classification`` (GLUE, IMDB, Yelp; STS-B as regression),
 ``multiple_choice`` (RACE), ``squad`` (SQuAD 1.1/2.0) and ``tagging`` (token classification). A new built-in
-family is its module, its tests and one line in ``BUILTIN``. A family of your own lives in your module::
+family is its package, its tests and one line in ``BUILTIN`` (``tests/test_new_family.py`` adds one).
+A family of your own lives in your module::
 
     from xlnet_tf import tasks
-    from xlnet_tf.tasks.base import RecordsTask, TaskFamily
+    from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
+
+    class MyServing(Serving): ...          # what its exports take and return
+    class MyBatch(BatchPrediction): ...    # what batch prediction writes (leave out: not supported)
 
     class MyFamily(TaskFamily):
         name = "my_family"
+        serving_class, batch_class = MyServing, MyBatch
         ...
 
     tasks.register(MyFamily())
@@ -41,7 +48,7 @@ import sys
 from typing import Optional
 from xlnet_tf.errors import InputError
 
-# "module:class" of each built-in family: the one line a new built-in family adds.
+# "package:class" of each built-in family (tasks/<family>/): the one line a new built-in family adds.
 BUILTIN = (
     "xlnet_tf.tasks.classification:ClassificationFamily",
     "xlnet_tf.tasks.multiple_choice:MultipleChoiceFamily",
@@ -81,18 +88,19 @@ def register(family):
     what was given, so it works as a class decorator too. Its name, serving kinds and task names must not clash
     with another family's (a ValueError names both); registering the same class again (its module imported a
     second time) replaces the earlier instance."""
+    from xlnet_tf.tasks.base import missing_hooks  # no TensorFlow, no family code
+
     _load_builtins()
     given = family
-    if isinstance(family, type):
-        missing = sorted(getattr(family, "__abstractmethods__", ()))
-        if missing:
-            raise ValueError(f"tasks.register: {family.__name__} does not implement {', '.join(missing)} "
-                             "(hooks of tasks.base.TaskFamily)")
-        family = family()
-    # By its hooks, not isinstance(TaskFamily): this module imports no family code (tasks.base imports modules
-    # that import the registry).
-    if not all(callable(getattr(family, hook, None)) for hook in ("task", "serving_kinds", "task_names")):
+    # By its hooks, not isinstance(TaskFamily): a family module imported twice (pytest's and --task_module's
+    # import of one file) has classes of its own.
+    if not all(callable(getattr(family, hook, None)) for hook in ("task", "task_names")):
         raise ValueError(f"tasks.register: expected a TaskFamily (instance or subclass), got {type(given).__name__}")
+    missing = missing_hooks(family if isinstance(family, type) else type(family))
+    if missing:
+        raise ValueError(f"tasks.register: {'; '.join(missing)} (hooks of tasks.base)")
+    if isinstance(family, type):
+        family = family()
     if not family.name or not isinstance(family.name, str):
         raise ValueError(f"tasks.register: {type(family).__name__} has no name")
     existing = _families.get(family.name)
@@ -101,7 +109,7 @@ def register(family):
                          f"({type(existing).__module__}.{type(existing).__qualname__})")
     others = [f for n, f in _families.items() if n != family.name]
     for other in others:
-        kinds = set(other.serving_kinds()) & set(family.serving_kinds())
+        kinds = set(other.serving.kinds()) & set(family.serving.kinds())
         names = set(other.task_names()) & set(family.task_names())
         if kinds or names:
             what = f"serving kind(s) {sorted(kinds)}" if kinds else f"task name(s) {sorted(names)}"
@@ -127,13 +135,13 @@ def get(name: str):
 
 def kinds() -> tuple:
     """Every serving kind of the registered families (what an export's metadata may record)."""
-    return tuple(kind for family in families() for kind in family.serving_kinds())
+    return tuple(kind for family in families() for kind in family.serving.kinds())
 
 
 def for_kind(kind: str):
     """The family that writes exports of ``kind``; ValueError naming the kinds known."""
     for family in families():
-        if kind in family.serving_kinds():
+        if kind in family.serving.kinds():
             return family
     raise InputError(f"kind must be one of {', '.join(kinds())}, got {kind!r} (an export of a family of your own: "
                      "load its module with --task_module)")
@@ -158,7 +166,7 @@ def for_task(task_name: Optional[str], flag: str = "--task_name"):
 def for_signature(input_names) -> Optional:
     """The family whose serving signatures take exactly ``input_names`` (for an export that records no kind)."""
     for family in families():
-        if family.serves_inputs(set(input_names)):
+        if family.serving.serves_inputs(set(input_names)):
             return family
     return None
 

@@ -1,20 +1,21 @@
-"""The shape of a task family: ``TaskFamily`` (what the registry holds) and ``Task`` (one run's task).
+"""The shape of a task family, grouped by the caller of each hook: ``TaskFamily`` (what the registry and training
+need), its ``serving`` (a ``Serving``: what an export needs) and its ``batch`` (a ``BatchPrediction``: what batch
+prediction needs; None when its exports are not for batch prediction), and ``Task`` (one run's task).
 
-``TaskFamily`` hooks, grouped by who calls them (a family overrides what differs from the defaults):
-
-* settings (before TensorFlow loads): ``task_names``/``aliases`` (the ``--task_name`` values it runs),
-  ``settings_class`` and ``entry_point`` (run_classifier.py's ``ClassifierSettings`` unless it has its own),
-  ``flag_defaults`` (entry-point defaults of its tasks, e.g. run_race.py's), ``settings_errors``;
-  ``run_record_runner``, ``task_name_of`` and ``settings_for_export`` (rebuilding a run from its record);
-* fine-tuning: ``task(settings)`` returns the run's ``Task`` (below);
-* serving (``xlnet_tf.finetuning.serving``): ``serving_kinds`` (the ``kind`` its exports record),
-  ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``), ``outputs_from_ids``,
-  ``outputs_from_text``, ``preprocessor_kwargs`` (``XLNetPreprocessor`` arguments), ``serves_inputs`` (recognising
-  an export that records no kind);
-* batch prediction (``xlnet_tf.batch.prediction``; ``meta`` is the export's ``metadata.json``):
-  ``batch_prediction`` (False: not for its exports), ``batch_text_inputs`` (where a row's one or two texts go), ``input_formats``/``input_format_of`` (file formats
-  of its own, e.g. SQuAD files), ``encode_ids`` (rows for a token-id signature), ``batch_outputs``,
-  ``batch_row`` (the output line), ``batch_identity`` (recorded in the summary: labels, regression).
+* ``TaskFamily`` (settings, before TensorFlow loads, and training): ``task_names``/``aliases`` (the
+  ``--task_name`` values it runs), ``settings_class`` and ``entry_point`` (run_classifier.py's
+  ``ClassifierSettings`` unless it has its own), ``flag_defaults`` (entry-point defaults of its tasks, e.g.
+  run_race.py's), ``settings_errors``; ``run_record_runner``, ``task_name_of`` and ``settings_for_export``
+  (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below). Required: ``name``,
+  ``task``, ``serving_class``.
+* ``Serving`` (``xlnet_tf.finetuning.serving``; ``info`` is the export's ``ServingInfo``): ``kinds`` (the ``kind``
+  its exports record), ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``),
+  ``outputs_from_ids``, ``outputs_from_text``, ``preprocessor_kwargs`` (``XLNetPreprocessor`` arguments),
+  ``serves_inputs`` (recognising an export that records no kind). Required: ``text_inputs``, ``outputs_from_ids``.
+* ``BatchPrediction`` (``xlnet_tf.batch.prediction``; ``meta`` is the export's ``metadata.json``): ``text_inputs``
+  (where a row's one or two texts go), ``input_formats``/``input_format_of`` (file formats of its own, e.g. SQuAD
+  files), ``encode_ids`` (rows for a token-id signature), ``outputs`` (a batch's predictions), ``row`` (the output
+  line), ``identity`` (recorded in the summary: labels, regression). Required: ``outputs``, ``row``.
 
 ``Task`` hooks are what the generic runner (``xlnet_tf.runner``) calls for the stages train, eval,
 predict and export; ``RecordsTask`` implements them for tasks whose examples are encoded once into TFRecords
@@ -48,15 +49,106 @@ class Row:
     problem: str = ""
 
 
+class Serving(abc.ABC):
+    """What an export of ``family``'s tasks needs: its signatures' inputs and outputs (see the module docstring)."""
+
+    def __init__(self, family: "TaskFamily"):
+        self.family = family
+
+    def kinds(self) -> tuple:
+        """The ``kind`` values its exports record (``ServingInfo.kind``)."""
+        return (self.family.name,)
+
+    @abc.abstractmethod
+    def text_inputs(self, info) -> dict:
+        """The raw-text ``serving_default`` inputs for ``info`` (a ``ServingInfo``): name -> shape (tf.string)."""
+
+    def ids_spec(self, info, length=None) -> dict:
+        """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq] (seq:
+        ``length``, None = any)."""
+        import tensorflow as tf
+
+        shape = [None, length]
+        return dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
+                    segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
+                    padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
+
+    @abc.abstractmethod
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        """What the export returns for encoded ``features`` (the model in inference mode)."""
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        """What ``serving_default`` returns for the raw ``texts`` (name -> tf.string tensor, ``text_inputs``
+        order); by default ``outputs_from_ids`` of ``preprocessor(*texts)``."""
+        return self.outputs_from_ids(model, preprocessor(*texts.values()), info)
+
+    def preprocessor_kwargs(self, info) -> dict:
+        """``XLNetPreprocessor`` arguments besides the SentencePiece model, ``seq_length`` and ``lower_case``."""
+        return {}
+
+    def serves_inputs(self, names: set) -> bool:
+        """Whether a signature taking ``names`` is one of this family's (an export that records no kind)."""
+        return False
+
+
+class BatchPrediction(abc.ABC):
+    """What batch prediction (``python -m xlnet_tf.cli.predict``) of ``family``'s exports needs (see the module
+    docstring)."""
+
+    def __init__(self, family: "TaskFamily"):
+        self.family = family
+
+    def text_inputs(self, meta: dict) -> tuple:
+        """The raw-text signature inputs that a row's first and (if any) second text go to."""
+        return tuple(self.family.serving.text_inputs(MetadataInfo(meta)))[:2]
+
+    def input_formats(self) -> dict:
+        """Input file formats of its own: name -> reader(path) -> iterator of ``Row`` (each with its id)."""
+        return {}
+
+    def input_format_of(self, path: str) -> Optional[str]:
+        """The format of an input file, by its name, if it is one of ``input_formats`` (else None)."""
+        return None
+
+    def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
+        """(input_ids, segment_ids, padding_mask, truncated) of a row for a token-id signature."""
+        raise InputError(f"batch prediction of a {self.family.name} export needs its raw-text serving_default "
+                         "(token ids are not built outside the graph for this task)")
+
+    @abc.abstractmethod
+    def outputs(self, outputs: dict, meta: dict) -> dict:
+        """The predictions of one batch as numpy arrays, from a signature's (or ``outputs_from_ids``') outputs."""
+
+    @abc.abstractmethod
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
+        """The fields of example ``i``'s output line (after ``line`` and ``id``)."""
+
+    def identity(self, meta: dict, output_names) -> dict:
+        """What a batch-prediction summary records of the model's outputs (a rerun must predict the same), after
+        the model's identity and the fields: by default its labels, and (the summary's layout) no regression."""
+        return dict(labels=meta.get("labels"), regression=False)
+
+
 class TaskFamily(abc.ABC):
-    """A kind of fine-tuning task; see the module docstring for the hooks. Subclasses set ``name`` and implement
-    ``task``, ``text_inputs``, ``outputs_from_ids`` and (for batch prediction) ``batch_outputs`` and
-    ``batch_row``."""
+    """A kind of fine-tuning task; see the module docstring for the hooks. Subclasses set ``name`` and
+    ``serving_class`` (a ``Serving`` subclass), implement ``task``, and set ``batch_class`` (a ``BatchPrediction``
+    subclass) if ``python -m xlnet_tf.cli.predict`` handles their exports."""
 
     name: str = ""
     entry_point: str = "run_classifier.py"  # the script that fine-tunes the family's tasks
     run_record_runner: str = "classifier"  # "runner" of the run record (finetune_settings.json)
-    batch_prediction: bool = True  # python -m xlnet_tf.cli.predict handles its exports
+    serving_class: Optional[type] = None
+    batch_class: Optional[type] = None
+
+    @functools.cached_property
+    def serving(self) -> Serving:
+        """What exports need (an instance of ``serving_class``)."""
+        return self.serving_class(self)
+
+    @functools.cached_property
+    def batch(self) -> Optional[BatchPrediction]:
+        """What batch prediction needs (an instance of ``batch_class``), None if its exports are not for it."""
+        return self.batch_class(self) if self.batch_class is not None else None
 
     # -- settings ----------------------------------------------------------------------------------------------
     @property
@@ -100,72 +192,26 @@ class TaskFamily(abc.ABC):
     def task(self, settings) -> "Task":
         """The ``Task`` of a run with ``settings`` (validated)."""
 
-    # -- serving -------------------------------------------------------------------------------------------------
-    def serving_kinds(self) -> tuple:
-        """The ``kind`` values its exports record (``ServingInfo.kind``)."""
-        return (self.name,)
 
-    @abc.abstractmethod
-    def text_inputs(self, info) -> dict:
-        """The raw-text ``serving_default`` inputs for ``info`` (a ``ServingInfo``): name -> shape (tf.string)."""
-
-    def ids_spec(self, info, length=None) -> dict:
-        """The ``serve_ids`` inputs: name -> ``tf.TensorSpec``; by default the sequence layout [batch, seq] (seq:
-        ``length``, None = any)."""
-        import tensorflow as tf
-
-        shape = [None, length]
-        return dict(input_ids=tf.TensorSpec(shape, tf.int32, "input_ids"),
-                    segment_ids=tf.TensorSpec(shape, tf.int32, "segment_ids"),
-                    padding_mask=tf.TensorSpec(shape, tf.float32, "padding_mask"))
-
-    @abc.abstractmethod
-    def outputs_from_ids(self, model, features: dict, info) -> dict:
-        """What the export returns for encoded ``features`` (the model in inference mode)."""
-
-    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        """What ``serving_default`` returns for the raw ``texts`` (name -> tf.string tensor, ``text_inputs``
-        order); by default ``outputs_from_ids`` of ``preprocessor(*texts)``."""
-        return self.outputs_from_ids(model, preprocessor(*texts.values()), info)
-
-    def preprocessor_kwargs(self, info) -> dict:
-        """``XLNetPreprocessor`` arguments besides the SentencePiece model, ``seq_length`` and ``lower_case``."""
-        return {}
-
-    def serves_inputs(self, names: set) -> bool:
-        """Whether a signature taking ``names`` is one of this family's (an export that records no kind)."""
-        return False
-
-    # -- batch prediction ----------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
-        """The raw-text signature inputs that a row's first and (if any) second text go to."""
-        return tuple(self.text_inputs(MetadataInfo(meta)))[:2]
-
-    def input_formats(self) -> dict:
-        """Input file formats of its own: name -> reader(path) -> iterator of ``Row`` (each with its id)."""
-        return {}
-
-    def input_format_of(self, path: str) -> Optional[str]:
-        """The format of an input file, by its name, if it is one of ``input_formats`` (else None)."""
-        return None
-
-    def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
-        """(input_ids, segment_ids, padding_mask, truncated) of a row for a token-id signature."""
-        raise InputError(f"batch prediction of a {self.name} export needs its raw-text serving_default (token ids "
-                         "are not built outside the graph for this task)")
-
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
-        """The predictions of one batch as numpy arrays, from a signature's (or ``outputs_from_ids``') outputs."""
-        raise NotImplementedError(f"{type(self).__name__}.batch_outputs")
-
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
-        """The fields of example ``i``'s output line (after ``line`` and ``id``)."""
-        raise NotImplementedError(f"{type(self).__name__}.batch_row")
-
-    def batch_identity(self, meta: dict, output_names) -> dict:
-        """What a batch-prediction summary records of the model's outputs (a rerun must predict the same), after
-        the model's identity and the fields: by default its labels, and (the summary's layout) no regression."""
-        return dict(labels=meta.get("labels"), regression=False)
+def missing_hooks(family_class: type) -> list:
+    """What ``family_class`` (a ``TaskFamily`` subclass) lacks, as messages: its abstract methods, a missing
+    ``serving_class``, and those of its ``serving_class`` and ``batch_class``."""
+    missing = []
+    abstract = sorted(getattr(family_class, "__abstractmethods__", ()))
+    if abstract:
+        missing.append(f"{family_class.__name__} does not implement {', '.join(abstract)}")
+    groups = (("serving_class", Serving, True), ("batch_class", BatchPrediction, False))
+    for attribute, base, required in groups:
+        hooks = getattr(family_class, attribute, None)
+        if hooks is None:
+            if required:
+                missing.append(f"{family_class.__name__} has no {attribute} (a {base.__name__} subclass)")
+        elif not (isinstance(hooks, type) and issubclass(hooks, base)):
+            missing.append(f"{family_class.__name__}.{attribute} is not a {base.__name__} subclass")
+        elif getattr(hooks, "__abstractmethods__", ()):
+            missing.append(f"{family_class.__name__}.{attribute} ({hooks.__name__}) does not implement "
+                           f"{', '.join(sorted(hooks.__abstractmethods__))}")
+    return missing
 
 
 class MetadataInfo:
@@ -467,3 +513,12 @@ def weighted_loss(per_example, features: dict) -> tuple:
 
 
 Reader = Callable[[str], Iterator[Row]]
+
+
+def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:
+    """``{task}.{split}.logits.json``: ``[{"index", "logits", "prediction"}]`` per example."""
+    from xlnet_tf.io_utils import write_json_atomic
+
+    return write_json_atomic(os.path.join(predict_dir, f"{task}.{split}.logits.json"),
+                             [{"index": g, "logits": [float(x) for x in row], "prediction": p}
+                              for g, row, p in zip(guids, logits, predictions)])

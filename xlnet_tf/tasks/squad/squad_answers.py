@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.models.heads import XLNetSquad
+from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
 # The head's inference outputs (the serve_ids signature of a SQuAD export).
 INFERENCE_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
@@ -51,7 +51,7 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     ``run_squad.py`` skips (empty question or context, a context over ``squad_data.MAX_PARAGRAPH_CHARS``
     characters, no window) answers "" with ``null_odds`` = ``squad_postprocess.SKIPPED_NULL_ODDS``.
     """
-    from xlnet_tf.tasks.squad_data import INFERENCE_KEYS
+    from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 
     question, context, skipped = answerable_inputs(question, context)
     windows = preprocessor.squad(question, tf.where(skipped, "", context))
@@ -65,7 +65,7 @@ def answerable_inputs(question, context):
     whether ``run_squad.py`` skips the question when reading the file (an empty question or context, a context
     over ``squad_data.MAX_PARAGRAPH_CHARS`` characters), bool [B]. A skipped question's windows are those of an
     empty context: none."""
-    from xlnet_tf.tasks.squad_data import MAX_PARAGRAPH_CHARS
+    from xlnet_tf.tasks.squad.squad_data import MAX_PARAGRAPH_CHARS
     from xlnet_tf.preprocessing import _classes
 
     space = _classes()["space"]  # Python's str.isspace, as str.strip uses it
@@ -87,7 +87,7 @@ def answers_from_windows(windows: dict, outputs: dict, context, skipped, start_n
     ``token_start_char``, ``token_end_char``, ``token_is_max_context``, in the windows' order) and the head's
     inference outputs on them (``INFERENCE_OUTPUTS``, beam ``start_n_top`` x ``end_n_top``). ``context``,
     ``skipped``: [B] from ``answerable_inputs``; ``example_index`` is the row in them."""
-    from xlnet_tf.tasks.squad_postprocess import SKIPPED_NULL_ODDS
+    from xlnet_tf.tasks.squad.squad_postprocess import SKIPPED_NULL_ODDS
     from xlnet_tf.preprocessing import _classes
 
     k1, k2 = start_n_top, end_n_top

@@ -4,14 +4,15 @@ Settings: ``TaggingSettings`` (run_classifier.py's flags plus the files, columns
 own entry point because these flags mean nothing to the sentence tasks). Data, alignment, windows and metrics:
 ``tagging_data`` (CoNLL or JSONL; each word's tag on its first SentencePiece piece; long sentences in overlapping
 windows, each word labelled once in evaluation by the window where it has the most context). Head:
-``models.heads.XLNetTagger`` (a dense layer on every position). Loss: softmax cross-entropy over the first pieces
-(every window in training; the scoring window in evaluation). Metrics: token accuracy; entity precision, recall
-and F1 (conlleval's definition, via seqeval) for BIO-family tags, the main metric then ``f1``. Predictions:
-``tagging.{split}.predictions.jsonl`` (``{"id", "tokens", "tags"}`` a sentence) and ``tagging.{split}.conll``
-(``word [gold] predicted``, conlleval's input). Serving (``tagging_graph``): ``text`` [B] -> the words with
-character offsets and their tags (and entity spans for BIO tags), padded [B, N] tensors plus ``num_words``; token
-ids [B, S] -> ``logits``, ``tag_ids``, ``tags``. Batch prediction: a row's text -> ``words``, ``tags``,
-``start_char``, ``end_char`` (and ``entities``).
+``tagging_head.XLNetTagger`` (a dense layer on every position; HF's ``XLNetForTokenClassification``:
+``tagging_hf_names``). Keras model on raw text: ``tagging_text_model.XLNetTextTagger``. Loss: softmax cross-entropy
+over the first pieces (every window in training; the scoring window in evaluation). Metrics: token accuracy; entity
+precision, recall and F1 (conlleval's definition, via seqeval) for BIO-family tags, the main metric then ``f1``.
+Predictions: ``tagging.{split}.predictions.jsonl`` (``{"id", "tokens", "tags"}`` a sentence) and
+``tagging.{split}.conll`` (``word [gold] predicted``, conlleval's input). Serving (``tagging_graph``): ``text`` [B]
+-> the words with character offsets and their tags (and entity spans for BIO tags), padded [B, N] tensors plus
+``num_words``; token ids [B, S] -> ``logits``, ``tag_ids``, ``tags``. Batch prediction: a row's text -> ``words``,
+``tags``, ``start_char``, ``end_char`` (and ``entities``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ import os
 from typing import ClassVar, Optional
 
 from xlnet_tf.tasks.task_settings import ClassifierSettings
-from xlnet_tf.tasks import tagging_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily
+from xlnet_tf import hf
+from xlnet_tf.tasks.tagging import tagging_data
+from xlnet_tf.tasks.tagging import tagging_hf_names
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
 
 KIND = TASK = "tagging"
 TEXT_INPUT = "text"
 SPLITS = ("train", "dev", "test")
 EXTENSIONS = (".conll", ".jsonl", ".txt", ".tsv")
+
+hf.register_head(tagging_hf_names.HEAD)
 
 
 @dataclasses.dataclass
@@ -89,8 +94,59 @@ class TaggingSettings(ClassifierSettings):
         return errors
 
 
+class TaggingServing(Serving):
+    def text_inputs(self, info) -> dict:
+        return {TEXT_INPUT: [None]}
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        import tensorflow as tf
+
+        logits = model(features, training=False)["logits"]
+        ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {"logits": logits, "tag_ids": ids, "tags": tf.gather(tf.constant(list(info.labels), tf.string), ids)}
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        from xlnet_tf.tasks.tagging.tagging_graph import tag_text
+
+        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
+                        info.squad["tag_scheme"] == "bio")
+
+    def serves_inputs(self, names: set) -> bool:
+        return names == {TEXT_INPUT}
+
+
+class TaggingBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
+        return (TEXT_INPUT,)
+
+    def outputs(self, outputs: dict, meta: dict) -> dict:
+        if "words" not in outputs:
+            raise ValueError("batch prediction of a tagging export needs its raw-text serving_default")
+        return {k: v.numpy() for k, v in outputs.items() if k != "logits"}
+
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
+        n = int(outputs["num_words"][i])
+        row = {"words": [w.decode("utf-8") for w in outputs["words"][i][:n]],
+               "tags": [t.decode("utf-8") for t in outputs["tags"][i][:n]],
+               "start_char": outputs["start_char"][i][:n].tolist(), "end_char": outputs["end_char"][i][:n].tolist(),
+               "scores": [round(float(s), 6) for s in outputs["scores"][i][:n]]}
+        if "num_entities" in outputs:
+            row["entities"] = [
+                {"type": outputs["entity_types"][i][e].decode("utf-8"),
+                 "text": outputs["entity_text"][i][e].decode("utf-8"),
+                 "start_char": int(outputs["entity_start_char"][i][e]),
+                 "end_char": int(outputs["entity_end_char"][i][e])} for e in range(int(outputs["num_entities"][i]))]
+        return row
+
+    def identity(self, meta: dict, output_names) -> dict:
+        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
+        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
+
+
 class TaggingFamily(TaskFamily):
     name = KIND
+    serving_class = TaggingServing
+    batch_class = TaggingBatch
     entry_point = "run_tagger.py"
 
     # -- settings ------------------------------------------------------------------------------------------------
@@ -115,53 +171,6 @@ class TaggingFamily(TaskFamily):
 
     def task(self, settings) -> "TaggingTask":
         return TaggingTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
-    def text_inputs(self, info) -> dict:
-        return {TEXT_INPUT: [None]}
-
-    def outputs_from_ids(self, model, features: dict, info) -> dict:
-        import tensorflow as tf
-
-        logits = model(features, training=False)["logits"]
-        ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return {"logits": logits, "tag_ids": ids, "tags": tf.gather(tf.constant(list(info.labels), tf.string), ids)}
-
-    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        from xlnet_tf.tasks.tagging_graph import tag_text
-
-        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
-                        info.squad["tag_scheme"] == "bio")
-
-    def serves_inputs(self, names: set) -> bool:
-        return names == {TEXT_INPUT}
-
-    # -- batch prediction ----------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
-        return (TEXT_INPUT,)
-
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
-        if "words" not in outputs:
-            raise ValueError("batch prediction of a tagging export needs its raw-text serving_default")
-        return {k: v.numpy() for k, v in outputs.items() if k != "logits"}
-
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
-        n = int(outputs["num_words"][i])
-        row = {"words": [w.decode("utf-8") for w in outputs["words"][i][:n]],
-               "tags": [t.decode("utf-8") for t in outputs["tags"][i][:n]],
-               "start_char": outputs["start_char"][i][:n].tolist(), "end_char": outputs["end_char"][i][:n].tolist(),
-               "scores": [round(float(s), 6) for s in outputs["scores"][i][:n]]}
-        if "num_entities" in outputs:
-            row["entities"] = [
-                {"type": outputs["entity_types"][i][e].decode("utf-8"),
-                 "text": outputs["entity_text"][i][e].decode("utf-8"),
-                 "start_char": int(outputs["entity_start_char"][i][e]),
-                 "end_char": int(outputs["entity_end_char"][i][e])} for e in range(int(outputs["num_entities"][i]))]
-        return row
-
-    def batch_identity(self, meta: dict, output_names) -> dict:
-        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
-        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
 
 
 class TaggingTask(RecordsTask):
@@ -300,7 +309,7 @@ class TaggingTask(RecordsTask):
 
     # -- model -----------------------------------------------------------------------------------------------
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetTagger
+        from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger
 
         s = self.settings
         return XLNetTagger(self.model_config, num_labels=len(self.labels), task_scope=s.cls_scope or TASK,
@@ -332,7 +341,7 @@ class TaggingTask(RecordsTask):
         return super().infer(strategy, reduced, data)
 
     def _predicted(self, data, outputs) -> tuple:
-        """(sentences of ``data``'s split, predicted tags per sentence)."""
+        """(sentences of ``tagging_data``'s split, predicted tags per sentence)."""
         sentences = self.read(data.split, labelled=data.split != "test")
         found = tagging_data.word_predictions(outputs, len(sentences))
         predicted = [[self.labels[found[i][w]] for w in range(len(s.words))] for i, s in enumerate(sentences)]

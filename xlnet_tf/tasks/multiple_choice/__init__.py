@@ -1,7 +1,7 @@
 """Multiple choice: RACE reading comprehension (``--task_name=race`` of run_classifier.py, run_race.py's defaults).
 
 Data reading and encoding: ``race_data`` (the release layout, one ``article <sep> question-with-option <sep>
-<cls>`` sequence per option, the feature cache). Head: ``models.heads.XLNetMultipleChoice`` (one logit per
+<cls>`` sequence per option, the feature cache). Head: ``multiple_choice_head.XLNetMultipleChoice`` (one logit per
 option). Loss: softmax cross-entropy over the options. Metrics: accuracy overall and per level (middle, high).
 Predictions: ``race.{split}.predictions.json`` ({question id: letter}) and ``race.{split}.logits.json``. Serving:
 ``article`` [B], ``question`` [B], ``options`` [B, C] -> ``logits``, ``probabilities``, ``choice``; token ids
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from xlnet_tf.tasks import race_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
-from xlnet_tf.tasks.classification import write_logits
+from xlnet_tf import hf
+from xlnet_tf.tasks.multiple_choice import multiple_choice_hf_names, race_data
+from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
 
 KIND = "multiple_choice"
 TASK = "race"
@@ -22,37 +22,10 @@ TASK = "race"
 RACE_DEFAULTS = dict(max_seq_length=512, train_steps=12000, learning_rate=2e-5, adam_epsilon=1e-6,
                      eval_batch_size=32)
 
+hf.register_head(multiple_choice_hf_names.HEAD)
 
-class MultipleChoiceFamily(TaskFamily):
-    name = KIND
-    batch_prediction = False
 
-    # -- settings ------------------------------------------------------------------------------------------------
-    def task_names(self) -> tuple:
-        return (TASK,)
-
-    def flag_defaults(self, task_name: str) -> dict:
-        return dict(RACE_DEFAULTS)
-
-    def settings_errors(self, s) -> list:
-        errors = []
-        if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
-            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
-                          f"{s.max_seq_length - 4}]")
-        if s.long_document != "truncate":
-            errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
-                          "are read by classification and regression tasks")
-        if s.high_only and s.middle_only:
-            errors.append("--high_only and --middle_only exclude each other")
-        if s.predict_input_glob:
-            errors.append("--predict_input_glob: batch prediction handles classification and regression tasks, "
-                          f"not {TASK}")
-        return errors
-
-    def task(self, settings) -> "RaceTask":
-        return RaceTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
+class MultipleChoiceServing(Serving):
     def text_inputs(self, info) -> dict:
         return {"article": [None], "question": [None], "options": [None, None]}
 
@@ -88,6 +61,36 @@ class MultipleChoiceFamily(TaskFamily):
         return names == {"article", "question", "options"}
 
 
+class MultipleChoiceFamily(TaskFamily):
+    name = KIND
+    serving_class = MultipleChoiceServing
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    def task_names(self) -> tuple:
+        return (TASK,)
+
+    def flag_defaults(self, task_name: str) -> dict:
+        return dict(RACE_DEFAULTS)
+
+    def settings_errors(self, s) -> list:
+        errors = []
+        if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
+            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
+                          f"{s.max_seq_length - 4}]")
+        if s.long_document != "truncate":
+            errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
+                          "are read by classification and regression tasks")
+        if s.high_only and s.middle_only:
+            errors.append("--high_only and --middle_only exclude each other")
+        if s.predict_input_glob:
+            errors.append("--predict_input_glob: batch prediction handles classification and regression tasks, "
+                          f"not {TASK}")
+        return errors
+
+    def task(self, settings) -> "RaceTask":
+        return RaceTask(self, settings)
+
+
 class RaceTask(RecordsTask):
     """RACE in a run_classifier.py run."""
 
@@ -115,7 +118,7 @@ class RaceTask(RecordsTask):
         return race_data.dummy_features(self.settings.max_seq_length)
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetMultipleChoice
+        from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 
         s = self.settings
         return XLNetMultipleChoice(self.model_config, summary_type=s.summary_type, use_summ_proj=s.use_summ_proj,

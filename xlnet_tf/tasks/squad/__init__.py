@@ -1,14 +1,16 @@
 """Span extraction: SQuAD 1.1 and 2.0 (run_squad.py).
 
-Settings: ``SquadSettings`` (run_squad.py's flags, the original names and defaults). Data: ``squad_data`` (the
-SQuAD JSON reader, squad_lib_sp's windowing into ``P <sep> Q <sep> <cls>`` features, training shards written by
-``--do_prepro`` or on first use, the cached eval features). Head: ``models.heads.XLNetSquad``; loss and the in-graph
-answer of exports: ``squad_answers``. Predictions and metrics: ``squad_postprocess`` (the original's beam
-post-processing; predictions.json, nbest_predictions.json, null_odds.json; the official SQuAD v2 metrics with
-XLNet's best-threshold keys, written to ``<predict_dir>/eval_results.json`` whenever the file has answers).
-Serving: ``question``, ``context`` -> ``text``, ``start_char``, ``end_char``, ``null_odds``; token ids (with
-``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files' questions (``*.json``) or rows of
-question and context; rows ``prediction``, ``start_char``, ``end_char``, ``null_odds``.
+Settings: ``SquadSettings`` (run_squad.py's flags, the original names and defaults). Data: ``squad_data`` (the SQuAD
+JSON reader, squad_lib_sp's windowing into ``P <sep> Q <sep> <cls>`` features, training shards written by
+``--do_prepro`` or on first use, the cached eval features). Head: ``squad_head.XLNetSquad`` (HF names:
+``squad_hf_names``); loss and the in-graph answer of exports: ``squad_answers``. Predictions and metrics:
+``squad_postprocess`` (the original's beam post-processing; predictions.json, nbest_predictions.json, null_odds.json;
+the official SQuAD v2 metrics with XLNet's best-threshold keys, written to ``<predict_dir>/eval_results.json``
+whenever the file has answers). Serving: ``question``, ``context`` -> ``text``, ``start_char``, ``end_char``,
+``null_odds``; token ids (with ``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files'
+questions (``*.json``) or rows of question and context; rows ``prediction``, ``start_char``, ``end_char``,
+``null_odds``. Keras model on raw text: ``squad_text_model.XLNetTextSquad``; its windows are
+``XLNetPreprocessor.squad`` (``xlnet_tf.preprocessing``).
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from typing import ClassVar, Iterator, Mapping, Optional
 
 from absl import logging
 
-from xlnet_tf import io_utils
+from xlnet_tf import hf, io_utils
 from xlnet_tf.errors import InputError
-from xlnet_tf.tasks.base import Row, Task, TaskFamily
+from xlnet_tf.tasks.base import BatchPrediction, Row, Serving, Task, TaskFamily
+from xlnet_tf.tasks.squad import squad_hf_names
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
 
 KIND = "squad"
 TEXT_INPUTS = ("question", "context")
 ANSWER_OUTPUTS = ("text", "start_char", "end_char", "null_odds")
+
+hf.register_head(squad_hf_names.HEAD)
 
 
 @dataclasses.dataclass
@@ -116,8 +121,59 @@ class SquadSettings(FinetuneSettings):
         return self.output_dir or os.path.join(self.model_dir, "data")
 
 
+class SquadServing(Serving):
+    def text_inputs(self, info) -> dict:
+        return {name: [None] for name in TEXT_INPUTS}
+
+    def ids_spec(self, info) -> dict:
+        import tensorflow as tf
+
+        spec = super().ids_spec(info)
+        spec.update(p_mask=tf.TensorSpec([None, None], tf.float32, "p_mask"),
+                    cls_index=tf.TensorSpec([None], tf.int32, "cls_index"))
+        return spec
+
+    def outputs_from_ids(self, model, features: dict, info) -> dict:
+        from xlnet_tf.tasks.squad.squad_answers import INFERENCE_OUTPUTS
+
+        outputs = model(features, training=False)
+        return {k: outputs[k] for k in INFERENCE_OUTPUTS}
+
+    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
+        from xlnet_tf.tasks.squad.squad_answers import best_answers
+
+        return best_answers(model, preprocessor, texts["question"], texts["context"], info.squad)
+
+    def preprocessor_kwargs(self, info) -> dict:
+        return {"max_query_length": info.squad["max_query_length"], "doc_stride": info.squad["doc_stride"]}
+
+    def serves_inputs(self, names: set) -> bool:
+        return names == set(TEXT_INPUTS)
+
+
+class SquadBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
+        return TEXT_INPUTS
+
+    def input_formats(self) -> dict:
+        return {KIND: read_squad_rows}
+
+    def input_format_of(self, path: str) -> Optional[str]:
+        return KIND if path.endswith(".json") else None
+
+    def outputs(self, outputs: dict, meta: dict) -> dict:
+        return {k: outputs[k].numpy() for k in ANSWER_OUTPUTS}
+
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
+        """run_squad.py's answer ("" for none) and where it is in the context (characters)."""
+        return dict(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
+                    end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
+
+
 class SquadFamily(TaskFamily):
     name = KIND
+    serving_class = SquadServing
+    batch_class = SquadBatch
     entry_point = "run_squad.py"
     run_record_runner = KIND
 
@@ -135,53 +191,6 @@ class SquadFamily(TaskFamily):
 
     def task(self, settings) -> "SquadTask":
         return SquadTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
-    def text_inputs(self, info) -> dict:
-        return {name: [None] for name in TEXT_INPUTS}
-
-    def ids_spec(self, info) -> dict:
-        import tensorflow as tf
-
-        spec = super().ids_spec(info)
-        spec.update(p_mask=tf.TensorSpec([None, None], tf.float32, "p_mask"),
-                    cls_index=tf.TensorSpec([None], tf.int32, "cls_index"))
-        return spec
-
-    def outputs_from_ids(self, model, features: dict, info) -> dict:
-        from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
-
-        outputs = model(features, training=False)
-        return {k: outputs[k] for k in INFERENCE_OUTPUTS}
-
-    def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        from xlnet_tf.tasks.squad_answers import best_answers
-
-        return best_answers(model, preprocessor, texts["question"], texts["context"], info.squad)
-
-    def preprocessor_kwargs(self, info) -> dict:
-        return {"max_query_length": info.squad["max_query_length"], "doc_stride": info.squad["doc_stride"]}
-
-    def serves_inputs(self, names: set) -> bool:
-        return names == set(TEXT_INPUTS)
-
-    # -- batch prediction ------------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
-        return TEXT_INPUTS
-
-    def input_formats(self) -> dict:
-        return {KIND: read_squad_rows}
-
-    def input_format_of(self, path: str) -> Optional[str]:
-        return KIND if path.endswith(".json") else None
-
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
-        return {k: outputs[k].numpy() for k in ANSWER_OUTPUTS}
-
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
-        """run_squad.py's answer ("" for none) and where it is in the context (characters)."""
-        return dict(prediction=outputs["text"][i].decode("utf-8"), start_char=int(outputs["start_char"][i]),
-                    end_char=int(outputs["end_char"][i]), null_odds=round(float(outputs["null_odds"][i]), 6))
 
 
 def read_squad_rows(path: str) -> Iterator[Row]:
@@ -235,7 +244,7 @@ class SquadTask(Task):
 
     @property
     def feature_settings(self):
-        from xlnet_tf.tasks import squad_data
+        from xlnet_tf.tasks.squad import squad_data
 
         s = self.settings
         return squad_data.FeatureSettings(s.spiece_model_file, s.max_seq_length, s.max_query_length, s.doc_stride,
@@ -251,7 +260,7 @@ class SquadTask(Task):
         return load_model_config(s, vocab, "--spiece_model_file", initializer_range=s.init_std)
 
     def prepare_only(self) -> bool:
-        from xlnet_tf.tasks import squad_data
+        from xlnet_tf.tasks.squad import squad_data
 
         s = self.settings
         if not s.do_prepro:
@@ -261,7 +270,7 @@ class SquadTask(Task):
         return True  # as the original: preprocessing only
 
     def training_data(self, num_replicas: int) -> tuple:
-        from xlnet_tf.tasks import squad_data
+        from xlnet_tf.tasks.squad import squad_data
 
         s = self.settings
         shards = self._training_shards()
@@ -275,7 +284,7 @@ class SquadTask(Task):
     def _training_shards(self) -> list:
         """Training shards for the current settings: written now if absent (one shard) or --overwrite_data; cached
         shards written for another train file or other settings are an error, not silently reused."""
-        from xlnet_tf.tasks import squad_data
+        from xlnet_tf.tasks.squad import squad_data
 
         s, output_dir, feature_settings = self.settings, self.settings.features_dir, self.feature_settings
         shards = squad_data.train_shards(output_dir, feature_settings)
@@ -296,13 +305,13 @@ class SquadTask(Task):
         return shards
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetSquad
+        from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
         s = self.settings
         return XLNetSquad(self.model_config, start_n_top=s.start_n_top, end_n_top=s.end_n_top, dtype=s.dtype)
 
     def loss(self, features: dict, outputs: dict) -> tuple:
-        from xlnet_tf.tasks.squad_answers import squad_loss
+        from xlnet_tf.tasks.squad.squad_answers import squad_loss
 
         return squad_loss(features, outputs)
 
@@ -314,7 +323,7 @@ class SquadTask(Task):
         return path
 
     def eval_data(self) -> SquadEvalData:
-        from xlnet_tf.tasks import squad_data
+        from xlnet_tf.tasks.squad import squad_data
 
         s = self.settings
         squad, features, skipped = squad_data.prepare_eval_features(s.predict_file, s.features_dir,
@@ -329,8 +338,8 @@ class SquadTask(Task):
         import numpy as np
 
         from xlnet_tf.finetuning.trainer import predict
-        from xlnet_tf.tasks import squad_data, squad_postprocess
-        from xlnet_tf.tasks.squad_answers import INFERENCE_OUTPUTS
+        from xlnet_tf.tasks.squad import squad_data, squad_postprocess
+        from xlnet_tf.tasks.squad.squad_answers import INFERENCE_OUTPUTS
 
         s = self.settings
         if data.features:
@@ -355,14 +364,14 @@ class SquadTask(Task):
         return data.squad.has_answers  # as the original: metrics whenever the file has answers
 
     def write_predictions(self, data, outputs: tuple, step: int, checkpoint: str) -> list:
-        from xlnet_tf.tasks import squad_postprocess
+        from xlnet_tf.tasks.squad import squad_postprocess
 
         paths = squad_postprocess.write_prediction_files(self.predict_dir, *outputs)
         logging.info("wrote %s", ", ".join(paths.values()))
         return list(paths.values())
 
     def metrics(self, data: SquadEvalData, outputs: tuple) -> dict:
-        from xlnet_tf.tasks import squad_postprocess
+        from xlnet_tf.tasks.squad import squad_postprocess
 
         predictions, _, null_odds = outputs
         metrics = squad_postprocess.evaluate(data.squad.data, predictions, null_odds)
@@ -379,7 +388,7 @@ class SquadTask(Task):
         TensorBoard summaries, the headline log lines and the metrics as one JSON line on stdout (as the
         original)."""
         from xlnet_tf.io_utils import write_json_atomic
-        from xlnet_tf.tasks import squad_postprocess
+        from xlnet_tf.tasks.squad import squad_postprocess
 
         s = self.settings
         write_json_atomic(os.path.join(self.predict_dir, squad_postprocess.EVAL_RESULTS),

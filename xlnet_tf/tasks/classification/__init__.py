@@ -12,6 +12,10 @@ Data reading and encoding: ``classifier_data`` (tasks, TSV/CSV/IMDB readers, the
 accuracy. Predictions: the GLUE submission TSV (``index<TAB>prediction``) and ``{task}.{split}.logits.json``.
 Serving: ``sentence`` (and ``sentence2`` for pair tasks) -> ``label``, ``probabilities``, ``logits``; regression
 ``score``, ``logits``. Batch prediction rows: ``prediction`` (label) and ``probabilities``, or the score.
+
+The head (``models.heads.XLNetClassifier``), its HF names (``hf``) and the Keras text model
+(``text_models.XLNetTextClassifier``) are not in this package: they are the shared sequence head that other families
+(a user's, ``tests/test_task_family.py``'s) build on.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from xlnet_tf.tasks import classifier_data
-from xlnet_tf.tasks.base import RecordsTask, TaskFamily, weighted_loss
+from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
@@ -33,31 +37,8 @@ def _regression(meta: dict, output_names=()) -> bool:
     return meta.get("kind") == REGRESSION or "score" in output_names
 
 
-class ClassificationFamily(TaskFamily):
-    name = CLASSIFICATION
-
-    # -- settings ------------------------------------------------------------------------------------------------
-    def task_names(self) -> tuple:
-        return tuple(classifier_data.TASKS)
-
-    def aliases(self) -> dict:
-        return dict(classifier_data.ALIASES)
-
-    def settings_errors(self, s) -> list:
-        spec = classifier_data.get_task(s.task_name)
-        errors = []
-        if s.is_regression and not spec.regression:
-            errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
-        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
-            errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
-                          "document is one text")
-        return errors
-
-    def task(self, settings) -> "ClassificationTask":
-        return ClassificationTask(self, settings)
-
-    # -- serving -------------------------------------------------------------------------------------------------
-    def serving_kinds(self) -> tuple:
+class ClassificationServing(Serving):
+    def kinds(self) -> tuple:
         return (CLASSIFICATION, REGRESSION)
 
     def text_inputs(self, info) -> dict:
@@ -98,14 +79,15 @@ class ClassificationFamily(TaskFamily):
     def serves_inputs(self, names: set) -> bool:
         return names in ({"sentence"}, set(TEXT_INPUTS), IDS_INPUTS)
 
-    # -- batch prediction ------------------------------------------------------------------------------------------
-    def batch_text_inputs(self, meta: dict) -> tuple:
+
+class ClassificationBatch(BatchPrediction):
+    def text_inputs(self, meta: dict) -> tuple:
         return TEXT_INPUTS
 
     def encode_ids(self, tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int):
         return classifier_data.encode_example(tokenizer, _Example(text_a, text_b), max_seq_length)
 
-    def batch_outputs(self, outputs: dict, meta: dict) -> dict:
+    def outputs(self, outputs: dict, meta: dict) -> dict:
         import tensorflow as tf
 
         if _regression(meta, outputs):
@@ -115,7 +97,7 @@ class ClassificationFamily(TaskFamily):
                  else tf.nn.softmax(tf.cast(outputs["logits"], tf.float32), axis=-1))
         return {"probabilities": tf.cast(probs, tf.float32).numpy()}
 
-    def batch_row(self, outputs: dict, i: int, meta: dict) -> dict:
+    def row(self, outputs: dict, i: int, meta: dict) -> dict:
         import numpy as np
 
         if "score" in outputs:
@@ -125,8 +107,34 @@ class ClassificationFamily(TaskFamily):
         labels = meta.get("labels")
         return {"prediction": labels[k] if labels else k, "probabilities": [round(float(p), 6) for p in probs]}
 
-    def batch_identity(self, meta: dict, output_names) -> dict:
+    def identity(self, meta: dict, output_names) -> dict:
         return dict(labels=meta.get("labels"), regression=_regression(meta, output_names))
+
+
+class ClassificationFamily(TaskFamily):
+    name = CLASSIFICATION
+    serving_class = ClassificationServing
+    batch_class = ClassificationBatch
+
+    # -- settings ------------------------------------------------------------------------------------------------
+    def task_names(self) -> tuple:
+        return tuple(classifier_data.TASKS)
+
+    def aliases(self) -> dict:
+        return dict(classifier_data.ALIASES)
+
+    def settings_errors(self, s) -> list:
+        spec = classifier_data.get_task(s.task_name)
+        errors = []
+        if s.is_regression and not spec.regression:
+            errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
+        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
+            errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
+                          "document is one text")
+        return errors
+
+    def task(self, settings) -> "ClassificationTask":
+        return ClassificationTask(self, settings)
 
 
 class _Example:
@@ -235,12 +243,3 @@ class ClassificationTask(RecordsTask):
                            max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
                            pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, family=self.family,
                            **long_document)
-
-
-def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:
-    """``{task}.{split}.logits.json``: ``[{"index", "logits", "prediction"}]`` per example."""
-    from xlnet_tf.io_utils import write_json_atomic
-
-    return write_json_atomic(os.path.join(predict_dir, f"{task}.{split}.logits.json"),
-                             [{"index": g, "logits": [float(x) for x in row], "prediction": p}
-                              for g, row, p in zip(guids, logits, predictions)])

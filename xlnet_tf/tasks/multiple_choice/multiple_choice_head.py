@@ -1,0 +1,42 @@
+"""The multiple-choice family's network: ``XLNetMultipleChoice`` (run_race.py's head: one score per option)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.models.heads import SequenceSummary, _dense, _FinetuneModel, _network_inputs
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetMultipleChoice(_FinetuneModel):
+    """RACE-style multiple choice: each of the C option sequences is scored by summary -> ``logits/dense`` (1 unit).
+
+    Features are [B, C, L]; returns ``{"logits": [B, C]}`` (float32).
+    """
+
+    def __init__(self, config, summary_type: str = "last", use_summ_proj: bool = True, **kwargs):
+        super().__init__(config, **kwargs)
+        self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
+        self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
+        self.score = _dense(1, self.config, "dense", dtype=self.dtype_policy)
+        self.summary.build()
+        self.score.build((None, self.config.d_model))
+
+    def call(self, features, training=None):
+        shape = tf.shape(features["input_ids"])
+        flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in _network_inputs(features).items()}
+        hidden = self.xlnet(flat, training=training)["sequence_output"]
+        scores = self.score(self.summary(hidden, training=training))
+        return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}
+
+    def tf1_variables(self):
+        names = super().tf1_variables()
+        names.update(self.summary.tf1_variables())
+        names["logits/dense/kernel"] = self.score.kernel
+        names["logits/dense/bias"] = self.score.bias
+        return names
+
+    def get_config(self):
+        return dict(config=self.config.to_dict(), summary_type=self.summary_type, use_summ_proj=self.use_summ_proj,
+                    name=self.name, dtype=self.dtype_policy.name)

@@ -1,0 +1,59 @@
+"""The multiple-choice family's Keras model on raw text: ``XLNetTextMultipleChoice``
+(``xlnet_tf.XLNetTextMultipleChoice``), built on the text models' base (``xlnet_tf.tasks.text_models``)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+
+from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
+from xlnet_tf.tasks.text_models import _build_parts, _hf_head, _source, _TextTaskModel, load_task_weights
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetTextMultipleChoice(_TextTaskModel):
+    """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
+
+    ``fit``/``evaluate``/``predict`` inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as
+    a tuple, or a dict with those keys; ``call`` takes what ``preprocessor.multiple_choice`` gives (each [B, C,
+    S]). Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on the
+    index of the right option.
+    """
+
+    @classmethod
+    def from_checkpoint(cls, path: str, seq_length: int = 512, *, max_qa_length: Optional[int] = None,
+                        config=None, spiece_model=None, lower_case: Optional[bool] = None,
+                        summary_type: Optional[str] = None, use_summ_proj: Optional[bool] = None,
+                        dropout: float = 0.1, dropatt: float = 0.1,
+                        dtype: Optional[str] = None, name: Optional[str] = None,
+                        new_head: bool = False) -> "XLNetTextMultipleChoice":
+        """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
+        question+option tokens kept)."""
+        source = _source(path)
+        hf_head = _hf_head(source, ("XLNetMultipleChoice",))
+        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+                                            max_qa_length=max_qa_length)
+        network = XLNetMultipleChoice(config, summary_type=summary_type or hf_head.get("summary_type", "last"),
+                                      use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None
+                                      else use_summ_proj, dtype=dtype)
+        load_task_weights(network, source, new_head)
+        return cls(preprocessor, network, name=name)
+
+    def preprocess(self, x) -> dict:
+        """``(article, question, options)`` -- [B], [B], [B, C] strings -- or a dict with those keys -> the three
+        inputs, each [B, C, S]."""
+        if isinstance(x, dict):
+            return self.preprocessor.multiple_choice(x["article"], x["question"], x["options"])
+        if not (isinstance(x, (tuple, list)) and len(x) == 3):
+            raise ValueError(f"inputs: expected (article, question, options), got {type(x).__name__}")
+        return self.preprocessor.multiple_choice(*x)
+
+    def _arrays(self, x, y=None) -> tuple:
+        return (tuple(x) if isinstance(x, list) and len(x) == 3 else x), y
+
+    def call(self, inputs, training=None):
+        return self.network(self._token_ids(inputs), training=training)["logits"]
+
+    def _serving_kind(self) -> str:
+        return "multiple_choice"
