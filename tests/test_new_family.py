@@ -28,10 +28,8 @@ PAIRS = [("a cat sat", "a cat sat", 1.0), ("rain fell", "birds sang", 0.0), ("wa
 def registry_line(monkeypatch):
     """``tasks.BUILTIN`` with the package's line, the registries restored afterwards."""
     monkeypatch.syspath_prepend(FIXTURES)
-    monkeypatch.setattr(tasks, "BUILTIN", tasks.BUILTIN + (REGISTRY_LINE,))
-    monkeypatch.setattr(tasks, "_families", dict(tasks._families))
-    monkeypatch.setattr(tasks, "_builtins_loaded", False)
-    monkeypatch.setattr(hf, "_REGISTERED", dict(hf._REGISTERED))
+    monkeypatch.setattr(tasks, "FAMILIES", tasks.FAMILIES.copy(builtins=tasks.BUILTIN + (REGISTRY_LINE,)))
+    monkeypatch.setattr(hf, "HEADS", hf.HEADS.copy())
     yield
     for name in [m for m in sys.modules if m == "pair_score" or m.startswith("pair_score.")]:
         del sys.modules[name]
@@ -91,7 +89,7 @@ def test_a_new_family_is_its_package_and_one_registry_line(registry_line, tmp_pa
     from xlnet_tf.errors import InputError
     from xlnet_tf.models.xlnet import XLNetModel
 
-    del hf._REGISTERED["XLNetPairScorer"]
+    hf.HEADS.unregister("XLNetPairScorer")
     with pytest.raises(InputError, match="'XLNetForPairScoring' is not one this stack reads"):
         hf.HFCheckpoint(folder).tf1_tensors()
     network = XLNetModel(model.config)

@@ -42,6 +42,7 @@ import numpy as np
 
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
+from xlnet_tf.registry import Registry
 
 SCHEME = "hf://"
 # What a model needs from a Hub repository (not its TF/Flax/ONNX weights, READMEs...): these files and its
@@ -100,29 +101,40 @@ class HFHead:
     summary: bool = False
 
 
-_REGISTERED: dict = {}  # head -> HFHead, of the task families loaded
+def _head_problems(spec) -> list:
+    """An architecture or module of the heads of ``models.heads`` (the tables above) is not another head's."""
+    if not isinstance(spec, HFHead):
+        return [f"expected an HFHead, got {type(spec).__name__}"]
+    if (spec.architecture in ARCHITECTURES and ARCHITECTURES[spec.architecture] != spec.head) or (
+            spec.module is not None and _HEAD_MODULES.get(spec.module, spec.head) != spec.head):
+        return [f"{spec.head}: architecture {spec.architecture!r} or module {spec.module!r} is another head's"]
+    return []
+
+
+def _head_claims(spec, other) -> str:
+    claimed = [f"architecture {spec.architecture!r}"] if spec.architecture == other.architecture else []
+    claimed += [f"module {spec.module!r}"] if spec.module is not None and spec.module == other.module else []
+    return " and ".join(claimed)
+
+
+# head (the Keras model's class name) -> HFHead, of the task families loaded (xlnet_tf.registry; registering the
+# same head again replaces it)
+HEADS = Registry("HF head", "hf.register_head", "hf.HFHead", check=_head_problems, clash=_head_claims, key="head")
 
 
 def register_head(spec: HFHead) -> None:
     """Makes ``spec``'s architecture readable and writable; an architecture or module another head has is a
     ValueError (registering the same head again replaces it)."""
-    taken = {a for a, h in ARCHITECTURES.items() if h != spec.head} | {
-        s.architecture for s in _REGISTERED.values() if s.head != spec.head}
-    modules = {m for m, h in _HEAD_MODULES.items() if h != spec.head} | {
-        s.module for s in _REGISTERED.values() if s.head != spec.head}
-    if spec.architecture in taken or (spec.module is not None and spec.module in modules):
-        raise ValueError(f"hf.register_head: {spec.head}: architecture {spec.architecture!r} or module "
-                         f"{spec.module!r} is another head's")
-    _REGISTERED[spec.head] = spec
+    HEADS.register(spec)
 
 
 def registered_head(head: Optional[str]) -> Optional[HFHead]:
     """The registered ``HFHead`` of the model class named ``head`` (None for the heads of ``models.heads``)."""
-    return _REGISTERED.get(head)
+    return HEADS.get_or_none(head)
 
 
 def _architectures() -> dict:
-    return {**ARCHITECTURES, **{s.architecture: s.head for s in _REGISTERED.values()}}
+    return {**ARCHITECTURES, **{s.architecture: s.head for s in HEADS.values()}}
 
 
 def labelled_head(head: Optional[str]) -> bool:
@@ -137,8 +149,8 @@ def _head_mapping(head: Optional[str], task_scope: str = "task", regression: boo
         prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
         return {**SUMMARY_NAMES, "logits_proj.weight": (prefix + "kernel", True),
                 "logits_proj.bias": (prefix + "bias", False)}
-    if head in _REGISTERED:
-        return _REGISTERED[head].mapping(task_scope, regression)
+    if head in HEADS:
+        return HEADS[head].mapping(task_scope, regression)
     return _HEADS.get(head, {})
 
 
@@ -266,7 +278,7 @@ class HFCheckpoint:
                                  "is loaded)")
             return known[self.architecture]
         modules = {name.split(".", 1)[0] for name in self.weights}
-        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in _REGISTERED.values() if s.module}}.items():
+        for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in HEADS.values() if s.module}}.items():
             if module in modules:
                 return head
         if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
@@ -709,7 +721,7 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
     kind = type(model).__name__
     heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
              "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
-             **{s.head: (s.head, s.architecture) for s in _REGISTERED.values()}}
+             **{s.head: (s.head, s.architecture) for s in HEADS.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     head, architecture = heads[kind]

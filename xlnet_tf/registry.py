@@ -39,7 +39,7 @@ def origin(entry) -> tuple:
 
 
 class Registry(Mapping):
-    """Named plug-ins of one kind. ``caller``: the function users call (``"tasks.register"``), named in errors;
+    """Named plug-ins of one kind, by their ``key`` attribute (``name``). ``caller``: the function users call (``"tasks.register"``), named in errors;
     ``base``: the class whose hooks an entry implements; ``check(entry)``: the kind's own problems with an entry
     (a list of strings, empty if none); ``clash(entry, other)``: what ``entry`` claims of another entry ("" if
     nothing); ``builtins``: ``"module:Class"`` of the built-in entries; ``unknown``: the end of the message for an
@@ -47,25 +47,26 @@ class Registry(Mapping):
 
     def __init__(self, kind: str, caller: str, base: str, *, check: Callable[[object], list] = lambda entry: [],
                  clash: Callable[[object, object], str] = lambda entry, other: "", builtins: tuple = (),
-                 unknown: str = ""):
-        self.kind, self.caller, self.base = kind, caller, base
+                 unknown: str = "", key: str = "name"):
+        self.kind, self.caller, self.base, self.key = kind, caller, base, key
         self._check, self._clash, self._builtins, self._unknown = check, clash, tuple(builtins), unknown
         self._entries: dict = {}
         self._builtins_loaded = not self._builtins
 
-    def _load_builtins(self) -> None:
+    def load_builtins(self) -> None:
+        """Imports and registers the built-in entries not registered yet (once; lookups do it first)."""
         if self._builtins_loaded:
             return
         self._builtins_loaded = True  # first: a built-in module's own register() call must not recurse here
         for spec in self._builtins:
             module, cls = spec.split(":")
             entry = getattr(importlib.import_module(module), cls)
-            if getattr(entry, "name", None) not in self._entries:
+            if getattr(entry, self.key, None) not in self._entries:
                 self.register(entry)
 
     def register(self, entry):
         """Adds ``entry`` (an instance, or a class, which is instantiated) under its name; returns what was given."""
-        self._load_builtins()
+        self.load_builtins()
         given = entry
         if isinstance(entry, type):
             missing = sorted(getattr(entry, "__abstractmethods__", ()))
@@ -76,9 +77,9 @@ class Registry(Mapping):
         problems = self._check(entry)
         if problems:
             raise ValueError(f"{self.caller}: " + "; ".join(problems))
-        name = getattr(entry, "name", None)
+        name = getattr(entry, self.key, None)
         if not name or not isinstance(name, str):
-            raise ValueError(f"{self.caller}: {type(entry).__name__} has no name")
+            raise ValueError(f"{self.caller}: {type(entry).__name__} has no {self.key}")
         existing = self._entries.get(name)
         if existing is not None and origin(existing) != origin(entry):
             raise ValueError(f"{self.caller}: the {self.kind} name {name!r} is taken by "
@@ -90,29 +91,43 @@ class Registry(Mapping):
         self._entries[name] = entry
         return given
 
+    def copy(self, builtins: Optional[tuple] = None) -> "Registry":
+        """A registry of the same kind holding these entries, with ``builtins`` (default: these) loaded on first
+        use where not registered yet: one with a built-in line more, say, while this one stays as it is."""
+        other = Registry(self.kind, self.caller, self.base, check=self._check, clash=self._clash,
+                         builtins=self._builtins if builtins is None else builtins, unknown=self._unknown,
+                         key=self.key)
+        other._entries = dict(self._entries)
+        return other
+
     def unregister(self, name: str):
         """Removes and returns the entry named ``name`` (a test's own entry, say); KeyError if there is none."""
-        self._load_builtins()
+        self.load_builtins()
         return self._entries.pop(name)
 
     def get(self, name: Optional[str]):
         """The entry named ``name``; an ``InputError`` listing the registered names."""
-        self._load_builtins()
+        self.load_builtins()
         if name not in self._entries:
             raise InputError(f"no {self.kind} {name!r} is registered (registered: {', '.join(self._entries)})"
                              + (f"; {self._unknown}" if self._unknown else ""))
         return self._entries[name]
 
+    def get_or_none(self, name: Optional[str]):
+        """The entry named ``name``, None if there is none."""
+        self.load_builtins()
+        return self._entries.get(name)
+
     def __getitem__(self, name: str):
-        self._load_builtins()
+        self.load_builtins()
         return self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
-        self._load_builtins()
+        self.load_builtins()
         return iter(list(self._entries))
 
     def __len__(self) -> int:
-        self._load_builtins()
+        self.load_builtins()
         return len(self._entries)
 
     def __repr__(self) -> str:

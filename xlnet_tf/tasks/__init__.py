@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import os
 import sys
 from typing import Optional
+
 from xlnet_tf.errors import InputError
+from xlnet_tf.registry import Registry
 
 # "package:class" of each built-in family (tasks/<family>/): the one line a new built-in family adds.
 BUILTIN = (
@@ -56,31 +57,31 @@ BUILTIN = (
     "xlnet_tf.tasks.tagging:TaggingFamily",
 )
 
-_families: dict = {}  # name -> family instance, in registration order
-_builtins_loaded = False
 _loaded_modules: dict = {}  # --task_module value -> module
 
 
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True  # first: a built-in module's own register() call must not recurse here
-    for entry in BUILTIN:
-        module, cls = entry.split(":")
-        family = getattr(importlib.import_module(module), cls)
-        if getattr(family, "name", None) not in _families:
-            register(family())
+def _problems(family) -> list:
+    """What keeps ``family`` (an instance) from being a task family: checked by its hooks, not by
+    isinstance(TaskFamily), since a family module imported twice (pytest's and --task_module's import of one file)
+    has classes of its own; then the hooks its ``serving_class`` and ``batch_class`` lack."""
+    from xlnet_tf.tasks.base import missing_hooks  # no TensorFlow, no family code
+
+    if not all(callable(getattr(family, hook, None)) for hook in ("task", "task_names")):
+        return [f"expected a TaskFamily (instance or subclass), got {type(family).__name__}"]
+    return missing_hooks(type(family))
 
 
-def _origin(family) -> tuple:
-    """What identifies a family class across two imports of its module (e.g. pytest's and ``--task_module``'s)."""
-    cls = type(family)
-    try:
-        where = os.path.realpath(inspect.getfile(cls))
-    except (TypeError, OSError):
-        where = cls.__module__
-    return where, cls.__qualname__
+def _claims(family, other) -> str:
+    """What ``family`` claims of ``other``: its serving kinds or task names."""
+    kinds = set(other.serving.kinds()) & set(family.serving.kinds())
+    names = set(other.task_names()) & set(family.task_names())
+    return (f"serving kind(s) {sorted(kinds)}" if kinds else f"task name(s) {sorted(names)}") if kinds or names else ""
+
+
+# name -> family, in registration order, the built-in ones (BUILTIN, loaded on first use) first: xlnet_tf.registry,
+# the mechanism the objectives use too.
+FAMILIES = Registry("task family", "tasks.register", "tasks.base.TaskFamily", check=_problems, clash=_claims,
+                    builtins=BUILTIN, unknown="a family of your own is loaded with --task_module")
 
 
 def register(family):
@@ -88,49 +89,17 @@ def register(family):
     what was given, so it works as a class decorator too. Its name, serving kinds and task names must not clash
     with another family's (a ValueError names both); registering the same class again (its module imported a
     second time) replaces the earlier instance."""
-    from xlnet_tf.tasks.base import missing_hooks  # no TensorFlow, no family code
-
-    _load_builtins()
-    given = family
-    # By its hooks, not isinstance(TaskFamily): a family module imported twice (pytest's and --task_module's
-    # import of one file) has classes of its own.
-    if not all(callable(getattr(family, hook, None)) for hook in ("task", "task_names")):
-        raise ValueError(f"tasks.register: expected a TaskFamily (instance or subclass), got {type(given).__name__}")
-    missing = missing_hooks(family if isinstance(family, type) else type(family))
-    if missing:
-        raise ValueError(f"tasks.register: {'; '.join(missing)} (hooks of tasks.base)")
-    if isinstance(family, type):
-        family = family()
-    if not family.name or not isinstance(family.name, str):
-        raise ValueError(f"tasks.register: {type(family).__name__} has no name")
-    existing = _families.get(family.name)
-    if existing is not None and _origin(existing) != _origin(family):
-        raise ValueError(f"tasks.register: a task family named {family.name!r} is registered already "
-                         f"({type(existing).__module__}.{type(existing).__qualname__})")
-    others = [f for n, f in _families.items() if n != family.name]
-    for other in others:
-        kinds = set(other.serving.kinds()) & set(family.serving.kinds())
-        names = set(other.task_names()) & set(family.task_names())
-        if kinds or names:
-            what = f"serving kind(s) {sorted(kinds)}" if kinds else f"task name(s) {sorted(names)}"
-            raise ValueError(f"tasks.register: {family.name!r} claims {what} of the family {other.name!r}")
-    _families[family.name] = family
-    return given
+    return FAMILIES.register(family)
 
 
 def families() -> list:
     """Every registered family, built-in ones first."""
-    _load_builtins()
-    return list(_families.values())
+    return list(FAMILIES.values())
 
 
 def get(name: str):
-    """The family named ``name``; ValueError listing the registered ones."""
-    _load_builtins()
-    if name not in _families:
-        raise InputError(f"no task family {name!r} is registered (registered: {', '.join(_families)}; a family of "
-                         "your own is loaded with --task_module)")
-    return _families[name]
+    """The family named ``name``; an InputError listing the registered ones."""
+    return FAMILIES.get(name)
 
 
 def kinds() -> tuple:
@@ -191,7 +160,7 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
         return None
     if spec in _loaded_modules:
         return _loaded_modules[spec]
-    _load_builtins()
+    FAMILIES.load_builtins()  # first: a user family must not take a built-in one's name
     if "://" in spec:  # Python imports local files only
         raise InputError(f"{flag}={spec}: a task module is imported from a local .py file or a module name; "
                          "copy it to local disk")
