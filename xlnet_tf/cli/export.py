@@ -35,9 +35,12 @@ from typing import Optional
 
 from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
-from xlnet_tf.training.settings import DTYPES, Settings, SettingsError, path_missing, setting
+from xlnet_tf.tasks.task_settings import ClassifierSettings
+from xlnet_tf.training.settings import (DTYPES, FinetuneSettings, RunSettings, Settings, SettingsError, path_missing,
+                                        setting, setting_of)
 
 FORMATS = ("saved_model", "release", "hf")
+RECORD = " Default: the run's record."
 # Flags that override the fine-tuning run's record when given.
 RECORDED = ("task_name", "task_module", "model_config_path", "spiece_model_file", "uncased", "max_seq_length",
             "dtype")
@@ -59,15 +62,13 @@ class ExportSettings(Settings):
     task_name: Optional[str] = setting(None, "The fine-tuned task (a run_classifier.py task, race or squad); "
                                        "default: the run's record. Without one and no record: the pretrained "
                                        "network (--format=release only).")
-    task_module: Optional[str] = setting(None, "Module of a task family of your own (dotted name or .py file); "
-                                         "default: the run's record.")
-    model_config_path: Optional[str] = setting(None, "xlnet_config.json (default: the run's record).")
-    spiece_model_file: Optional[str] = setting(None, "SentencePiece model (default: the run's record).")
-    uncased: bool = setting(False, "Lower-case text (default: the run's record).")
-    max_seq_length: Optional[int] = setting(None, "Sequence length of the raw-text signature (default: the run's "
-                                            "record).")
-    dtype: Optional[str] = setting(None, "Precision of the exported model (default: the run's record).",
-                                   choices=DTYPES)
+    # The run's own flags, unset here: the run's record holds their values.
+    task_module: Optional[str] = setting_of(ClassifierSettings, "task_module", help_suffix=RECORD)
+    model_config_path: Optional[str] = setting_of(RunSettings, "model_config_path", help_suffix=RECORD)
+    spiece_model_file: Optional[str] = setting_of(RunSettings, "spiece_model_file", help_suffix=RECORD)
+    uncased: bool = setting_of(RunSettings, "uncased", help_suffix=RECORD)
+    max_seq_length: Optional[int] = setting_of(FinetuneSettings, "max_seq_length", None, help_suffix=RECORD)
+    dtype: Optional[str] = setting_of(RunSettings, "dtype", None, help_suffix=RECORD)
 
     def required(self) -> tuple:
         return ("model_dir", "export_dir")

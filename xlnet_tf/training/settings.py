@@ -39,12 +39,13 @@ def setting(default, help: str, *, choices: Optional[Collection] = None, positio
     return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, positional=positional))
 
 
-def setting_of(settings_cls, name: str, default=dataclasses.MISSING):
+def setting_of(settings_cls, name: str, default=dataclasses.MISSING, help_suffix: str = ""):  # noqa: A002
     """The field ``name`` of ``settings_cls`` again (its help, choices and, unless given, default), for a settings
-    class that has it without inheriting it: one definition, one default."""
+    class that has it without inheriting it: one definition, one default. ``help_suffix``: what the flag means
+    besides, e.g. where its default comes from."""
     field = {f.name: f for f in dataclasses.fields(settings_cls)}[name]
     return dataclasses.field(default=field.default if default is dataclasses.MISSING else default,
-                             metadata=field.metadata)
+                             metadata=dict(field.metadata, help=field.metadata["help"] + help_suffix))
 
 
 @dataclasses.dataclass(frozen=True)
