@@ -312,7 +312,7 @@ def test_export_of_a_squad_run_as_hf(squad_run, tmp_path):
     """``cli.export --format=hf`` of a fine-tuned run: transformers' XLNetForQuestionAnswering answers as ours."""
     from xlnet_tf.cli.export import ExportSettings, export
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.training.setup import read_model
+    from xlnet_tf.checkpoint import read_model
 
     folder = export(ExportSettings(model_dir=squad_run["model_dir"], export_dir=str(tmp_path / "hf"), format="hf"))
     theirs = transformers.XLNetForQuestionAnswering.from_pretrained(folder).eval()

@@ -3,6 +3,11 @@ checkpoints, and HuggingFace XLNet directories (through ``xlnet_tf.hf``'s TF1 na
 
 Each model class lists its variables under their TF1 names (``tf1_variables``); loading checks every one of
 them against the checkpoint before assigning any, so a wrong file never leaves a half-loaded model.
+
+Every read of a model from a checkpoint is here: the pretrained network (``load_pretrained``, ``warm_start``), a
+trained model for evaluation, prediction and export (``restore_for_inference``), a Keras task model from any
+checkpoint (``load_task_weights``). Resuming a run's whole training state (optimizer, step, dropout seeds) is
+``xlnet_tf.training.setup``'s; which checkpoint a task reads, by its flags, is ``tasks.base.Task.restore``'s.
 """
 
 from __future__ import annotations
@@ -10,6 +15,9 @@ from __future__ import annotations
 import os
 import re
 
+from typing import Optional
+
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -303,3 +311,86 @@ def pretraining_objective(path: str):
     except (tf.errors.NotFoundError, ValueError):
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- a trained model for inference, a task model from any checkpoint --------------------------------------------
+def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
+    """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``: a native
+    checkpoint, or a fine-tuned one in the original TF1 layout (a ``--format=release`` export or conversion, the
+    original code's run_classifier output), read by its TF1 names (a missing head variable is named)."""
+    path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
+    if not path and tf.io.gfile.exists(os.path.join(model_dir, "xlnet_model.ckpt.index")):  # a release directory
+        path = checkpoint_path = os.path.join(model_dir, "xlnet_model.ckpt")
+    if not path:
+        raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
+                                "export with: train first (--do_train) or name one with --predict_ckpt "
+                                "(--init_checkpoint is the starting point of training, not read without it)")
+    if checkpoint_path:
+        path = resolve_checkpoint(checkpoint_path)
+        if is_tf1_checkpoint(path):
+            load_original_checkpoint(model, path)
+            return path
+    read_model(model, path)
+    return path
+
+
+def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -> str:
+    """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``, ``XLNetSquad``): the
+    whole model if the checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or
+    ``run_classifier.py``'s), else only the network (a pretrained release, conversion or pretraining checkpoint;
+    the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
+    labels, regression) is refused, naming its head's weights, unless ``new_head``: a new head on its network
+    (e.g. RTE from an MNLI model). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if
+    neither fits. ``path`` may be an ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
+    from xlnet_tf import hf
+
+    if isinstance(path, hf.HFCheckpoint):
+        return _load_hf_task_weights(network, path, new_head)
+    prefix = resolve_checkpoint(path)
+    try:
+        if is_tf1_checkpoint(prefix):
+            load_original_checkpoint(network, prefix)
+        else:
+            read_model(network, prefix)
+        return "fine-tuned"
+    except ValueError as whole:
+        reason = str(whole).strip().splitlines()[-1].strip()
+    heads = head_variables(prefix)
+    if heads and not new_head:
+        raise InputError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
+                         f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
+                         f"({reason}); pass new_head=True to start a new head on its network")
+    load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
+    logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
+                 type(network).__name__, reason)
+    return "pretrained"
+
+
+def _load_hf_task_weights(network: keras.Model, checkpoint, new_head: bool) -> str:
+    tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
+    try:
+        assign_arrays(network, tensors, checkpoint.source)
+        return "fine-tuned"
+    except InputError as whole:
+        reason = str(whole).strip().splitlines()[-1].strip()
+    if checkpoint.head not in (None, "XLNetPretrainer") and not new_head:
+        raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
+                         f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its network")
+    load_hf_pretrained(network, checkpoint)
+    logging.info("%s: the network is loaded, the %s head starts from random weights", checkpoint.source,
+                 type(network).__name__)
+    return "pretrained"
+
+
+def head_variables(prefix: str) -> list:
+    """The variables of a task head in the checkpoint ``prefix``: neither the network's (``transformer``) nor
+    pretraining's (LM bias, objective), nor training state (optimizer, step, dropout seeds)."""
+    names = [name for name, _ in tf.train.list_variables(prefix)]
+    if is_tf1_checkpoint(prefix):
+        return [n for n in names if n.startswith("model/") and not n.startswith(("model/transformer/",
+                                                                                   "model/lm_loss/"))]
+    # Native checkpoints: the model's weights are saved as "weights/<original name, - for />" (optimizer slots
+    # repeat the names under them).
+    found = (re.search(r"(?:^|/)(weights/(?!transformer-)[^/]+)", name) for name in names
+             if not name.startswith("optimizer/"))
+    return sorted({match.group(1) for match in found if match})

@@ -292,9 +292,8 @@ class Task(abc.ABC):
 
         from xlnet_tf import hf
         from xlnet_tf.checkpoint import (assign_arrays, hf_task_tensors, is_tf1_checkpoint, load_original_checkpoint,
-                                         resolve_checkpoint)
+                                         read_model, resolve_checkpoint, restore_for_inference)
         from xlnet_tf.training.settings import SettingsError
-        from xlnet_tf.training.setup import read_model, restore_for_inference
 
         s = self.settings
         release = tf.io.gfile.exists(os.path.join(s.model_dir, "xlnet_model.ckpt.index"))  # a release directory

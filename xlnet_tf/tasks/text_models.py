@@ -29,71 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import warnings
 from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from xlnet_tf import io_utils
-from xlnet_tf.checkpoint import (assign_arrays, is_tf1_checkpoint, load_hf_pretrained, load_original_checkpoint,
-                                 load_pretrained, read_model, resolve_checkpoint)
+from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
 from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.preprocessing import XLNetPreprocessor
-
-# SQuAD windows: the labels of training, and what the answers are read from after the network.
-
-
-def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -> str:
-    """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``, ``XLNetSquad``): the
-    whole model if the checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or
-    ``run_classifier.py``'s), else only the network (a pretrained release, conversion or pretraining checkpoint;
-    the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
-    labels, regression) is refused, naming its head's weights, unless ``new_head``: a new head on its network
-    (e.g. RTE from an MNLI model). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if
-    neither fits. ``path`` may be an ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
-    if isinstance(path, HFCheckpoint):
-        return _load_hf_task_weights(network, path, new_head)
-    prefix = resolve_checkpoint(path)
-    try:
-        if is_tf1_checkpoint(prefix):
-            load_original_checkpoint(network, prefix)
-        else:
-            read_model(network, prefix)
-        return "fine-tuned"
-    except ValueError as whole:
-        reason = str(whole).strip().splitlines()[-1].strip()
-    heads = head_variables(prefix)
-    if heads and not new_head:
-        raise InputError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
-                         f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
-                         f"({reason}); pass new_head=True to start a new head on its network")
-    load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
-    logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
-                 type(network).__name__, reason)
-    return "pretrained"
-
-
-def _load_hf_task_weights(network: keras.Model, checkpoint: HFCheckpoint, new_head: bool) -> str:
-    tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
-    try:
-        assign_arrays(network, tensors, checkpoint.source)
-        return "fine-tuned"
-    except InputError as whole:
-        reason = str(whole).strip().splitlines()[-1].strip()
-    if checkpoint.head not in (None, "XLNetPretrainer") and not new_head:
-        raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
-                         f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its network")
-    load_hf_pretrained(network, checkpoint)
-    logging.info("%s: the network is loaded, the %s head starts from random weights", checkpoint.source,
-                 type(network).__name__)
-    return "pretrained"
 
 
 def _source(path):
@@ -105,20 +54,6 @@ def _hf_head(source, heads: tuple) -> dict:
     """The summary settings of an HF classification or multiple-choice checkpoint (else nothing): its weights
     compute them, so they are not a free choice."""
     return source.summary() if isinstance(source, HFCheckpoint) and source.head in heads else {}
-
-
-def head_variables(prefix: str) -> list:
-    """The variables of a task head in the checkpoint ``prefix``: neither the network's (``transformer``) nor
-    pretraining's (LM bias, objective), nor training state (optimizer, step, dropout seeds)."""
-    names = [name for name, _ in tf.train.list_variables(prefix)]
-    if is_tf1_checkpoint(prefix):
-        return [n for n in names if n.startswith("model/") and not n.startswith(("model/transformer/",
-                                                                                   "model/lm_loss/"))]
-    # Native checkpoints: the model's weights are saved as "weights/<original name, - for />" (optimizer slots
-    # repeat the names under them).
-    found = (re.search(r"(?:^|/)(weights/(?!transformer-)[^/]+)", name) for name in names
-             if not name.startswith("optimizer/"))
-    return sorted({match.group(1) for match in found if match})
 
 
 def _locate(path: str, config, spiece_model) -> tuple:

@@ -5,13 +5,13 @@
 * ``setup_training``: model, optimizer and checkpoint under the strategy, the checkpoint manager, and the restore
   (resume from ``model_dir`` > warm start from ``init_checkpoint`` > random weights); ``Training.train`` then
   runs the host loops with progress lines, TensorBoard scalars, checkpoints and preemption handling.
-* ``restore_for_inference`` and ``checkpoint_step`` for evaluation, prediction and export.
+* ``checkpoint_step`` for evaluation, prediction and export (which restore through ``xlnet_tf.checkpoint``:
+  every model-from-checkpoint read is there; this module resumes a run's whole training state).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Callable, Optional
 
@@ -19,8 +19,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.checkpoint import checkpoint_reader, load_pretrained, read_model, warm_start  # noqa: F401 (read_model,
-# load_pretrained: re-exported for the runners)
+from xlnet_tf.checkpoint import checkpoint_reader, warm_start
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import WorkerLostError
 from xlnet_tf.layers.dropout import seed_states
@@ -233,28 +232,6 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
     if failures:
         raise InputError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
     return None
-
-
-def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] = None) -> str:
-    """Restores a trained model (weights only) from ``checkpoint_path`` or the latest in ``model_dir``: a native
-    checkpoint, or a fine-tuned one in the original TF1 layout (a ``--format=release`` export or conversion, the
-    original code's run_classifier output), read by its TF1 names (a missing head variable is named)."""
-    from xlnet_tf.checkpoint import is_tf1_checkpoint, load_original_checkpoint, resolve_checkpoint
-
-    path = checkpoint_path or tf.train.latest_checkpoint(model_dir)
-    if not path and tf.io.gfile.exists(os.path.join(model_dir, "xlnet_model.ckpt.index")):  # a release directory
-        path = checkpoint_path = os.path.join(model_dir, "xlnet_model.ckpt")
-    if not path:
-        raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
-                                "export with: train first (--do_train) or name one with --predict_ckpt "
-                                "(--init_checkpoint is the starting point of training, not read without it)")
-    if checkpoint_path:
-        path = resolve_checkpoint(checkpoint_path)
-        if is_tf1_checkpoint(path):
-            load_original_checkpoint(model, path)
-            return path
-    read_model(model, path)
-    return path
 
 
 def checkpoint_step(path: Optional[str]) -> int:

@@ -316,7 +316,7 @@ class SquadTask(Task):
         return squad_loss(features, outputs)
 
     def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
-        from xlnet_tf.training.setup import restore_for_inference
+        from xlnet_tf.checkpoint import restore_for_inference
 
         path = restore_for_inference(model, self.settings.model_dir, checkpoint_path)
         logging.info("restored %s", path)
