@@ -22,7 +22,7 @@ LAYERS = (
     ("training", ("training/",)),
     ("objectives", ("objectives/", "flops.py")),
     ("data", ("data/",)),
-    ("models", ("models/", "checkpoint.py", "hf.py", "preprocessing.py")),
+    ("models", ("models/", "checkpoint.py", "hf/", "preprocessing.py")),
     ("layers", ("layers/",)),
     ("text", ("config.py", "tokenization.py")),
     ("kernels", ("kernels/", "ops/")),

@@ -1,7 +1,7 @@
 """Files from strangers (issue 36): a PyTorch checkpoint is a pickle, and a pickle can run code when it is read.
 
-Every pickle this project reads goes through ``hf._TorchUnpickler``, which accepts only what a weights file holds.
-Each format path gets a malicious file here (the legacy format's header and body pickles, the zip format's
+Every pickle this project reads goes through ``hf.weight_files._TorchUnpickler``, which accepts only what a
+weights file holds. Each format path gets a malicious file here (the legacy format's header and body pickles, the zip format's
 data.pkl, a shard named by ``pytorch_model.bin.index.json``), with a marker file that the payload would create;
 and hostile but code-free files (a tensor view past its storage, a shard outside the directory, a decompression
 bomb) end in one error naming the file. The files are built by hand: no torch, no TensorFlow, fast.
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from xlnet_tf import hf
+from xlnet_tf.hf import weight_files
 from xlnet_tf.errors import InputError
 
 
@@ -68,7 +69,7 @@ GOOD = {"w": ("0", 0, (2, 2), (2, 1))}
 
 
 def _legacy(state: bytes = None, header: tuple = None, keys: bytes = None) -> bytes:
-    header = header or tuple(pickle.dumps(v, 2) for v in (hf._LEGACY_MAGIC, 1001, {"little_endian": True}))
+    header = header or tuple(pickle.dumps(v, 2) for v in (weight_files._LEGACY_MAGIC, 1001, {"little_endian": True}))
     body = state if state is not None else _state_pickle(GOOD)
     keys = keys if keys is not None else pickle.dumps(["0"], 2)
     return b"".join(header) + body + keys + struct.pack("<q", STORAGE.size) + STORAGE.tobytes()
@@ -110,7 +111,7 @@ def test_hand_built_weights_read_in_both_formats_and_sharded(tmp_path):
 def test_a_malicious_pickle_is_refused_on_every_path_and_runs_nothing(tmp_path, where):
     marker = tmp_path / "pwned"
     evil = _evil(marker)
-    magic, protocol, info = (pickle.dumps(v, 2) for v in (hf._LEGACY_MAGIC, 1001, {"little_endian": True}))
+    magic, protocol, info = (pickle.dumps(v, 2) for v in (weight_files._LEGACY_MAGIC, 1001, {"little_endian": True}))
     files = {
         "whole file": {"pytorch_model.bin": evil},
         "magic": {"pytorch_model.bin": _legacy(header=(evil, protocol, info))},
@@ -161,8 +162,8 @@ def test_hostile_weights_without_code_end_in_one_error_naming_the_file(tmp_path,
 
 
 def test_no_other_unsafe_deserialisation_in_the_tree():
-    """The audit of issue 36, kept: pickle only in hf.py (its restricted unpickler), no np.load with pickles, no
-    yaml.load without SafeLoader, no eval/exec, no archive extraction in the package."""
+    """The audit of issue 36, kept: pickle only in hf/weight_files.py (its restricted unpickler), no np.load with
+    pickles, no yaml.load without SafeLoader, no eval/exec, no archive extraction in the package."""
     import re
 
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "xlnet_tf")
@@ -178,7 +179,7 @@ def test_no_other_unsafe_deserialisation_in_the_tree():
             with open(path, encoding="utf-8") as f:
                 for number, line in enumerate(f, 1):
                     for what, pattern in patterns.items():
-                        if re.search(pattern, line) and not (name == "hf.py" and what == "pickle"):
+                        if re.search(pattern, line) and not (name == "weight_files.py" and what == "pickle"):
                             found.append(f"{os.path.relpath(path, root)}:{number}: {line.strip()}")
     assert not found, found
 
