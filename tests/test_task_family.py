@@ -256,7 +256,8 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
 
 PACKAGE = pathlib.Path(REPO) / "xlnet_tf"
 # The family modules and packages and their helpers (everything in tasks/ but the registry and the base classes).
-FAMILY_MODULES = {p for p in (PACKAGE / "tasks").rglob("*.py")} - {PACKAGE / "tasks" / n for n in ("__init__.py", "base.py")}
+FAMILY_MODULES = ({p for p in (PACKAGE / "tasks").rglob("*.py")}
+                  - {PACKAGE / "tasks" / n for n in ("__init__.py", "base.py")})
 
 
 def _kind_strings() -> set:

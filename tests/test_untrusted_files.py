@@ -1,10 +1,10 @@
 """Files from strangers (issue 36): a PyTorch checkpoint is a pickle, and a pickle can run code when it is read.
 
 Every pickle this project reads goes through ``hf.weight_files._TorchUnpickler``, which accepts only what a
-weights file holds. Each format path gets a malicious file here (the legacy format's header and body pickles, the zip format's
-data.pkl, a shard named by ``pytorch_model.bin.index.json``), with a marker file that the payload would create;
-and hostile but code-free files (a tensor view past its storage, a shard outside the directory, a decompression
-bomb) end in one error naming the file. The files are built by hand: no torch, no TensorFlow, fast.
+weights file holds. Each format path gets a malicious file here (the legacy format's header and body pickles, the
+zip format's data.pkl, a shard named by ``pytorch_model.bin.index.json``), with a marker file that the payload
+would create; and hostile but code-free files (a tensor view past its storage, a shard outside the directory, a
+decompression bomb) end in one error naming the file. The files are built by hand: no torch, no TensorFlow, fast.
 """
 
 from __future__ import annotations
