@@ -39,11 +39,11 @@ def origin(entry) -> tuple:
 
 
 class Registry(Mapping):
-    """Named plug-ins of one kind, by their ``key`` attribute (``name``). ``caller``: the function users call (``"tasks.register"``), named in errors;
-    ``base``: the class whose hooks an entry implements; ``check(entry)``: the kind's own problems with an entry
-    (a list of strings, empty if none); ``clash(entry, other)``: what ``entry`` claims of another entry ("" if
-    nothing); ``builtins``: ``"module:Class"`` of the built-in entries; ``unknown``: the end of the message for an
-    unknown name (how to add one)."""
+    """Named plug-ins of one kind, by their ``key`` attribute (``name``). ``caller``: the function users call
+    (``"tasks.register"``), named in errors; ``base``: the class whose hooks an entry implements; ``check(entry)``:
+    the kind's own problems with an entry (a list of strings, empty if none); ``clash(entry, other)``: what
+    ``entry`` claims of another entry ("" if nothing); ``builtins``: ``"module:Class"`` of the built-in entries;
+    ``unknown``: the end of the message for an unknown name (how to add one)."""
 
     def __init__(self, kind: str, caller: str, base: str, *, check: Callable[[object], list] = lambda entry: [],
                  clash: Callable[[object, object], str] = lambda entry, other: "", builtins: tuple = (),

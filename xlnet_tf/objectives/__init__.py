@@ -8,8 +8,9 @@
 An objective is one module: a subclass of ``Objective`` that says which model inputs it builds from the records
 of ``create_pretraining_data`` (``make_batch``), the streams the model runs on them (``stream_layout``, from which
 ``flops.py`` counts the step's FLOPs), its loss terms, and whether Transformer-XL memory is defined for it; plus
-one line in ``OBJECTIVES``' built-ins below (``xlnet_tf.registry``: the mechanism the task families use too). Every objective trains the same network, so checkpoints (which record the objective's
-name), fine-tuning and export do not depend on it.
+one line in ``OBJECTIVES``' built-ins below (``xlnet_tf.registry``: the mechanism the task families use too).
+Every objective trains the same network, so checkpoints (which record the objective's name), fine-tuning and
+export do not depend on it.
 
 No TensorFlow is imported here or when an objective module is imported: the settings check the objective before
 TensorFlow loads, so the objective modules import it inside the functions that build tensors.
