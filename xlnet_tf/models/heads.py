@@ -1,6 +1,6 @@
 """Fine-tuning models: the XLNet network plus the original's sequence heads (classification, regression, multiple
 choice), with the original variable names; the SQuAD and tagging heads are their families' (``tasks/<family>/head.py``,
-built on ``_FinetuneModel`` here).
+built on ``FinetuneModel`` here).
 
 Every model here keeps the network as ``.xlnet`` (so ``load_pretrained`` and native checkpoints work) and lists
 its head variables under their TF1 names in ``tf1_variables`` (so fine-tuned checkpoints of the original code
@@ -17,12 +17,12 @@ from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
 from xlnet_tf.models.xlnet import XLNetModel, _as_config
 
 
-def _dense(units, config, name, activation=None, use_bias=True, dtype=None):
+def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None):
     return keras.layers.Dense(units, activation=activation, use_bias=use_bias, name=name, dtype=dtype,
                               kernel_initializer=keras.initializers.RandomNormal(stddev=config.initializer_range))
 
 
-def _network_inputs(features):
+def network_inputs(features):
     return {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask") if k in features}
 
 
@@ -37,7 +37,7 @@ class SequenceSummary(keras.layers.Layer):
         if summary_type not in SUMMARY_TYPES:
             raise ValueError(f"summary_type must be one of {SUMMARY_TYPES}, got {summary_type!r}")
         self.config, self.summary_type, self.use_proj = config, summary_type, use_proj
-        self.proj = _dense(config.d_model, config, "summary", activation="tanh", dtype=self.dtype_policy)
+        self.proj = dense_layer(config.d_model, config, "summary", activation="tanh", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
@@ -62,7 +62,7 @@ class SequenceSummary(keras.layers.Layer):
                 "model/sequnece_summary/summary/bias": self.proj.bias}
 
 
-class _FinetuneModel(keras.Model):
+class FinetuneModel(keras.Model):
     """Shared plumbing: the network as ``.xlnet`` and config serialisation."""
 
     def __init__(self, config, **kwargs):
@@ -75,7 +75,7 @@ class _FinetuneModel(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetClassifier(_FinetuneModel):
+class XLNetClassifier(FinetuneModel):
     """Sequence classification / regression (the original ``get_classification_loss``/``get_regression_loss``).
 
     Returns ``{"logits": [B, num_labels]}`` (float32; ``num_labels`` = 1 for regression). Head variables:
@@ -97,12 +97,12 @@ class XLNetClassifier(_FinetuneModel):
         self.num_labels, self.task_scope, self.regression = (1 if regression else num_labels), task_scope, regression
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
         self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
-        self.logit = _dense(self.num_labels, self.config, "logit", dtype=self.dtype_policy)
+        self.logit = dense_layer(self.num_labels, self.config, "logit", dtype=self.dtype_policy)
         self.summary.build()
         self.logit.build((None, self.config.d_model))
 
     def call(self, features, training=None):
-        inputs = _network_inputs(features)
+        inputs = network_inputs(features)
         if self.num_segments > 1:
             hidden = read_segments(self.xlnet, inputs, self.num_segments, training=training)[-1]
         else:

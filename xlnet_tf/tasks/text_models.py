@@ -13,7 +13,7 @@ The text model base and the shared sequence classifier live here; a family packa
 module of its own, imported only when used (the family's ``__init__`` is imported while flags are checked, before
 TensorFlow loads): ``XLNetTextMultipleChoice``, ``XLNetTextSquad`` and ``XLNetTextTagger`` are in
 ``xlnet_tf.tasks.{multiple_choice,squad,tagging}.<family>_text_model``. A family needs no text model; one that
-wants the Keras API on strings subclasses ``_TextTaskModel`` with its ``preprocess`` and ``call``.
+wants the Keras API on strings subclasses ``TextTaskModel`` with its ``preprocess`` and ``call``.
 
 Example::
 
@@ -45,12 +45,12 @@ from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.preprocessing import XLNetPreprocessor
 
 
-def _source(path):
+def checkpoint_source(path):
     """An ``hf.HFCheckpoint`` for a HuggingFace directory or ``hf://`` name, else ``path``."""
     return HFCheckpoint(path) if is_hf_dir(path) else path
 
 
-def _hf_head(source, heads: tuple) -> dict:
+def hf_summary_settings(source, heads: tuple) -> dict:
     """The summary settings of an HF classification or multiple-choice checkpoint (else nothing): its weights
     compute them, so they are not a free choice."""
     return source.summary() if isinstance(source, HFCheckpoint) and source.head in heads else {}
@@ -75,7 +75,7 @@ def _locate(path: str, config, spiece_model) -> tuple:
     return config, spiece_model
 
 
-def _build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt, **preprocessing):
+def build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dropatt, **preprocessing):
     """(preprocessor, XLNetConfig) for ``from_checkpoint``: the vocabulary of the two checked against each other.
     An HF checkpoint gives its config.json, spiece.model and tokenizer_config.json's casing (unless given)."""
     if isinstance(path, HFCheckpoint):
@@ -123,7 +123,7 @@ def _tensors(value):
     return tf.convert_to_tensor(value)
 
 
-def _strings(value) -> tf.Tensor:
+def as_strings(value) -> tf.Tensor:
     return tf.convert_to_tensor(value.tolist() if isinstance(value, np.ndarray) and value.dtype.kind == "O" else value,
                                 tf.string)
 
@@ -132,7 +132,7 @@ def _rows(data) -> int:
     return int(tf.nest.flatten(data)[0].shape[0])
 
 
-def _array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
     """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
     rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
     data = keras.utils.pack_x_y_sample_weight(_tensors(x), _tensors(y), _tensors(sample_weight))
@@ -157,19 +157,19 @@ def _split_arrays(x, y, sample_weight, validation_split: float):
             tuple(rows(part, lambda t: t[cut:]) for part in data))
 
 
-def _element_x(spec):
+def element_x(spec):
     """The ``x`` of a dataset element (or of its ``element_spec``), by Keras' rule: a tuple is ``(x,)``,
     ``(x, y)`` or ``(x, y, sample_weight)``, anything else is ``x``."""
     return keras.utils.unpack_x_y_sample_weight(spec)[0] if isinstance(spec, tuple) else spec
 
 
-def _is_encoded(x) -> bool:
+def is_encoded(x) -> bool:
     """Whether model inputs are token ids already (the preprocessor's dict), not raw strings."""
     return isinstance(x, dict) and "input_ids" in x
 
 
 @contextlib.contextmanager
-def _end_of_data_expected(steps):
+def end_of_data_expected(steps):
     """Without a step count Keras reads a dataset of unknown length (SQuAD's windows, a CsvDataset) to its end and
     then warns that the input 'ran out of data; interrupting training': noise where no count was asked for."""
     with warnings.catch_warnings():
@@ -178,7 +178,7 @@ def _end_of_data_expected(steps):
         yield
 
 
-class _TextTaskModel(keras.Model):
+class TextTaskModel(keras.Model):
     """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
     ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` on raw strings run
     the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
@@ -233,7 +233,7 @@ class _TextTaskModel(keras.Model):
                                   "become the network's inputs")
 
     def _token_ids(self, inputs) -> dict:
-        if not _is_encoded(inputs):
+        if not is_encoded(inputs):
             raise ValueError(f"inputs: {type(self).__name__} takes token ids in call (the dict of its "
                              "preprocessor: input_ids, segment_ids, padding_mask), got "
                              f"{type(inputs).__name__}; raw strings go to fit/evaluate/predict, or to "
@@ -244,7 +244,7 @@ class _TextTaskModel(keras.Model):
         """``dataset`` (batches of ``x``, ``(x, y)`` or ``(x, y, sample_weight)``) with ``x`` encoded (raw strings
         through ``preprocess``, on the host, in parallel, in order); token ids pass as they are."""
         spec = dataset.element_spec
-        if _is_encoded(_element_x(spec)):
+        if is_encoded(element_x(spec)):
             return dataset
         is_tuple = isinstance(spec, tuple)
 
@@ -278,7 +278,7 @@ class _TextTaskModel(keras.Model):
         x, y = self._arrays(x, y)
         if y is not None and not isinstance(y, (dict, tuple)):
             self._checked_labels(_tensors(y))  # arrays: refused now, not when the pipeline reaches the row
-        return _array_dataset(x, y, sample_weight, batch_size, shuffle)
+        return array_dataset(x, y, sample_weight, batch_size, shuffle)
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """The encoded pipeline of ``fit``/``evaluate``/``predict``'s data."""
@@ -299,7 +299,7 @@ class _TextTaskModel(keras.Model):
         elif validation_data is not None:
             validation_data = self._dataset(validation_data)
         # shuffle=False: the pipeline shuffles arrays itself (Keras would warn that a dataset is not shuffled).
-        with _end_of_data_expected(steps_per_epoch):
+        with end_of_data_expected(steps_per_epoch):
             return super().fit(self._dataset(x, y, sample_weight, batch_size, shuffle), epochs=epochs,
                                verbose=verbose, callbacks=callbacks, validation_data=validation_data, shuffle=False,
                                class_weight=class_weight, initial_epoch=initial_epoch,
@@ -308,12 +308,12 @@ class _TextTaskModel(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
-        with _end_of_data_expected(steps):
+        with end_of_data_expected(steps):
             return super().evaluate(self._dataset(x, y, sample_weight, batch_size), verbose=verbose, steps=steps,
                                     callbacks=callbacks, return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        with _end_of_data_expected(steps):
+        with end_of_data_expected(steps):
             return super().predict(self._dataset(x, batch_size=batch_size), verbose=verbose, steps=steps,
                                    callbacks=callbacks)
 
@@ -361,7 +361,7 @@ class _TextTaskModel(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextClassifier(_TextTaskModel):
+class XLNetTextClassifier(TextTaskModel):
     """Sequence classification / regression on raw strings: ``XLNetPreprocessor`` + ``XLNetClassifier``.
 
     ``fit``/``evaluate``/``predict`` inputs: sentences, a tf.string [B] tensor (or a Python list / numpy array of
@@ -393,12 +393,12 @@ class XLNetTextClassifier(_TextTaskModel):
         ``num_segments`` > 1: long documents (run_classifier.py's ``--long_document=memory``): a text's first
         ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
         states of memory per layer (default: all earlier segments; docs/long_documents.md)."""
-        source = _source(path)
-        hf_head = _hf_head(source, ("XLNetClassifier",))
+        source = checkpoint_source(path)
+        hf_head = hf_summary_settings(source, ("XLNetClassifier",))
         if hf_head:
             num_labels = source.num_labels if num_labels is None else num_labels
             regression = source.regression if regression is None else regression
-        preprocessor, config = _build_parts(source, config, spiece_model, seq_length * num_segments, lower_case,
+        preprocessor, config = build_parts(source, config, spiece_model, seq_length * num_segments, lower_case,
                                             dropout, dropatt)
         network = XLNetClassifier(config, num_labels=2 if num_labels is None else num_labels, task_scope=task_scope,
                                   regression=bool(regression),

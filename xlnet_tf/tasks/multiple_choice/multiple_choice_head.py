@@ -5,11 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.models.heads import SequenceSummary, _dense, _FinetuneModel, _network_inputs
+from xlnet_tf.models.heads import FinetuneModel, SequenceSummary, dense_layer, network_inputs
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetMultipleChoice(_FinetuneModel):
+class XLNetMultipleChoice(FinetuneModel):
     """RACE-style multiple choice: each of the C option sequences is scored by summary -> ``logits/dense`` (1 unit).
 
     Features are [B, C, L]; returns ``{"logits": [B, C]}`` (float32).
@@ -19,13 +19,13 @@ class XLNetMultipleChoice(_FinetuneModel):
         super().__init__(config, **kwargs)
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
         self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
-        self.score = _dense(1, self.config, "dense", dtype=self.dtype_policy)
+        self.score = dense_layer(1, self.config, "dense", dtype=self.dtype_policy)
         self.summary.build()
         self.score.build((None, self.config.d_model))
 
     def call(self, features, training=None):
         shape = tf.shape(features["input_ids"])
-        flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in _network_inputs(features).items()}
+        flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in network_inputs(features).items()}
         hidden = self.xlnet(flat, training=training)["sequence_output"]
         scores = self.score(self.summary(hidden, training=training))
         return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}

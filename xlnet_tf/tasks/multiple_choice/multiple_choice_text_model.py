@@ -7,12 +7,13 @@ from typing import Optional
 
 import keras
 
+from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
-from xlnet_tf.tasks.text_models import _build_parts, _hf_head, _source, _TextTaskModel, load_task_weights
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextMultipleChoice(_TextTaskModel):
+class XLNetTextMultipleChoice(TextTaskModel):
     """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
 
     ``fit``/``evaluate``/``predict`` inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as
@@ -30,9 +31,9 @@ class XLNetTextMultipleChoice(_TextTaskModel):
                         new_head: bool = False) -> "XLNetTextMultipleChoice":
         """As ``XLNetTextClassifier.from_checkpoint``; ``max_qa_length`` as ``run_classifier.py``'s (the last
         question+option tokens kept)."""
-        source = _source(path)
-        hf_head = _hf_head(source, ("XLNetMultipleChoice",))
-        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+        source = checkpoint_source(path)
+        hf_head = hf_summary_settings(source, ("XLNetMultipleChoice",))
+        preprocessor, config = build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_qa_length=max_qa_length)
         network = XLNetMultipleChoice(config, summary_type=summary_type or hf_head.get("summary_type", "last"),
                                       use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None

@@ -6,11 +6,11 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.layers.masks import large_negative
-from xlnet_tf.models.heads import _dense, _FinetuneModel, _network_inputs
+from xlnet_tf.models.heads import FinetuneModel, dense_layer, network_inputs
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetSquad(_FinetuneModel):
+class XLNetSquad(FinetuneModel):
     """XLNet's SQuAD head (the original ``get_qa_outputs``).
 
     Features: ``input_ids``, ``segment_ids``, ``padding_mask`` [B, L]; ``p_mask`` [B, L] (1 = not a paragraph
@@ -27,12 +27,12 @@ class XLNetSquad(_FinetuneModel):
         super().__init__(config, **kwargs)
         c, policy = self.config, self.dtype_policy
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
-        self.start_dense = _dense(1, c, "start_dense", dtype=policy)
-        self.end_dense_0 = _dense(c.d_model, c, "end_dense_0", activation="tanh", dtype=policy)
+        self.start_dense = dense_layer(1, c, "start_dense", dtype=policy)
+        self.end_dense_0 = dense_layer(c.d_model, c, "end_dense_0", activation="tanh", dtype=policy)
         self.end_layer_norm = keras.layers.LayerNormalization(epsilon=1e-12, name="end_layer_norm", dtype=policy)
-        self.end_dense_1 = _dense(1, c, "end_dense_1", dtype=policy)
-        self.answer_dense_0 = _dense(c.d_model, c, "answer_dense_0", activation="tanh", dtype=policy)
-        self.answer_dense_1 = _dense(1, c, "answer_dense_1", use_bias=False, dtype=policy)
+        self.end_dense_1 = dense_layer(1, c, "end_dense_1", dtype=policy)
+        self.answer_dense_0 = dense_layer(c.d_model, c, "answer_dense_0", activation="tanh", dtype=policy)
+        self.answer_dense_1 = dense_layer(1, c, "answer_dense_1", use_bias=False, dtype=policy)
         self.dropout = keras.layers.Dropout(c.dropout, dtype=policy)
         d = c.d_model
         self.start_dense.build((None, d))
@@ -50,7 +50,7 @@ class XLNetSquad(_FinetuneModel):
         return _masked(x, p_mask if len(x.shape) == 2 else p_mask[:, :, None])
 
     def call(self, features, training=None):
-        hidden = self.xlnet(_network_inputs(features), training=training)["sequence_output"]
+        hidden = self.xlnet(network_inputs(features), training=training)["sequence_output"]
         p_mask = tf.cast(features["p_mask"], tf.float32)
         start_logits = _masked(tf.cast(self.start_dense(hidden)[..., 0], tf.float32), p_mask)
         start_log_probs = tf.nn.log_softmax(start_logits, axis=-1)

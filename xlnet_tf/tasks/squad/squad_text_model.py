@@ -8,20 +8,20 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
+from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.squad.squad_answers import answerable_inputs, answers_from_windows, squad_window_losses
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
-from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, _build_parts, _element_x,
-                                        _end_of_data_expected, _is_encoded, _source, _strings, _TextTaskModel,
-                                        load_task_weights)
+from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
+                                        element_x, end_of_data_expected, is_encoded)
 
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
 ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_max_context")
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextSquad(_TextTaskModel):
+class XLNetTextSquad(TextTaskModel):
     """SQuAD (1.1 and 2.0) on raw strings: ``XLNetPreprocessor.squad`` + ``XLNetSquad``.
 
     ``predict((questions, contexts))`` -- tf.string [B] each, as a tuple (or a dict with keys ``question`` and
@@ -70,8 +70,8 @@ class XLNetTextSquad(_TextTaskModel):
         """As ``XLNetTextClassifier.from_checkpoint``; the window and beam settings are ``run_squad.py``'s flags
         (a fine-tuned checkpoint: the SQuAD head of ``run_squad.py``, of the original's TF1 layout or of HF's
         ``XLNetForQuestionAnswering``)."""
-        source = _source(path)
-        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
+        source = checkpoint_source(path)
+        preprocessor, config = build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt,
                                             max_query_length=max_query_length, doc_stride=doc_stride)
         network = XLNetSquad(config, start_n_top=start_n_top, end_n_top=end_n_top, dtype=dtype)
         load_task_weights(network, source, new_head)
@@ -102,7 +102,7 @@ class XLNetTextSquad(_TextTaskModel):
         """``(questions, contexts)`` [B] -> their windows (``XLNetPreprocessor.squad``), as ``best_answers`` makes
         them: invalid UTF-8 replaced, no window for a question ``run_squad.py`` skips."""
         question, context = self._texts(x)
-        question, context, skipped = answerable_inputs(_strings(question), _strings(context))
+        question, context, skipped = answerable_inputs(as_strings(question), as_strings(context))
         return self.preprocessor.squad(question, tf.where(skipped, "", context))
 
     def training_windows(self, inputs, labels) -> dict:
@@ -132,7 +132,7 @@ class XLNetTextSquad(_TextTaskModel):
     @tf.function(autograph=False, reduce_retracing=True)  # traced once (see _preprocessed)
     def _labelled_windows(self, x, y, sample_weight) -> dict:
         """One batch of ``fit``/``evaluate``'s data -> its windows: the network inputs, labels and a weight each."""
-        if _is_encoded(x):
+        if is_encoded(x):
             windows = dict(x)
             if y is not None:
                 windows.update(y if isinstance(y, dict) else dict(zip(LABEL_KEYS, y)))
@@ -235,8 +235,8 @@ class XLNetTextSquad(_TextTaskModel):
         return outputs
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        # Keras' own predict below (not _TextTaskModel's, which preprocesses): its data are windows already.
-        if _is_encoded(_element_x(x.element_spec) if isinstance(x, tf.data.Dataset) else x):
+        # Keras' own predict below (not TextTaskModel's, which preprocesses): its data are windows already.
+        if is_encoded(element_x(x.element_spec) if isinstance(x, tf.data.Dataset) else x):
             return keras.Model.predict(self, x, batch_size=batch_size, verbose=verbose, steps=steps,
                                        callbacks=callbacks)
         question, context = self._question_texts(x)
@@ -246,7 +246,7 @@ class XLNetTextSquad(_TextTaskModel):
 
         encoded = rows.batch(batch_size or DEFAULT_BATCH_SIZE).map(self._answer_windows,
                                                                    num_parallel_calls=tf.data.AUTOTUNE)
-        with _end_of_data_expected(steps):
+        with end_of_data_expected(steps):
             outputs = keras.Model.predict(self, self._steps(encoded, labelled=False), verbose=verbose, steps=steps,
                                           callbacks=callbacks)
         real = outputs["example_index"] >= 0  # not a window filling up the last step
@@ -269,16 +269,16 @@ class XLNetTextSquad(_TextTaskModel):
         ``(questions, contexts)``, ``((questions, contexts),)`` or with labels, is read once)."""
         if not isinstance(x, tf.data.Dataset):
             question, context = self._texts(self._arrays(x)[0])
-            return _strings(question), _strings(context)
+            return as_strings(question), as_strings(context)
         spec = x.element_spec
         # (questions, contexts) as the whole element: Keras' rule would read (x, y), but one string tensor cannot
         # be SQuAD's x, so the pair can only be the two texts.
         pair = isinstance(spec, tuple) and len(spec) == 2 and all(
             isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in spec)
-        parts = [self._texts(element if pair else _element_x(element)) for element in x]
+        parts = [self._texts(element if pair else element_x(element)) for element in x]
         if not parts:
             raise ValueError("x: the dataset is empty")
-        return tuple(tf.concat([tf.reshape(_strings(p[i]), [-1]) for p in parts], axis=0) for i in (0, 1))
+        return tuple(tf.concat([tf.reshape(as_strings(p[i]), [-1]) for p in parts], axis=0) for i in (0, 1))
 
     def export(self, export_dir: str, task: str = "squad") -> str:
         """As ``XLNetTextClassifier.export``: the SQuAD layout (``serving_default`` takes ``question`` and

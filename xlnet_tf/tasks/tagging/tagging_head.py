@@ -5,11 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.models.heads import _dense, _FinetuneModel, _network_inputs
+from xlnet_tf.models.heads import FinetuneModel, dense_layer, network_inputs
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTagger(_FinetuneModel):
+class XLNetTagger(FinetuneModel):
     """Token classification (tagging): dropout and a dense layer on every position of the content stream, as HF's
     ``XLNetForTokenClassification`` (the original code has no tagging head; its variables here are
     ``model/tagging_{scope}/logit/*``). Returns ``{"logits": [B, L, num_labels]}`` (float32)."""
@@ -18,11 +18,11 @@ class XLNetTagger(_FinetuneModel):
         super().__init__(config, **kwargs)
         self.num_labels, self.task_scope = num_labels, task_scope
         self.dropout = keras.layers.Dropout(self.config.dropout, dtype=self.dtype_policy)
-        self.logit = _dense(num_labels, self.config, "logit", dtype=self.dtype_policy)
+        self.logit = dense_layer(num_labels, self.config, "logit", dtype=self.dtype_policy)
         self.logit.build((None, self.config.d_model))
 
     def call(self, features, training=None):
-        hidden = self.xlnet(_network_inputs(features), training=training)["sequence_output"]
+        hidden = self.xlnet(network_inputs(features), training=training)["sequence_output"]
         return {"logits": tf.cast(self.logit(self.dropout(hidden, training=training)), tf.float32)}
 
     def tf1_variables(self):

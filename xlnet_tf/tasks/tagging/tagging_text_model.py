@@ -9,15 +9,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.hf import HFCheckpoint
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # registered for Keras: a saved text tagger holds one
-from xlnet_tf.tasks.text_models import (_array_dataset, _build_parts, _element_x, _is_encoded, _source, _strings,
-                                        _TextTaskModel, load_task_weights)
+from xlnet_tf.tasks.text_models import (TextTaskModel, array_dataset, as_strings, build_parts, checkpoint_source,
+                                        element_x, is_encoded)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextTagger(_TextTaskModel):
+class XLNetTextTagger(TextTaskModel):
     """Token classification on raw strings or pre-split words: the windows of ``tagging_graph`` + ``XLNetTagger``.
 
     Inputs of ``fit``/``evaluate``/``predict``: sentences as strings [B] (split into words on whitespace) or as
@@ -58,13 +59,13 @@ class XLNetTextTagger(_TextTaskModel):
         """As ``XLNetTextClassifier.from_checkpoint``; ``labels``: the tags (the head's classes, in order; a
         run_tagger.py run records them in ``<model_dir>/tagging.tags.json``). An HF ``XLNetForTokenClassification``
         gives its own (config.json's id2label) when ``labels`` is None, and its casing."""
-        source = _source(path)
+        source = checkpoint_source(path)
         if labels is None:
             if not (isinstance(source, HFCheckpoint) and source.head == "XLNetTagger" and source.labels):
                 raise ValueError("labels: the tags of the head are needed (only an HF XLNetForTokenClassification "
                                  "with named labels records them)")
             labels = source.labels
-        preprocessor, config = _build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt)
+        preprocessor, config = build_parts(source, config, spiece_model, seq_length, lower_case, dropout, dropatt)
         network = XLNetTagger(config, num_labels=len(labels), task_scope=task_scope, dtype=dtype)
         load_task_weights(network, source, new_head)
         return cls(preprocessor, network, labels=labels, window_stride=window_stride, tag_scheme=tag_scheme,
@@ -81,7 +82,7 @@ class XLNetTextTagger(_TextTaskModel):
         return self._joined(x), (None if y is None else self._joined(y))
 
     def _encode_dataset(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        if _is_encoded(_element_x(dataset.element_spec)):
+        if is_encoded(element_x(dataset.element_spec)):
             return dataset
         is_tuple = isinstance(dataset.element_spec, tuple)
         scoring = self._scoring
@@ -98,12 +99,12 @@ class XLNetTextTagger(_TextTaskModel):
     def _windows(self, text, tags=None, scoring=False):
         from xlnet_tf.tasks.tagging.tagging_graph import encode_words, split_words
 
-        words = split_words(_strings(text))[0]
+        words = split_words(as_strings(text))[0]
         encoded = encode_words(self.preprocessor, words, self.window_stride)
         features = {k: encoded[k] for k in ("input_ids", "segment_ids", "padding_mask")}
         if tags is None:
             return features
-        tags = tf.strings.split(_strings(tags)).with_row_splits_dtype(tf.int64)
+        tags = tf.strings.split(as_strings(tags)).with_row_splits_dtype(tf.int64)
         match = tf.equal(tags.flat_values[:, None], tf.constant(self.labels)[None, :])
         checks = [tf.debugging.assert_equal(tags.row_lengths(), words.row_lengths(),
                                             message="y: each sentence needs one tag per word"),
@@ -141,8 +142,8 @@ class XLNetTextTagger(_TextTaskModel):
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Per sentence its words, their offsets and tags (see the class docstring): a dict of numpy arrays."""
-        dataset = x if isinstance(x, tf.data.Dataset) else _array_dataset(self._joined(x), batch_size=batch_size)
-        parts = [self._tagged(_strings(_element_x(batch))) for batch in dataset.take(steps or -1)]
+        dataset = x if isinstance(x, tf.data.Dataset) else array_dataset(self._joined(x), batch_size=batch_size)
+        parts = [self._tagged(as_strings(element_x(batch))) for batch in dataset.take(steps or -1)]
         if not parts:
             raise ValueError("x: no examples")
         out = {}
