@@ -272,6 +272,15 @@ def test_beam_options_pass_through_and_typos_in_ours_are_errors():
         cli_predict.PredictSettings(share_model=True).validate()
 
 
+def test_runner_without_beam_installed_is_one_line_saying_how_to_install_it(monkeypatch):
+    for name in [m for m in sys.modules if m == "apache_beam" or m.startswith("apache_beam.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # what an environment without the [beam] extra imports
+    with pytest.raises(ValueError, match=r"--runner runs the prediction on Apache Beam, which is not importable "
+                                         r"\(.*\): pip install 'xlnet_tf\[beam\]'"):
+        cli_predict.check_pipeline_args(["--project=p"])
+
+
 @pytest.mark.slow
 def test_squad_questions_equal_cli_predict(squad_run, tmp_path):
     """A SQuAD export's raw-text serving_default (conftest's run, shared with the export tests) on the bundled

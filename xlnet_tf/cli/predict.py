@@ -138,8 +138,13 @@ def split_beam_args(argv: Sequence[str]) -> tuple:
 def check_pipeline_args(args: Sequence[str]) -> None:
     """Every option in ``args`` must be one of Beam's pipeline options (every runner's included), else an error
     naming it and the nearest flag of this tool or Beam: Beam itself only warns and drops an unknown option, which
-    would hide a typo in one of this tool's flags. Imports Beam's options only (not TensorFlow)."""
-    from apache_beam.options import pipeline_options as po
+    would hide a typo in one of this tool's flags. Imports Beam's options only (not TensorFlow); without Beam
+    installed, an error saying how to install it."""
+    try:
+        from apache_beam.options import pipeline_options as po
+    except ImportError as e:
+        raise cli.InputError(f"--runner runs the prediction on Apache Beam, which is not importable ({e}): "
+                             "pip install 'xlnet_tf[beam]'") from None
 
     # The parser PipelineOptions.get_all_options builds, the same way: Beam's own parser class (its options may
     # be ValueProvider arguments), each PipelineOptions subclass once.
