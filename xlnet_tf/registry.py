@@ -12,7 +12,7 @@ every kind of plug-in:
   e.g. by pytest and by ``--task_module``) replaces the earlier instance;
 - built-in entries (``"module:Class"`` strings) are imported on first use, so that importing the registry imports
   none of them (their modules import the registry for their base classes);
-- ``get(name)`` of an unknown name is an ``InputError`` listing the registered names.
+- ``named(name)`` of an unknown name is an ``InputError`` listing the registered names.
 
 No TensorFlow here: registries are read while settings are checked, before TensorFlow loads.
 """
@@ -105,18 +105,14 @@ class Registry(Mapping):
         self.load_builtins()
         return self._entries.pop(name)
 
-    def get(self, name: Optional[str]):
-        """The entry named ``name``; an ``InputError`` listing the registered names."""
+    def named(self, name: Optional[str]):
+        """The entry named ``name``; an ``InputError`` listing the registered names (``get``, as for any mapping,
+        returns a default instead)."""
         self.load_builtins()
         if name not in self._entries:
             raise InputError(f"no {self.kind} {name!r} is registered (registered: {', '.join(self._entries)})"
                              + (f"; {self._unknown}" if self._unknown else ""))
         return self._entries[name]
-
-    def get_or_none(self, name: Optional[str]):
-        """The entry named ``name``, None if there is none."""
-        self.load_builtins()
-        return self._entries.get(name)
 
     def __getitem__(self, name: str):
         self.load_builtins()

@@ -122,7 +122,7 @@ def register_head(spec: HFHead) -> None:
 
 def registered_head(head: Optional[str]) -> Optional[HFHead]:
     """The registered ``HFHead`` of the model class named ``head`` (None for the heads of ``models.heads``)."""
-    return HEADS.get_or_none(head)
+    return HEADS.get(head)
 
 
 def _architectures() -> dict:

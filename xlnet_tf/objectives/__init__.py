@@ -126,4 +126,4 @@ OBJECTIVES = Registry("objective", "objectives.register", "objectives.Objective"
                                 "xlnet_tf.objectives.mpnet:MaskedPermutedLM"),
                       unknown="an objective of your own is registered with xlnet_tf.objectives.register")
 register = OBJECTIVES.register
-get_objective = OBJECTIVES.get
+get_objective = OBJECTIVES.named

@@ -99,7 +99,7 @@ def families() -> list:
 
 def get(name: str):
     """The family named ``name``; an InputError listing the registered ones."""
-    return FAMILIES.get(name)
+    return FAMILIES.named(name)
 
 
 def kinds() -> tuple:
