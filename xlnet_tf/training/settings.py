@@ -168,8 +168,8 @@ class RunSettings(Settings):
     tpu_zone: Optional[str] = setting(None, "With a TPU name: its GCE zone (default: from the VM's metadata).")
     gcp_project: Optional[str] = setting(None, "With a TPU name: its GCP project (default: from the VM's metadata).")
     tpu_timeout: int = setting(120, "Seconds to find, connect to and initialise the TPU before the run fails.")
-    dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and AMX CPUs, mixed_float16 with "
-                         "dynamic loss scaling on GPU).", choices=DTYPES)
+    dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and CPUs with AMX or AVX512-BF16, "
+                         "mixed_float16 with dynamic loss scaling on GPU).", choices=DTYPES)
     seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.")
     dropout: float = setting(0.1, "Dropout rate.")
     dropatt: float = setting(0.1, "Attention dropout rate.")
