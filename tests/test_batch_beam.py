@@ -281,6 +281,42 @@ def test_runner_without_beam_installed_is_one_line_saying_how_to_install_it(monk
         cli_predict.check_pipeline_args(["--project=p"])
 
 
+def test_runner_options_and_output_dir_are_checked_before_the_job(tmp_path):
+    """What Beam would raise from Pipeline() or run(), after the model loaded and --overwrite deleted the earlier
+    results, as tracebacks: one line each, before anything is loaded or touched."""
+    from apache_beam.io.filesystems import FileSystems
+
+    out = str(tmp_path / "out")
+    with pytest.raises(ValueError, match=r"apache-beam\[gcp\]|Beam's pipeline options: .*project"):
+        bb.check_runner("DataflowRunner", ["--project=p", "--temp_location=gs://b/tmp"], out)
+    try:
+        FileSystems.get_filesystem("gs://b/out")
+    except ValueError:  # this environment has no [gcp] extra: Beam's sinks cannot write gs://
+        with pytest.raises(ValueError, match=r"--output_dir=gs://b/out: Beam has no file system for it here"):
+            bb.check_runner("DirectRunner", [], "gs://b/out")
+    with pytest.raises(ValueError, match=r"--job_endpoint=localhost:1: no Beam job server answered within 1 s"):
+        bb.check_runner("PortableRunner", ["--job_endpoint=localhost:1", "--job_server_timeout=1"], out)
+    assert bb.check_runner("DirectRunner", ["--direct_num_workers=2"], out)[0] == "FnApiRunner"
+    assert not os.path.exists(out)
+
+
+@pytest.mark.slow
+def test_a_file_of_bad_rows_fails_the_job_and_cli_predict_keeps_off_its_results(sst2_export, tmp_path):
+    """An input whose every row is bad is the wrong file or format: an error naming it (as cli.predict's), not
+    a success, once the job wrote its outputs; cli.predict into that directory is refused, not mixed in."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "bad.tsv").write_text("sentence\tlabel\n\t0\nthree\tcolumns\there\n")
+    (inputs / "good.tsv").write_text("sentence\n" + "".join(t + "\n" for t in SENTENCES[:3]))
+    s = settings(sst2_export, str(inputs / "*.tsv"), tmp_path / "beam", id_field=None, runner="FnApiRunner")
+    with pytest.raises(ValueError, match=r"bad.tsv: all 2 rows are bad, e.g. .*bad.tsv:2: empty text"):
+        bb.predict(s)
+    assert len(beam_rows(s.output_dir)) == 3 and len(dead_letters(s.output_dir)) == 2
+    with pytest.raises(ValueError, match=r"holds the results of a Beam job \(--runner=FnApiRunner\)"):
+        bp.predict_shards(bb.ModelSpec(sst2_export).load(), str(inputs / "good.tsv"), s.output_dir,
+                          bp.Fields.parse("sentence"), 4, progress_every_s=1e9)
+
+
 @pytest.mark.slow
 def test_squad_questions_equal_cli_predict(squad_run, tmp_path):
     """A SQuAD export's raw-text serving_default (conftest's run, shared with the export tests) on the bundled

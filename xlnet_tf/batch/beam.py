@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import importlib
 import json
 import os
 import threading
@@ -39,7 +40,7 @@ import tensorflow as tf
 from absl import logging
 from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from xlnet_tf import tasks
 from xlnet_tf.batch import FORMATS, SUMMARY_FILE
@@ -305,13 +306,63 @@ def local_runner(runner: str) -> str:
     return runner
 
 
+def check_runner(runner: str, pipeline_args: Sequence[str], output_dir: str) -> tuple:
+    """``(the runner's name, the pipeline options)`` once the runner can run here and Beam accepts the options
+    (its validation, e.g. Dataflow's project and temp_location) and can write ``output_dir``: checked before the
+    model loads and the output directory is touched, each problem an ``InputError`` (Beam raises them from inside
+    ``Pipeline()`` or ``run()``, after the work of preparing the job, as tracebacks)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.runner import create_runner
+
+    name = local_runner(runner)
+    options = PipelineOptions(list(pipeline_args), runner=name)
+    if name == "DataflowRunner":
+        try:  # what DataflowRunner.run_pipeline imports, without which it raises after the job is built
+            importlib.import_module("apache_beam.runners.dataflow.internal.apiclient")
+        except ImportError as e:
+            raise InputError(f"--runner=DataflowRunner needs Beam's Google Cloud extra, which is not importable ({e}): "
+                             "pip install 'apache-beam[gcp]'") from None
+    try:
+        FileSystems.get_filesystem(output_dir)  # Beam's file sinks write the outputs, through Beam's file systems
+    except ValueError:
+        raise InputError(f"--output_dir={output_dir}: Beam has no file system for it here (gs:// needs Beam's Google "
+                         "Cloud extra: pip install 'apache-beam[gcp]')") from None
+    errors = PipelineOptionsValidator(options, create_runner(name)).validate()
+    if errors:
+        raise InputError("Beam's pipeline options: " + "; ".join(" ".join(e.split()) for e in errors))
+    portable = options.view_as(PortableOptions)
+    if name in PORTABLE_RUNNERS and portable.job_endpoint and portable.job_endpoint != "embed":
+        _check_job_server(portable.job_endpoint, portable.job_server_timeout)
+    return name, options
+
+
+PORTABLE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner")  # those that submit to a --job_endpoint
+
+
+def _check_job_server(endpoint: str, timeout_s: int) -> None:
+    """The job server at ``endpoint`` answers within ``timeout_s``: else Beam, after the model loaded and an
+    ``--overwrite`` deleted the earlier results, waits as long and ends in grpc's FutureTimeoutError traceback."""
+    import grpc
+
+    logging.info("waiting up to %d s (--job_server_timeout) for the Beam job server at %s", timeout_s, endpoint)
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        raise InputError(f"--job_endpoint={endpoint}: no Beam job server answered within {timeout_s} s "
+                         "(--job_server_timeout); is it running, at that address?") from None
+    finally:
+        channel.close()
+
+
 def predict(s, pipeline_args: Sequence[str] = (), handler: Optional[ModelHandler] = None) -> dict:
     """Runs the pipeline of ``s`` (``cli.predict``'s settings; ``s.runner`` names the runner) with Beam's
     ``pipeline_args`` (checked by ``cli.predict``) and waits for it; returns the summary it wrote
-    (``{"state": ...}`` if the job ended without one)."""
+    (``{"state": ...}`` if the job ended without one). An input file whose every row is bad is an ``InputError``
+    naming it once the job is done (as ``cli.predict``: the wrong file or format; the outputs stay)."""
+    runner, options = check_runner(s.runner, pipeline_args, s.output_dir)
     plan = plan_of(s, handler)
-    runner = local_runner(s.runner)
-    options = PipelineOptions(list(pipeline_args), runner=runner)
     logging.info("predict on %s: %d input file(s) into %s", runner, len(plan.shards), s.output_dir)
     pipeline = beam.Pipeline(options=options)
     build(pipeline, plan)
@@ -322,12 +373,14 @@ def predict(s, pipeline_args: Sequence[str] = (), handler: Optional[ModelHandler
         return {"state": str(state)}
     with tf.io.gfile.GFile(summary_path) as f:
         summary = json.load(f)
-    for shard in summary["shards"]:
-        if shard["all_rows_bad"]:
-            logging.warning("%s: all %d rows are bad, e.g. %s (is it %s? --input_format names the format)",
-                            shard["input"], shard["skipped"], "; ".join(shard["skipped_rows"][:3]),
-                            shard["format"].upper())
     logging.info("predict: %d input file(s), %d rows predicted, %d bad row(s) skipped%s; summary in %s",
                  len(summary["shards"]), summary["rows"], summary["skipped"],
                  f" (file:line: reason in {summary['dead_letters']})" if summary["skipped"] else "", summary_path)
+    all_bad = [shard for shard in summary["shards"] if shard["all_rows_bad"]]
+    if all_bad:  # not a file with a few bad rows: the wrong file or format, which must not end as a success
+        first = all_bad[0]
+        more = f"; and {len(all_bad) - 1} more input file(s) ({summary_path})" if len(all_bad) > 1 else ""
+        raise InputError(f"{first['input']}: all {first['skipped']} rows are bad, e.g. "
+                         f"{'; '.join(first['skipped_rows'][:3])} (is it {first['format'].upper()}? --input_format "
+                         f"names the format){more}")
     return summary

@@ -248,6 +248,10 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     if tf.io.gfile.exists(summary_path) and not overwrite:
         with tf.io.gfile.GFile(summary_path) as f:
             previous = json.load(f)
+        if previous.get("runner"):  # a Beam job's (xlnet_tf.batch.beam): its summary is no resumable state
+            raise InputError(f"--output_dir={output_dir} holds the results of a Beam job (--runner="
+                             f"{previous['runner']}), which this run's summary would replace: use another "
+                             "--output_dir, or --overwrite")
         if previous.get("settings") != settings and previous.get("shards"):  # no shard done: nothing to mix
             diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
                     if previous.get("settings", {}).get(k) != v}
