@@ -102,6 +102,9 @@ def test_config_file_errors_name_the_file_and_the_key(tmp_path):
     (tmp_path / "broken.yaml").write_text("seed: [1\n")
     with pytest.raises(flags.ValidationError, match="--config_file=.*broken.yaml: not valid YAML"):
         cli.apply_config_file(values, str(tmp_path / "broken.yaml"))
+    (tmp_path / "twice.yaml").write_text("seed: 1\nlearning_rate: 0.1\nseed: 2\n")
+    with pytest.raises(flags.ValidationError, match=r"twice.yaml: not valid YAML \(key 'seed' given twice .*line 3"):
+        cli.apply_config_file(values, str(tmp_path / "twice.yaml"))
     (tmp_path / "list.yaml").write_text("- seed\n")
     with pytest.raises(flags.ValidationError, match="list.yaml: expected a mapping"):
         cli.apply_config_file(values, str(tmp_path / "list.yaml"))

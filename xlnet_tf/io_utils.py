@@ -275,6 +275,27 @@ def read_json(path: str):
         return json.load(f)
 
 
+def _yaml_unique_keys(stream):
+    """``yaml.safe_load`` refusing a key given twice in one mapping: PyYAML keeps the last silently, so a flag set
+    twice, or a second ``runs:`` in a job file, would quietly drop what the user wrote first."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": merged keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+
+
 def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, missing: Optional[str] = "file",
                  expected: str = "a mapping", empty: bool = False, error: Optional[type] = None,
                  finite: bool = False) -> dict:
@@ -295,7 +316,7 @@ def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, m
     else:
         import yaml
 
-        parse, invalid = yaml.safe_load, yaml.YAMLError
+        parse, invalid = _yaml_unique_keys, yaml.YAMLError
     try:
         with open(path, encoding="utf-8") as f:
             value = parse(f)
