@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from xlnet_tf import tasks
+from xlnet_tf.errors import InputError
 from xlnet_tf.finetuning import records
 from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
 
@@ -349,3 +350,20 @@ def test_a_family_missing_a_hook_is_refused_when_registered():
         assert "prepare" in str(e) and "write_prediction_files" in str(e)
     else:
         raise AssertionError("a task without its hooks was built")
+
+
+def test_a_task_module_whose_family_is_refused_is_one_line_naming_it(tmp_path):
+    """A --task_module registering a family missing a hook, or under a built-in's name: an InputError naming the
+    flag and the file (cli.predict and cli.export printed the registry's ValueError with a traceback)."""
+    head = "from xlnet_tf import tasks\nfrom xlnet_tf.tasks.base import TaskFamily\n"
+    for name, body, why in (
+            ("no_hook.py", "class NoTask(TaskFamily):\n    name = 'no_task_here'\ntasks.register(NoTask)\n",
+             "NoTask does not implement task"),
+            ("clash.py", "from xlnet_tf.tasks.classification import ClassificationFamily\n"
+             "class Mine(ClassificationFamily):\n    pass\ntasks.register(Mine)\n",
+             "the task family name 'classification' is taken by")):
+        module = tmp_path / name
+        module.write_text(head + body)
+        with pytest.raises(InputError, match=f"--task_module={module}: tasks.register: {why}"):
+            tasks.load_module(str(module))
+        assert "no_task_here" not in tasks.FAMILIES

@@ -5,14 +5,16 @@ A ``Registry`` maps names to instances, in registration order, built-in entries 
 every kind of plug-in:
 
 - ``register(x)`` takes an instance or a class (instantiated; a class with unimplemented abstract hooks is a
-  ``ValueError`` naming them) and returns what it was given, so it works as a class decorator too;
+  ``RegistrationError`` naming them) and returns what it was given, so it works as a class decorator too;
 - an entry must have a ``name`` and pass the kind's own checks (``check``), and must not claim what another
-  entry claims (``clash``): each a ``ValueError`` saying which;
+  entry claims (``clash``): each a ``RegistrationError`` saying which;
 - a name taken by another class is refused; the same class registered again (its module imported a second time,
   e.g. by pytest and by ``--task_module``) replaces the earlier instance;
 - built-in entries (``"module:Class"`` strings) are imported on first use, so that importing the registry imports
   none of them (their modules import the registry for their base classes);
-- ``named(name)`` of an unknown name is an ``InputError`` listing the registered names.
+- ``named(name)`` of an unknown name is an ``InputError`` listing the registered names;
+- an entry refused by ``register`` is a ``RegistrationError``: the plug-in's author's input (``tasks.load_module``
+  names the ``--task_module`` that registered it).
 
 No TensorFlow here: registries are read while settings are checked, before TensorFlow loads.
 """
@@ -36,6 +38,11 @@ def origin(entry) -> tuple:
     except (TypeError, OSError):
         where = cls.__module__
     return where, cls.__qualname__
+
+
+class RegistrationError(InputError):
+    """An entry ``register`` refuses (a hook missing, a name taken): a user's plug-in module is wrong, which a tool
+    reports in one line, not as a bug in the tool."""
 
 
 class Registry(Mapping):
@@ -71,23 +78,23 @@ class Registry(Mapping):
         if isinstance(entry, type):
             missing = sorted(getattr(entry, "__abstractmethods__", ()))
             if missing:
-                raise ValueError(f"{self.caller}: {entry.__name__} does not implement {', '.join(missing)} "
+                raise RegistrationError(f"{self.caller}: {entry.__name__} does not implement {', '.join(missing)} "
                                  f"(hooks of {self.base})")
             entry = entry()
         problems = self._check(entry)
         if problems:
-            raise ValueError(f"{self.caller}: " + "; ".join(problems))
+            raise RegistrationError(f"{self.caller}: " + "; ".join(problems))
         name = getattr(entry, self.key, None)
         if not name or not isinstance(name, str):
-            raise ValueError(f"{self.caller}: {type(entry).__name__} has no {self.key}")
+            raise RegistrationError(f"{self.caller}: {type(entry).__name__} has no {self.key}")
         existing = self._entries.get(name)
         if existing is not None and origin(existing) != origin(entry):
-            raise ValueError(f"{self.caller}: the {self.kind} name {name!r} is taken by "
+            raise RegistrationError(f"{self.caller}: the {self.kind} name {name!r} is taken by "
                              f"{type(existing).__module__}.{type(existing).__qualname__}")
         for other_name, other in self._entries.items():
             claimed = other_name != name and self._clash(entry, other)
             if claimed:
-                raise ValueError(f"{self.caller}: {name!r} claims {claimed} of the {self.kind} {other_name!r}")
+                raise RegistrationError(f"{self.caller}: {name!r} claims {claimed} of the {self.kind} {other_name!r}")
         self._entries[name] = entry
         return given
 

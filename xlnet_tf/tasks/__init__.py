@@ -47,7 +47,7 @@ import sys
 from typing import Optional
 
 from xlnet_tf.errors import InputError
-from xlnet_tf.registry import Registry
+from xlnet_tf.registry import RegistrationError, Registry
 
 # "package:class" of each built-in family (tasks/<family>/): the one line a new built-in family adds.
 BUILTIN = (
@@ -155,7 +155,8 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
     """Imports a user's task module, which registers its families when imported: ``spec`` is a dotted module name
     (importable from ``sys.path``) or the path of a ``.py`` file. Loading the same spec again does nothing.
     Returns the module (None for an empty ``spec``); a ValueError naming ``flag`` if it is not found or does not
-    compile, or an import inside it fails (other exceptions it raises keep their traceback)."""
+    compile, an import inside it fails, or a family it registers is refused (other exceptions it raises keep their
+    traceback)."""
     if not spec:
         return None
     if spec in _loaded_modules:
@@ -177,6 +178,9 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
         except (ImportError, SyntaxError) as e:
             del sys.modules[name]
             raise InputError(f"{flag}={spec}: cannot be imported ({type(e).__name__}: {e})") from e
+        except RegistrationError as e:  # its family is incomplete or takes a taken name: one line naming the module
+            del sys.modules[name]
+            raise InputError(f"{flag}={spec}: {e}") from e
         except BaseException:
             del sys.modules[name]
             raise
@@ -190,5 +194,7 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
             raise InputError(f"{flag}={spec}: cannot be imported ({type(e).__name__}: {e})") from e
         except (ImportError, SyntaxError) as e:
             raise InputError(f"{flag}={spec}: cannot be imported ({type(e).__name__}: {e})") from e
+        except RegistrationError as e:
+            raise InputError(f"{flag}={spec}: {e}") from e
     _loaded_modules[spec] = module
     return module
