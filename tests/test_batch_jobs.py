@@ -13,6 +13,7 @@ import yaml
 
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE
 from xlnet_tf.batch import job_runner as jobs
+from xlnet_tf.cli import jobs as cli_jobs
 
 
 def write_job(tmp_path, runs, **defaults) -> str:
@@ -42,12 +43,26 @@ def test_job_file_defaults_overrides_and_seeds(tmp_path):
                           ([{"name": ".."}], r"runs\[0\] needs a name .*not only dots"),
                           ([{"name": "."}], r"runs\[0\] needs a name .*not only dots"),
                           ([{"name": "a", "model_dir": "x"}], r"runs\[0\] sets 'model_dir'; the job sets it"),
-                          ([{"name": "a", "seeds": [1, "2"]}], "seeds must be a non-empty list of integers")]:
+                          ([{"name": "a", "seeds": [1, "2"]}], "seeds must be a non-empty list of integers"),
+                          ([{"name": "a", "metric": 3}], r"runs\[0\] \(a\): metric must be a metric's name")]:
         with pytest.raises(jobs.JobError, match=message):
             jobs.load_job(write_job(tmp_path, runs))
     (tmp_path / "typo.yaml").write_text("output_dir: x\nrun: []\n")
     with pytest.raises(jobs.JobError, match=r"typo.yaml: unknown key\(s\) 'run'"):
         jobs.load_job(str(tmp_path / "typo.yaml"))
+    # The flags, as each run's --config_file will read them: checked before a run starts or is submitted.
+    cli_jobs.check_flags(jobs.load_job(write_job(tmp_path, [{"name": "a", "seed": 3, "metric": "loss"}])))
+    for runs, defaults, message in [
+            ([{"name": "a"}, {"name": "b", "learning_rte": 1}], {},
+             r"runs\[1\] \(b\): unknown flag 'learning_rte' \(run_classifier.py's flags\)"),
+            ([{"name": "a", "train_steps": "many"}], {}, r"runs\[0\] \(a\): bad value for 'train_steps'"),
+            ([{"name": "a"}], {"dropuot": 0.1}, "defaults: unknown flag 'dropuot'")]:
+        with pytest.raises(jobs.JobError, match=message):
+            cli_jobs.check_flags(jobs.load_job(write_job(tmp_path, runs, **defaults)))
+    # YAML keeps the last of a key given twice: the first runs (or flag value) would vanish without a word
+    (tmp_path / "twice.yaml").write_text("output_dir: x\nruns:\n  - name: a\nruns:\n  - name: b\n")
+    with pytest.raises(jobs.JobError, match=r"twice.yaml: not valid YAML \(key 'runs' given twice .*line 4"):
+        jobs.load_job(str(tmp_path / "twice.yaml"))
 
 
 def test_results_table_and_failure_reasons(tmp_path):

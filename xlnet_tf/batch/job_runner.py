@@ -90,6 +90,7 @@ class Job:
     output_dir: str
     script: str
     runs: list
+    sources: list = dataclasses.field(default_factory=list)  # (where in the file, its flags): the defaults, each entry
 
 
 def load_job(path: str) -> Job:
@@ -132,6 +133,8 @@ def load_job(path: str) -> Job:
             raise JobError(f"{path}: runs[{i}] ({name}): seeds must be a non-empty list of integers")
         if seeds is not None and "seed" in entry:
             raise JobError(f"{path}: runs[{i}] ({name}): give seed or seeds, not both")
+        if entry.get("metric") is not None and not isinstance(entry["metric"], str):
+            raise JobError(f"{path}: runs[{i}] ({name}): metric must be a metric's name, e.g. accuracy")
         flags = dict(defaults)
         flags.update({k: v for k, v in entry.items() if k not in RUN_KEYS})
         for seed in seeds if seeds is not None else [None]:
@@ -147,8 +150,9 @@ def load_job(path: str) -> Job:
     if os.path.basename(script) not in ("run_classifier.py", "run_tagger.py"):
         raise JobError(f"{path}: script {script!r}: batch fine-tuning runs run_classifier.py (GLUE, IMDB, Yelp, "
                        "RACE) or run_tagger.py (token classification)")
-    return Job(path, output_dir, script, runs)
-
+    sources = [("defaults", dict(defaults))] + [
+        (f"runs[{i}] ({e['name']})", {k: v for k, v in e.items() if k not in RUN_KEYS}) for i, e in enumerate(entries)]
+    return Job(path, output_dir, script, runs, sources)
 
 def script_path(script: str) -> str:
     """``script`` as given if it exists (relative to the working directory), else in the repository root."""

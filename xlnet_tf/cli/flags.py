@@ -159,17 +159,24 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
     # are checked (the file holds them).
     values = io_utils.read_mapping(path, label=f"--config_file={path}", expected="a mapping of flag names to values",
                                    empty=True, error=flags.ValidationError)
+    return apply_values(flag_values, values, path)
+
+
+def apply_values(flag_values: flags.FlagValues, values: dict, label: str) -> dict:
+    """Sets the flags of ``values`` (a config file's, a job file's run) not given on the command line, each parsed
+    as its flag parses a command-line value; an unknown name or a value of the wrong type is a
+    ``flags.ValidationError`` naming ``label`` and the key. Returns the values applied."""
     applied = {}
     for key, value in values.items():
         if key not in flag_values:
-            raise flags.ValidationError(f"{path}: unknown flag {key!r}")
+            raise flags.ValidationError(f"{label}: unknown flag {key!r}")
         if flag_values[key].present:  # the command line wins
             continue
         try:
             flag_values[key].value = value if value is None else flag_values[key].parser.parse(
                 value if not isinstance(value, bool) else str(value).lower())
         except (ValueError, flags.IllegalFlagValueError) as e:
-            raise flags.ValidationError(f"{path}: bad value for {key!r}: {e}") from None
+            raise flags.ValidationError(f"{label}: bad value for {key!r}: {e}") from None
         applied[key] = value
     return applied
 

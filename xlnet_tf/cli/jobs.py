@@ -111,6 +111,8 @@ def main(s: JobsSettings, given: set = frozenset()) -> int:
 
         return cluster.run_task([s.job_file, *s.more_dirs], s.script, s.index_env)
     job = job_runner.load_job(s.job_file)
+    if s.command in ("finetune", "submit"):
+        check_flags(job)
     only = s.selected
     if s.command == "submit":
         return submit(s, job)
@@ -132,6 +134,33 @@ def main(s: JobsSettings, given: set = frozenset()) -> int:
         return 130
     ran = [r for r in results["runs"] if not only or r["run"] in only or r["group"] in only]
     return 1 if any(r["status"] == "failed" for r in ran) else 0
+
+
+# The settings of each script's flags (no TensorFlow in their modules).
+SCRIPT_SETTINGS = {"run_classifier.py": "xlnet_tf.tasks.task_settings:ClassifierSettings",
+                   "run_tagger.py": "xlnet_tf.tasks.tagging:TaggingSettings"}
+
+
+def check_flags(job) -> None:
+    """Every flag of the job file's defaults and run entries must be one of its script's, with a value that its
+    flag parses, as each run's ``--config_file`` will be read: a typo found now, not in each run's log (or on a
+    cluster, after the runs waited for their GPUs). Paths are not checked: a cluster's tasks may see other files."""
+    import importlib
+    import os
+
+    from absl import flags
+
+    from xlnet_tf.batch.job_runner import JobError
+
+    module, name = SCRIPT_SETTINGS[os.path.basename(job.script)].split(":")
+    settings_cls = getattr(importlib.import_module(module), name)
+    for where, values in job.sources:
+        flag_values = flags.FlagValues()
+        cli.define_flags(settings_cls, flag_values)
+        try:
+            cli.apply_values(flag_values, values, f"{job.path}: {where}")
+        except flags.ValidationError as e:
+            raise JobError(f"{e} ({os.path.basename(job.script)}'s flags)") from None
 
 
 def submit(s: JobsSettings, job) -> int:
