@@ -296,6 +296,13 @@ def test_runner_options_and_output_dir_are_checked_before_the_job(tmp_path):
             bb.check_runner("DirectRunner", [], "gs://b/out")
     with pytest.raises(ValueError, match=r"--job_endpoint=localhost:1: no Beam job server answered within 1 s"):
         bb.check_runner("PortableRunner", ["--job_endpoint=localhost:1", "--job_server_timeout=1"], out)
+    # Flink/Spark without --job_endpoint: Beam's job server (java -jar of a jar from Maven), checked without fetching
+    with pytest.raises(ValueError, match=r"--runner=FlinkRunner without --job_endpoint starts .*'/no/java', which is "
+                                         r"not on PATH"):
+        bb.check_runner("FlinkRunner", ["--flink_master=localhost:1", "--job_server_java_launcher=/no/java"], out)
+    with pytest.raises(ValueError, match=r"--runner=SparkRunner: Beam's job server jar cannot be fetched .*"
+                                         r"--spark_job_server_jar=<a local copy>"):
+        bb.check_runner("SparkRunner", ["--job_server_java_launcher=sh", "--spark_job_server_jar=/no/such.jar"], out)
     assert bb.check_runner("DirectRunner", ["--direct_num_workers=2"], out)[0] == "FnApiRunner"
     assert not os.path.exists(out)
 

@@ -32,6 +32,7 @@ import heapq
 import importlib
 import json
 import os
+import shutil
 import threading
 from typing import Optional, Sequence
 
@@ -334,10 +335,39 @@ def check_runner(runner: str, pipeline_args: Sequence[str], output_dir: str) -> 
     portable = options.view_as(PortableOptions)
     if name in PORTABLE_RUNNERS and portable.job_endpoint and portable.job_endpoint != "embed":
         _check_job_server(portable.job_endpoint, portable.job_server_timeout)
+    elif name in ("FlinkRunner", "SparkRunner") and not portable.job_endpoint:
+        _fetch_job_server_jar(name, options)
     return name, options
 
 
 PORTABLE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner")  # those that submit to a --job_endpoint
+
+
+def _fetch_job_server_jar(name: str, options: PipelineOptions) -> None:
+    """Flink or Spark without ``--job_endpoint``: Beam starts its job server itself, ``java -jar`` of a jar it
+    fetches from Maven on first use (then cached): both made sure of here, where a missing ``java`` or a failed
+    download is one line, not a traceback from ``run()`` after the model loaded. (The uber-jar modes fetch theirs
+    when they submit.)"""
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, JobServerOptions, SparkRunnerOptions
+    from apache_beam.runners.portability import flink_runner, job_server, spark_runner
+
+    flink = name == "FlinkRunner"
+    if (options.view_as(FlinkRunnerOptions).flink_submit_uber_jar if flink
+            else options.view_as(SparkRunnerOptions).spark_submit_uber_jar):
+        return
+    server_options = options.view_as(JobServerOptions)
+    java = server_options.job_server_java_launcher
+    if not shutil.which(java):
+        raise InputError(f"--runner={name} without --job_endpoint starts Beam's job server with {java!r}, which is "
+                         "not on PATH: install a Java runtime (or set --job_server_java_launcher), or give "
+                         "--job_endpoint of a running job server")
+    server = (flink_runner.FlinkJarJobServer if flink else spark_runner.SparkJarJobServer)(options)
+    try:
+        job_server.JavaJarJobServer.local_jar(server.path_to_jar(), server_options.jar_cache_dir)
+    except (OSError, RuntimeError, ValueError) as e:  # what Beam raises for a jar it cannot fetch
+        jar_flag = "--flink_job_server_jar" if flink else "--spark_job_server_jar"
+        raise InputError(f"--runner={name}: Beam's job server jar cannot be fetched ({' '.join(str(e).split())[:300]}"
+                         f"): give {jar_flag}=<a local copy>, or --job_endpoint of a running job server") from None
 
 
 def _check_job_server(endpoint: str, timeout_s: int) -> None:
