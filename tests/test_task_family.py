@@ -367,3 +367,6 @@ def test_a_task_module_whose_family_is_refused_is_one_line_naming_it(tmp_path):
         with pytest.raises(InputError, match=f"--task_module={module}: tasks.register: {why}"):
             tasks.load_module(str(module))
         assert "no_task_here" not in tasks.FAMILIES
+    with pytest.raises(InputError, match=r"--task_module=.*pair_score: a directory; give a .py file, or a package's "
+                                         r"dotted name"):
+        tasks.load_module(os.path.join(os.path.dirname(__file__), "fixtures", "pair_score"))

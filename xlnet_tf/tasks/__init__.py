@@ -167,6 +167,9 @@ def load_module(spec: Optional[str], flag: str = "--task_module"):
                          "copy it to local disk")
     if spec.endswith(".py") or os.sep in spec:
         path = os.path.abspath(spec)
+        if os.path.isdir(path):  # a package's directory: Python imports a package by its name, not its path
+            raise InputError(f"{flag}={spec}: a directory; give a .py file, or a package's dotted name (with its "
+                             "parent directory on PYTHONPATH)")
         if not os.path.isfile(path):
             raise InputError(f"{flag}={spec}: file not found")
         name = "xlnet_tf_task_module_" + "".join(c if c.isalnum() else "_" for c in path)
