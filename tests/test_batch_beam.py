@@ -255,7 +255,7 @@ def test_command_line(sst2_export, cli_run, tmp_path):
                                      "--batch_size?)") in typo.stderr, typo.stderr[-3000:]
 
 
-def test_beam_options_pass_through_and_typos_in_ours_are_errors():
+def test_beam_options_pass_through_and_typos_in_ours_are_errors(tmp_path):
     """With --runner, options that are not this tool's go to Beam, with their values; one Beam does not know
     either is an error naming it (and the flag meant). Without --runner nothing is taken out of the arguments."""
     argv = ["predict", "--runner=DataflowRunner", "--saved_model=m", "--project", "p", "--region=r",
@@ -268,6 +268,12 @@ def test_beam_options_pass_through_and_typos_in_ours_are_errors():
                                          r"\(did you mean --batch_size\?\)"):
         cli_predict.check_pipeline_args(["--batch_sise=3"])
     assert cli_predict.split_beam_args(["predict", "--batch_sise=3"]) == (["predict", "--batch_sise=3"], [])
+    config = tmp_path / "beam.yaml"  # the runner from --config_file: Beam's options still go to Beam
+    config.write_text("runner: DirectRunner\nbatch_size: 4\n")
+    assert cli_predict.split_beam_args(["predict", "--config_file", str(config), "--direct_num_workers=2"]) == (
+        ["predict", "--config_file", str(config)], ["--direct_num_workers=2"])
+    config.write_text("batch_size: 4\n")
+    assert cli_predict.split_beam_args(["predict", f"--config_file={config}", "--project=p"])[1] == []
     with pytest.raises(ValueError, match="--share_model shares a model .*: it needs --runner"):
         cli_predict.PredictSettings(share_model=True).validate()
 

@@ -115,7 +115,7 @@ def split_beam_args(argv: Sequence[str]) -> tuple:
     of this tool (or absl's) is Beam's, with its value (``--opt=v`` or ``--opt v``); without it, nothing is taken
     out (an unknown flag stays absl's error, as before Beam)."""
     argv = list(argv)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in argv[1:]):
+    if not any(a == "--runner" or a.startswith("--runner=") for a in argv[1:]) and not _runner_in_config_file(argv):
         return argv, []
     app.define_help_flags()  # --help, --helpfull, ...: defined when absl parses; theirs all the same
     ours_names = set(cli.FLAGS) | {f.name for f in dataclasses.fields(PredictSettings)} | {"config_file"}
@@ -133,6 +133,28 @@ def split_beam_args(argv: Sequence[str]) -> tuple:
                 beam_args.append(argv[i])
         i += 1
     return ours, beam_args
+
+
+def _runner_in_config_file(argv: Sequence[str]) -> bool:
+    """Whether the local ``--config_file`` of ``argv`` sets ``runner``: then, too, the options this tool does not
+    know are Beam's (else a Beam option beside a config file's runner was absl's 'Unknown command line flag'). A file
+    that cannot be read is left to the flags' parsing, which names its problem."""
+    from xlnet_tf import io_utils
+
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg.startswith("--config_file="):
+            path = arg.split("=", 1)[1]
+        elif arg == "--config_file" and i + 1 < len(argv):
+            path = argv[i + 1]
+        else:
+            continue
+        if not path or io_utils.is_uri(path):  # a URI would load TensorFlow to read it: --runner on the command line
+            return False
+        try:
+            return bool(io_utils.read_mapping(path, empty=True).get("runner"))
+        except (ValueError, OSError):
+            return False
+    return False
 
 
 def check_pipeline_args(args: Sequence[str]) -> None:
