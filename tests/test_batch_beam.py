@@ -309,6 +309,9 @@ def test_runner_options_and_output_dir_are_checked_before_the_job(tmp_path):
     with pytest.raises(ValueError, match=r"--runner=SparkRunner: Beam's job server jar cannot be fetched .*"
                                          r"--spark_job_server_jar=<a local copy>"):
         bb.check_runner("SparkRunner", ["--job_server_java_launcher=sh", "--spark_job_server_jar=/no/such.jar"], out)
+    with pytest.raises(ValueError, match=r"--runner=PrismRunner: Beam's Prism binary cannot be fetched .*"
+                                         r"--prism_location=<a local copy>"):
+        bb.check_runner("PrismRunner", ["--prism_location=/no/such/prism"], out)
     assert bb.check_runner("DirectRunner", ["--direct_num_workers=2"], out)[0] == "FnApiRunner"
     assert not os.path.exists(out)
 

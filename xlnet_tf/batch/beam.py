@@ -337,10 +337,25 @@ def check_runner(runner: str, pipeline_args: Sequence[str], output_dir: str) -> 
         _check_job_server(portable.job_endpoint, portable.job_server_timeout)
     elif name in ("FlinkRunner", "SparkRunner") and not portable.job_endpoint:
         _fetch_job_server_jar(name, options)
+    elif name == "PrismRunner" and not portable.job_endpoint:
+        _fetch_prism(options)
     return name, options
 
 
 PORTABLE_RUNNERS = ("PortableRunner", "FlinkRunner", "SparkRunner")  # those that submit to a --job_endpoint
+
+
+def _fetch_prism(options: PipelineOptions) -> None:
+    """PrismRunner without ``--job_endpoint``: Beam runs its Prism binary, fetched from GitHub on first use (then
+    cached): made sure of here, where a failed download is one line, not a traceback from ``run()``."""
+    from apache_beam.runners.portability.prism_runner import PrismJobServer
+
+    try:
+        PrismJobServer(options)._get_executable_path()  # pylint: disable=protected-access (what run() calls)
+    except (OSError, RuntimeError, ValueError) as e:  # what Beam raises for a binary it cannot fetch
+        raise InputError(f"--runner=PrismRunner: Beam's Prism binary cannot be fetched ("
+                         f"{' '.join(str(e).split())[:300]}): give --prism_location=<a local copy>, or --job_endpoint "
+                         "of a running Prism") from None
 
 
 def _fetch_job_server_jar(name: str, options: PipelineOptions) -> None:
