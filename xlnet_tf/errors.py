@@ -4,7 +4,8 @@
 contradict each other, a missing or malformed file, an unreadable checkpoint, a job file. Its message names the
 input (the flag, the file, file:line) and says what is wrong, so the command-line tools print it as one line
 instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
-(``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file),
+(``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file), ``RegistrationError``
+(``xlnet_tf.registry``: a plug-in a user's module registers is refused),
 ``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached). ``WorkerLostError`` is not the user's
 doing but is reported the same way: a lost worker ends a multi-worker run. Anything else that escapes a tool is a
 bug and keeps its traceback.

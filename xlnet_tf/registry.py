@@ -79,7 +79,7 @@ class Registry(Mapping):
             missing = sorted(getattr(entry, "__abstractmethods__", ()))
             if missing:
                 raise RegistrationError(f"{self.caller}: {entry.__name__} does not implement {', '.join(missing)} "
-                                 f"(hooks of {self.base})")
+                                        f"(hooks of {self.base})")
             entry = entry()
         problems = self._check(entry)
         if problems:
@@ -90,7 +90,7 @@ class Registry(Mapping):
         existing = self._entries.get(name)
         if existing is not None and origin(existing) != origin(entry):
             raise RegistrationError(f"{self.caller}: the {self.kind} name {name!r} is taken by "
-                             f"{type(existing).__module__}.{type(existing).__qualname__}")
+                                    f"{type(existing).__module__}.{type(existing).__qualname__}")
         for other_name, other in self._entries.items():
             claimed = other_name != name and self._clash(entry, other)
             if claimed:

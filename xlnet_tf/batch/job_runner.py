@@ -154,6 +154,7 @@ def load_job(path: str) -> Job:
         (f"runs[{i}] ({e['name']})", {k: v for k, v in e.items() if k not in RUN_KEYS}) for i, e in enumerate(entries)]
     return Job(path, output_dir, script, runs, sources)
 
+
 def script_path(script: str) -> str:
     """``script`` as given if it exists (relative to the working directory), else in the repository root."""
     return script if os.path.exists(script) else os.path.join(REPO, script)
