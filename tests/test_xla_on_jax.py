@@ -223,3 +223,17 @@ def test_merge_into_a_new_directory(tmp_path):
     export.merge(str(tmp_path / "all"), str(src))
     assert [w["name"] for w in bundle.read_manifest(str(tmp_path / "all"))["workloads"]] == ["w"]
     assert (tmp_path / "all" / "w.hlo.pb.gz").read_bytes() == b"module"
+
+
+def test_flops_count_the_heads_width():
+    """n_head x d_head need not be d_model (3 heads of 20 in a 64-wide model): the attention's projections and
+    products are that wide, the feed-forward and the LM head are not. MFU divides by these FLOPs."""
+    import export
+    from xlnet_tf.flops import forward_flops_per_sequence as forward
+
+    shape = (1, 64, 128, 32, 0, 0, 0)  # one layer, d_model 64, d_inner 128, 32 tokens, no query stream, no head
+    assert forward(*shape) == forward(*shape, d_attn=64)  # the released models' shape: as before
+    ffn = 4 * 32 * 64 * 128
+    assert forward(*shape, d_attn=60) - ffn == pytest.approx((forward(*shape) - ffn) * 60 / 64)
+    narrow = dataclasses.replace(export.TINY, n_head=3, d_head=20)
+    assert narrow.train_flops_per_step() < export.TINY.train_flops_per_step()

@@ -293,7 +293,8 @@ def build_finetune(cfg, task, dtype):
         state, loss, norm = replica_step(features, state)
         return {"state": state, "loss": loss, "grad_norm": norm}
 
-    flops = cfg.batch * train_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0)
+    flops = cfg.batch * train_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0,
+                                                 d_attn=cfg.n_head * cfg.d_head)
     return dict(fn=tf.function(step, jit_compile=True), batches=finetune_batches(cfg, task, 2),
                 state=tf.zeros([]), model=model, optimizer=optimizer, flops=flops, kind="train",
                 carry={"state": "state"})
@@ -316,7 +317,8 @@ def build_infer(cfg, dtype):
         return {"sequence_output": model(inputs, training=False)["sequence_output"], "state": state}
 
     flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0,
-                                                   cfg.n_token, cfg.batch, objective="plm")
+                                                   cfg.n_token, cfg.batch, objective="plm",
+                                                   d_attn=cfg.n_head * cfg.d_head)
     return dict(fn=tf.function(fn, jit_compile=True), batches=batches, state=tf.zeros([]), model=model,
                 optimizer=None, flops=flops, kind="infer", carry={"state": "state"})
 
