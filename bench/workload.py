@@ -48,7 +48,8 @@ class BenchConfig:
         from xlnet_tf.flops import train_flops_per_sequence
         return self.batch * train_flops_per_sequence(self.n_layer, self.d_model, self.d_inner, self.seq_len,
                                                      self.memory(objective), self.num_predict, self.n_token,
-                                                     self.batch, objective=objective)
+                                                     self.batch, objective=objective,
+                                                     d_attn=self.n_head * self.d_head)
 
     @property
     def tokens_per_step(self) -> int:

@@ -145,3 +145,95 @@ def test_squad_batches_fit_any_sequence_length(seq_len):
             assert start == end == cls
         else:
             assert start <= end and p_mask[row, start] == p_mask[row, end] == 0.0
+
+
+# Shapes checked end to end (export with TF's reference, then the runner on jax 0.10.2 and 0.11.2, every
+# objective, both precisions, clf, squad and the forward): the exporter takes them as they are.
+UNUSUAL_SHAPES = ["n_head=3,d_head=20", "d_model=72,n_head=4,d_head=18,d_inner=100", "n_layer=1,mem_len=0",
+                  "reuse_len=32,num_predict=31", "seq_len=40,reuse_len=12,num_predict=7,mem_len=24",
+                  "seq_len=72,reuse_len=24,mem_len=40,num_predict=11,batch=1,n_token=777",
+                  "seq_len=33,reuse_len=16,num_predict=9,n_token=50,batch=3,d_inner=200",
+                  "seq_len=130,reuse_len=50,mem_len=70,num_predict=19,d_model=128,n_head=2,d_head=64,n_layer=1",
+                  "mem_len=48,reuse_len=8,n_head=1,d_head=64,batch=1", "seq_len=6,reuse_len=3,mem_len=3,num_predict=1",
+                  "d_model=50,n_head=5,d_head=10,d_inner=75,n_token=32000,seq_len=17,reuse_len=5,mem_len=9,"
+                  "num_predict=17"]
+
+
+@pytest.mark.parametrize("overrides", UNUSUAL_SHAPES)
+def test_exporter_takes_unusual_shapes(overrides):
+    import export
+
+    cfg = export.config_named("tiny", overrides)
+    assert export.config_errors(cfg, ["plm", "pmlm", "mpnet"], ["float32", "mixed_bfloat16"], ["clf", "squad"],
+                                True) == []
+    # The forward reads token ids and segments only: num_predict does not concern it.
+    assert export.config_errors(dataclasses.replace(cfg, num_predict=cfg.seq_len + 1), infer=True) == []
+
+
+@pytest.mark.parametrize("overrides, objectives, finetune, why", [
+    ("clamp_len=5", [], [], "--set clamp_len: not a BenchConfig field"),
+    ("n_layer", [], [], "--set n_layer: expected field=value"),
+    ("n_head=three", [], [], "--set n_head=three: n_head is an integer"),
+    ("d_model=63,n_head=7,d_head=9", ["plm"], [], "d_model must be even"),
+    ("dropout=1.0", ["plm"], [], "dropout must be in [0, 1)"),
+    ("batch=0", ["plm"], [], "batch=0 must be positive"),
+    ("n_token=8", ["pmlm"], [], "n_token=8 must be >= 10"),
+    ("n_token=5", ["plm"], [], "n_token=5 must be >= 6"),
+    ("num_predict=33", ["plm"], [], "num_predict=33 must be in [1, seq_len=32] for plm"),
+    ("num_predict=0", ["plm"], [], "num_predict=0 must be in [1, seq_len=32] for plm"),
+    ("num_predict=40", ["pmlm"], [], "num_predict=40 must be <= seq_len=32 for pmlm"),
+    ("reuse_len=40", ["plm"], [], "reuse_len=40 must be <= seq_len=32"),
+    ("seq_len=5,reuse_len=2,mem_len=2,num_predict=2", ["plm", "pmlm"], [], "seq_len=5 is too short for pmlm"),
+    ("seq_len=4,num_predict=2", [], ["squad"], "seq_len=4 must be >= 5 for squad"),
+    ("", ["xlm"], [], "--objectives xlm: not an objective"),
+    ("", ["plm"], ["ner"], "--finetune ner: not a fine-tuning step"),
+    ("", ["plm:fp32"], [], "--dtypes fp32: not a Keras precision policy"),
+])
+def test_exporter_refuses_what_it_cannot_build_naming_the_field(overrides, objectives, finetune, why):
+    """Refused before anything is traced, in one message naming the field: not a numpy or TensorFlow traceback
+    from inside a builder, nor a step other than the one asked for."""
+    import export
+
+    dtypes = [o.partition(":")[2] or "float32" for o in objectives[:1]]  # "plm:fp32": plm in fp32
+    objectives = [o.partition(":")[0] for o in objectives]
+    try:
+        errors = export.config_errors(export.config_named("tiny", overrides), objectives, dtypes, finetune)
+    except export.ConfigError as e:
+        errors = [str(e)]
+    assert any(why in e for e in errors), errors
+
+
+def test_exporter_cli_refuses_in_one_line(tmp_path):
+    out = tmp_path / "bundle"
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "export.py"), "--out", str(out), "--config", "tiny",
+                           "--set", "clamp_len=5"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "Traceback" not in proc.stderr
+    assert "--set clamp_len: not a BenchConfig field" in proc.stderr and not out.exists()
+
+
+def test_merge_into_a_new_directory(tmp_path):
+    """``--merge`` gathers exports made side by side: into a directory that does not exist yet too."""
+    import export
+
+    src = tmp_path / "one"
+    src.mkdir()
+    bundle.write_manifest(str(src), {"format": bundle.FORMAT, "workloads": [{"name": "w"}]})
+    (src / "w.hlo.pb.gz").write_bytes(b"module")
+    export.merge(str(tmp_path / "all"), str(src))
+    assert [w["name"] for w in bundle.read_manifest(str(tmp_path / "all"))["workloads"]] == ["w"]
+    assert (tmp_path / "all" / "w.hlo.pb.gz").read_bytes() == b"module"
+
+
+def test_flops_count_the_heads_width():
+    """n_head x d_head need not be d_model (3 heads of 20 in a 64-wide model): the attention's projections and
+    products are that wide, the feed-forward and the LM head are not. MFU divides by these FLOPs."""
+    import export
+    from xlnet_tf.flops import forward_flops_per_sequence as forward
+
+    shape = (1, 64, 128, 32, 0, 0, 0)  # one layer, d_model 64, d_inner 128, 32 tokens, no query stream, no head
+    assert forward(*shape) == forward(*shape, d_attn=64)  # the released models' shape: as before
+    ffn = 4 * 32 * 64 * 128
+    assert forward(*shape, d_attn=60) - ffn == pytest.approx((forward(*shape) - ffn) * 60 / 64)
+    narrow = dataclasses.replace(export.TINY, n_head=3, d_head=20)
+    assert narrow.train_flops_per_step() < export.TINY.train_flops_per_step()

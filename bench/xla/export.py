@@ -69,18 +69,104 @@ GPU_PRESET = [
 ]
 
 
+class ConfigError(ValueError):
+    """A config or flag the exporter refuses up front: one line naming the field and why (``main`` prints it
+    without a traceback), instead of a numpy or TensorFlow error deep inside a build, or a silently odd step."""
+
+
 def config_named(name: str, overrides: str = "") -> BenchConfig:
     if name == "squad-512":  # XLNet-Base fine-tuned on SQuAD: sequences of 512, no memory
         cfg = dataclasses.replace(CONFIGS["base-512"], name="squad-512", mem_len=0, reuse_len=0, num_predict=0)
     elif name == "tiny":
         cfg = TINY
-    else:
+    elif name in CONFIGS:
         cfg = CONFIGS[name]
+    else:
+        raise ConfigError(f"--config {name}: not a config (tiny, squad-512, {', '.join(CONFIGS)})")
+    fields = {f.name: f for f in dataclasses.fields(BenchConfig)}
     for item in filter(None, overrides.split(",")):
-        key, value = item.split("=")
-        field = {f.name: f for f in dataclasses.fields(BenchConfig)}[key.strip()]
-        cfg = dataclasses.replace(cfg, **{field.name: type(getattr(cfg, field.name))(value)})
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise ConfigError(f"--set {item}: expected field=value")
+        if key not in fields:
+            raise ConfigError(f"--set {key}: not a BenchConfig field (fields: {', '.join(fields)})")
+        kind = type(getattr(cfg, key))
+        try:
+            cfg = dataclasses.replace(cfg, **{key: kind(value)})
+        except ValueError:
+            raise ConfigError(f"--set {key}={value}: {key} is {'an integer' if kind is int else 'a ' + kind.__name__}")
     return cfg
+
+
+# The ids below 9 are <unk> ... <eop> (xlnet_tf.tokenization): the batches draw ordinary tokens past them.
+MIN_VOCAB = 10
+
+
+def config_errors(cfg: BenchConfig, objectives=(), dtypes=(), finetune=(), infer=False) -> list:
+    """What the exporter cannot build for ``cfg``, one message per field, each naming it and why; empty when every
+    requested workload can be exported. Checked before anything is traced, so that a config the batches or the
+    model cannot take is refused in one line rather than failing in a builder (or exporting a step that is not
+    the one asked for)."""
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.objectives import OBJECTIVES
+
+    errors = []
+    for name in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "seq_len", "batch"):
+        if getattr(cfg, name) < 1:
+            errors.append(f"{name}={getattr(cfg, name)} must be positive")
+    # workload.make_batch draws ids from 5 on; the fine-tuning batches and PMLM's and MPNet's corruption draw
+    # ordinary tokens past the 9 special ids (<unk> ... <eop>).
+    min_vocab = MIN_VOCAB if finetune or any(o in ("pmlm", "mpnet") for o in objectives) else 6
+    if cfg.n_token < min_vocab:
+        errors.append(f"n_token={cfg.n_token} must be >= {min_vocab}: the batches draw ordinary tokens past the "
+                      "special ids")
+    for name in ("mem_len", "reuse_len", "num_predict"):
+        if getattr(cfg, name) < 0:
+            errors.append(f"{name}={getattr(cfg, name)} must be >= 0")
+    if not errors:  # the model's own checks (d_model even, dropout in [0, 1), ...), as XLNetConfig words them
+        try:
+            cfg.xlnet_config()
+        except InputError as e:
+            errors.append(str(e).replace("XLNetConfig: ", ""))
+    if errors:
+        return errors
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown:
+        errors.append(f"--objectives {','.join(unknown)}: not an objective (registered: {', '.join(OBJECTIVES)})")
+    unknown = [t for t in finetune if t not in ("clf", "squad")]
+    if unknown:
+        errors.append(f"--finetune {','.join(unknown)}: not a fine-tuning step (clf, squad)")
+    for dtype in dtypes:
+        if dtype not in SHORT_DTYPE:  # any Keras policy exports (mixed_float16, bfloat16 did, and verify)
+            import keras
+            try:
+                keras.mixed_precision.Policy(dtype)
+            except ValueError:
+                errors.append(f"--dtypes {dtype}: not a Keras precision policy (float32, mixed_bfloat16, ...)")
+    # workload.make_batch (every pretraining batch starts from its records) places num_predict distinct targets in
+    # the sequence and splits it into two segments.
+    if "plm" in objectives and not 1 <= cfg.num_predict <= cfg.seq_len:
+        errors.append(f"num_predict={cfg.num_predict} must be in [1, seq_len={cfg.seq_len}] for plm")
+    elif objectives and cfg.num_predict > cfg.seq_len:
+        errors.append(f"num_predict={cfg.num_predict} must be <= seq_len={cfg.seq_len} for {','.join(objectives)}")
+    if "plm" in objectives and cfg.mem_len and cfg.reuse_len > cfg.seq_len:
+        errors.append(f"reuse_len={cfg.reuse_len} must be <= seq_len={cfg.seq_len}: the memory caches the first "
+                      "reuse_len positions of each sequence")
+    if cfg.seq_len < 2:
+        errors.append(f"seq_len={cfg.seq_len} must be >= 2 (two segments)")
+    # PMLM's and MPNet's batches pad the blockwise prediction set to max_masked(seq_len) slots, taken from the
+    # sequence: they need that many positions.
+    blockwise = [o for o in objectives if o in ("pmlm", "mpnet")]
+    if blockwise:
+        from xlnet_tf.data.factorization import max_masked  # TensorFlow comes with it: imported only when needed
+        if max_masked(cfg.seq_len) > cfg.seq_len:
+            errors.append(f"seq_len={cfg.seq_len} is too short for {','.join(blockwise)}: its batches take "
+                          f"max_masked(seq_len)={max_masked(cfg.seq_len)} prediction slots from the sequence")
+    # The fine-tuning batches: A <sep> B <sep> <cls> (clf) and P <sep> Q <sep> <cls> (squad), a token at least in
+    # each part.
+    if finetune and cfg.seq_len < 5:
+        errors.append(f"seq_len={cfg.seq_len} must be >= 5 for {','.join(finetune)} (text <sep> text <sep> <cls>)")
+    return errors
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,7 +293,8 @@ def build_finetune(cfg, task, dtype):
         state, loss, norm = replica_step(features, state)
         return {"state": state, "loss": loss, "grad_norm": norm}
 
-    flops = cfg.batch * train_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0)
+    flops = cfg.batch * train_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0,
+                                                 d_attn=cfg.n_head * cfg.d_head)
     return dict(fn=tf.function(step, jit_compile=True), batches=finetune_batches(cfg, task, 2),
                 state=tf.zeros([]), model=model, optimizer=optimizer, flops=flops, kind="train",
                 carry={"state": "state"})
@@ -221,14 +308,17 @@ def build_infer(cfg, dtype):
     model = XLNetModel(cfg.xlnet_config("pmlm").replace(mem_len=0, reuse_len=None), dtype=dtype)
     batches = []
     for seed in range(2):
-        b = make_batch(cfg, seed)
+        # Token ids and segments only: make_batch draws them before the targets, so num_predict (which the forward
+        # has no use for, and which make_batch needs <= seq_len) is 0 here, and the batches are as before.
+        b = make_batch(dataclasses.replace(cfg, num_predict=0), seed)
         batches.append({"input_ids": tf.constant(b["input_ids"]), "segment_ids": tf.constant(b["segment_ids"])})
 
     def fn(inputs, state):
         return {"sequence_output": model(inputs, training=False)["sequence_output"], "state": state}
 
     flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0,
-                                                   cfg.n_token, cfg.batch, objective="plm")
+                                                   cfg.n_token, cfg.batch, objective="plm",
+                                                   d_attn=cfg.n_head * cfg.d_head)
     return dict(fn=tf.function(fn, jit_compile=True), batches=batches, state=tf.zeros([]), model=model,
                 optimizer=None, flops=flops, kind="infer", carry={"state": "state"})
 
@@ -469,6 +559,9 @@ def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, l
            min_param_bytes=1 << 16):
     import keras
 
+    errors = config_errors(cfg, objectives, dtypes, finetune, infer)
+    if errors:
+        raise ConfigError(f"config {cfg.name}: " + "; ".join(errors))
     os.makedirs(out_dir, exist_ok=True)
     manifest = manifest or {"format": fmt.FORMAT, "workloads": []}
     known = {w["name"] for w in manifest["workloads"]}
@@ -512,7 +605,10 @@ def merge(out_dir: str, other: str) -> None:
     """Adds ``other``'s workloads to ``out_dir`` (two exports run side by side, each into its own directory)."""
     import shutil
 
-    manifest, extra = fmt.read_manifest(out_dir), fmt.read_manifest(other)
+    extra = fmt.read_manifest(other)
+    os.makedirs(out_dir, exist_ok=True)  # merging into a new directory copies ``other``
+    manifest = (fmt.read_manifest(out_dir) if os.path.exists(os.path.join(out_dir, "manifest.json"))
+                else {"format": fmt.FORMAT, "workloads": []})
     names = {w["name"] for w in manifest["workloads"]}
     clash = sorted(names & {w["name"] for w in extra["workloads"]})
     if clash:
@@ -554,13 +650,27 @@ def main(argv=None):
         return
 
     from workload import set_thread_env
-    set_thread_env(args.threads)
-    import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_thread_env(args.threads)  # (also quiets TensorFlow's start-up logs, should the checks below import it)
 
     def split(s):
         return [x for x in s.split(",") if x]
+
+    cfg = None
+    if args.preset is None:  # refused here in one line, before anything is built (a traceback says nothing more)
+        try:
+            cfg = config_named(args.config, args.set)
+            if args.batch is not None:
+                cfg = dataclasses.replace(cfg, batch=args.batch)
+            errors = config_errors(cfg, split(args.objectives), split(args.dtypes), split(args.finetune),
+                                   args.infer)
+        except ConfigError as e:
+            errors = [str(e)]
+        if errors:
+            sys.exit("export.py: refused: " + "; ".join(errors))
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
     manifest = None
     if os.path.exists(os.path.join(args.out, "manifest.json")):
@@ -587,9 +697,6 @@ def main(argv=None):
                     subprocess.run(cmd, check=True)
         manifest = fmt.read_manifest(args.out)
     else:
-        cfg = config_named(args.config, args.set)
-        if args.batch:
-            cfg = dataclasses.replace(cfg, batch=args.batch)
         manifest = export(args.out, cfg, split(args.objectives), split(args.dtypes), split(args.finetune),
                           args.infer, args.ref_steps, args.seed, manifest=manifest,
                           min_param_bytes=args.min_param_bytes)

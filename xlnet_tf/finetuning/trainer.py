@@ -63,7 +63,8 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
         replica_step = tf.function(replica_step, jit_compile=True)
 
     c = model.config
-    flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0)
+    flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0,
+                                     d_attn=c.n_head * c.d_head)
     return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
                                  flops_per_sequence=flops)
 

@@ -115,7 +115,7 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     if s.jit_compile:
         replica_step = tf.function(replica_step, jit_compile=True)
     flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, c.mem_len, s.num_predict, c.n_token,
-                                     per_replica, c.bi_data, objective=objective.name)
+                                     per_replica, c.bi_data, objective=objective.name, d_attn=c.n_head * c.d_head)
     # Memory restarts at every host loop (see the module docstring).
     return training.train(replica_step, dataset_fn, global_batch=s.train_batch_size * s.grad_accum_steps,
                           seq_len=s.seq_len, flops_per_sequence=flops, micro_batches=s.grad_accum_steps,
