@@ -8,6 +8,7 @@ jax is in the ``test`` extra: under CI=true a missing jax fails these tests (in 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -71,6 +72,22 @@ def test_runner_reproduces_tf_loss_per_step_on_jax_cpu(exported):
 
 def test_runner_imports_no_tensorflow(exported):
     assert exported[1]["tensorflow_imported"] is False
+
+
+def test_runner_refuses_a_missing_bundle_and_patterns_that_match_nothing(exported, tmp_path):
+    """A typo in --workloads must not run nothing and report "all verified"; a wrong --bundle is one line."""
+    bundle, _ = exported
+    names = ["tiny_pmlm_f32_b2", "clf-16_f32_b2", "tiny_plm_f32_b2"]
+    workloads = [{"name": n} for n in names]
+    assert [w["name"] for w in runner.select(workloads, ["tiny_*", "*"], bundle)] == [names[0], names[2], names[1]]
+    with pytest.raises(ValueError, match="tiny_pml_f32 match no workload"):
+        runner.select(workloads, ["tiny_pml_f32", "clf-*"], bundle)
+    for argv, why in ((["--bundle", str(tmp_path)], "no bundle there"),
+                      (["--bundle", bundle, "--workloads", "squad-*"], "squad-\\* match no workload")):
+        proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and re.search(why, proc.stderr.splitlines()[-1]), proc.stderr[-1000:]
+        assert "Traceback" not in proc.stderr
 
 
 def test_bundle_ships_no_weights(exported):

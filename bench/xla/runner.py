@@ -229,17 +229,28 @@ def peak_for(dtype: str, peaks: dict) -> tuple[str, float]:
     return label, peaks.get(label, 0.0)
 
 
+def select(workloads: list, names, bundle: str) -> list:
+    """The workloads ``names`` (names or globs) match, in the order of the first pattern each matches (all for
+    none); a pattern matching nothing is a ValueError (else a typo runs nothing and reads as "all verified")."""
+    if not names:
+        return workloads
+    unmatched = [n for n in names if not any(fnmatch.fnmatch(w["name"], n) for w in workloads)]
+    if unmatched:
+        raise ValueError(f"--workloads: {', '.join(unmatched)} match no workload of {bundle} (it holds "
+                         f"{', '.join(w['name'] for w in workloads)})")
+
+    def rank(w):
+        return next((i for i, n in enumerate(names) if fnmatch.fnmatch(w["name"], n)), None)
+    return sorted((w for w in workloads if rank(w) is not None), key=rank)
+
+
 def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=True, peak_size=None,
         verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True, compile_threads=1,
         json_path=None, compile_only=False) -> dict:
     start = time.perf_counter()
     xla = JaxlibXla(platform_name)
     manifest = fmt.read_manifest(bundle)
-    workloads = manifest["workloads"]
-    if names:  # in the order of the first pattern each matches
-        def rank(w):
-            return next((i for i, n in enumerate(names) if fnmatch.fnmatch(w["name"], n)), None)
-        workloads = sorted((w for w in workloads if rank(w) is not None), key=rank)
+    workloads = select(manifest["workloads"], names, bundle)
     info = xla.versions()
     log(f"runner: {info}; {len(workloads)} workloads from {bundle}")
     result = {"info": info, "bundle": os.path.abspath(bundle), "workloads": [], "skipped": []}
@@ -399,6 +410,12 @@ def main(argv=None):
                                                              "tolerance and none failed")
     args = parser.parse_args(argv)
     names = [n for n in args.workloads.split(",") if n]
+    if not os.path.isfile(os.path.join(args.bundle, "manifest.json")):
+        parser.error(f"--bundle={args.bundle}: no bundle there (no manifest.json; bench/xla/export.py writes one)")
+    try:  # before jax loads and the peaks are measured
+        select(fmt.read_manifest(args.bundle)["workloads"], names, args.bundle)
+    except ValueError as e:
+        parser.error(str(e))
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
                  time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json,
