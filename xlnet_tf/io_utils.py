@@ -277,23 +277,37 @@ def read_json(path: str):
 
 def _yaml_unique_keys(stream):
     """``yaml.safe_load`` refusing a key given twice in one mapping: PyYAML keeps the last silently, so a flag set
-    twice, or a second ``runs:`` in a job file, would quietly drop what the user wrote first."""
+    twice, or a second ``runs:`` in a job file, would quietly drop what the user wrote first. The check walks the
+    composed node graph (no object is constructed there), then the text is loaded by ``safe_load``."""
     import yaml
 
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": merged keys may be overridden
-                    continue
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
+    text = stream.read()
+    seen_nodes = set()
 
-    return yaml.load(stream, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    def check(node):
+        if id(node) in seen_nodes:  # an alias of a node already checked
+            return
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys = set()
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *anchor": merged keys may be overridden
+                    check(value_node)
+                    continue
+                key = (key_node.tag, key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key in keys:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key_node.value!r} given twice (line {key_node.start_mark.line + 1})")
+                keys.add(key)
+                check(value_node)
+        elif isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                check(item)
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        check(root)
+    return yaml.safe_load(text)
 
 
 def read_mapping(path: str, fmt: str = "yaml", *, label: Optional[str] = None, missing: Optional[str] = "file",
