@@ -316,6 +316,16 @@ def test_runner_options_and_output_dir_are_checked_before_the_job(tmp_path):
     assert not os.path.exists(out)
 
 
+def test_overwrite_replaces_cli_predict_results_too(tmp_path):
+    """Earlier results a Beam job refuses, and --overwrite removes, include cli.predict's per-input files: left
+    beside the job's own, a glob over the directory would read both predictions."""
+    names = ["a.tsv.predictions.jsonl", "dead_letters-00000-of-00001.txt", "predict_summary.json",
+             "predictions-00000-of-00002.jsonl"]
+    for name in names + ["notes.txt"]:
+        (tmp_path / name).write_text("x\n")
+    assert [os.path.basename(p) for p in bb._outputs_there(str(tmp_path))] == names
+
+
 @pytest.mark.slow
 def test_a_file_of_bad_rows_fails_the_job_and_cli_predict_keeps_off_its_results(sst2_export, tmp_path):
     """An input whose every row is bad is the wrong file or format: an error naming it (as cli.predict's), not

@@ -47,7 +47,7 @@ from xlnet_tf import tasks
 from xlnet_tf.batch import FORMATS, SUMMARY_FILE
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import SavedModelPredictor
-from xlnet_tf.batch.rows import model_inputs, output_lines, stack_inputs, with_id
+from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, stack_inputs, with_id
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import Row
 
@@ -261,8 +261,11 @@ def _row_event(result: PredictionResult) -> tuple:
 
 
 def _outputs_there(output_dir: str) -> list:
+    """Earlier results in ``output_dir``: a Beam job's, and ``cli.predict``'s per-input files (which
+    ``--overwrite`` removes too: left beside the new ones, a glob over the directory would read both)."""
     return sorted(tf.io.gfile.glob(os.path.join(output_dir, f"{PREDICTIONS}-*"))
                   + tf.io.gfile.glob(os.path.join(output_dir, f"{DEAD_LETTERS}-*"))
+                  + tf.io.gfile.glob(os.path.join(output_dir, f"*{OUTPUT_SUFFIX}"))
                   + tf.io.gfile.glob(os.path.join(output_dir, SUMMARY_FILE)))
 
 
