@@ -194,6 +194,7 @@ def test_exporter_takes_unusual_shapes(overrides):
     ("d_model=63,n_head=7,d_head=9", ["plm"], [], "d_model must be even"),
     ("dropout=1.0", ["plm"], [], "dropout must be in [0, 1)"),
     ("batch=0", ["plm"], [], "batch=0 must be positive"),
+    ("name=../x", ["plm"], [], "name='../x' must be letters, digits"),
     ("n_token=8", ["pmlm"], [], "n_token=8 must be >= 10"),
     ("n_token=5", ["plm"], [], "n_token=5 must be >= 6"),
     ("num_predict=33", ["plm"], [], "num_predict=33 must be in [1, seq_len=32] for plm"),

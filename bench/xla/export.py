@@ -123,6 +123,8 @@ def config_errors(cfg: BenchConfig, objectives=(), dtypes=(), finetune=(), infer
     for name in ("mem_len", "reuse_len", "num_predict"):
         if getattr(cfg, name) < 0:
             errors.append(f"{name}={getattr(cfg, name)} must be >= 0")
+    if not cfg.name or not all(c.isalnum() or c in "-_." for c in cfg.name):  # it names the bundle's files
+        errors.append(f"name={cfg.name!r} must be letters, digits, '-', '_' or '.'")
     if not errors:  # the model's own checks (d_model even, dropout in [0, 1), ...), as XLNetConfig words them
         try:
             cfg.xlnet_config()
