@@ -44,6 +44,7 @@ import socket
 import time
 from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -78,16 +79,29 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
                   stats: ShardStats) -> tf.data.Dataset:
     """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
     (``text_a``, ``text_b`` string [B], or ``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32
-    [B, L]). Skipped rows are counted in ``stats``, never batched."""
+    [B, L]). Skipped rows are counted in ``stats``, never batched. The generator yields whole batches: tf.data's
+    per-element cost of ``from_generator`` (a Python call and a conversion per tensor) is paid once a batch, not
+    once a row (where the model is small, it cost more than the forward pass)."""
     L = predictor.max_seq_length
-    meta = {"line": tf.TensorSpec([], tf.int64), "end": tf.TensorSpec([], tf.int64), "id": tf.TensorSpec([], tf.string)}
+    meta = {"line": tf.TensorSpec([None], tf.int64), "end": tf.TensorSpec([None], tf.int64),
+            "id": tf.TensorSpec([None], tf.string)}
     if predictor.takes_text:
-        signature = dict(meta, text_a=tf.TensorSpec([], tf.string), text_b=tf.TensorSpec([], tf.string))
+        signature = dict(meta, text_a=tf.TensorSpec([None], tf.string), text_b=tf.TensorSpec([None], tf.string))
     else:
-        signature = dict(meta, input_ids=tf.TensorSpec([L], tf.int32), segment_ids=tf.TensorSpec([L], tf.int32),
-                         padding_mask=tf.TensorSpec([L], tf.float32))
+        signature = dict(meta, input_ids=tf.TensorSpec([None, L], tf.int32),
+                         segment_ids=tf.TensorSpec([None, L], tf.int32),
+                         padding_mask=tf.TensorSpec([None, L], tf.float32))
+
+    def stacked(items: list) -> dict:
+        batch = {k: np.asarray([item[k] for item in items], np.int64) for k in ("line", "end")}
+        batch.update({k: np.asarray([item[k] for item in items], object) for k in signature
+                      if signature[k].dtype == tf.string})
+        batch.update({k: np.stack([item[k] for item in items]) for k in signature
+                      if k not in batch})
+        return batch
 
     def generate():
+        items = []
         for row in read_rows(path, fmt, fields):
             if row.problem:
                 stats.skipped += 1
@@ -98,9 +112,14 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
             inputs, cut = model_inputs(predictor, row, bool(fields.text_b))
             stats.truncated += cut
             item.update(inputs)
-            yield item
+            items.append(item)
+            if len(items) == batch_size:
+                yield stacked(items)
+                items = []
+        if items:
+            yield stacked(items)
 
-    return tf.data.Dataset.from_generator(generate, output_signature=signature).batch(batch_size).prefetch(2)
+    return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
 
 
 def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_ids: bool) -> list:
