@@ -93,6 +93,12 @@ class Job:
     sources: list = dataclasses.field(default_factory=list)  # (where in the file, its flags): the defaults, each entry
 
 
+# The scripts a job runs, and the settings class of each one's flags ("module:class"; no TensorFlow in them):
+# cli.jobs checks a job file's flags against it before any run starts.
+SCRIPT_SETTINGS = {"run_classifier.py": "xlnet_tf.tasks.task_settings:ClassifierSettings",
+                   "run_tagger.py": "xlnet_tf.tasks.tagging:TaggingSettings"}
+
+
 def load_job(path: str) -> Job:
     """Reads and checks a job file (see the module docstring); expands seeds into runs."""
     spec = io_utils.read_mapping(path, missing="job file", expected="a mapping with output_dir, defaults and runs",
@@ -147,7 +153,7 @@ def load_job(path: str) -> Job:
                 run_flags["seed"] = seed
             runs.append(Run(run_name, name, run_flags, run_flags.get("seed"), entry.get("metric")))
     script = str(spec.get("script", "run_classifier.py"))
-    if os.path.basename(script) not in ("run_classifier.py", "run_tagger.py"):
+    if os.path.basename(script) not in SCRIPT_SETTINGS:
         raise JobError(f"{path}: script {script!r}: batch fine-tuning runs run_classifier.py (GLUE, IMDB, Yelp, "
                        "RACE) or run_tagger.py (token classification)")
     sources = [("defaults", dict(defaults))] + [

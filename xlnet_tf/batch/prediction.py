@@ -53,7 +53,7 @@ from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_
 # The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import KerasPredictor, Predictor, SavedModelPredictor, resolve_saved_model
-from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, output_name, with_id
+from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, output_name, stack_inputs, with_id
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
@@ -92,32 +92,30 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
                          segment_ids=tf.TensorSpec([None, L], tf.int32),
                          padding_mask=tf.TensorSpec([None, L], tf.float32))
 
-    def stacked(items: list) -> dict:
-        batch = {k: np.asarray([item[k] for item in items], np.int64) for k in ("line", "end")}
-        batch.update({k: np.asarray([item[k] for item in items], object) for k in signature
-                      if signature[k].dtype == tf.string})
-        batch.update({k: np.stack([item[k] for item in items]) for k in signature
-                      if k not in batch})
-        return batch
-
     def generate():
-        items = []
+        lines, ends, ids, inputs = [], [], [], []
+
+        def batch():  # the model inputs stacked as the Beam pipeline stacks them (rows.stack_inputs)
+            return dict(stack_inputs(inputs), line=np.asarray(lines, np.int64), end=np.asarray(ends, np.int64),
+                        id=np.asarray(ids, object))
+
         for row in read_rows(path, fmt, fields):
             if row.problem:
                 stats.skipped += 1
                 if len(stats.skipped_rows) < MAX_LISTED_SKIPS:
                     stats.skipped_rows.append(f"{path}:{row.line}: {row.problem}")
                 continue
-            item = {"line": row.line, "end": row.end, "id": row.id}
-            inputs, cut = model_inputs(predictor, row, bool(fields.text_b))
+            item, cut = model_inputs(predictor, row, bool(fields.text_b))
             stats.truncated += cut
-            item.update(inputs)
-            items.append(item)
-            if len(items) == batch_size:
-                yield stacked(items)
-                items = []
-        if items:
-            yield stacked(items)
+            lines.append(row.line)
+            ends.append(row.end)
+            ids.append(row.id)
+            inputs.append(item)
+            if len(inputs) == batch_size:
+                yield batch()
+                lines, ends, ids, inputs = [], [], [], []
+        if inputs:
+            yield batch()
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
 

@@ -11,7 +11,6 @@ import os
 from typing import Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from xlnet_tf.batch.inputs import Fields, family_formats
 from xlnet_tf.tasks.base import Row
@@ -43,8 +42,10 @@ def model_inputs(predictor, row: Row, pair: bool) -> tuple:
 
 
 def stack_inputs(items: Sequence[dict]) -> dict:
-    """A batch (what ``Predictor.__call__`` takes) of ``model_inputs``' dicts: strings [B] or arrays [B, L]."""
-    return {k: tf.constant([item[k] for item in items]) if isinstance(items[0][k], str)
+    """A batch (what ``Predictor.__call__`` takes) of ``model_inputs``' dicts: strings [B] or arrays [B, L], as
+    NumPy arrays (strings as objects): ``tf.data.Dataset.from_generator`` (``cli.predict``) would convert a tensor
+    built here back to NumPy; a SavedModel's signature (Beam) takes either."""
+    return {k: np.asarray([item[k] for item in items], object) if isinstance(items[0][k], str)
             else np.stack([item[k] for item in items]) for k in items[0]}
 
 

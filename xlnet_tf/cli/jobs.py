@@ -136,11 +136,6 @@ def main(s: JobsSettings, given: set = frozenset()) -> int:
     return 1 if any(r["status"] == "failed" for r in ran) else 0
 
 
-# The settings of each script's flags (no TensorFlow in their modules).
-SCRIPT_SETTINGS = {"run_classifier.py": "xlnet_tf.tasks.task_settings:ClassifierSettings",
-                   "run_tagger.py": "xlnet_tf.tasks.tagging:TaggingSettings"}
-
-
 def check_flags(job) -> None:
     """Every flag of the job file's defaults and run entries must be one of its script's, with a value that its
     flag parses, as each run's ``--config_file`` will be read: a typo found now, not in each run's log (or on a
@@ -150,7 +145,7 @@ def check_flags(job) -> None:
 
     from absl import flags
 
-    from xlnet_tf.batch.job_runner import JobError
+    from xlnet_tf.batch.job_runner import SCRIPT_SETTINGS, JobError
 
     module, name = SCRIPT_SETTINGS[os.path.basename(job.script)].split(":")
     settings_cls = getattr(importlib.import_module(module), name)
