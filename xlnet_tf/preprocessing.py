@@ -78,9 +78,18 @@ def _batch_of_strings(strings, name: str) -> tf.Tensor:
     return tensor
 
 
+# Ragged arithmetic here works on the flat values with per-element row numbers: a ragged op that broadcasts a
+# dense [N, 1] against a ragged [N, (T)] (or masks, concatenates or gathers ragged rows) adds assertions on the row
+# partitions, each an If with two branch functions. They cannot fail for partitions built here, yet they made up
+# half the time to trace the SQuAD graph and to start every tf.data iterator over it (fit, evaluate, predict).
 def _positions(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
     """Each element's index within its row, same ragged shape as ``ragged`` ([N, (T)])."""
     return tf.ragged.range(ragged.row_lengths())
+
+
+def _row_values(ragged: tf.RaggedTensor, per_row: tf.Tensor) -> tf.Tensor:
+    """``per_row`` [N] repeated for each element of ``ragged`` [N, (T)] -> [sum T], aligned with its flat values."""
+    return tf.gather(per_row, ragged.value_rowids())
 
 
 def _column(values: tf.Tensor) -> tf.RaggedTensor:
@@ -88,15 +97,24 @@ def _column(values: tf.Tensor) -> tf.RaggedTensor:
     return tf.RaggedTensor.from_tensor(values[:, None])
 
 
+def _keep(ragged: tf.RaggedTensor, keep: tf.Tensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+    """The flat values of ``ragged`` where ``keep`` holds, as rows of ``lengths`` (the kept count of each row)."""
+    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ragged.flat_values, keep), lengths, validate=False)
+
+
 def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """Each row cut to its first ``lengths[i]`` elements."""
-    return tf.ragged.boolean_mask(ragged, _positions(ragged) < tf.cast(lengths, tf.int64)[:, None])
+    ragged = ragged.with_row_splits_dtype(tf.int64)
+    lengths = tf.clip_by_value(tf.cast(lengths, tf.int64), 0, ragged.row_lengths())
+    return _keep(ragged, _positions(ragged).flat_values < _row_values(ragged, lengths), lengths)
 
 
 def _keep_last(ragged: tf.RaggedTensor, count: int) -> tf.RaggedTensor:
     """Each row cut to its last ``count`` elements (Python's ``row[-count:]``)."""
+    ragged = ragged.with_row_splits_dtype(tf.int64)
     start = ragged.row_lengths() - count
-    return tf.ragged.boolean_mask(ragged, _positions(ragged) >= start[:, None])
+    return _keep(ragged, _positions(ragged).flat_values >= _row_values(ragged, start),
+                 tf.minimum(ragged.row_lengths(), count))
 
 
 def pair_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget: int):
@@ -293,23 +311,36 @@ class XLNetPreprocessor(keras.layers.Layer):
         strip = ((_positions(sub).flat_values == 0) & had_no_underline
                  & tf.gather(self._leading_underline, sub.flat_values))
         values = tf.where(strip, tf.gather(self._without_underline, sub.flat_values), sub.flat_values)
-        kept = sub.with_flat_values(values >= 0)  # a bare "▁" stripped is dropped
-        # Every piece becomes a row: itself, or (for the F split ones) its expansion; then the rows are merged.
+        kept = values >= 0  # a bare "▁" stripped is dropped
+        # Every piece becomes a run of the output: itself, or (for the F split ones) its kept replacement pieces
+        # and the comma. The runs of the split pieces are laid out one after the other in ``tail`` (the kept
+        # pieces of each in order, then its comma), behind the P pieces: the output gathers runs from the two.
         count = tf.size(flat, out_type=tf.int64)
-        index = tf.where(split, count + tf.cumsum(tf.cast(split, tf.int64)) - 1, tf.range(count))
+        n_split = tf.size(chosen, out_type=tf.int64)
+        kept_rows = tf.boolean_mask(sub.value_rowids(), kept)
+        run_length = tf.math.unsorted_segment_sum(tf.ones_like(kept_rows), kept_rows, n_split) + 1  # [F]
+        order = tf.argsort(tf.concat([2 * kept_rows, 2 * tf.range(n_split) + 1], axis=0), stable=True)
+        # A split piece's row among the F (0 for the others: both branches of the where are computed; the padding
+        # keeps the gathers in range when no piece is split).
+        rank = tf.maximum(tf.cumsum(tf.cast(split, tf.int64)) - 1, 0)
+        run_start = tf.where(split, count + tf.gather(tf.pad(tf.cumsum(run_length, exclusive=True), [[0, 1]]), rank),
+                             tf.range(count))
+        run_length = tf.where(split, tf.gather(tf.pad(run_length, [[0, 1]]), rank), tf.ones_like(run_start))
+        index = tf.ragged.range(run_start, run_start + run_length).flat_values
+        lengths = tf.math.unsorted_segment_sum(run_length, ids.value_rowids(), ids.nrows())
 
-        def expand(pieces, replacements, comma):  # [P], [F, (k)], [F] -> [N, (T')]
-            expanded = tf.concat([tf.ragged.boolean_mask(replacements, kept), _column(comma)], axis=1)
-            rows = tf.concat([_column(pieces), expanded], axis=0)  # [P + F, (m)]
-            return ids.with_flat_values(tf.gather(rows, index)).merge_dims(1, 2)
+        def expand(pieces, replacements, comma):  # [P], [sum k] (sub's flat values), [F] -> [N, (T')]
+            tail = tf.gather(tf.concat([tf.boolean_mask(replacements, kept), comma], axis=0), order)
+            return tf.RaggedTensor.from_row_lengths(tf.gather(tf.concat([pieces, tail], axis=0), index), lengths,
+                                                    validate=False)
 
-        new_ids = expand(flat, sub.with_flat_values(values), tf.fill(tf.shape(chosen), self._comma_id))
+        new_ids = expand(flat, values, tf.fill(tf.shape(chosen), tf.cast(self._comma_id, flat.dtype)))
         if begin is None:
             return new_ids
         comma_at = tf.boolean_mask(end.flat_values, split) - 1
-        base = (comma_at - tf.cast(tf.strings.length(digits), tf.int64))[:, None]
-        return (new_ids, expand(begin.flat_values, sub_begin + base, comma_at),
-                expand(end.flat_values, sub_end + base, comma_at + 1))
+        base = _row_values(sub, comma_at - tf.cast(tf.strings.length(digits), tf.int64))
+        return (new_ids, expand(begin.flat_values, sub_begin.flat_values + base, comma_at),
+                expand(end.flat_values, sub_end.flat_values + base, comma_at + 1))
 
     # --- fine-tuning layouts -----------------------------------------------------------------------------------
 
@@ -329,7 +360,8 @@ class XLNetPreprocessor(keras.layers.Layer):
         parts.append(_column(cls))
         tokens = tf.concat(parts, axis=1)
         pad = S - tf.cast(tokens.row_lengths(), tf.int32)
-        padding = tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)], tf.int32), tf.cast(pad, tf.int64))
+        padding = tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)], tf.int32), tf.cast(pad, tf.int64),
+                                                   validate=False)
         input_ids = tf.concat([padding, tokens], axis=1).to_tensor(shape=[None, S])
         # Segments from the lengths: [PAD]*pad, [A]*(len_a + 1), [B]*(len_b + 1), CLS.
         j = tf.range(S)[None, :]
@@ -409,7 +441,8 @@ class XLNetPreprocessor(keras.layers.Layer):
             start = tf.ragged.range(windows).flat_values * tf.gather(step, example)  # first paragraph token
             length = tf.minimum(tf.gather(num_tokens, example) - start, tf.gather(max_tokens, example))
             # Paragraph tokens of each window: indices into the flat tokens of the batch.
-            index = tf.ragged.range(length) + (start + tf.gather(tokens.row_starts(), example))[:, None]
+            first_token = start + tf.gather(tokens.row_starts(), example)
+            index = tf.ragged.range(first_token, first_token + length)
             window_tokens = index.with_flat_values(tf.gather(tokens.flat_values, index.flat_values))
             W = tf.shape(example)[0]
             sep, cls = tf.fill([W], SEP_ID), tf.fill([W], CLS_ID)
@@ -457,11 +490,13 @@ class XLNetPreprocessor(keras.layers.Layer):
         first, last = self._cleaned_byte_sources(context)  # [B, (bytes of cleaned)] -> chars of the context
 
         def char_at(source, offsets):  # byte offsets [B, (T)] -> chars (clamped: a zero-width token, its next byte)
-            flat = (tf.minimum(tf.maximum(offsets, 0), tf.maximum(source.row_lengths() - 1, 0)[:, None])
-                    + source.row_starts()[:, None])
-            return flat.with_flat_values(tf.gather(source.flat_values, flat.flat_values))
+            flat = (tf.minimum(tf.maximum(offsets, 0), _row_values(ids, tf.maximum(source.row_lengths() - 1, 0)))
+                    + _row_values(ids, source.row_starts()))
+            return ids.with_flat_values(tf.gather(source.flat_values, flat))
 
-        return ids, char_at(first, begin), char_at(last, tf.maximum(end - 1, begin))
+        # ids, begin and end share their row lengths
+        return (ids, char_at(first, begin.flat_values),
+                char_at(last, tf.maximum(end.flat_values - 1, begin.flat_values)))
 
     def _cleaned_byte_sources(self, context: tf.Tensor):
         """For each byte of ``clean(context, quotes_last=True)``, the first and the last character of the
@@ -502,8 +537,8 @@ class XLNetPreprocessor(keras.layers.Layer):
         pair_end = tf.concat([dropped[1:], [False]], axis=0)  # the first of a pair: the pair ends at the next
         last = tf.where(pair_end, tf.concat([in_row[1:], [0]], axis=0), in_row)
         rows = tf.repeat(row, size)
-        return (tf.RaggedTensor.from_value_rowids(tf.repeat(in_row, size), rows, nrows=chars.nrows()),
-                tf.RaggedTensor.from_value_rowids(tf.repeat(last, size), rows, nrows=chars.nrows()))
+        return (tf.RaggedTensor.from_value_rowids(tf.repeat(in_row, size), rows, nrows=chars.nrows(), validate=False),
+                tf.RaggedTensor.from_value_rowids(tf.repeat(last, size), rows, nrows=chars.nrows(), validate=False))
 
     def get_config(self):
         config = super().get_config()
@@ -550,7 +585,7 @@ def _qa_text(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
     """``race_data.qa_text`` on [N] strings: every ``_`` in the question replaced by the option, or the option
     appended after a space if there is none."""
     parts = tf.strings.split(question, "_")  # [N, (k)]: "a_b_" -> "a", "b", ""
-    is_last = _positions(parts) == parts.row_lengths()[:, None] - 1
-    filler = tf.where(is_last.flat_values, "", tf.repeat(option, parts.row_lengths()))
+    is_last = _positions(parts).flat_values == _row_values(parts, parts.row_lengths() - 1)
+    filler = tf.where(is_last, "", _row_values(parts, option))
     joined = tf.strings.reduce_join(parts.with_flat_values(parts.flat_values + filler), axis=1)
     return tf.where(tf.strings.regex_full_match(question, "(?s).*_.*"), joined, question + " " + option)

@@ -58,7 +58,8 @@ def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
     example = tf.repeat(tf.range(words.nrows()), windows)  # [W]
     start = tf.ragged.range(windows).flat_values * stride
     length = tf.minimum(tf.gather(per_sentence, example) - start, max_tokens)
-    index = tf.ragged.range(length) + (start + tf.gather(row_start, example))[:, None]  # flat piece indices
+    first_piece = start + tf.gather(row_start, example)
+    index = tf.ragged.range(first_piece, first_piece + length)  # flat piece indices
     features = preprocessor._pack(index.with_flat_values(tf.gather(flat, index.flat_values)))
     # Training's labels: the word of every first piece of every window (-1 elsewhere).
     count = tf.size(flat, out_type=tf.int64)
