@@ -352,21 +352,21 @@ class XLNetPreprocessor(keras.layers.Layer):
             len_a, len_b = tf.minimum(len_a, S - 2), None
         else:
             len_a, len_b = pair_lengths(len_a, tf.cast(tokens_b.row_lengths(), tf.int32), S - 3)
-        n = tf.shape(len_a)[0]
-        sep, cls = tf.fill([n], SEP_ID), tf.fill([n], CLS_ID)
-        parts = [_keep_first(tokens_a, len_a), _column(sep)]
-        if tokens_b is not None:
-            parts += [_keep_first(tokens_b, len_b), _column(sep)]
-        parts.append(_column(cls))
-        tokens = tf.concat(parts, axis=1)
-        pad = S - tf.cast(tokens.row_lengths(), tf.int32)
-        padding = tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)], tf.int32), tf.cast(pad, tf.int64),
-                                                   validate=False)
-        input_ids = tf.concat([padding, tokens], axis=1).to_tensor(shape=[None, S])
-        # Segments from the lengths: [PAD]*pad, [A]*(len_a + 1), [B]*(len_b + 1), CLS.
+        # Left-padded: [PAD]*pad, A (len_a tokens) <sep>, B (len_b tokens) <sep>, <cls>; built on the dense [N, S]
+        # grid (a ragged concatenation would add assertions on the row partitions to the graph).
+        pad = S - len_a - 2 - (len_b + 1 if len_b is not None else 0)
         j = tf.range(S)[None, :]
-        end_a = pad[:, None] + len_a[:, None] + 1
+        end_a = pad[:, None] + len_a[:, None] + 1  # after A's <sep>
         end_b = end_a + (len_b[:, None] + 1 if len_b is not None else 0)
+
+        def tokens_from(tokens, first):  # row i's tokens from position first[i] on (clamped: the caller selects)
+            dense = tokens.to_tensor(shape=[None, S])
+            return tf.gather(dense, tf.clip_by_value(j - first[:, None], 0, S - 1), batch_dims=1)
+
+        ids = tf.where(j < end_a - 1, tokens_from(tokens_a, pad), SEP_ID)
+        if tokens_b is not None:
+            ids = tf.where((j >= end_a) & (j < end_b - 1), tokens_from(tokens_b, end_a[:, 0]), ids)
+        input_ids = tf.where(j < pad[:, None], 0, tf.where(j == S - 1, CLS_ID, ids))
         segment_ids = tf.where(j < pad[:, None], SEG_ID_PAD,
                                tf.where(j < end_a, SEG_ID_A, tf.where(j < end_b, SEG_ID_B, SEG_ID_CLS)))
         padding_mask = tf.cast(j >= pad[:, None], tf.float32)
