@@ -36,7 +36,8 @@ def split_words(text: tf.Tensor) -> tuple:
     end = tf.math.unsorted_segment_max(tf.boolean_mask(position, ~space), word, count) + 1
     rows = tf.boolean_mask(chars.value_rowids(), starts)
     nrows = chars.nrows()
-    return tuple(tf.RaggedTensor.from_value_rowids(v, rows, nrows=nrows) for v in (words, start, end))
+    # validate=False: the row ids are sorted by construction (assertions would be graph ops, checked per call)
+    return tuple(tf.RaggedTensor.from_value_rowids(v, rows, nrows=nrows, validate=False) for v in (words, start, end))
 
 
 def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
@@ -132,7 +133,7 @@ def entities(tags: tf.RaggedTensor) -> dict:
     rows = starts[:, 0]
 
     def ragged(values):
-        return tf.RaggedTensor.from_value_rowids(values, rows, nrows=B)
+        return tf.RaggedTensor.from_value_rowids(values, rows, nrows=B, validate=False)  # tf.where: rows sorted
 
     return {"type": ragged(tf.gather_nd(kind, starts)), "first_word": ragged(tf.gather(first, chunk_id)),
             "last_word": ragged(tf.gather(last, chunk_id))}

@@ -1,0 +1,95 @@
+"""Start-up cost of the in-graph raw-text preprocessing: what a user waits for before the first batch, not per batch.
+
+    python bench/bench_text_startup.py [--repeats=3]     # ~1 min on 2 cores; prints one JSON object
+
+For the classifier's sentence pairs and SQuAD's windows (``XLNetPreprocessor`` of ``data/spiece.model``, the
+layouts ``fit``/``evaluate``/``predict`` and the raw-text exports run): the ops of the traced graph, the time to
+trace it, the time to start a ``tf.data`` iterator over it (each Keras ``fit``/``evaluate``/``predict`` call and
+epoch starts one: TensorFlow instantiates the graph's function then), and a SavedModel holding it: written, then
+loaded in a fresh process importing only tensorflow and tensorflow_text (TF Serving's view). Medians of
+``--repeats``. The report quoting it: bench/reports/serving.md ("Start-up of the raw-text graphs").
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_tagging import cpu_name  # noqa: E402
+
+SQUAD = os.path.join(ROOT, "tests", "fixtures", "squad", "train-v2.0.json")
+LOAD = """
+import sys, time
+import tensorflow as tf, tensorflow_text  # noqa: F401
+start = time.perf_counter()
+loaded = tf.saved_model.load(sys.argv[1])
+print(time.perf_counter() - start)
+"""
+
+
+def texts() -> tuple:
+    with open(SQUAD) as f:
+        data = json.load(f)["data"]
+    pairs = [(q["question"], p["context"]) for a in data for p in a["paragraphs"] for q in p["qas"]]
+    return [q for q, _ in pairs], [c for _, c in pairs]
+
+
+def measure(name: str, preprocessor, function, inputs: tuple, repeats: int, tmp: str) -> dict:
+    import tensorflow as tf
+
+    spec = [tf.TensorSpec([None], tf.string)] * len(inputs)
+    times = {"trace_s": [], "iterator_s": [], "save_s": [], "load_s": []}
+    for repeat in range(repeats):
+        fn = tf.function(function, input_signature=spec, autograph=False)
+        start = time.perf_counter()
+        graph = fn.get_concrete_function().graph
+        times["trace_s"].append(time.perf_counter() - start)
+        ops = len(graph.get_operations())
+        dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(8).map(fn)
+        start = time.perf_counter()
+        iterator = iter(dataset)
+        times["iterator_s"].append(time.perf_counter() - start)
+        next(iterator)
+        module = tf.Module()
+        module.preprocessor, module.serve = preprocessor, fn  # tracked: its SentencePiece resources
+        path = os.path.join(tmp, f"{name}-{repeat}")
+        start = time.perf_counter()
+        tf.saved_model.save(module, path)
+        times["save_s"].append(time.perf_counter() - start)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+        done = subprocess.run([sys.executable, "-c", LOAD, path], capture_output=True, text=True, env=env, check=True)
+        times["load_s"].append(float(done.stdout.strip().splitlines()[-1]))
+    return dict(ops=ops, saved_model_pb_kib=round(os.path.getsize(os.path.join(path, "saved_model.pb")) / 1024),
+                **{k: round(statistics.median(v), 2) for k, v in times.items()})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    from xlnet_tf.preprocessing import XLNetPreprocessor
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    questions, contexts = texts()
+    pair = XLNetPreprocessor.from_file(os.path.join(ROOT, "data", "spiece.model"), seq_length=128)
+    squad = XLNetPreprocessor.from_file(os.path.join(ROOT, "data", "spiece.model"), seq_length=128,
+                                        max_query_length=32, doc_stride=64)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = dict(cpu=cpu_name(), date=time.strftime("%Y-%m-%d %H:%M"), commit=commit,
+                      pairs=measure("pairs", pair, lambda a, b: pair(a, b), (questions, contexts), args.repeats, tmp),
+                      squad=measure("squad", squad, lambda q, c: squad.squad(q, c), (questions, contexts), args.repeats,
+                                    tmp))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
