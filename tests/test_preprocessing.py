@@ -258,6 +258,26 @@ def test_config_round_trip_and_errors(preprocessors):
 
 
 @pytest.mark.slow
+def test_the_graphs_hold_no_row_partition_assertions(preprocessors):
+    """Sentences, pairs, SQuAD windows and tagging's words trace without assertion ops: each ragged partition check
+    is an If with two branch functions that every trace, export, SavedModel load and tf.data iterator start pays
+    (they were half the SQuAD graph and most of its start-up: bench/reports/serving.md)."""
+    from xlnet_tf.tasks.tagging import tagging_graph
+
+    pre = preprocessors[False]
+
+    def words(text):
+        return tagging_graph.encode_words(pre, tagging_graph.split_words(text)[0], 8)
+
+    graphs = {"sentence": (lambda a: pre(a), 1), "pair": (lambda a, b: pre(a, b), 2), "squad": (pre.squad, 2),
+              "words": (words, 1)}
+    for name, (function, arity) in graphs.items():
+        graph = tf.function(function, autograph=False).get_concrete_function(
+            *[tf.TensorSpec([None], tf.string)] * arity).graph
+        checks = [op.type for op in graph.get_operations() if op.type in ("If", "StatelessIf", "Assert")]
+        assert not checks, (name, len(checks))
+
+
 def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(preprocessors, tmp_path):
     """A SavedModel of a ``tf.function`` over the layer (input signature [None] tf.string) is self-contained:
     a process that imports only tensorflow and tensorflow_text (no xlnet_tf, no sentencepiece, no spiece.model

@@ -92,11 +92,6 @@ def _row_values(ragged: tf.RaggedTensor, per_row: tf.Tensor) -> tf.Tensor:
     return tf.gather(per_row, ragged.value_rowids())
 
 
-def _column(values: tf.Tensor) -> tf.RaggedTensor:
-    """[N] -> ragged [N, (1)]."""
-    return tf.RaggedTensor.from_tensor(values[:, None])
-
-
 def _keep(ragged: tf.RaggedTensor, keep: tf.Tensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """The flat values of ``ragged`` where ``keep`` holds, as rows of ``lengths`` (the kept count of each row)."""
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ragged.flat_values, keep), lengths, validate=False)
@@ -443,21 +438,24 @@ class XLNetPreprocessor(keras.layers.Layer):
             # Paragraph tokens of each window: indices into the flat tokens of the batch.
             first_token = start + tf.gather(tokens.row_starts(), example)
             index = tf.ragged.range(first_token, first_token + length)
-            window_tokens = index.with_flat_values(tf.gather(tokens.flat_values, index.flat_values))
             W = tf.shape(example)[0]
-            sep, cls = tf.fill([W], SEP_ID), tf.fill([W], CLS_ID)
-            input_ids = tf.concat([window_tokens, _column(sep), tf.gather(query, example), _column(sep),
-                                   _column(cls)], axis=1).to_tensor(shape=[None, S])
             j = tf.range(S, dtype=tf.int64)[None, :]
             end_p = length[:, None]  # the paragraph's sep
             cls_index = end_p + tf.gather(len_q, example)[:, None] + 2
+
+            def per_token(values, fill):  # [flat tokens] -> [W, S] at the paragraph positions
+                return index.with_flat_values(tf.gather(values, index.flat_values)).to_tensor(fill, shape=[None, S])
+
+            # P <sep> Q <sep> <cls>, right-padded with 0, on the dense [W, S] grid (see _pack).
+            query_ids = tf.gather(query.to_tensor(shape=[None, S]), example)
+            query_ids = tf.gather(query_ids, tf.clip_by_value(j - end_p - 1, 0, S - 1), batch_dims=1)
+            input_ids = tf.where(j < end_p, per_token(tokens.flat_values, 0), tf.where(
+                (j == end_p) | (j == cls_index - 1), SEP_ID, tf.where(j < cls_index, query_ids, tf.where(
+                    j == cls_index, CLS_ID, 0))))
             segment_ids = tf.where(j <= end_p, SQUAD_SEG_P, tf.where(j < cls_index, SQUAD_SEG_Q, tf.where(
                 j == cls_index, SQUAD_SEG_CLS, SQUAD_SEG_PAD)))
             padding_mask = tf.cast(j <= cls_index, tf.float32)
             p_mask = 1.0 - tf.cast((j < end_p) | (j == cls_index), tf.float32)
-
-            def per_token(values, fill):  # [flat tokens] -> [W, S] at the paragraph positions
-                return index.with_flat_values(tf.gather(values, index.flat_values)).to_tensor(fill, shape=[None, S])
 
             # Max context: score = min(left, right) + 0.01 * window length, the first window with the best score.
             position = tf.ragged.range(length).flat_values

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.preprocessing import _classes, _column, _keep_first
+from xlnet_tf.preprocessing import _classes
 from xlnet_tf.tokenization import UNK_ID
 
 
@@ -49,7 +49,11 @@ def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
     words = words.with_row_splits_dtype(tf.int64)
     pieces = preprocessor.tokenize(words.flat_values).with_row_splits_dtype(tf.int64)  # [Nw, (P)]
     kept = tf.clip_by_value(pieces.row_lengths(), 1, max_tokens)  # a word with no pieces: <unk>
-    pieces = _keep_first(tf.concat([pieces, _column(tf.fill([pieces.nrows()], UNK_ID))], axis=1), kept)
+    # Each word's first ``kept`` pieces, read from the flat pieces (the <unk> appended after them for the empty ones).
+    source = tf.concat([pieces.flat_values, [UNK_ID]], axis=0)
+    first_piece = tf.where(pieces.row_lengths() > 0, pieces.row_starts(), tf.size(pieces.flat_values, tf.int64))
+    pieces = tf.RaggedTensor.from_row_lengths(
+        tf.gather(source, tf.ragged.range(first_piece, first_piece + kept).flat_values), kept, validate=False)
     first = tf.cumsum(kept, exclusive=True)  # each word's first piece in the flat pieces of the batch
     per_sentence = tf.math.unsorted_segment_sum(kept, words.value_rowids(), words.nrows())  # pieces
     flat = pieces.flat_values
@@ -59,8 +63,8 @@ def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
     example = tf.repeat(tf.range(words.nrows()), windows)  # [W]
     start = tf.ragged.range(windows).flat_values * stride
     length = tf.minimum(tf.gather(per_sentence, example) - start, max_tokens)
-    first_piece = start + tf.gather(row_start, example)
-    index = tf.ragged.range(first_piece, first_piece + length)  # flat piece indices
+    window_start = start + tf.gather(row_start, example)
+    index = tf.ragged.range(window_start, window_start + length)  # flat piece indices
     features = preprocessor._pack(index.with_flat_values(tf.gather(flat, index.flat_values)))
     # Training's labels: the word of every first piece of every window (-1 elsewhere).
     count = tf.size(flat, out_type=tf.int64)
