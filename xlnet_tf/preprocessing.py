@@ -302,7 +302,7 @@ class XLNetPreprocessor(keras.layers.Layer):
             sub = self._sentencepiece.tokenize(digits).with_row_splits_dtype(tf.int64)  # [F, (k)]
         else:
             sub, sub_begin, sub_end = self._tokenize_with_offsets(digits)
-        had_no_underline = tf.repeat(~tf.gather(self._leading_underline, chosen), sub.row_lengths())
+        had_no_underline = _row_values(sub, ~tf.gather(self._leading_underline, chosen))
         strip = ((_positions(sub).flat_values == 0) & had_no_underline
                  & tf.gather(self._leading_underline, sub.flat_values))
         values = tf.where(strip, tf.gather(self._without_underline, sub.flat_values), sub.flat_values)
@@ -562,7 +562,7 @@ def _lower(text: tf.Tensor) -> tf.Tensor:
     """Unicode lower-case (as Python's ``str.lower``), in pieces between NULs: ``tf.strings.lower``'s ICU
     conversion stops at the first NUL (and so does ``reduce_join``'s separator: joined by hand)."""
     parts = tf.strings.split(text, "\x00")
-    nul = tf.where(_positions(parts).flat_values < tf.repeat(parts.row_lengths() - 1, parts.row_lengths()), "\x00", "")
+    nul = tf.where(_positions(parts).flat_values < _row_values(parts, parts.row_lengths() - 1), "\x00", "")
     return tf.strings.reduce_join(parts.with_flat_values(tf.strings.lower(parts.flat_values, encoding="utf-8") + nul),
                                   axis=-1)
 
