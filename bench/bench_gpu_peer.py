@@ -238,8 +238,7 @@ def main(argv=None):
             flops = cfg.train_flops_per_step()
         else:
             flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0,
-                                                           cfg.n_token, cfg.batch, objective="plm",
-                                                           d_attn=cfg.n_head * cfg.d_head)
+                                                           0, cfg.batch, d_attn=cfg.n_head * cfg.d_head)  # no head
         try:
             row.update((train_row if kind == "train" else infer_row)(torch, dev, cfg, mode, args.warmup, args.steps))
             row.update(tokens_per_s=cfg.tokens_per_step / row["step_s"],

@@ -13,8 +13,8 @@ other processes affects them alike; figures are medians.
 What is timed, per implementation, is one full pretraining step on bench-small: forward (two-stream, memory from
 the previous step), permutation-LM loss over the P targets, backward, global-norm clipping and the AdamW update.
 Ours is ``xlnet_tf.training.pretraining.make_replica_step`` with ``create_optimizer`` (the training loop's own
-step) inside ``tf.function``. MFU = model FLOPs (``xlnet_tf.flops``: query stream on its P rows, W_r once per
-step) / step time / the matmul peak measured here with the same threads (fp32 peak for fp32 rows, bf16 peak for
+step) inside ``tf.function``. MFU = model FLOPs (``xlnet_tf.flops``: the matmuls the step runs, query stream on its
+P rows, W_r once per step, no content stream in the last layer, whose output no head reads) / step time / the matmul peak measured here with the same threads (fp32 peak for fp32 rows, bf16 peak for
 mixed_bfloat16 rows). The base-512 memory figures come from a separate process per precision (peak RSS).
 """
 
@@ -686,8 +686,9 @@ def render(args, cfg, peak32, peak16, train_times, losses, notes, infer_times, m
             out.append(f"| {r['dtype']} | {r['peak_rss_gb']:.2f} | {t:.2f} | {m.tokens_per_step / t:,.0f} |")
         out.append("")
     out.append("MFU of every row uses the same model FLOPs (ours: query stream on the P target rows, W_r once per "
-               "step); HF and Model Garden execute more (full-length query stream via target_mapping, W_r per "
-               "example), so their MFU is useful-work utilisation, not hardware utilisation. fp32 rows against the "
+               "step, the last layer's unread content stream left out); HF and Model Garden execute more "
+               "(full-length query stream via target_mapping, W_r per example, every layer's content stream), so "
+               "their MFU is useful-work utilisation, not hardware utilisation. fp32 rows against the "
                "fp32 peak, mixed_bfloat16 rows against the bf16 peak (both measured in this run).")
     out.append("")
     out.append(f"Fastest here: `{fastest}` (the bf16 matmul peak is {peak16 / peak32:.1f}x the fp32 one). "

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf.training import progress, setup
 from xlnet_tf.runner import run
 from xlnet_tf.training.settings import SettingsError
 
@@ -24,13 +27,20 @@ def _read_tsv(path):
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_TASKS))
-def test_task_end_to_end(tmp_path, name):
+def test_task_end_to_end(tmp_path, name, monkeypatch):
     folder, _, n_dev, n_test = FIXTURE_TASKS[name]
     task = classifier_data.get_task(name)
     data_dir = os.path.join(FIXTURES, "glue", folder)
     flags = make_flags(tmp_path, task_name=name, data_dir=data_dir, do_train=True, do_eval=True, do_predict=True)
+    reported = []
+    monkeypatch.setattr(setup, "ProgressReporter", lambda *args, **kwargs: reported.append(args[3]) or
+                        progress.ProgressReporter(*args, **kwargs))
     result = run(flags)
     assert result["train"]["step"] == 2 and math.isfinite(result["train"]["loss"])
+    # The FLOPs its progress and TensorBoard MFU divide by: the step's, with the position projection shared by the
+    # replica's batch of 4 (tests/test_flops.py holds that count to XLA's module), not once per sequence.
+    config = XLNetConfig.from_json(flags.model_config_path)
+    assert reported == [4 * finetune_flops_per_sequence(config, 32, 4)]
     report = result["eval"]
     metrics = report["metrics"]
     assert EXPECTED_METRICS.get(name, {"accuracy"}) <= set(metrics) and all(math.isfinite(v) for v in metrics.values())

@@ -107,12 +107,16 @@ def test_flops_count_the_toy_objectives_streams(toy_objective):
     n, d, f, v = c.n_layer, c.d_model, c.d_inner, c.n_token
     seq_len, predict, batch = 32, 5, 8
     got = train_flops_per_sequence(n, d, f, seq_len, 0, predict, v, batch, objective="toy_mlm")
-    # The content stream alone (K = L keys, R = 2L position rows), the LM head on the predicted rows only.
+    # The content stream alone (K = L keys, R = 2L position rows, projected once per batch), the LM head on the
+    # predicted rows only, which a one-hot matmul picks from the L rows (lm_positions); the position encodings and
+    # the one-hot have no gradient.
     s, r = seq_len, 2 * seq_len
-    layer = 8 * s * d * d + 4 * s * d * f + 2 * s * s * d + 2 * s * r * d + 2 * s * s * d + 2 * r * d * d / batch
-    assert got == 3 * (n * layer + 2 * predict * d * v)
-    # XLNet's step on the same shape has a query stream on top.
-    assert got < train_flops_per_sequence(n, d, f, seq_len, 0, predict, v, batch, objective="plm")
+    position = 2 * r * d * d / batch
+    layer = 8 * s * d * d + 4 * s * d * f + 2 * s * s * d + 2 * s * r * d + 2 * s * s * d + position
+    pick = 2 * predict * s * d
+    assert got == 3 * (n * layer + 2 * predict * d * v + pick) - n * position - pick
+    # Not XLNet's count on the same shape (a query stream, and a last layer whose content stream no head reads).
+    assert got != train_flops_per_sequence(n, d, f, seq_len, 0, predict, v, batch, objective="plm")
 
 
 def test_an_objective_missing_a_hook_is_refused_when_registered():

@@ -1,4 +1,4 @@
-"""Model FLOPs of a pretraining step, for model-FLOPs utilisation (MFU).
+"""Model FLOPs of a training step or a forward, for model-FLOPs utilisation (MFU).
 
 Matmul FLOPs only (2 per multiply-add), counting what this implementation computes: the query stream on its own
 rows (not on every position, as the original's ``target_mapping`` einsums do), the relative-position projection
@@ -12,9 +12,20 @@ d = ``d_model``, f = ``d_inner``, a = ``d_attn`` = n_head x d_head (the heads' w
 * query stream: Q and O 4Pda (and K, V 4Pda where its rows are keys too), feed-forward 4Pdf, attention
   2PK'a + 2PRa + 2PK'a, with K' = K (+ P where its rows are keys);
 
-and the LM head 2 x rows x d x V once. Training = 3 x forward (no recomputation). S, P, the LM head's rows and
-whether the query rows are keys are the objective's ``stream_layout`` (``xlnet_tf.objectives``); the figures for
-each objective at the XLNet-Base shape are in docs/objectives.md ("Cost").
+and the LM head 2 x rows x d x V once. Where the head reads only the query stream (XLNet's and MPNet's objectives),
+the last layer's content stream feeds nothing but its own keys and values: XLA leaves the rest out (and so does
+Grappler's pruning on TensorFlow's default path), and so does this count.
+
+Objectives whose head reads ``lm_positions`` pick its rows from ``[content ; query]`` with a one-hot matmul,
+2 x rows x (S + P) x d.
+
+Training: every matmul again for each operand's gradient (2 x forward, no recomputation), except where an operand is
+a constant (the position encodings, the one-hot pick): 3 x forward - those. The memory rows' gradient is computed,
+then dropped (the K and V projections run on ``[memory ; content]`` as one matrix). tests/test_flops.py checks these
+counts against the matmuls in XLA's optimised module of real steps. S, P, the LM head's rows, whether the query rows
+are keys and whether the head reads the content stream are the objective's ``stream_layout``
+(``xlnet_tf.objectives``); the figures for each objective at the XLNet-Base shape are in docs/objectives.md
+("Cost").
 """
 
 from __future__ import annotations
@@ -26,23 +37,51 @@ def forward_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_
                                batch_size: int = 1, bi_data: bool = False, objective: str = "plm",
                                d_attn: int | None = None) -> float:
     """Forward matmul FLOPs per sequence (``seq_len`` tokens of text); the position projection (once per step)
-    is spread over the batch. ``d_attn``: n_head x d_head where that is not ``d_model``."""
+    is spread over the ``batch_size`` sequences of a replica's step. ``d_attn``: n_head x d_head where that is not
+    ``d_model``. ``n_token`` 0: no LM head (a fine-tuning or inference forward)."""
+    return _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size, bi_data,
+                  objective, d_attn)[0]
+
+
+def train_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token,
+                             batch_size: int = 1, bi_data: bool = False, objective: str = "plm",
+                             d_attn: int | None = None) -> float:
+    """Training-step matmul FLOPs per sequence: the forward and its backward (see the module docstring)."""
+    forward, one_gradient = _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size,
+                                   bi_data, objective, d_attn)
+    return 3.0 * forward - one_gradient
+
+
+def finetune_flops_per_sequence(config, seq_len: int, batch_size: int) -> float:
+    """A fine-tuning step's FLOPs per sequence for an ``XLNetConfig``: the backbone's content stream (no memory, no
+    query stream, no LM head) at ``batch_size`` sequences per replica. The task heads are left out: a classifier's
+    reads one row (negligible); SQuAD's end-logit layer runs on every row, about 1% of its step at the Base shape."""
+    return train_flops_per_sequence(config.n_layer, config.d_model, config.d_inner, seq_len, 0, 0, 0, batch_size,
+                                    d_attn=config.n_head * config.d_head)
+
+
+def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size, bi_data, objective,
+           d_attn) -> tuple[float, float]:
+    """(forward FLOPs per sequence, of which matmuls with a constant operand: one gradient, not two)."""
     d, f, m = d_model, d_inner, mem_len
     a = d_attn or d_model
-    s, p, head_rows, query_keys = get_objective(objective).stream_layout(seq_len, num_predict)
+    spec = get_objective(objective)
+    layout = spec.stream_layout(seq_len, num_predict)
+    s, p = layout.content, layout.query
     k = s + m  # keys
     r = 2 * s + m  # relative-position rows ('bi')
     directions = 2 if bi_data else 1
-    content = 4 * s * d * a + 4 * k * d * a + 4 * s * d * f + 2 * s * k * a + 2 * s * r * a + 2 * s * k * a
+    keys_values = 4 * k * d * a
+    content = 4 * s * d * a + 4 * s * d * f + 2 * s * k * a + 2 * s * r * a + 2 * s * k * a  # the rest
     position = 2 * r * d * a * directions / batch_size
     query = 0
     if p:
-        kq = k + p if query_keys else k  # the query stream's keys
-        query = (4 * p * d * a + (4 * p * d * a if query_keys else 0) + 4 * p * d * f
+        kq = k + p if layout.query_keys else k  # the query stream's keys
+        query = (4 * p * d * a + (4 * p * d * a if layout.query_keys else 0) + 4 * p * d * f
                  + 2 * p * kq * a + 2 * p * r * a + 2 * p * kq * a)
-    head = 2 * head_rows * d * n_token
-    return n_layer * (content + position + query) + head
-
-
-def train_flops_per_sequence(*args, **kwargs) -> float:
-    return 3.0 * forward_flops_per_sequence(*args, **kwargs)
+    live_content = n_layer if not p or layout.head_on_content else n_layer - 1
+    head = 2 * layout.head_rows * d * n_token
+    # With lm_positions, the head's rows are picked from [content ; query] by a one-hot matmul.
+    pick = 2 * layout.head_rows * (s + p) * d if n_token and "lm_positions" in spec.model_inputs else 0
+    forward = n_layer * (keys_values + position + query) + live_content * content + head + pick
+    return forward, n_layer * position + pick

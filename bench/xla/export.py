@@ -270,7 +270,7 @@ def finetune_batches(cfg, task, n):
 def build_finetune(cfg, task, dtype):
     import tensorflow as tf
     from xlnet_tf.finetuning.trainer import make_replica_step
-    from xlnet_tf.flops import train_flops_per_sequence
+    from xlnet_tf.flops import finetune_flops_per_sequence
     from xlnet_tf.models.heads import XLNetClassifier
     from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
@@ -295,8 +295,7 @@ def build_finetune(cfg, task, dtype):
         state, loss, norm = replica_step(features, state)
         return {"state": state, "loss": loss, "grad_norm": norm}
 
-    flops = cfg.batch * train_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0,
-                                                 d_attn=cfg.n_head * cfg.d_head)
+    flops = cfg.batch * finetune_flops_per_sequence(config, cfg.seq_len, cfg.batch)  # what the trainer reports
     return dict(fn=tf.function(step, jit_compile=True), batches=finetune_batches(cfg, task, 2),
                 state=tf.zeros([]), model=model, optimizer=optimizer, flops=flops, kind="train",
                 carry={"state": "state"})
@@ -318,9 +317,8 @@ def build_infer(cfg, dtype):
     def fn(inputs, state):
         return {"sequence_output": model(inputs, training=False)["sequence_output"], "state": state}
 
-    flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0,
-                                                   cfg.n_token, cfg.batch, objective="plm",
-                                                   d_attn=cfg.n_head * cfg.d_head)
+    flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0,
+                                                   cfg.batch, d_attn=cfg.n_head * cfg.d_head)  # no LM head
     return dict(fn=tf.function(fn, jit_compile=True), batches=batches, state=tf.zeros([]), model=model,
                 optimizer=None, flops=flops, kind="infer", carry={"state": "state"})
 

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf.flops import train_flops_per_sequence
+from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
@@ -62,9 +62,8 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
     if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
         replica_step = tf.function(replica_step, jit_compile=True)
 
-    c = model.config
-    flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.max_seq_length, 0, 0, 0,
-                                     d_attn=c.n_head * c.d_head)
+    flops = finetune_flops_per_sequence(model.config, s.max_seq_length,
+                                        s.train_batch_size // strategy.num_replicas_in_sync)
     return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
                                  flops_per_sequence=flops)
 

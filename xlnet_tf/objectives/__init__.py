@@ -32,6 +32,9 @@ class StreamLayout(NamedTuple):
     query: int        # query-stream rows (0: none)
     head_rows: int    # rows the LM head scores
     query_keys: bool  # whether the query rows are attention keys (and values) too
+    # With a query stream: whether the LM head reads content-stream rows too. If not, the last layer's content
+    # stream past its keys and values feeds nothing, and is not computed.
+    head_on_content: bool = False
 
 
 class Objective(abc.ABC):

@@ -45,7 +45,7 @@ class PseudoMaskedLM(Objective):
         from xlnet_tf.data.factorization import max_masked
 
         k = max_masked(seq_len)
-        return StreamLayout(seq_len, 2 * k, 2 * k, True)
+        return StreamLayout(seq_len, 2 * k, 2 * k, True, head_on_content=True)  # the ae rows
 
 
 def make_pmlm_batch(inputs, seg_id, seed, vocab_size: int, perm_mask_dtype="float32") -> dict:
