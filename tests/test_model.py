@@ -242,6 +242,46 @@ def test_parity_larger_config_and_batch():
     assert_matches(reference_forward(w, cfg, mems=mems, **batch), make_model(w, cfg)(model_inputs(mems=mems, **batch)))
 
 
+@pytest.mark.parametrize("backend", ["fast", "plain"])
+@pytest.mark.parametrize("mode", ["bi", "uni_memory", "bi_data"])
+def test_output_rows_are_those_rows_of_the_full_output(backend, mode):
+    """``output_rows`` (what a classifier's head asks for: the last layer at its <cls> row only) gives the
+    reference's final states at those rows, as the full output does: padding, segments, memory, every attention
+    mode, both backends; and the gradients it sends back are the full model's at those rows."""
+    cfg = dict(TINY, **{"bi": {}, "uni_memory": dict(attn_type="uni", mem_len=3),
+                        "bi_data": dict(bi_data=True, mem_len=3)}[mode])
+    w = random_weights(cfg, seed=30)
+    rng = np.random.default_rng(30)
+    batch = random_batch(rng, batch=4)
+    inputs = dict(input_ids=batch["input_ids"], segment_ids=batch["segment_ids"], padding_mask=batch["padding_mask"])
+    if cfg["mem_len"]:
+        inputs["mems"] = [rng.normal(size=(4, 3, 8)) for _ in range(2)]
+    ref = reference_forward(w, cfg, **inputs)["sequence_output"]
+    model = make_model(w, cfg, cls=XLNetModel)
+    x = model_inputs(**inputs)
+    with kernels.use(backend):
+        for rows in ([6], [0, 3, 6]):
+            out = tf.function(lambda x, r: model(x, output_rows=r))(x, tf.constant(rows))["sequence_output"]
+            assert out.shape == (4, len(rows), 8)
+            np.testing.assert_allclose(out.numpy(), ref[:, rows], atol=HIDDEN_TOL, rtol=0)
+
+        def grads(rows):
+            with tf.GradientTape() as tape:
+                out = model(x, training=True, output_rows=rows)["sequence_output"]
+                loss = tf.reduce_sum(out[:, -1] * tf.range(1.0, 9.0))
+            return tape.gradient(loss, model.trainable_variables)
+
+        for full, part, var in zip(grads(None), grads([6]), model.trainable_variables):
+            assert (full is None) == (part is None), var.path  # mask_emb: no query stream, no gradient
+            if full is None:
+                continue
+            full, part = tf.convert_to_tensor(full).numpy(), tf.convert_to_tensor(part).numpy()
+            np.testing.assert_allclose(part, full, rtol=1e-4, atol=1e-6 * max(np.abs(full).max(), 1.0),
+                                       err_msg=var.path)
+    with pytest.raises(ValueError, match="output_rows cannot be combined with target_mapping"):
+        model(model_inputs(**batch), output_rows=[6])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Properties.
 

@@ -52,12 +52,24 @@ def train_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_pr
     return 3.0 * forward - one_gradient
 
 
-def finetune_flops_per_sequence(config, seq_len: int, batch_size: int) -> float:
+def finetune_flops_per_sequence(config, seq_len: int, batch_size: int, output_rows: int | None = None) -> float:
     """A fine-tuning step's FLOPs per sequence for an ``XLNetConfig``: the backbone's content stream (no memory, no
-    query stream, no LM head) at ``batch_size`` sequences per replica. The task heads are left out: a classifier's
-    reads one row (negligible); SQuAD's end-logit layer runs on every row, about 1% of its step at the Base shape."""
-    return train_flops_per_sequence(config.n_layer, config.d_model, config.d_inner, seq_len, 0, 0, 0, batch_size,
-                                    d_attn=config.n_head * config.d_head)
+    query stream, no LM head) at ``batch_size`` sequences per replica; ``output_rows``: the last layer runs at
+    that many rows only (``XLNetModel``'s ``output_rows``: a classifier's one ``<cls>`` row), else at every row.
+    The task heads are left out: a classifier's reads one row (negligible); SQuAD's end-logit layer runs on every
+    row, about 1% of its step at the Base shape."""
+    d, f, a = config.d_model, config.d_inner, config.n_head * config.d_head
+    flops = train_flops_per_sequence(config.n_layer, d, f, seq_len, 0, 0, 0, batch_size, d_attn=a)
+    if output_rows is not None:  # forward and both gradients of those rows only
+        s, r = seq_len, 2 * seq_len
+        flops -= 3 * (_rows(s, s, r, d, f, a) - _rows(output_rows, s, r, d, f, a))
+    return flops
+
+
+def _rows(rows, keys, position_rows, d, f, a) -> float:
+    """A layer's forward at ``rows`` query rows past the keys' and values' projections: Q and O, the
+    feed-forward, attention scores, position scores and values."""
+    return 4 * rows * d * a + 4 * rows * d * f + 2 * rows * keys * a + 2 * rows * position_rows * a + 2 * rows * keys * a
 
 
 def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size, bi_data, objective,
@@ -72,13 +84,12 @@ def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, ba
     r = 2 * s + m  # relative-position rows ('bi')
     directions = 2 if bi_data else 1
     keys_values = 4 * k * d * a
-    content = 4 * s * d * a + 4 * s * d * f + 2 * s * k * a + 2 * s * r * a + 2 * s * k * a  # the rest
+    content = _rows(s, k, r, d, f, a)
     position = 2 * r * d * a * directions / batch_size
     query = 0
     if p:
         kq = k + p if layout.query_keys else k  # the query stream's keys
-        query = (4 * p * d * a + (4 * p * d * a if layout.query_keys else 0) + 4 * p * d * f
-                 + 2 * p * kq * a + 2 * p * r * a + 2 * p * kq * a)
+        query = (4 * p * d * a if layout.query_keys else 0) + _rows(p, kq, r, d, f, a)
     live_content = n_layer if not p or layout.head_on_content else n_layer - 1
     head = 2 * layout.head_rows * d * n_token
     # With lm_positions, the head's rows are picked from [content ; query] by a one-hot matmul.

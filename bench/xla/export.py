@@ -295,7 +295,8 @@ def build_finetune(cfg, task, dtype):
         state, loss, norm = replica_step(features, state)
         return {"state": state, "loss": loss, "grad_norm": norm}
 
-    flops = cfg.batch * finetune_flops_per_sequence(config, cfg.seq_len, cfg.batch)  # what the trainer reports
+    # what the trainer reports
+    flops = cfg.batch * finetune_flops_per_sequence(config, cfg.seq_len, cfg.batch, model.last_layer_rows)
     return dict(fn=tf.function(step, jit_compile=True), batches=finetune_batches(cfg, task, 2),
                 state=tf.zeros([]), model=model, optimizer=optimizer, flops=flops, kind="train",
                 carry={"state": "state"})

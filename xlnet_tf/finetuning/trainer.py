@@ -63,7 +63,8 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
         replica_step = tf.function(replica_step, jit_compile=True)
 
     flops = finetune_flops_per_sequence(model.config, s.max_seq_length,
-                                        s.train_batch_size // strategy.num_replicas_in_sync)
+                                        s.train_batch_size // strategy.num_replicas_in_sync,
+                                        getattr(model, "last_layer_rows", None))
     return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
                                  flops_per_sequence=flops)
 

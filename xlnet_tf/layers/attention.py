@@ -106,7 +106,8 @@ class RelativeAttention(keras.layers.Layer):
         consecutive positions); explicit positions use the gathered position term in both streams.
       query_keys: the query stream also attends to its own rows (UniLMv2's appended tokens): its keys are
         ``[memory ; h ; g]``, its masks and segment_diff [B, P, M+L+P].
-    Returns (h_out [B, L, D], g_out [B, P, D] or None).
+      content_out: False: h_out is not computed (None); the keys and values from h still are.
+    Returns (h_out [B, L, D] or None, g_out [B, P, D] or None).
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0, dropatt: float = 0.0,
@@ -138,7 +139,7 @@ class RelativeAttention(keras.layers.Layer):
 
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
              query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
-             key_pos=None, query_keys=False, training=None):
+             key_pos=None, query_keys=False, training=None, content_out=True):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
@@ -146,8 +147,10 @@ class RelativeAttention(keras.layers.Layer):
         k, v = self._project(keys, "k"), self._project(keys, "v")  # [N, B, K, H]
         # The position encoding is shared by the batch: projected once, [N, X, R, H].
         k_r = self._project(tf.cast(position, dtype), "r")
-        h_out = self._attend(content, k, v, k_r, biases, content_pos, key_pos, content_mask, segment_diff, None,
-                             training)
+        h_out = None
+        if content_out:
+            h_out = self._attend(content, k, v, k_r, biases, content_pos, key_pos, content_mask, segment_diff, None,
+                                 training)
         if query is None:
             return h_out, None
         query = tf.cast(query, dtype)

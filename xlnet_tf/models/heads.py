@@ -30,7 +30,8 @@ def network_inputs(features):
 class SequenceSummary(keras.layers.Layer):
     """The original ``summarize_sequence``: pick the summary token (``last`` = the final ``<cls>``, ``first``) or
     average (``mean``, padding included as in the original), then ``tanh`` projection and dropout.
-    [B, L, D] -> [B, D]. Variables: ``model/sequnece_summary/summary/{kernel,bias}`` (sic)."""
+    [B, L, D] -> [B, D], or the row it picks alone [B, 1, D] -> [B, D] (``rows``). Variables:
+    ``model/sequnece_summary/summary/{kernel,bias}`` (sic)."""
 
     def __init__(self, config: XLNetConfig, summary_type: str = "last", use_proj: bool = True, **kwargs):
         super().__init__(**kwargs)
@@ -43,6 +44,15 @@ class SequenceSummary(keras.layers.Layer):
     def build(self, input_shape=None):
         self.proj.build((None, self.config.d_model))
         self.built = True
+
+    def rows(self, input_ids):
+        """The position it picks in sequences like ``input_ids`` [B, L], as ``XLNetModel``'s ``output_rows`` [1]
+        (the network's last layer then runs at that row only), or None: ``mean`` reads every row."""
+        if self.summary_type == "last":
+            return tf.shape(input_ids)[1:2] - 1
+        if self.summary_type == "first":
+            return tf.zeros([1], tf.int32)
+        return None
 
     def call(self, hidden, training=None):
         if self.summary_type == "last":
@@ -72,6 +82,14 @@ class FinetuneModel(keras.Model):
 
     def tf1_variables(self):
         return dict(self.xlnet.tf1_variables())
+
+    @property
+    def last_layer_rows(self):
+        """How many rows of a sequence the network's last layer runs at (``XLNetModel``'s ``output_rows``), or None
+        for all of them: what the step costs (``flops.finetune_flops_per_sequence``)."""
+        summary = getattr(self, "summary", None)
+        one_pass = getattr(self, "num_segments", 1) == 1
+        return 1 if one_pass and summary is not None and summary.summary_type in ("last", "first") else None
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -106,7 +124,8 @@ class XLNetClassifier(FinetuneModel):
         if self.num_segments > 1:
             hidden = read_segments(self.xlnet, inputs, self.num_segments, training=training)[-1]
         else:
-            hidden = self.xlnet(inputs, training=training)["sequence_output"]
+            rows = self.summary.rows(inputs["input_ids"])
+            hidden = self.xlnet(inputs, training=training, output_rows=rows)["sequence_output"]
         logits = self.logit(self.summary(hidden, training=training))
         return {"logits": tf.cast(logits, tf.float32)}
 

@@ -47,10 +47,14 @@ class XLNetBlock(keras.layers.Layer):
         self.ff.build()
         self.built = True
 
-    def call(self, content, position, biases, query=None, query_keys=False, training=None, **attention_args):
+    def call(self, content, position, biases, query=None, query_keys=False, training=None, content_out=True,
+             **attention_args):
+        """``content_out`` False: the content stream's own output is not computed (None; its keys and values are,
+        for the query rows)."""
         h, g = self.rel_attn(content, position, biases, query=query, query_keys=query_keys, training=training,
-                             **attention_args)
-        return self.ff(h, training=training), (None if g is None else self.ff(g, training=training))
+                             content_out=content_out, **attention_args)
+        h = None if h is None else self.ff(h, training=training)
+        return h, (None if g is None else self.ff(g, training=training))
 
 
 def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
@@ -86,8 +90,12 @@ class XLNetModel(keras.Model):
         query stream's own mask, instead of the perm_mask rows of its targets and the 'uni' causal rule. With
         L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
         tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
+    Call argument ``output_rows``: int positions [R] or [B, R] (optional; not with target_mapping). The last
+    layer then runs at those rows only, as query rows at their own positions under the content stream's mask and
+    weights (the same math), and sequence_output holds their final states [B, R, D]: a head that reads one row
+    (a classifier's ``<cls>``) skips the rest of that layer, all but its keys and values.
     Outputs (dict):
-      sequence_output: [B, L, D] content stream.
+      sequence_output: [B, L, D] content stream ([B, R, D] with ``output_rows``).
       query_output: [B, P, D] query stream (when target_mapping is given).
       new_mems: list of n_layer [B, mem_len, D] when ``config.mem_len > 0``: the last ``mem_len`` positions of
         ``concat(mems[i], input_of_layer_i[:, :reuse_len])``, gradient stopped (fewer rows while that
@@ -192,7 +200,21 @@ class XLNetModel(keras.Model):
                     query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
         return g, query_keys, args
 
-    def call(self, inputs, training=None):
+    def _row_stream(self, rows, blocked, segment_diff, content_pos, mlen, batch):
+        """``output_rows`` as the last layer's query rows: their positions [B, R] and attention arguments (the
+        content stream's mask and segment rows at those positions)."""
+        rows = tf.cast(rows, tf.int32)
+        if rows.shape.rank == 1:
+            rows = tf.broadcast_to(rows[None, :], [batch, tf.shape(rows)[0]])
+        query_pos = mlen + rows if content_pos is None else tf.gather(content_pos, rows, batch_dims=1)
+        if blocked is not None:
+            shape = tf.shape(blocked)
+            blocked = tf.gather(tf.broadcast_to(blocked, [batch, shape[1], shape[2]]), rows, batch_dims=1)
+        if segment_diff is not None:
+            segment_diff = tf.gather(segment_diff, rows, batch_dims=1)
+        return rows, dict(query_pos=query_pos, query_mask=mask_bias(blocked), query_segment_diff=segment_diff)
+
+    def call(self, inputs, training=None, output_rows=None):
         c = self.config
         dtype = self.compute_dtype
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
@@ -235,13 +257,24 @@ class XLNetModel(keras.Model):
                                                            segment_diff, content_pos, mlen, training)
             attention_args.update(query_args)
 
+        rows = None
+        if output_rows is not None:
+            if target_mapping is not None:
+                raise ValueError("output_rows cannot be combined with target_mapping (the query stream)")
+            rows, row_args = self._row_stream(output_rows, content_blocked, segment_diff, content_pos, mlen, batch)
+
         new_mems = []
         for i, block in enumerate(self.blocks):
             memory = None if mems is None else mems[i]
             if c.mem_len > 0:
                 new_mems.append(self._cache(h, memory))
-            h, g = block(h, position, self._layer_biases(i, segment_ids is not None), query=g, memory=memory,
-                         query_keys=query_keys, training=training, **attention_args)
+            biases = self._layer_biases(i, segment_ids is not None)
+            if rows is not None and i == c.n_layer - 1:
+                _, h = block(h, position, biases, query=tf.gather(h, rows, batch_dims=1), memory=memory,
+                             training=training, content_out=False, **attention_args, **row_args)
+            else:
+                h, g = block(h, position, biases, query=g, memory=memory, query_keys=query_keys, training=training,
+                             **attention_args)
 
         outputs = {"sequence_output": self._output_dropout(h, training=training)}
         if g is not None:

@@ -26,7 +26,8 @@ class XLNetMultipleChoice(FinetuneModel):
     def call(self, features, training=None):
         shape = tf.shape(features["input_ids"])
         flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in network_inputs(features).items()}
-        hidden = self.xlnet(flat, training=training)["sequence_output"]
+        rows = self.summary.rows(flat["input_ids"])
+        hidden = self.xlnet(flat, training=training, output_rows=rows)["sequence_output"]
         scores = self.score(self.summary(hidden, training=training))
         return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}
 
