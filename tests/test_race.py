@@ -8,7 +8,10 @@ import shutil
 import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.tasks.multiple_choice import race_data
+from xlnet_tf.training import progress, setup
 from xlnet_tf.finetuning.serving import existing_versions
 from xlnet_tf.runner import run
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
@@ -89,10 +92,17 @@ def test_bad_input(tmp_path):
 
 
 @pytest.mark.slow
-def test_race_end_to_end(tmp_path):
+def test_race_end_to_end(tmp_path, monkeypatch):
     flags = make_flags(tmp_path, task_name="race", data_dir=RACE, do_train=True, do_eval=True, do_predict=True,
                        max_seq_length=64, max_qa_length=24, export_dir=str(tmp_path / "export"))
+    reported = []
+    monkeypatch.setattr(setup, "ProgressReporter", lambda *args, **kwargs: reported.append(args[2:4]) or
+                        progress.ProgressReporter(*args, **kwargs))
     result = run(flags)
+    # Progress and TensorBoard count the four sequences of each question (a batch of 4 questions = 16 sequences of
+    # 64 tokens, each network pass at its <cls> row in the last layer), not one.
+    config = XLNetConfig.from_json(flags.model_config_path)
+    assert reported == [(4 * 4 * 64, 4 * 4 * finetune_flops_per_sequence(config, 64, 16, output_rows=1))]
     metrics = result["eval"]["metrics"]
     assert metrics["num_examples"] == 8 and metrics["num_middle"] == 4 and metrics["num_high"] == 4
     assert {"accuracy", "accuracy_middle", "accuracy_high", "loss"} <= set(metrics)

@@ -45,7 +45,8 @@ def run(settings) -> Optional[dict]:
         # a run that failed on them leaves the record of the run trained in this directory before (if any).
         write_run_record(s.model_dir, family, s)
         # labels: an HF --init_checkpoint's head is kept where it names the task's labels (checkpoint.warm_start)
-        finetune = ModelAndLoss(task.build_model, task.loss, getattr(task, "labels", None))
+        finetune = ModelAndLoss(task.build_model, task.loss, getattr(task, "labels", None),
+                                task.sequences_per_example)
         model, train_metrics = train(strategy, finetune, s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
 

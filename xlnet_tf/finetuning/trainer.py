@@ -32,11 +32,13 @@ class ModelAndLoss:
     loss_fn: (features, outputs) -> (sum of per-example losses, number of examples), per replica.
     labels: the head's classes in order (classification, tagging), which an HF --init_checkpoint's head must name
     for it to be kept (``checkpoint.warm_start``); None where the task has none.
+    sequences_per_example: the network's sequences in one example (RACE: one per option), for tokens/s and MFU.
     """
 
     build_model: Callable
     loss_fn: Callable
     labels: Optional[list] = None
+    sequences_per_example: int = 1
 
 
 def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settings: FinetuneSettings,
@@ -62,11 +64,12 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
     if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
         replica_step = tf.function(replica_step, jit_compile=True)
 
-    flops = finetune_flops_per_sequence(model.config, s.max_seq_length,
-                                        s.train_batch_size // strategy.num_replicas_in_sync,
-                                        getattr(model, "last_layer_rows", None))
-    return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size, seq_len=s.max_seq_length,
-                                 flops_per_sequence=flops)
+    n = model_and_loss.sequences_per_example
+    flops = n * finetune_flops_per_sequence(model.config, s.max_seq_length,
+                                            n * s.train_batch_size // strategy.num_replicas_in_sync,
+                                            getattr(model, "last_layer_rows", None))
+    return model, training.train(replica_step, dataset_fn, global_batch=s.train_batch_size,
+                                 seq_len=n * s.max_seq_length, flops_per_sequence=flops)
 
 
 DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"

@@ -243,6 +243,7 @@ class Task(abc.ABC):
 
     name: str = ""
     main_metric: str = "accuracy"  # the metric that picks the best checkpoint (--eval_all_ckpt)
+    sequences_per_example: int = 1  # the network's sequences in one example (RACE: one per option): tokens/s, MFU
 
     def __init__(self, family: TaskFamily, settings):
         self.family, self.settings = family, settings

@@ -88,9 +88,11 @@ class Training:
         ``dataset_fn(input_context, start_step)`` gives the per-replica batches of one input pipeline, positioned
         at ``start_step``. An optimizer step runs ``replica_step(inputs, state) -> (state, loss, grad_norm)`` on
         every replica, with ``inputs`` one batch, or a list of ``micro_batches`` batches if that is given (gradient
-        accumulation; ``global_batch`` counts them all). ``state`` (the pretraining memory; a placeholder otherwise)
-        starts as ``initial_state()`` on each replica at every host loop (``run_host_loops``). With
-        ``ratio_metrics`` (names), ``replica_step`` returns a fourth value, ``{name: (numerator, denominator)}``;
+        accumulation; ``global_batch`` counts them all). ``seq_len`` and ``flops_per_sequence``: one example's
+        tokens and model FLOPs (one sequence; RACE's four options together). ``state`` (the pretraining memory; a
+        placeholder otherwise) starts as ``initial_state()`` on each replica at every host loop
+        (``run_host_loops``). With ``ratio_metrics`` (names), ``replica_step`` returns a fourth value,
+        ``{name: (numerator, denominator)}``;
         each is reported as its numerators over its denominators, summed over replicas and the host loop's steps
         (e.g. the accuracy over all targets).
         """
@@ -121,8 +123,8 @@ class Training:
         initial = tf.function(lambda: strategy.run(initial_state))
         replicas = strategy.num_replicas_in_sync
         peak, peak_source = device_peak_flops(strategy, self.model.compute_dtype)
-        logging.info("training %d -> %d steps: %d replicas, global batch %d (%d micro-batches), seq %d, %s; MFU "
-                     "peak %.3g FLOP/s per replica (%s)", self.start_step, s.train_steps, replicas, global_batch,
+        logging.info("training %d -> %d steps: %d replicas, global batch %d (%d micro-batches), %d tokens each, %s; "
+                     "MFU peak %.3g FLOP/s per replica (%s)", self.start_step, s.train_steps, replicas, global_batch,
                      micro_batches or 1, seq_len, s.dtype, peak, peak_source)
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
                                     global_batch * flops_per_sequence, peak * replicas, self.start_step,

@@ -96,6 +96,7 @@ class RaceTask(RecordsTask):
 
     name = TASK
     keep = ("level",)
+    sequences_per_example = race_data.NUM_CHOICES
 
     def __init__(self, family, settings):
         super().__init__(family, settings)
