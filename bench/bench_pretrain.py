@@ -14,8 +14,9 @@ What is timed, per implementation, is one full pretraining step on bench-small: 
 the previous step), permutation-LM loss over the P targets, backward, global-norm clipping and the AdamW update.
 Ours is ``xlnet_tf.training.pretraining.make_replica_step`` with ``create_optimizer`` (the training loop's own
 step) inside ``tf.function``. MFU = model FLOPs (``xlnet_tf.flops``: the matmuls the step runs, query stream on its
-P rows, W_r once per step, no content stream in the last layer, whose output no head reads) / step time / the matmul peak measured here with the same threads (fp32 peak for fp32 rows, bf16 peak for
-mixed_bfloat16 rows). The base-512 memory figures come from a separate process per precision (peak RSS).
+P rows, W_r once per step, no content stream in the last layer, whose output no head reads) / step time / the
+matmul peak measured here with the same threads (fp32 peak for fp32 rows, bf16 peak for mixed_bfloat16 rows).
+The base-512 memory figures come from a separate process per precision (peak RSS).
 """
 
 from __future__ import annotations

@@ -33,8 +33,12 @@ def test_task_end_to_end(tmp_path, name, monkeypatch):
     data_dir = os.path.join(FIXTURES, "glue", folder)
     flags = make_flags(tmp_path, task_name=name, data_dir=data_dir, do_train=True, do_eval=True, do_predict=True)
     reported = []
-    monkeypatch.setattr(setup, "ProgressReporter", lambda *args, **kwargs: reported.append(args[3]) or
-                        progress.ProgressReporter(*args, **kwargs))
+
+    def reporter(*args, **kwargs):
+        reported.append(args[3])
+        return progress.ProgressReporter(*args, **kwargs)
+
+    monkeypatch.setattr(setup, "ProgressReporter", reporter)
     result = run(flags)
     assert result["train"]["step"] == 2 and math.isfinite(result["train"]["loss"])
     # The FLOPs its progress and TensorBoard MFU divide by: the step's, with the position projection shared by the

@@ -96,8 +96,12 @@ def test_race_end_to_end(tmp_path, monkeypatch):
     flags = make_flags(tmp_path, task_name="race", data_dir=RACE, do_train=True, do_eval=True, do_predict=True,
                        max_seq_length=64, max_qa_length=24, export_dir=str(tmp_path / "export"))
     reported = []
-    monkeypatch.setattr(setup, "ProgressReporter", lambda *args, **kwargs: reported.append(args[2:4]) or
-                        progress.ProgressReporter(*args, **kwargs))
+
+    def reporter(*args, **kwargs):
+        reported.append(args[2:4])
+        return progress.ProgressReporter(*args, **kwargs)
+
+    monkeypatch.setattr(setup, "ProgressReporter", reporter)
     result = run(flags)
     # Progress and TensorBoard count the four sequences of each question (a batch of 4 questions = 16 sequences of
     # 64 tokens, each network pass at its <cls> row in the last layer), not one.

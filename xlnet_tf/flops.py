@@ -69,7 +69,7 @@ def finetune_flops_per_sequence(config, seq_len: int, batch_size: int, output_ro
 def _rows(rows, keys, position_rows, d, f, a) -> float:
     """A layer's forward at ``rows`` query rows past the keys' and values' projections: Q and O, the
     feed-forward, attention scores, position scores and values."""
-    return 4 * rows * d * a + 4 * rows * d * f + 2 * rows * keys * a + 2 * rows * position_rows * a + 2 * rows * keys * a
+    return 4 * rows * d * a + 4 * rows * d * f + 2 * rows * (keys + position_rows + keys) * a
 
 
 def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size, bi_data, objective,
