@@ -22,7 +22,7 @@ Objectives whose head reads ``lm_positions`` pick its rows from ``[content ; que
 Training: every matmul again for each operand's gradient (2 x forward, no recomputation), except where an operand is
 a constant (the position encodings, the one-hot pick): 3 x forward - those. The memory rows' gradient is computed,
 then dropped (the K and V projections run on ``[memory ; content]`` as one matrix). tests/test_flops.py checks these
-counts against the matmuls in XLA's optimised module of real steps. S, P, the LM head's rows, whether the query rows
+counts against the matmuls XLA runs in real steps. S, P, the LM head's rows, whether the query rows
 are keys and whether the head reads the content stream are the objective's ``stream_layout``
 (``xlnet_tf.objectives``); the figures for each objective at the XLNet-Base shape are in docs/objectives.md
 ("Cost").
