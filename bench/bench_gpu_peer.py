@@ -203,7 +203,6 @@ def main(argv=None):
 
     import torch
     import transformers
-    from xlnet_tf.flops import forward_flops_per_sequence
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench_gpu_peer.py: torch sees no CUDA device")
@@ -234,11 +233,7 @@ def main(argv=None):
             continue
         row = dict(kind=kind, config=cfg.name, batch=cfg.batch, seq_len=cfg.seq_len, mode=mode,
                    tokens_per_step=cfg.tokens_per_step)
-        if kind == "train":
-            flops = cfg.train_flops_per_step()
-        else:
-            flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0,
-                                                           0, cfg.batch, d_attn=cfg.n_head * cfg.d_head)  # no head
+        flops = cfg.train_flops_per_step() if kind == "train" else cfg.forward_flops_per_step()
         try:
             row.update((train_row if kind == "train" else infer_row)(torch, dev, cfg, mode, args.warmup, args.steps))
             row.update(tokens_per_s=cfg.tokens_per_step / row["step_s"],

@@ -51,6 +51,12 @@ class BenchConfig:
                                                      self.batch, objective=objective,
                                                      d_attn=self.n_head * self.d_head)
 
+    def forward_flops_per_step(self) -> float:
+        """The inference forward's: the content stream, no memory, no LM head."""
+        from xlnet_tf.flops import forward_flops_per_sequence
+        return self.batch * forward_flops_per_sequence(self.n_layer, self.d_model, self.d_inner, self.seq_len, 0, 0,
+                                                       0, self.batch, d_attn=self.n_head * self.d_head)
+
     @property
     def tokens_per_step(self) -> int:
         return self.batch * self.seq_len

@@ -58,12 +58,9 @@ def finetune_flops_per_sequence(config, seq_len: int, batch_size: int, output_ro
     that many rows only (``XLNetModel``'s ``output_rows``: a classifier's one ``<cls>`` row), else at every row.
     The task heads are left out: a classifier's reads one row (negligible); SQuAD's end-logit layer runs on every
     row, about 1% of its step at the Base shape."""
-    d, f, a = config.d_model, config.d_inner, config.n_head * config.d_head
-    flops = train_flops_per_sequence(config.n_layer, d, f, seq_len, 0, 0, 0, batch_size, d_attn=a)
-    if output_rows is not None:  # forward and both gradients of those rows only
-        s, r = seq_len, 2 * seq_len
-        flops -= 3 * (_rows(s, s, r, d, f, a) - _rows(output_rows, s, r, d, f, a))
-    return flops
+    forward, one_gradient = _flops(config.n_layer, config.d_model, config.d_inner, seq_len, 0, 0, 0, batch_size,
+                                   False, "plm", config.n_head * config.d_head, output_rows)
+    return 3.0 * forward - one_gradient
 
 
 def _rows(rows, keys, position_rows, d, f, a) -> float:
@@ -73,7 +70,7 @@ def _rows(rows, keys, position_rows, d, f, a) -> float:
 
 
 def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, batch_size, bi_data, objective,
-           d_attn) -> tuple[float, float]:
+           d_attn, output_rows=None) -> tuple[float, float]:
     """(forward FLOPs per sequence, of which matmuls with a constant operand: one gradient, not two)."""
     d, f, m = d_model, d_inner, mem_len
     a = d_attn or d_model
@@ -90,9 +87,11 @@ def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, ba
     if p:
         kq = k + p if layout.query_keys else k  # the query stream's keys
         query = (4 * p * d * a if layout.query_keys else 0) + _rows(p, kq, r, d, f, a)
-    live_content = n_layer if not p or layout.head_on_content else n_layer - 1
+    # The last layer's content stream past its keys and values: at every row, at output_rows only, or nowhere.
+    last_rows = 0 if p and not layout.head_on_content else s if output_rows is None else output_rows
     head = 2 * layout.head_rows * d * n_token
     # With lm_positions, the head's rows are picked from [content ; query] by a one-hot matmul.
     pick = 2 * layout.head_rows * (s + p) * d if n_token and "lm_positions" in spec.model_inputs else 0
-    forward = n_layer * (keys_values + position + query) + live_content * content + head + pick
+    forward = (n_layer * (keys_values + position + query) + (n_layer - 1) * content + _rows(last_rows, k, r, d, f, a)
+               + head + pick)
     return forward, n_layer * position + pick

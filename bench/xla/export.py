@@ -304,7 +304,6 @@ def build_finetune(cfg, task, dtype):
 
 def build_infer(cfg, dtype):
     import tensorflow as tf
-    from xlnet_tf.flops import forward_flops_per_sequence
     from xlnet_tf.models.xlnet import XLNetModel
 
     model = XLNetModel(cfg.xlnet_config("pmlm").replace(mem_len=0, reuse_len=None), dtype=dtype)
@@ -318,10 +317,8 @@ def build_infer(cfg, dtype):
     def fn(inputs, state):
         return {"sequence_output": model(inputs, training=False)["sequence_output"], "state": state}
 
-    flops = cfg.batch * forward_flops_per_sequence(cfg.n_layer, cfg.d_model, cfg.d_inner, cfg.seq_len, 0, 0, 0,
-                                                   cfg.batch, d_attn=cfg.n_head * cfg.d_head)  # no LM head
     return dict(fn=tf.function(fn, jit_compile=True), batches=batches, state=tf.zeros([]), model=model,
-                optimizer=None, flops=flops, kind="infer", carry={"state": "state"})
+                optimizer=None, flops=cfg.forward_flops_per_step(), kind="infer", carry={"state": "state"})
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -57,6 +57,21 @@ class XLNetBlock(keras.layers.Layer):
         return h, (None if g is None else self.ff(g, training=training))
 
 
+def _at_positions(positions, content_pos, mlen, segment_diff):
+    """Rows standing at sequence ``positions`` [B, R] (the query stream's, ``output_rows``): their key coordinates
+    [B, R] and their rows of ``segment_diff`` [B, L, K] (None without one)."""
+    query_pos = mlen + positions if content_pos is None else tf.gather(content_pos, positions, batch_dims=1)
+    return query_pos, (None if segment_diff is None else tf.gather(segment_diff, positions, batch_dims=1))
+
+
+def _rows_of(blocked, positions):
+    """The rows at ``positions`` [B, R] of a content mask ``blocked`` [B|1, L, K] -> [B, R, K] (None: None)."""
+    if blocked is None:
+        return None
+    shape = tf.shape(blocked)
+    return tf.gather(tf.broadcast_to(blocked, [tf.shape(positions)[0], shape[1], shape[2]]), positions, batch_dims=1)
+
+
 def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
     """Whether ``query_perm_mask`` [B, P, L or L + P] covers the query rows as keys (its static shape tells)."""
     columns, length, rows = query_perm_mask.shape[-1], input_ids.shape[1], query_perm_mask.shape[1]
@@ -183,8 +198,7 @@ class XLNetModel(keras.Model):
         target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
         g = self._embedding_dropout(self._query_start(inputs, query_tokens, batch, num_predict, self.compute_dtype),
                                     training=training)
-        query_pos = mlen + target_pos if content_pos is None else tf.gather(content_pos, target_pos, batch_dims=1)
-        segment_diff = None if segment_diff is None else tf.gather(segment_diff, target_pos, batch_dims=1)
+        query_pos, segment_diff = _at_positions(target_pos, content_pos, mlen, segment_diff)
         query_keys = False
         if inputs.get("query_perm_mask") is not None:
             query_keys = _query_rows_are_keys(inputs["query_perm_mask"], inputs["input_ids"])
@@ -193,9 +207,8 @@ class XLNetModel(keras.Model):
                 segments = tf.gather(segment_ids, target_pos, batch_dims=1)
                 segment_diff = tf.concat([segment_diff, tf.not_equal(segments[:, :, None], segments[:, None, :])],
                                          axis=2)
-        elif blocked is not None:
-            length = tf.shape(target_mapping)[2]
-            blocked = tf.gather(tf.broadcast_to(blocked, [batch, length, mlen + length]), target_pos, batch_dims=1)
+        else:
+            blocked = _rows_of(blocked, target_pos)
         args = dict(query_pos=query_pos, query_mask=mask_bias(blocked), query_segment_diff=segment_diff,
                     query_weight=tf.reduce_sum(tf.cast(target_mapping, tf.float32), axis=-1))
         return g, query_keys, args
@@ -206,13 +219,9 @@ class XLNetModel(keras.Model):
         rows = tf.cast(rows, tf.int32)
         if rows.shape.rank == 1:
             rows = tf.broadcast_to(rows[None, :], [batch, tf.shape(rows)[0]])
-        query_pos = mlen + rows if content_pos is None else tf.gather(content_pos, rows, batch_dims=1)
-        if blocked is not None:
-            shape = tf.shape(blocked)
-            blocked = tf.gather(tf.broadcast_to(blocked, [batch, shape[1], shape[2]]), rows, batch_dims=1)
-        if segment_diff is not None:
-            segment_diff = tf.gather(segment_diff, rows, batch_dims=1)
-        return rows, dict(query_pos=query_pos, query_mask=mask_bias(blocked), query_segment_diff=segment_diff)
+        query_pos, segment_diff = _at_positions(rows, content_pos, mlen, segment_diff)
+        return rows, dict(query_pos=query_pos, query_mask=mask_bias(_rows_of(blocked, rows)),
+                          query_segment_diff=segment_diff)
 
     def call(self, inputs, training=None, output_rows=None):
         c = self.config
