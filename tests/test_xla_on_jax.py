@@ -1,6 +1,6 @@
 """Our real training steps, exported as XLA modules (bench/xla/export.py), run by jax without TensorFlow
 (bench/xla/runner.py, what the GPU machines run) and reproduce TensorFlow's own results on this CPU: the tiny
-config's pretraining steps (plm with memory, pmlm) and a fine-tuning step (the classifier).
+config's pretraining steps (plm with memory, pmlm) and fine-tuning steps (the classifier, SQuAD).
 
 jax is in the ``test`` extra: under CI=true a missing jax fails these tests (in one line) instead of skipping them.
 """
@@ -28,20 +28,20 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import bundle  # noqa: E402
 import runner  # noqa: E402
 
-# The tiny config, one layer: the three workloads export, compile (TF and jax) and run in about 30 s on 2 cores.
+# The tiny config, one layer: the four workloads export, compile (TF and jax) and run in about 30 s on 2 cores.
 REF_STEPS = 2
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """The bundle (plm f32 with memory, pmlm f32, the classifier's fine-tuning step f32) and the runner's results
+    """The bundle (plm f32 with memory, pmlm f32, the classifier's and SQuAD's fine-tuning steps f32) and the runner's results
     on jax CPU, in a process that imports no TensorFlow."""
     import export
 
     out = str(tmp_path_factory.mktemp("xla_bundle"))
     cfg = dataclasses.replace(export.TINY, n_layer=1, seq_len=16, reuse_len=8, mem_len=8, num_predict=4, batch=2)
     # min_param_bytes: the position encodings (and larger constants) travel as parameters, as at full size.
-    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf"], False, REF_STEPS, seed=0, log=lambda *_: None,
+    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf", "squad"], False, REF_STEPS, seed=0, log=lambda *_: None,
                   min_param_bytes=1024)
     result_path = os.path.join(out, "result.json")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -56,7 +56,7 @@ def exported(tmp_path_factory):
 def test_runner_reproduces_tf_loss_per_step_on_jax_cpu(exported):
     _, result = exported
     rows = {w["name"]: w for w in result["workloads"]}
-    assert sorted(rows) == ["clf-16_f32_b2", "tiny_plm_f32_b2", "tiny_pmlm_f32_b2"]
+    assert sorted(rows) == ["clf-16_f32_b2", "squad-16_f32_b2", "tiny_plm_f32_b2", "tiny_pmlm_f32_b2"]
     for name, row in rows.items():
         assert "error" not in row, row.get("error")
         verify = row["verify"]
@@ -83,7 +83,7 @@ def test_runner_refuses_a_missing_bundle_and_patterns_that_match_nothing(exporte
     with pytest.raises(ValueError, match="tiny_pml_f32 match no workload"):
         runner.select(workloads, ["tiny_pml_f32", "clf-*"], bundle)
     for argv, why in ((["--bundle", str(tmp_path)], "no bundle there"),
-                      (["--bundle", bundle, "--workloads", "squad-*"], "squad-\\* match no workload")):
+                      (["--bundle", bundle, "--workloads", "tiny_mpnet_*"], "tiny_mpnet_\\* match no workload")):
         proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), *argv], capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 2 and re.search(why, proc.stderr.splitlines()[-1]), proc.stderr[-1000:]

@@ -54,6 +54,11 @@ class SequenceSummary(keras.layers.Layer):
             return tf.zeros([1], tf.int32)
         return None
 
+    @property
+    def rows_read(self):
+        """How many rows of a sequence it reads: 1 (``rows`` picks it), or None for every row (``mean``)."""
+        return None if self.summary_type == "mean" else 1
+
     def call(self, hidden, training=None):
         if self.summary_type == "last":
             summary = hidden[:, -1]
@@ -86,10 +91,16 @@ class FinetuneModel(keras.Model):
     @property
     def last_layer_rows(self):
         """How many rows of a sequence the network's last layer runs at (``XLNetModel``'s ``output_rows``), or None
-        for all of them: what the step costs (``flops.finetune_flops_per_sequence``)."""
-        summary = getattr(self, "summary", None)
-        one_pass = getattr(self, "num_segments", 1) == 1
-        return 1 if one_pass and summary is not None and summary.summary_type in ("last", "first") else None
+        for all of them: what the step costs (``flops.finetune_flops_per_sequence``). Every row unless a head
+        says otherwise."""
+        return None
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        # The sequence summary was the attribute ``summary`` until it turned out to hide ``keras.Model.summary()``:
+        # fine-tuning checkpoints written before name it so, and still restore.
+        if name == "summary":
+            name = "sequence_summary"
+        return super()._lookup_dependency(name, cached_dependencies)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -114,24 +125,29 @@ class XLNetClassifier(FinetuneModel):
         self.num_segments, self.mem_len = num_segments, (mem_len if num_segments > 1 else 0)
         self.num_labels, self.task_scope, self.regression = (1 if regression else num_labels), task_scope, regression
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
+        self.sequence_summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
         self.logit = dense_layer(self.num_labels, self.config, "logit", dtype=self.dtype_policy)
-        self.summary.build()
+        self.sequence_summary.build()
         self.logit.build((None, self.config.d_model))
+
+    @property
+    def last_layer_rows(self):
+        # a document of several segments reads every row of its earlier segments into memory
+        return self.sequence_summary.rows_read if self.num_segments == 1 else None
 
     def call(self, features, training=None):
         inputs = network_inputs(features)
         if self.num_segments > 1:
             hidden = read_segments(self.xlnet, inputs, self.num_segments, training=training)[-1]
         else:
-            rows = self.summary.rows(inputs["input_ids"])
+            rows = self.sequence_summary.rows(inputs["input_ids"])
             hidden = self.xlnet(inputs, training=training, output_rows=rows)["sequence_output"]
-        logits = self.logit(self.summary(hidden, training=training))
+        logits = self.logit(self.sequence_summary(hidden, training=training))
         return {"logits": tf.cast(logits, tf.float32)}
 
     def tf1_variables(self):
         names = super().tf1_variables()
-        names.update(self.summary.tf1_variables())
+        names.update(self.sequence_summary.tf1_variables())
         prefix = f"model/{'regression' if self.regression else 'classification'}_{self.task_scope}/logit/"
         names[prefix + "kernel"] = self.logit.kernel
         names[prefix + "bias"] = self.logit.bias

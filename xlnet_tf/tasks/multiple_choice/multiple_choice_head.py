@@ -18,22 +18,26 @@ class XLNetMultipleChoice(FinetuneModel):
     def __init__(self, config, summary_type: str = "last", use_summ_proj: bool = True, **kwargs):
         super().__init__(config, **kwargs)
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
+        self.sequence_summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
         self.score = dense_layer(1, self.config, "dense", dtype=self.dtype_policy)
-        self.summary.build()
+        self.sequence_summary.build()
         self.score.build((None, self.config.d_model))
+
+    @property
+    def last_layer_rows(self):
+        return self.sequence_summary.rows_read
 
     def call(self, features, training=None):
         shape = tf.shape(features["input_ids"])
         flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in network_inputs(features).items()}
-        rows = self.summary.rows(flat["input_ids"])
+        rows = self.sequence_summary.rows(flat["input_ids"])
         hidden = self.xlnet(flat, training=training, output_rows=rows)["sequence_output"]
-        scores = self.score(self.summary(hidden, training=training))
+        scores = self.score(self.sequence_summary(hidden, training=training))
         return {"logits": tf.reshape(tf.cast(scores, tf.float32), shape[:2])}
 
     def tf1_variables(self):
         names = super().tf1_variables()
-        names.update(self.summary.tf1_variables())
+        names.update(self.sequence_summary.tf1_variables())
         names["logits/dense/kernel"] = self.score.kernel
         names["logits/dense/bias"] = self.score.bias
         return names
