@@ -254,6 +254,10 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     # Word accuracy over each word once: a multiple of 1 / number of words.
     total = sum(len(w) for w in words)
     assert round(result["accuracy"] * total, 3) == pytest.approx(round(result["accuracy"] * total))
+    # One batch in one step: each word scored once there too; predict_on_batch gives predict's tags.
+    one_step = model.test_on_batch(words, [" ".join(d["tags"]) for d in dev], return_dict=True)
+    assert one_step == pytest.approx(result, rel=1e-5)
+    np.testing.assert_array_equal(model.predict_on_batch(words)["tags"], model.predict(words)["tags"])
 
 
 # -- tags the head does not have; a stale record of tags (issue 36) ----------------------------------------------

@@ -187,6 +187,39 @@ def test_text_classifier_trains_with_xla(release, tokenizer):
                                _softmax(model.network(_encoded(tokenizer, examples))["logits"]), atol=1e-5)
 
 
+def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
+    """Keras' train_on_batch / test_on_batch / predict_on_batch on raw strings: the batch through fit's pipeline
+    in one step, the numbers of the same step on the preprocessor's token ids (and of evaluate / predict)."""
+    folder, _ = release
+    examples, texts, labels = _sentiment("dev", 6)
+    models = [xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                           dropatt=0.0) for _ in range(2)]
+    for model in models:
+        model.set_weights(models[0].get_weights())  # the same new head
+        model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    raw, ids = models
+    encoded = _encoded(tokenizer, examples)
+    def same(a, b):  # loss and accuracy, or weights
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+    loss_and_accuracy = raw.test_on_batch(texts, labels)
+    same(loss_and_accuracy, ids.test_on_batch(encoded, labels))
+    same(loss_and_accuracy, raw.evaluate(texts, labels, verbose=0))
+    same(raw.predict_on_batch(texts), raw.predict(texts, verbose=0))
+    same(raw.train_on_batch(texts, labels), ids.train_on_batch(encoded, labels))
+    same(raw.network.logit.kernel.numpy(), ids.network.logit.kernel.numpy())
+    assert abs(raw.test_on_batch(texts, labels)[0] - loss_and_accuracy[0]) > 1e-3  # it trained
+
+    squad, train = squad_trained["model"], squad_trained["train"]
+    x, y = _squad_inputs(train[:2])
+    same(squad.test_on_batch(x, y), squad.evaluate(x, y, verbose=0))
+    np.testing.assert_array_equal(squad.predict_on_batch(x)["text"], squad.predict(x, verbose=0)["text"])
+    x, y = _squad_inputs(train)  # more windows than one step of window_batch_size
+    with pytest.raises(ValueError, match=f"these {len(train)} rows make [0-9]+ steps of windows"):
+        squad.test_on_batch(x, y)
+
+
 @pytest.mark.slow
 def test_multiple_choice_on_raw_strings(release, tokenizer):
     folder, _ = release

@@ -180,8 +180,8 @@ def end_of_data_expected(steps):
 
 class TextTaskModel(keras.Model):
     """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
-    ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` on raw strings run
-    the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
+    ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` (and Keras'
+    ``*_on_batch``, the batch in one step) on raw strings run the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
     batches to Keras. Token ids (a dict with ``input_ids``) are taken as they are. The step functions hold the
     network only, so they compile with ``jit_compile=True`` (XLA) and distribute like any Keras model; exports
     join preprocessor and network in one graph (``finetuning/serving.py``'s ``ServingModule``).
@@ -316,6 +316,34 @@ class TextTaskModel(keras.Model):
         with end_of_data_expected(steps):
             return super().predict(self._dataset(x, batch_size=batch_size), verbose=verbose, steps=steps,
                                    callbacks=callbacks)
+
+    # Keras' one-batch steps take raw strings too (keras-hub's task models do): the batch goes through fit's or
+    # predict's pipeline, all its rows in one step.
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
+        x, y, sample_weight = self._one_step(x, y, sample_weight)
+        return super().train_on_batch(x, y, sample_weight, class_weight=class_weight, return_dict=return_dict)
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        x, y, sample_weight = self._one_step(x, y, sample_weight)
+        return super().test_on_batch(x, y, sample_weight, return_dict=return_dict)
+
+    def predict_on_batch(self, x):
+        if is_encoded(x):
+            return super().predict_on_batch(x)
+        return self.predict(x, batch_size=_rows(_tensors(self._arrays(x)[0])), verbose=0)
+
+    def _one_step(self, x, y, sample_weight) -> tuple:
+        """``*_on_batch``'s batch as the one step fit's pipeline makes of it; token ids as they are."""
+        if is_encoded(x):
+            return x, y, sample_weight
+        if isinstance(x, tf.data.Dataset):
+            raise ValueError("x: a tf.data.Dataset goes to fit/evaluate; train_on_batch/test_on_batch take one batch")
+        rows = _rows(_tensors(self._arrays(x, y)[0]))
+        steps = list(self._dataset(x, y, sample_weight, batch_size=rows))
+        if len(steps) != 1:  # SQuAD and tagging: a long text is several windows
+            raise ValueError(f"x: these {rows} rows make {len(steps)} steps of windows; give train_on_batch/"
+                             "test_on_batch fewer rows, or use fit/evaluate")
+        return keras.utils.unpack_x_y_sample_weight(steps[0])
 
     def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False) -> str:
         """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the

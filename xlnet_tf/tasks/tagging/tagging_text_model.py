@@ -3,6 +3,7 @@ text models' base (``xlnet_tf.tasks.text_models``)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Optional
 
 import keras
@@ -126,10 +127,20 @@ class XLNetTextTagger(TextTaskModel):
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
-        self._scoring = True
-        try:
+        with self._scored():
             return super().evaluate(x, y, batch_size, verbose, sample_weight, steps, callbacks, return_dict,
                                     **kwargs)
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
+        with self._scored():
+            return super().test_on_batch(x, y, sample_weight, return_dict)
+
+    @contextlib.contextmanager
+    def _scored(self):
+        """Evaluation's windows: each word labelled once (where it has the most context), not in every window."""
+        self._scoring = True
+        try:
+            yield
         finally:
             self._scoring = False
 
