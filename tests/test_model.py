@@ -345,6 +345,22 @@ def test_content_stream_ignores_padding():
     np.testing.assert_allclose(out[:, 3:], alone, atol=1e-5)
 
 
+@pytest.mark.parametrize("cls", [XLNetModel, XLNetPretrainer])
+def test_a_mask_under_another_name_is_refused_not_ignored(cls):
+    """HF's attention_mask (our padding_mask) or the original's input_mask, passed as they are, would otherwise be
+    ignored: every padding token visible, no error. They are refused, saying what they are called here."""
+    model = cls(XLNetConfig(**TINY))
+    ids = np.ones((1, 4), np.int32)
+    for key, hint in (("attention_mask", "padding_mask here \\(the same"), ("token_type_ids", "are segment_ids"),
+                      ("input_mask", "1 - padding_mask")):
+        with pytest.raises(ValueError, match=f"does not read {key}; .*{hint}"):
+            model({"input_ids": ids, key: np.ones((1, 4), np.float32)})
+    with pytest.raises(ValueError, match="takes a dict with input_ids .* got EagerTensor"):
+        model(tf.constant(ids))
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, length\], got shape \[4\]"):
+        model({"input_ids": ids[0]})
+
+
 def test_unidirectional_memory_equals_one_pass():
     cfg = dict(TINY, attn_type="uni", mem_len=6, reuse_len=6)
     model = make_model(random_weights(cfg, seed=11), cfg, cls=XLNetModel)

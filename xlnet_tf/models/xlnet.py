@@ -20,6 +20,34 @@ from xlnet_tf.layers.masks import key_blocked, mask_bias, memory_padding_blocked
 from xlnet_tf.layers.position import RelativePositionEncoding
 
 
+# What XLNetModel reads (its docstring says how); any other key is refused rather than silently ignored.
+INPUT_KEYS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping", "mems", "mems_padding_mask",
+              "position_ids", "query_ids", "pseudo_mask", "query_perm_mask")
+# Other XLNet code's names for our inputs: what the error says instead.
+_THEIR_NAMES = {"attention_mask": "HF's attention_mask is padding_mask here (the same: 1 = token, 0 = padding)",
+                "token_type_ids": "HF's token_type_ids are segment_ids here",
+                "input_mask": "the original's input_mask (1 = padding) is 1 - padding_mask here",
+                "seg_id": "the original's seg_id is segment_ids here"}
+
+
+def checked_inputs(inputs, model: str, also=()):
+    """``inputs`` if it is a dict of ``model``'s inputs (``INPUT_KEYS`` and ``also``), else a ValueError naming
+    what is wrong: a padding mask under another library's name must not be ignored."""
+    if not hasattr(inputs, "keys") or "input_ids" not in inputs:
+        raise ValueError(f"inputs: {model} takes a dict with input_ids [B, L] (and segment_ids, padding_mask, ...), "
+                         f"got {type(inputs).__name__}" + ("" if not hasattr(inputs, "keys") else
+                                                            f" with keys {sorted(inputs)}"))
+    shape = tf.TensorShape(getattr(inputs["input_ids"], "shape", None))
+    if shape.rank not in (None, 2):
+        raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
+    unknown = sorted(set(inputs) - set(INPUT_KEYS) - set(also))
+    if unknown:
+        hints = "".join(f"; {_THEIR_NAMES[k]}" for k in unknown if k in _THEIR_NAMES)
+        raise ValueError(f"inputs: {model} does not read {', '.join(unknown)}{hints} (it reads "
+                         f"{', '.join(INPUT_KEYS + tuple(also))})")
+    return inputs
+
+
 def _as_config(config) -> XLNetConfig:
     if isinstance(config, XLNetConfig):
         return config
@@ -105,6 +133,7 @@ class XLNetModel(keras.Model):
         query stream's own mask, instead of the perm_mask rows of its targets and the 'uni' causal rule. With
         L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
         tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
+    Other keys are refused, naming them (HF's attention_mask, the original's input_mask: not silently unread).
     Call argument ``output_rows``: int positions [R] or [B, R] (optional; not with target_mapping). The last
     layer then runs at those rows only, as query rows at their own positions under the content stream's mask and
     weights (the same math), and sequence_output holds their final states [B, R, D]: a head that reads one row
@@ -224,6 +253,7 @@ class XLNetModel(keras.Model):
                           query_segment_diff=segment_diff)
 
     def call(self, inputs, training=None, output_rows=None):
+        checked_inputs(inputs, "XLNetModel")
         c = self.config
         dtype = self.compute_dtype
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
@@ -347,7 +377,8 @@ class XLNetPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        outputs = dict(self.xlnet(inputs, training=training))
+        checked_inputs(inputs, "XLNetPretrainer", also=("lm_positions",))
+        outputs = dict(self.xlnet({k: v for k, v in inputs.items() if k != "lm_positions"}, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
         if inputs.get("lm_positions") is not None:
             rows = tf.concat([outputs["sequence_output"]] + ([hidden] if "query_output" in outputs else []), axis=1)
