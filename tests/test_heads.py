@@ -43,6 +43,16 @@ def test_keras_summary_lists_the_network_and_the_rows_its_last_layer_runs(head):
     assert model.last_layer_rows == rows
 
 
+@pytest.mark.parametrize("head", ["classifier", "multiple choice", "squad", "tagger"])
+def test_a_padding_mask_under_another_name_is_refused(head):
+    """Heads read their features' input_ids, segment_ids and padding_mask (their labels and own inputs lie there
+    too); HF's attention_mask would be left unread, every padding token visible: refused, naming ours."""
+    model = HEADS[head][0]()
+    inputs = features(options=3 if head == "multiple choice" else None)
+    with pytest.raises(ValueError, match="does not read attention_mask; HF's attention_mask is padding_mask here"):
+        model(dict(inputs, attention_mask=inputs["padding_mask"]))
+
+
 def written_before_the_rename(cls):
     """``cls`` writing the checkpoint layout of before 2026-11-28, when the heads' sequence summary was the
     attribute ``summary`` (and hid ``keras.Model.summary``)."""

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
-from xlnet_tf.models.xlnet import XLNetModel, _as_config
+from xlnet_tf.models.xlnet import XLNetModel, _as_config, refuse_their_names
 
 
 def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None):
@@ -23,6 +23,8 @@ def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None)
 
 
 def network_inputs(features):
+    """The network's inputs among a head's features (which hold its labels and own inputs too)."""
+    refuse_their_names(features, "a fine-tuning head")
     return {k: features[k] for k in ("input_ids", "segment_ids", "padding_mask") if k in features}
 
 

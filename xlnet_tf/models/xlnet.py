@@ -40,12 +40,20 @@ def checked_inputs(inputs, model: str, also=()):
     shape = tf.TensorShape(getattr(inputs["input_ids"], "shape", None))
     if shape.rank not in (None, 2):
         raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
+    refuse_their_names(inputs, model)
     unknown = sorted(set(inputs) - set(INPUT_KEYS) - set(also))
     if unknown:
-        hints = "".join(f"; {_THEIR_NAMES[k]}" for k in unknown if k in _THEIR_NAMES)
-        raise ValueError(f"inputs: {model} does not read {', '.join(unknown)}{hints} (it reads "
+        raise ValueError(f"inputs: {model} does not read {', '.join(unknown)} (it reads "
                          f"{', '.join(INPUT_KEYS + tuple(also))})")
     return inputs
+
+
+def refuse_their_names(keys, model: str):
+    """A ValueError if ``keys`` hold other XLNet code's name for one of our inputs (see ``_THEIR_NAMES``)."""
+    theirs = sorted(k for k in keys if k in _THEIR_NAMES)
+    if theirs:
+        raise ValueError(f"inputs: {model} does not read {', '.join(theirs)}; "
+                         + "; ".join(_THEIR_NAMES[k] for k in theirs))
 
 
 def _as_config(config) -> XLNetConfig:
