@@ -255,6 +255,12 @@ def test_config_round_trip_and_errors(preprocessors):
         pre(["a"], [1.0])
     with pytest.raises(ValueError, match="options"):
         pre.multiple_choice(["a"], ["b"], ["c"])
+    with pytest.raises(ValueError, match="sentence2: 1 rows for the 2 of sentence"):
+        pre(["a", "b"], ["c"])
+    with pytest.raises(ValueError, match="question: 1 rows for the 2 of article"):
+        pre.multiple_choice(["a", "b"], ["q"], [["c", "d"], ["e", "f"]])
+    with pytest.raises(ValueError, match="question: 2 rows for the 1 of context"):
+        pre.squad(["q", "r"], ["a context"])
 
 
 @pytest.mark.slow

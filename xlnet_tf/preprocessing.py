@@ -78,6 +78,16 @@ def _batch_of_strings(strings, name: str) -> tf.Tensor:
     return tensor
 
 
+def _check_same_rows(first_name: str, first: tf.Tensor, **others):
+    """A ValueError naming the one of ``others`` (name = [B] tensor) that has not as many rows as ``first``, instead
+    of a gather's error. Checked where the shapes are known (eager calls, fixed batches); a traced graph
+    adds no assertion (see the ragged note below) and fails in the gather."""
+    for name, tensor in others.items():
+        rows, theirs = first.shape[0], tensor.shape[0]
+        if rows is not None and theirs is not None and rows != theirs:
+            raise ValueError(f"{name}: {theirs} rows for the {rows} of {first_name}")
+
+
 # Ragged arithmetic here works on the flat values with per-element row numbers: a ragged op that broadcasts a
 # dense [N, 1] against a ragged [N, (T)] (or masks, concatenates or gathers ragged rows) adds assertions on the row
 # partitions, each an If with two branch functions. They cannot fail for partitions built here, yet they made up
@@ -371,6 +381,8 @@ class XLNetPreprocessor(keras.layers.Layer):
         """[B] strings (and [B] second sentences) -> ``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]."""
         first = _batch_of_strings(sentence, "sentence")
         second = None if sentence2 is None else _batch_of_strings(sentence2, "sentence2")
+        if second is not None:
+            _check_same_rows("sentence", first, sentence2=second)
         with tf.device("/CPU:0"):
             return self._pack(self.tokenize(first), None if second is None else self.tokenize(second))
 
@@ -381,6 +393,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         options = _text_tensor(options, "options")
         if options.shape.rank != 2:
             raise ValueError(f"options: expected shape [batch, choices], got {options.shape}")
+        _check_same_rows("article", article, question=question, options=options)
         with tf.device("/CPU:0"):
             batch, choices = tf.shape(options)[0], tf.shape(options)[1]
             option = tf.reshape(options, [-1])  # [B * C]
@@ -421,6 +434,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         """
         question = _batch_of_strings(question, "question")
         context = _batch_of_strings(context, "context")
+        _check_same_rows("context", context, question=question)
         with tf.device("/CPU:0"):
             S = self.seq_length
             query = _keep_first(self._encode(self.clean(question, quotes_last=True)),
