@@ -496,3 +496,21 @@ def test_classifier_refuses_labels_that_are_not_its_classes(release):
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"class labels must be whole numbers in \[0, 2\)"):
             model.fit(data, epochs=1, verbose=0)
     model.fit(["good", "bad"], np.array([1.0, 0.0]), epochs=1, verbose=0)  # whole floats are classes
+    # Class names are not indices (TensorFlow's cast would say "Cast string to double is not supported").
+    with pytest.raises(ValueError, match=r"in \[0, 2\), the class's index, got string labels"):
+        model.fit(["good", "bad"], ["pos", "neg"], epochs=1, verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((["good", "bad"], ["pos", "neg"])).batch(2)
+    with pytest.raises(ValueError, match="got string labels"):
+        model.fit(data, epochs=1, verbose=0)
+
+
+def test_data_of_the_wrong_shape_is_refused_naming_it(release):
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(release[0], num_labels=2, seq_length=SEQ)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="y: 2 rows for the 3 examples of x"):
+        model.fit(["good", "bad", "fine"], np.array([0, 1]), epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="sample_weight: 1 rows for the 2 examples of x"):
+        model.evaluate(["good", "bad"], np.array([0, 1]), sample_weight=np.array([1.0]), verbose=0)
+    single = tf.data.Dataset.from_tensor_slices((["good", "bad"], [0, 1]))  # not batched
+    with pytest.raises(ValueError, match=r"a tf.data.Dataset of single examples; .*dataset.batch\(n\)"):
+        model.fit(single, epochs=1, verbose=0)

@@ -135,9 +135,14 @@ def _rows(data) -> int:
 def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
     """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
     rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
-    data = keras.utils.pack_x_y_sample_weight(_tensors(x), _tensors(y), _tensors(sample_weight))
-    if _rows(data) == 0:
+    parts = {"x": _tensors(x), "y": _tensors(y), "sample_weight": _tensors(sample_weight)}
+    rows = {name: [int(t.shape[0]) for t in tf.nest.flatten(part)] for name, part in parts.items() if part is not None}
+    if rows["x"] and rows["x"][0] == 0:
         raise ValueError("x: no examples (an empty batch)")
+    for name, counts in rows.items():
+        if any(count != rows["x"][0] for count in counts):
+            raise ValueError(f"{name}: {', '.join(map(str, counts))} rows for the {rows['x'][0]} examples of x")
+    data = keras.utils.pack_x_y_sample_weight(parts["x"], parts["y"], parts["sample_weight"])
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
         dataset = dataset.shuffle(max(_rows(data), 1), reshuffle_each_iteration=True)
@@ -274,6 +279,9 @@ class TextTaskModel(keras.Model):
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None:
                 raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
+            if any(spec.shape.rank == 0 for spec in tf.nest.flatten(element_x(x.element_spec))):
+                raise ValueError("x: a tf.data.Dataset of single examples; these models take batches, as Keras "
+                                 "does: dataset.batch(n)")
             return x
         x, y = self._arrays(x, y)
         if y is not None and not isinstance(y, (dict, tuple)):
@@ -461,9 +469,11 @@ class XLNetTextClassifier(TextTaskModel):
         if y is None or self.network.regression or isinstance(y, dict):
             return y
         y = tf.convert_to_tensor(y)
+        message = f"y: class labels must be whole numbers in [0, {self.network.num_labels})"
+        if not (y.dtype.is_integer or y.dtype.is_floating or y.dtype.is_bool):
+            raise ValueError(f"{message}, the class's index, got {y.dtype.name} labels: map names to indices first")
         value = tf.cast(y, tf.float64)
         valid = tf.reduce_all((value == tf.round(value)) & (value >= 0) & (value < self.network.num_labels))
-        message = f"y: class labels must be whole numbers in [0, {self.network.num_labels})"
         if tf.executing_eagerly():  # arrays, checked before the pipeline is built
             if not bool(valid):
                 raise ValueError(f"{message}, got {y.numpy().tolist()[:8]}")
