@@ -196,12 +196,9 @@ def main() -> None:
 
 
 def _cpu() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        name = "unknown CPU"
-    return f"{name}, {os.cpu_count()} CPUs"
+    from reporting import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} CPUs"
 
 
 if __name__ == "__main__":

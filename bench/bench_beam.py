@@ -19,7 +19,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -30,14 +29,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 from bench_batch_predict import build, write_shards  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
+from reporting import cpu_name  # noqa: E402
 
 
 def run(cmd: list) -> tuple:

@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from workload import CONFIGS, INFER_BASE, BenchConfig, make_batch  # noqa: E402
+from workload import CONFIGS, BenchConfig, make_batch  # noqa: E402
 
 TINY = BenchConfig("tiny", n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=1000, seq_len=32,
                    reuse_len=16, mem_len=16, num_predict=6, batch=4)

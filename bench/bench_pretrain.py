@@ -373,13 +373,10 @@ def custom_kernels_note() -> str:
 
 
 def machine_info():
-    cpu = platform.processor() or ""
+    from reporting import cpu_name
+
+    cpu = cpu_name()
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "")
         amx = "AMX" if "amx_bf16" in flags else "AVX512-BF16 without AMX" if "avx512_bf16" in flags else "no AMX"

@@ -11,21 +11,13 @@ Prints one JSON object (the report in bench/reports/tagging.md quotes it).
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from reporting import cpu_name  # noqa: E402  (bench/ is the script's directory)
 from xlnet_tf.tasks.tagging import tagging_data  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def serving_throughput(saved_model: str, sentences: list, batch_size: int) -> dict:

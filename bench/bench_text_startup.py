@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_tagging import cpu_name  # noqa: E402
+from reporting import cpu_name  # noqa: E402
 
 SQUAD = os.path.join(ROOT, "tests", "fixtures", "squad", "train-v2.0.json")
 LOAD = """

@@ -7,6 +7,17 @@ import glob
 import os
 
 
+def cpu_name() -> str:
+    """The CPU's model name, which every figure names (/proc/cpuinfo; else what ``platform`` knows)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
 def scalars(model_dir: str) -> dict:
     """The TensorBoard scalars of a training run in ``model_dir``: {tag: [(step, value)] sorted by step}."""
     import tensorflow as tf
