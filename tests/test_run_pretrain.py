@@ -114,7 +114,7 @@ def committed_step(model_dir):
 def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corpus):
     # Uninterrupted reference run (also writes the data). The other runs start beside it once its first checkpoint
     # is committed (the data is complete by then): each run is mostly start-up, and it overlaps.
-    straight = run(base_flags(tmp_path, corpus, name="straight", steps=60))
+    straight = run(base_flags(tmp_path, corpus, name="straight", steps=60) + ["--deterministic"])
     deadline = time.time() + 240
     while committed_step(tmp_path / "straight") < 10 and straight.poll() is None:
         assert time.time() < deadline, "no step-10 checkpoint of the straight run"
@@ -124,7 +124,7 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
 
     # Same run (dropout on: the checkpoints carry its seed states), killed with SIGKILL once a checkpoint at
     # step >= 20 is committed (named by the manager's state file), then restarted.
-    proc = run(base_flags(tmp_path, corpus, name="killed", steps=60))
+    proc = run(base_flags(tmp_path, corpus, name="killed", steps=60) + ["--deterministic"])
     deadline = time.time() + 240
     while committed_step(tmp_path / "killed") < 20:
         assert proc.poll() is None and time.time() < deadline, "run ended before its step-20 checkpoint"
@@ -132,7 +132,7 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(tmp_path / "killed" / "xlnet_model-60.index")
-    code, log = finish(run(base_flags(tmp_path, corpus, name="killed", steps=60)))
+    code, log = finish(run(base_flags(tmp_path, corpus, name="killed", steps=60) + ["--deterministic"]))
     assert code == 0, log[-3000:]
     assert re.search(r"resumed from .*xlnet_model-(20|30|40|50) at step", log), log[-3000:]
     assert "writing pretraining data" not in log  # the data is there
@@ -149,10 +149,26 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     # batch: 6.5-7.1 seen) is about the unigram level, not ln(8000) = 9 as from a zero bias, and it falls from there.
     assert seen[0] < 7.5 and min(seen[-3:]) < seen[0] - 0.1, seen
 
-    # Everything saved (weights, optimizer moments, dropout seeds, step), to float32 round-off (training_state.py);
-    # save_counter, the number of saves, is not read by training.
+    # Everything saved (weights, optimizer moments, dropout seeds, step), bit for bit with --deterministic (else to
+    # float32 round-off: training_state.py); save_counter, the number of saves, is not read by training.
     straight, resumed = (checkpoint_state(tf.train.latest_checkpoint(str(tmp_path / name)),
                                           skip=lambda key: key.startswith("save_counter/"))
                          for name in ("straight", "killed"))
     assert sum(key.startswith("weights/") for key in straight) > 20 and any("optimizer" in k for k in straight)
-    assert_same_state(straight, resumed)
+    assert_same_state(straight, resumed, round_off=0.0)
+
+
+def test_deterministic_refuses_a_tensorflow_loaded_with_onednn():
+    """--deterministic in a process whose TensorFlow runs oneDNN's matmuls (this one, on x86) would promise what it
+    cannot keep: refused, saying what to set. (The command-line runs above set it before TensorFlow loads.)"""
+    from tensorflow.python.util import _pywrap_util_port
+
+    from xlnet_tf.training.settings import RunSettings, SettingsError
+    from xlnet_tf.training.setup import start_run
+
+    settings = RunSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"), deterministic=True)
+    if not _pywrap_util_port.IsMklEnabled():  # a TensorFlow without oneDNN (not x86)
+        start_run(settings)
+        return
+    with pytest.raises(SettingsError, match="--deterministic: .*oneDNN on .*set TF_ENABLE_ONEDNN_OPTS=0 before"):
+        start_run(settings)

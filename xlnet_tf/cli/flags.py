@@ -262,6 +262,8 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
                 if not FLAGS[name].present and name not in applied:
                     FLAGS[name].value = value
             settings = settings_from_flags(settings_cls, FLAGS, argv[1:]).validate()
+            if getattr(settings, "deterministic", False):  # before TensorFlow loads (see training.setup)
+                os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
             if any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values()):
                 # URIs (gs://...) are checked with tf.io.gfile: the local checks passed without TensorFlow, now
                 # it loads (the tool needs it next anyway) and the same checks run on the URIs.

@@ -171,6 +171,9 @@ class RunSettings(Settings):
     dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and CPUs with AMX or AVX512-BF16, "
                          "mixed_float16 with dynamic loss scaling on GPU).", choices=DTYPES)
     seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.")
+    deterministic: bool = setting(False, "Reruns with the same flags give bit-identical weights: TensorFlow's op "
+                                  "determinism, and on CPUs oneDNN off (its matmuls sum in an order that depends on "
+                                  "the thread that runs them; steps ~1.5x slower).")
     dropout: float = setting(0.1, "Dropout rate.")
     dropatt: float = setting(0.1, "Attention dropout rate.")
     clamp_len: int = setting(-1, "Clamp relative distances (-1 = off).")

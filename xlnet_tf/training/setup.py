@@ -35,6 +35,8 @@ def start_run(settings: RunSettings) -> tf.distribute.Strategy:
     """The run's strategy, after checking that its global batch sizes split over the replicas; seeds Keras. The
     model config is read first: a bad file fails before the devices are connected (a TPU takes minutes)."""
     XLNetConfig.from_json(settings.model_config_path)
+    if settings.deterministic:
+        _make_deterministic()
     strategy = create_strategy(settings.strategy, settings.tpu, tpu_zone=settings.tpu_zone,
                                gcp_project=settings.gcp_project, tpu_timeout=settings.tpu_timeout)
     replicas = strategy.num_replicas_in_sync
@@ -44,6 +46,20 @@ def start_run(settings: RunSettings) -> tf.distribute.Strategy:
                                 f"--strategy={settings.strategy} (batch sizes are global)")
     keras.utils.set_random_seed(settings.seed)
     return strategy
+
+
+def _make_deterministic() -> None:
+    """--deterministic: TensorFlow's op determinism, in a process that loaded TensorFlow with oneDNN off (the
+    command-line tools set TF_ENABLE_ONEDNN_OPTS=0 before it loads). Measured on 2 cores (AMD EPYC), 40 calls of
+    one training step in each of 6 processes: with oneDNN a gradient differed from the first call's in 5 of them (by
+    ulps, which training then spreads); with it off, in none."""
+    from tensorflow.python.util import _pywrap_util_port  # whether this TensorFlow loaded with oneDNN
+
+    if _pywrap_util_port.IsMklEnabled():
+        raise SettingsError("--deterministic: TensorFlow was loaded with oneDNN on in this process, whose matmuls "
+                            "are not reproducible run to run; set TF_ENABLE_ONEDNN_OPTS=0 before TensorFlow is "
+                            "imported (the command-line tools do)")
+    tf.config.experimental.enable_op_determinism()
 
 
 def load_model_config(settings: RunSettings, vocab_size: Optional[int] = None, vocab_source: str = "",
