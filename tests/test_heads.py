@@ -39,7 +39,8 @@ def test_keras_summary_lists_the_network_and_the_rows_its_last_layer_runs(head):
     lines = []
     model.summary(print_fn=lambda line, **_: lines.append(line))  # the summary layer once hid this method
     text = "\n".join(lines)
-    assert "transformer (XLNetModel)" in text and f"Total params: {sum(int(np.prod(w.shape)) for w in model.weights):,}" in text, text
+    total = sum(int(np.prod(w.shape)) for w in model.weights)
+    assert "transformer (XLNetModel)" in text and f"Total params: {total:,}" in text, text
     assert model.last_layer_rows == rows
 
 

@@ -200,6 +200,7 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
                       metrics=["accuracy"])
     raw, ids = models
     encoded = _encoded(tokenizer, examples)
+
     def same(a, b):  # loss and accuracy, or weights
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 

@@ -34,15 +34,15 @@ REF_STEPS = 2
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """The bundle (plm f32 with memory, pmlm f32, the classifier's and SQuAD's fine-tuning steps f32) and the runner's results
-    on jax CPU, in a process that imports no TensorFlow."""
+    """The bundle (plm f32 with memory, pmlm f32, the classifier's and SQuAD's fine-tuning steps f32) and the
+    runner's results on jax CPU, in a process that imports no TensorFlow."""
     import export
 
     out = str(tmp_path_factory.mktemp("xla_bundle"))
     cfg = dataclasses.replace(export.TINY, n_layer=1, seq_len=16, reuse_len=8, mem_len=8, num_predict=4, batch=2)
     # min_param_bytes: the position encodings (and larger constants) travel as parameters, as at full size.
-    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf", "squad"], False, REF_STEPS, seed=0, log=lambda *_: None,
-                  min_param_bytes=1024)
+    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf", "squad"], False, REF_STEPS, seed=0,
+                  log=lambda *_: None, min_param_bytes=1024)
     result_path = os.path.join(out, "result.json")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--platform", "cpu",

@@ -137,7 +137,7 @@ def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False)
     rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
     parts = {"x": _tensors(x), "y": _tensors(y), "sample_weight": _tensors(sample_weight)}
     rows = {name: [int(t.shape[0]) for t in tf.nest.flatten(part)] for name, part in parts.items() if part is not None}
-    if rows["x"] and rows["x"][0] == 0:
+    if not rows.get("x") or rows["x"][0] == 0:
         raise ValueError("x: no examples (an empty batch)")
     for name, counts in rows.items():
         if any(count != rows["x"][0] for count in counts):
@@ -186,10 +186,11 @@ def end_of_data_expected(steps):
 class TextTaskModel(keras.Model):
     """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
     ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` (and Keras'
-    ``*_on_batch``, the batch in one step) on raw strings run the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
-    batches to Keras. Token ids (a dict with ``input_ids``) are taken as they are. The step functions hold the
-    network only, so they compile with ``jit_compile=True`` (XLA) and distribute like any Keras model; exports
-    join preprocessor and network in one graph (``finetuning/serving.py``'s ``ServingModule``).
+    ``*_on_batch``, the batch in one step) on raw strings run the preprocessor in the tf.data pipeline
+    (``dataset.map`` on batches, on the host) and hand the encoded batches to Keras. Token ids (a dict with
+    ``input_ids``) are taken as they are. The step functions hold the network only, so they compile with
+    ``jit_compile=True`` (XLA) and distribute like any Keras model; exports join preprocessor and network in one
+    graph (``finetuning/serving.py``'s ``ServingModule``).
 
     Inputs of ``fit``/``evaluate``/``predict``: Python lists, numpy arrays or tf.string tensors (tuples or dicts
     of them, per task), batched ``batch_size`` rows at a time (default 32; ``shuffle`` and ``validation_split``
