@@ -359,6 +359,7 @@ def test_a_mask_under_another_name_is_refused_not_ignored(cls):
         model(tf.constant(ids))
     with pytest.raises(ValueError, match=r"input_ids must be \[batch, length\], got shape \[4\]"):
         model({"input_ids": ids[0]})
+    model({"input_ids": ids, "target": ids})  # a batch dict with its labels, as the data reader yields it
 
 
 def test_unidirectional_memory_equals_one_pass():

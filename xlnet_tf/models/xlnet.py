@@ -20,19 +20,17 @@ from xlnet_tf.layers.masks import key_blocked, mask_bias, memory_padding_blocked
 from xlnet_tf.layers.position import RelativePositionEncoding
 
 
-# What XLNetModel reads (its docstring says how); any other key is refused rather than silently ignored.
-INPUT_KEYS = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping", "mems", "mems_padding_mask",
-              "position_ids", "query_ids", "pseudo_mask", "query_perm_mask")
-# Other XLNet code's names for our inputs: what the error says instead.
+# Other XLNet code's names for our inputs: refused with what they are called here, not left unread (a padding mask
+# under another name would leave every padding token visible). Other keys pass (labels in a batch dict).
 _THEIR_NAMES = {"attention_mask": "HF's attention_mask is padding_mask here (the same: 1 = token, 0 = padding)",
                 "token_type_ids": "HF's token_type_ids are segment_ids here",
                 "input_mask": "the original's input_mask (1 = padding) is 1 - padding_mask here",
                 "seg_id": "the original's seg_id is segment_ids here"}
 
 
-def checked_inputs(inputs, model: str, also=()):
-    """``inputs`` if it is a dict of ``model``'s inputs (``INPUT_KEYS`` and ``also``), else a ValueError naming
-    what is wrong: a padding mask under another library's name must not be ignored."""
+def checked_inputs(inputs, model: str):
+    """``inputs`` if it is a dict with ``input_ids`` [B, L] and none of ``_THEIR_NAMES``, else a ValueError naming
+    what is wrong."""
     if not hasattr(inputs, "keys") or "input_ids" not in inputs:
         raise ValueError(f"inputs: {model} takes a dict with input_ids [B, L] (and segment_ids, padding_mask, ...), "
                          f"got {type(inputs).__name__}" + ("" if not hasattr(inputs, "keys") else
@@ -41,10 +39,6 @@ def checked_inputs(inputs, model: str, also=()):
     if shape.rank not in (None, 2):
         raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
     refuse_their_names(inputs, model)
-    unknown = sorted(set(inputs) - set(INPUT_KEYS) - set(also))
-    if unknown:
-        raise ValueError(f"inputs: {model} does not read {', '.join(unknown)} (it reads "
-                         f"{', '.join(INPUT_KEYS + tuple(also))})")
     return inputs
 
 
@@ -141,7 +135,7 @@ class XLNetModel(keras.Model):
         query stream's own mask, instead of the perm_mask rows of its targets and the 'uni' causal rule. With
         L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
         tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
-    Other keys are refused, naming them (HF's attention_mask, the original's input_mask: not silently unread).
+    Other XLNet code's names for these (HF's attention_mask, the original's input_mask) are refused, not unread.
     Call argument ``output_rows``: int positions [R] or [B, R] (optional; not with target_mapping). The last
     layer then runs at those rows only, as query rows at their own positions under the content stream's mask and
     weights (the same math), and sequence_output holds their final states [B, R, D]: a head that reads one row
@@ -385,8 +379,7 @@ class XLNetPretrainer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        checked_inputs(inputs, "XLNetPretrainer", also=("lm_positions",))
-        outputs = dict(self.xlnet({k: v for k, v in inputs.items() if k != "lm_positions"}, training=training))
+        outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
         if inputs.get("lm_positions") is not None:
             rows = tf.concat([outputs["sequence_output"]] + ([hidden] if "query_output" in outputs else []), axis=1)
