@@ -29,7 +29,7 @@ def features(batch=2, length=8, options=None):
     shape = [batch, length] if options is None else [batch, options, length]
     ids = np.arange(np.prod(shape)).reshape(shape) % 40 + 9
     return {"input_ids": tf.constant(ids, tf.int32), "segment_ids": tf.zeros(shape, tf.int32),
-            "padding_mask": tf.zeros(shape, tf.float32)}
+            "padding_mask": tf.ones(shape, tf.float32)}  # every token real
 
 
 @pytest.mark.parametrize("head", HEADS)
