@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -69,14 +70,8 @@ def child(calls: int, steps: int) -> dict:
         import bench_pretrain
 
         step = bench_pretrain.OursTrain(BENCH_SMALL, dtype="float32")
-        for _ in range(3):
-            step.step()
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            step.step()
-            times.append(time.perf_counter() - start)
-        result["step_s"] = sorted(times)[len(times) // 2]
+        times = bench_pretrain.interleaved([step], reps=1, steps_per_rep=steps, warmup=3, log=lambda _: None)
+        result["step_s"] = statistics.median(times[step.name])
     return result
 
 

@@ -28,9 +28,9 @@ _THEIR_NAMES = {"attention_mask": "HF's attention_mask is padding_mask here (the
                 "seg_id": "the original's seg_id is segment_ids here"}
 
 
-def checked_inputs(inputs, model: str):
-    """``inputs`` if it is a dict with ``input_ids`` [B, L] and none of ``_THEIR_NAMES``, else a ValueError naming
-    what is wrong."""
+def check_inputs(inputs, model: str) -> None:
+    """A ValueError naming what is wrong unless ``inputs`` is a dict with ``input_ids`` [B, L] and none of
+    ``_THEIR_NAMES``."""
     if not hasattr(inputs, "keys") or "input_ids" not in inputs:
         raise ValueError(f"inputs: {model} takes a dict with input_ids [B, L] (and segment_ids, padding_mask, ...), "
                          f"got {type(inputs).__name__}" + ("" if not hasattr(inputs, "keys") else
@@ -39,7 +39,6 @@ def checked_inputs(inputs, model: str):
     if shape.rank not in (None, 2):
         raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
     refuse_their_names(inputs, model)
-    return inputs
 
 
 def refuse_their_names(keys, model: str):
@@ -255,7 +254,7 @@ class XLNetModel(keras.Model):
                           query_segment_diff=segment_diff)
 
     def call(self, inputs, training=None, output_rows=None):
-        checked_inputs(inputs, "XLNetModel")
+        check_inputs(inputs, "XLNetModel")
         c = self.config
         dtype = self.compute_dtype
         input_ids = tf.cast(inputs["input_ids"], tf.int32)

@@ -145,7 +145,7 @@ def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False)
     data = keras.utils.pack_x_y_sample_weight(parts["x"], parts["y"], parts["sample_weight"])
     dataset = tf.data.Dataset.from_tensor_slices(data)
     if shuffle:
-        dataset = dataset.shuffle(max(_rows(data), 1), reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(rows["x"][0], reshuffle_each_iteration=True)
     return dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
 
 
@@ -339,7 +339,10 @@ class TextTaskModel(keras.Model):
     def predict_on_batch(self, x):
         if is_encoded(x):
             return super().predict_on_batch(x)
-        return self.predict(x, batch_size=_rows(_tensors(self._arrays(x)[0])), verbose=0)
+        return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
+
+    def _batch_rows(self, x) -> int:
+        return _rows(_tensors(self._arrays(x)[0]))
 
     def _one_step(self, x, y, sample_weight) -> tuple:
         """``*_on_batch``'s batch as the one step fit's pipeline makes of it; token ids as they are."""
@@ -347,7 +350,7 @@ class TextTaskModel(keras.Model):
             return x, y, sample_weight
         if isinstance(x, tf.data.Dataset):
             raise ValueError("x: a tf.data.Dataset goes to fit/evaluate; train_on_batch/test_on_batch take one batch")
-        rows = _rows(_tensors(self._arrays(x, y)[0]))
+        rows = self._batch_rows(x)
         steps = list(self._dataset(x, y, sample_weight, batch_size=rows))
         if len(steps) != 1:  # SQuAD and tagging: a long text is several windows
             raise ValueError(f"x: these {rows} rows make {len(steps)} steps of windows; give train_on_batch/"

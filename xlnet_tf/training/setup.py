@@ -108,9 +108,8 @@ class Training:
         tokens and model FLOPs (one sequence; RACE's four options together). ``state`` (the pretraining memory; a
         placeholder otherwise) starts as ``initial_state()`` on each replica at every host loop
         (``run_host_loops``). With ``ratio_metrics`` (names), ``replica_step`` returns a fourth value,
-        ``{name: (numerator, denominator)}``;
-        each is reported as its numerators over its denominators, summed over replicas and the host loop's steps
-        (e.g. the accuracy over all targets).
+        ``{name: (numerator, denominator)}``; each is reported as its numerators over its denominators, summed over
+        replicas and the host loop's steps (e.g. the accuracy over all targets).
         """
         s, strategy = self.settings, self.strategy
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, self.start_step)))
