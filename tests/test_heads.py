@@ -1,12 +1,14 @@
 """The fine-tuning heads (``XLNetClassifier``, ``XLNetMultipleChoice``, ``XLNetSquad``, ``XLNetTagger``) as the
-Keras models users hold (``text_model.network``): Keras' own methods work on them, they say what their step
-computes, and fine-tuning checkpoints written by earlier versions still restore."""
+Keras models users hold (``text_model.network``): Keras' own methods work on them (``summary()``, ``export()``),
+they say what their step computes, and fine-tuning checkpoints written by earlier versions still restore."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig
+from export_helpers import serve
+from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer
+from xlnet_tf.finetuning.serving import custom_ops
 from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
@@ -77,3 +79,62 @@ def test_fine_tuning_checkpoints_of_earlier_versions_restore(cls, kwargs, inputs
     assert np.abs(new(inputs)["logits"].numpy() - expected).max() > 1e-4
     tf.train.Checkpoint(model=new).read(path).assert_consumed()
     np.testing.assert_array_equal(new(inputs)["logits"].numpy(), expected)
+
+
+def served_features(head):
+    inputs = features(options=3 if head == "multiple choice" else None)
+    if head == "squad":
+        inputs.update(p_mask=tf.constant([[1.0] + [0.0] * 7, [1.0, 1.0] + [0.0] * 6]), cls_index=tf.constant([7, 7]))
+    return inputs
+
+
+@pytest.mark.parametrize("head", [h for h in HEADS if h != "classifier, long documents"])
+def test_keras_export_serves_the_heads_inputs_with_stock_tensorflow_ops(head, tmp_path):
+    """Keras' ``model.export(path)`` needs no input_signature (the model builds itself, so Keras recorded no
+    shapes) and writes what TF Serving loads: no op of ours, and the model's inference outputs by input name."""
+    model, inputs = HEADS[head][0](), served_features(head)
+    model.export(str(tmp_path), verbose=False)
+    assert custom_ops(str(tmp_path)) == {}
+    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](**inputs)
+    expected = model(inputs, training=False)
+    assert sorted(served) == sorted(expected)
+    for name in expected:
+        np.testing.assert_allclose(served[name].numpy(), expected[name].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_keras_export_of_a_long_document_classifier_asks_for_its_length(tmp_path):
+    model = HEADS["classifier, long documents"][0]()
+    with pytest.raises(ValueError, match=r"2 segments has a fixed length; export it with input_signature="):
+        model.export(str(tmp_path))
+    model.export(str(tmp_path), verbose=False, input_signature=[model.serving_inputs((None, 8))])
+    inputs = served_features("classifier")
+    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](**inputs)
+    np.testing.assert_allclose(served["logits"].numpy(), model(inputs, training=False)["logits"].numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_the_network_exported_by_keras_runs_in_tensorflow_alone(tmp_path):
+    """``XLNetModel.export(path)`` loaded where only TensorFlow is (tests/serving_client.py: no xlnet_tf, no
+    Keras), called by input name."""
+    model, inputs = XLNetModel(CONFIG), served_features("tagger")
+    model.export(str(tmp_path), verbose=False)
+    reply = serve({"export": str(tmp_path), "calls": [{"signature": "serving_default", "inputs": {
+        name: {"dtype": value.dtype.name, "value": value.numpy().tolist()} for name, value in inputs.items()}}]})
+    output = reply["calls"][0]["outputs"]["sequence_output"]
+    assert output["shape"] == [2, 8, CONFIG.d_model]
+    np.testing.assert_allclose(np.array(output["value"], np.float32),
+                               model(inputs, training=False)["sequence_output"].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_pretrainer_exported_by_keras_gives_its_lm_logits(tmp_path):
+    model, inputs = XLNetPretrainer(CONFIG), served_features("tagger")
+    model.export(str(tmp_path), verbose=False)
+    assert custom_ops(str(tmp_path)) == {}
+    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](**inputs)
+    np.testing.assert_allclose(served["lm_logits"].numpy(), model(inputs, training=False)["lm_logits"].numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_sequence_without_tokens_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"input_ids hold no tokens \(shape \[2, 0\]\)"):
+        XLNetModel(CONFIG)({"input_ids": tf.zeros([2, 0], tf.int32)})

@@ -47,6 +47,9 @@ class RelativePositionEncoding(keras.layers.Layer):
         self.dropout = dropout
         self._dropout = Dropout(dropout, dtype=self.dtype_policy)
 
+    def build(self, input_shape=None):  # no weights: built at once, as the network that holds it
+        self.built = True
+
     def call(self, qlen, klen, training=None):
         fwd = relative_distances(qlen, klen, self.attn_type)
         directions = [fwd, -fwd] if self.bi_data else [fwd]

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
-from xlnet_tf.models.xlnet import XLNetModel, _as_config, refuse_their_names
+from xlnet_tf.models.xlnet import ExportsItsInputs, XLNetModel, _as_config, refuse_their_names
 
 
 def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None):
@@ -79,7 +79,7 @@ class SequenceSummary(keras.layers.Layer):
                 "model/sequnece_summary/summary/bias": self.proj.bias}
 
 
-class FinetuneModel(keras.Model):
+class FinetuneModel(ExportsItsInputs, keras.Model):
     """Shared plumbing: the network as ``.xlnet`` and config serialisation."""
 
     def __init__(self, config, **kwargs):
@@ -131,6 +131,12 @@ class XLNetClassifier(FinetuneModel):
         self.logit = dense_layer(self.num_labels, self.config, "logit", dtype=self.dtype_policy)
         self.sequence_summary.build()
         self.logit.build((None, self.config.d_model))
+
+    def serving_inputs(self, shape=(None, None)):
+        if self.num_segments > 1 and shape[-1] is None:
+            raise ValueError(f"{self.name}: a document of {self.num_segments} segments has a fixed length; export "
+                             "it with input_signature=[model.serving_inputs((None, length))]")
+        return super().serving_inputs(shape)
 
     @property
     def last_layer_rows(self):

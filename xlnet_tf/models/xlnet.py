@@ -11,6 +11,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from xlnet_tf import kernels
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
@@ -38,6 +39,9 @@ def check_inputs(inputs, model: str) -> None:
     shape = tf.TensorShape(getattr(inputs["input_ids"], "shape", None))
     if shape.rank not in (None, 2):
         raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
+    if shape.rank == 2 and shape[1] == 0:
+        raise ValueError(f"inputs: {model}'s input_ids hold no tokens (shape {shape.as_list()}): every sequence "
+                         "needs at least one")
     refuse_their_names(inputs, model)
 
 
@@ -47,6 +51,34 @@ def refuse_their_names(keys, model: str):
     if theirs:
         raise ValueError(f"inputs: {model} does not read {', '.join(theirs)}; "
                          + "; ".join(_THEIR_NAMES[k] for k in theirs))
+
+
+class ExportsItsInputs:
+    """Keras' ``export()`` for a model that builds itself in ``__init__`` (Keras then records no input shapes to
+    export with): by default the signature is the model's own inputs (``serving_inputs``), and the model is traced
+    with the plain kernels, stock TensorFlow ops that TF Serving or a TensorFlow without this package loads."""
+
+    def serving_inputs(self, shape=(None, None)) -> dict[str, tf.TensorSpec]:
+        """What ``export()`` serves by default, by name: the network's inputs [batch, length] as the preprocessor
+        and the exports' ``serve_ids`` have them (ids int32, ``padding_mask`` float32)."""
+        return {"input_ids": tf.TensorSpec(shape, tf.int32, "input_ids"),
+                "segment_ids": tf.TensorSpec(shape, tf.int32, "segment_ids"),
+                "padding_mask": tf.TensorSpec(shape, tf.float32, "padding_mask")}
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """``keras.Model.export``; ``input_signature`` defaults to ``[self.serving_inputs()]`` (the endpoint
+        ``serve`` takes them as one dict, ``serving_default`` by name)."""
+        if input_signature is None:
+            input_signature = [self.serving_inputs()]
+        if not self.built:  # Keras counts a subclassed model built once called; ours build their weights at once
+            unbuilt = [layer.name for layer in self._flatten_layers(include_self=False) if not layer.built]
+            if unbuilt:
+                raise ValueError(f"{self.name}: call the model once before export(); layers {unbuilt} build "
+                                 "their weights on the first call")
+            self.built = True
+        with kernels.use("plain"):
+            return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature,
+                                  **kwargs)
 
 
 def _as_config(config) -> XLNetConfig:
@@ -111,7 +143,7 @@ def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetModel(keras.Model):
+class XLNetModel(ExportsItsInputs, keras.Model):
     """XLNet's Transformer-XL network with two-stream relative attention and memory.
 
     Inputs (dict, batch-major):
@@ -177,6 +209,7 @@ class XLNetModel(keras.Model):
         self.r_s_bias = self.add_weight(name="r_s_bias", shape=bias_shape, initializer=init)
         self.seg_embed = self.add_weight(name="seg_embed", shape=(c.n_layer, 2, c.n_head, c.d_head),
                                          initializer=init)
+        self.position_encoding.build()
         for block in self.blocks:
             block.build()
         self.built = True
@@ -357,7 +390,7 @@ class XLNetModel(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetPretrainer(keras.Model):
+class XLNetPretrainer(ExportsItsInputs, keras.Model):
     """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
 
     Outputs the network's dict plus ``lm_logits`` (float32): [B, P, V] from the query stream when

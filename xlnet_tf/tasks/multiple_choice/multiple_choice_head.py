@@ -27,6 +27,9 @@ class XLNetMultipleChoice(FinetuneModel):
     def last_layer_rows(self):
         return self.sequence_summary.rows_read
 
+    def serving_inputs(self, shape=(None, None, None)):  # [batch, choices, length]
+        return super().serving_inputs(shape)
+
     def call(self, features, training=None):
         shape = tf.shape(features["input_ids"])
         flat = {k: tf.reshape(v, [-1, shape[-1]]) for k, v in network_inputs(features).items()}

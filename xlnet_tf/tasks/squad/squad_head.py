@@ -49,6 +49,10 @@ class XLNetSquad(FinetuneModel):
         x = tf.cast(x, tf.float32)
         return _masked(x, p_mask if len(x.shape) == 2 else p_mask[:, :, None])
 
+    def serving_inputs(self, shape=(None, None)):
+        return dict(super().serving_inputs(shape), p_mask=tf.TensorSpec(shape, tf.float32, "p_mask"),
+                    cls_index=tf.TensorSpec(shape[:1], tf.int32, "cls_index"))
+
     def call(self, features, training=None):
         hidden = self.xlnet(network_inputs(features), training=training)["sequence_output"]
         p_mask = tf.cast(features["p_mask"], tf.float32)
