@@ -247,6 +247,8 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     out = model.predict(words, batch_size=8)
     assert [[t.decode() for t in row[:n]] for row, n in zip(out["tags"], out["num_words"])] == [r["tags"]
                                                                                                 for r in rows]
+    streamed = model.predict(words[i:i + 8] for i in range(0, len(words), 8))  # a generator of word lists
+    np.testing.assert_array_equal(streamed["tags"], out["tags"])
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="mean_with_sample_weight"), weighted_metrics=["accuracy"])
     model.fit(words, [d["tags"] for d in dev], batch_size=4, epochs=1, verbose=0)

@@ -221,6 +221,64 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
         squad.test_on_batch(x, y)
 
 
+class _Batches(keras.utils.PyDataset):
+    def __init__(self, texts, labels, size):
+        super().__init__()
+        self.texts, self.labels, self.size, self.epochs = texts, labels, size, 0
+
+    def __len__(self):
+        return -(-len(self.texts) // self.size)
+
+    def __getitem__(self, i):
+        return self.texts[i * self.size:(i + 1) * self.size], self.labels[i * self.size:(i + 1) * self.size]
+
+    def on_epoch_end(self):
+        self.epochs += 1
+
+
+def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
+    """What Keras' loops take besides arrays and tf.data: a Python generator of batches (read once) and a
+    keras.utils.PyDataset (read every epoch), the same steps as the same rows given as arrays."""
+    folder, _ = release
+    _, texts, labels = _sentiment("train", 12)
+    models = [xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                           dropatt=0.0) for _ in range(2)]
+    for model in models:
+        model.set_weights(models[0].get_weights())
+        model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    streamed, arrays = models
+
+    def batches(with_labels=True):
+        for i in range(0, len(texts), 4):
+            yield (texts[i:i + 4], labels[i:i + 4]) if with_labels else texts[i:i + 4]
+
+    def same(a, b):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+    same(streamed.evaluate(batches(), verbose=0), arrays.evaluate(texts, labels, batch_size=4, verbose=0))
+    same(streamed.predict(batches(with_labels=False), verbose=0), arrays.predict(texts, batch_size=4, verbose=0))
+    streamed.fit(batches(), epochs=1, verbose=0)
+    arrays.fit(texts, labels, batch_size=4, shuffle=False, epochs=1, verbose=0)
+    same(streamed.network.logit.kernel.numpy(), arrays.network.logit.kernel.numpy())
+    py_dataset = _Batches(texts, labels, 4)
+    streamed.fit(py_dataset, epochs=2, verbose=0, validation_data=batches())
+    arrays.fit(texts, labels, batch_size=4, shuffle=False, epochs=2, verbose=0)
+    same(streamed.network.logit.kernel.numpy(), arrays.network.logit.kernel.numpy())
+    assert py_dataset.epochs == 2
+
+    with pytest.raises(ValueError, match="x: the generator yields no batches"):
+        streamed.predict(iter([]), verbose=0)
+    with pytest.raises(ValueError, match="x: a generator goes to fit/evaluate; train_on_batch"):
+        streamed.train_on_batch(batches())
+    with pytest.raises(ValueError, match="y, sample_weight: not taken with a generator x"):
+        streamed.fit(batches(with_labels=False), labels, verbose=0)
+
+    squad, train = squad_trained["model"], squad_trained["train"]
+    x, _ = _squad_inputs(train[:3])
+    np.testing.assert_array_equal(squad.predict((x for _ in range(1)), verbose=0)["text"],
+                                  squad.predict(x, verbose=0)["text"])
+
+
 @pytest.mark.slow
 def test_multiple_choice_on_raw_strings(release, tokenizer):
     folder, _ = release

@@ -27,7 +27,9 @@ Example::
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
+import itertools
 import os
 import warnings
 from typing import Optional
@@ -149,6 +151,58 @@ def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False)
     return dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
 
 
+def streamed_dataset(x, as_arrays=lambda batch: batch):
+    """A Python generator or iterator of batches, or a ``keras.utils.PyDataset``, as a ``tf.data.Dataset`` of the
+    same batches (Keras' loops take them), each through ``as_arrays`` first; anything else as it is. A generator is read once, as Keras reads one
+    (an epoch after it ends has no data); a PyDataset every epoch, in order on one thread (its ``workers`` are not
+    used: the preprocessing runs in parallel in tf.data). The first batch fixes the structure and dtypes of all
+    (lists are arrays, as for ``fit``'s arrays)."""
+    if not is_streamed(x):
+        return x
+    if isinstance(x, keras.utils.PyDataset):
+        def batches():
+            x.on_epoch_begin()
+            for i in itertools.count() if x.num_batches is None else range(x.num_batches):  # None: endless
+                yield x[i]
+            x.on_epoch_end()
+    else:
+        def batches():
+            return x
+    source = iter(batches())
+    try:
+        first = _tensors(as_arrays(next(source)))
+    except StopIteration:
+        raise ValueError(f"x: the {_kind(x)} yields no batches") from None
+
+    def as_numpy(tensors):
+        return tf.nest.map_structure(lambda t: t.numpy(), tensors)
+
+    def generate():
+        nonlocal first, source
+        if first is None:  # a later epoch (a PyDataset's; a generator's has ended)
+            source = iter(batches())
+        else:
+            yield as_numpy(first)
+            first = None
+        for batch in source:
+            yield as_numpy(_tensors(as_arrays(batch)))
+
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None] * t.shape.rank, t.dtype), first)
+    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+
+
+def is_streamed(x) -> bool:
+    """Whether ``x`` is a Python generator or iterator, or a ``keras.utils.PyDataset`` (``streamed_dataset``)."""
+    return isinstance(x, (keras.utils.PyDataset, collections.abc.Iterator))
+
+
+def _kind(x) -> str:
+    """What ``x`` is, in an error message: a dataset, PyDataset or generator (any iterator)."""
+    if isinstance(x, tf.data.Dataset):
+        return "tf.data.Dataset"
+    return "PyDataset" if isinstance(x, keras.utils.PyDataset) else "generator"
+
+
 def _split_arrays(x, y, sample_weight, validation_split: float):
     """Keras' ``validation_split`` on arrays: the last ``validation_split`` of the rows (before any shuffling) are
     the validation data. Returns ``((x, y, sample_weight), (x, y, sample_weight))``."""
@@ -194,7 +248,8 @@ class TextTaskModel(keras.Model):
 
     Inputs of ``fit``/``evaluate``/``predict``: Python lists, numpy arrays or tf.string tensors (tuples or dicts
     of them, per task), batched ``batch_size`` rows at a time (default 32; ``shuffle`` and ``validation_split``
-    as Keras does for arrays), or a batched ``tf.data.Dataset`` of ``x``, ``(x, y)`` or ``(x, y, sample_weight)``.
+    as Keras does for arrays), or a batched ``tf.data.Dataset``, a Python generator or a ``keras.utils.PyDataset``
+    of ``x``, ``(x, y)`` or ``(x, y, sample_weight)``.
     ``compile(jit_compile="auto")`` (Keras' default) compiles the steps with XLA where there is an accelerator and
     not on a CPU-only machine, where xlnet_tf's fast CPU kernels (which XLA cannot run) do the work;
     ``jit_compile=True`` compiles with XLA anywhere."""
@@ -270,6 +325,11 @@ class TextTaskModel(keras.Model):
         """``(x, y)`` with this task's tuples given as lists made tuples (a list is one array for tf.data)."""
         return x, y
 
+    def _streamed_batch(self, batch):
+        """A batch of a generator or PyDataset (``x``, ``(x, y)``, ...) made arrays, as ``_arrays`` makes ``fit``'s
+        arrays (a task whose rows are lists, as tagging's words, joins them); one it yields as it is."""
+        return batch
+
     def _checked_labels(self, y):
         """``y`` as the loss may take it; a task with class labels refuses others (in the pipeline: an error when
         the batch is read)."""
@@ -277,9 +337,11 @@ class TextTaskModel(keras.Model):
 
     def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
-        if isinstance(x, tf.data.Dataset):
+        if y is None and sample_weight is None:
+            x = streamed_dataset(x, self._streamed_batch)
+        if isinstance(x, tf.data.Dataset) or is_streamed(x):
             if y is not None or sample_weight is not None:
-                raise ValueError("y, sample_weight: not taken with a tf.data.Dataset x (it yields them)")
+                raise ValueError(f"y, sample_weight: not taken with a {_kind(x)} x (it yields them)")
             if any(spec.shape.rank == 0 for spec in tf.nest.flatten(element_x(x.element_spec))):
                 raise ValueError("x: a tf.data.Dataset of single examples; these models take batches, as Keras "
                                  "does: dataset.batch(n)")
@@ -297,9 +359,12 @@ class TextTaskModel(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        if y is None and sample_weight is None:
+            x = streamed_dataset(x, self._streamed_batch)
+        validation_data = streamed_dataset(validation_data, self._streamed_batch)
         if validation_split and validation_data is None:
             if isinstance(x, tf.data.Dataset):
-                raise ValueError("validation_split: not supported with a tf.data.Dataset; pass validation_data")
+                raise ValueError("validation_split: not supported with a dataset or generator x; pass validation_data")
             (x, y, sample_weight), validation_data = _split_arrays(*self._arrays(x, y), sample_weight,
                                                                     validation_split)
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
@@ -337,6 +402,8 @@ class TextTaskModel(keras.Model):
         return super().test_on_batch(x, y, sample_weight, return_dict=return_dict)
 
     def predict_on_batch(self, x):
+        if isinstance(x, tf.data.Dataset) or is_streamed(x):
+            raise ValueError(f"x: a {_kind(x)} goes to predict; predict_on_batch takes one batch")
         if is_encoded(x):
             return super().predict_on_batch(x)
         return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
@@ -348,8 +415,9 @@ class TextTaskModel(keras.Model):
         """``*_on_batch``'s batch as the one step fit's pipeline makes of it; token ids as they are."""
         if is_encoded(x):
             return x, y, sample_weight
-        if isinstance(x, tf.data.Dataset):
-            raise ValueError("x: a tf.data.Dataset goes to fit/evaluate; train_on_batch/test_on_batch take one batch")
+        if isinstance(x, tf.data.Dataset) or is_streamed(x):
+            raise ValueError(f"x: a {_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
+                             "batch")
         rows = self._batch_rows(x)
         steps = list(self._dataset(x, y, sample_weight, batch_size=rows))
         if len(steps) != 1:  # SQuAD and tagging: a long text is several windows

@@ -14,7 +14,7 @@ from xlnet_tf.tasks.squad.squad_answers import answerable_inputs, answers_from_w
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
-                                        element_x, end_of_data_expected, is_encoded)
+                                        element_x, end_of_data_expected, is_encoded, streamed_dataset)
 
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
 ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_max_context")
@@ -235,6 +235,7 @@ class XLNetTextSquad(TextTaskModel):
         return outputs
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        x = streamed_dataset(x, self._streamed_batch)
         # Keras' own predict below (not TextTaskModel's, which preprocesses): its data are windows already.
         if is_encoded(element_x(x.element_spec) if isinstance(x, tf.data.Dataset) else x):
             return keras.Model.predict(self, x, batch_size=batch_size, verbose=verbose, steps=steps,

@@ -15,7 +15,7 @@ from xlnet_tf.hf import HFCheckpoint
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # registered for Keras: a saved text tagger holds one
 from xlnet_tf.tasks.text_models import (TextTaskModel, array_dataset, as_strings, build_parts, checkpoint_source,
-                                        element_x, is_encoded)
+                                        element_x, is_encoded, streamed_dataset)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -81,6 +81,9 @@ class XLNetTextTagger(TextTaskModel):
 
     def _arrays(self, x, y=None) -> tuple:
         return self._joined(x), (None if y is None else self._joined(y))
+
+    def _streamed_batch(self, batch):
+        return tuple(map(self._joined, batch)) if isinstance(batch, tuple) else self._joined(batch)
 
     def _encode_dataset(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         if is_encoded(element_x(dataset.element_spec)):
@@ -153,6 +156,7 @@ class XLNetTextTagger(TextTaskModel):
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         """Per sentence its words, their offsets and tags (see the class docstring): a dict of numpy arrays."""
+        x = streamed_dataset(x, self._streamed_batch)
         dataset = x if isinstance(x, tf.data.Dataset) else array_dataset(self._joined(x), batch_size=batch_size)
         parts = [self._tagged(as_strings(element_x(batch))) for batch in dataset.take(steps or -1)]
         if not parts:
