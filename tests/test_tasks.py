@@ -241,12 +241,10 @@ def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
     keras.utils.PyDataset (read every epoch), the same steps as the same rows given as arrays."""
     folder, _ = release
     _, texts, labels = _sentiment("train", 12)
-    models = [xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
-                                                           dropatt=0.0) for _ in range(2)]
-    for model in models:
-        model.set_weights(models[0].get_weights())
-        model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    streamed, arrays = models
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
+                                                         dropatt=0.0)
+    model.compile(keras.optimizers.SGD(0.5), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    start = model.get_weights()
 
     def batches(with_labels=True):
         for i in range(0, len(texts), 4):
@@ -255,23 +253,29 @@ def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
     def same(a, b):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
-    same(streamed.evaluate(batches(), verbose=0), arrays.evaluate(texts, labels, batch_size=4, verbose=0))
-    same(streamed.predict(batches(with_labels=False), verbose=0), arrays.predict(texts, batch_size=4, verbose=0))
-    streamed.fit(batches(), epochs=1, verbose=0)
-    arrays.fit(texts, labels, batch_size=4, shuffle=False, epochs=1, verbose=0)
-    same(streamed.network.logit.kernel.numpy(), arrays.network.logit.kernel.numpy())
-    py_dataset = _Batches(texts, labels, 4)
-    streamed.fit(py_dataset, epochs=2, verbose=0, validation_data=batches())
-    arrays.fit(texts, labels, batch_size=4, shuffle=False, epochs=2, verbose=0)
-    same(streamed.network.logit.kernel.numpy(), arrays.network.logit.kernel.numpy())
-    assert py_dataset.epochs == 2
+    same(model.evaluate(batches(), verbose=0), model.evaluate(texts, labels, batch_size=4, verbose=0))
+    same(model.predict(batches(with_labels=False), verbose=0), model.predict(texts, batch_size=4, verbose=0))
+    trained, py_dataset = {}, _Batches(texts, labels, 4)
+    for name, data, epochs in [("generator", batches(), 1), ("PyDataset", py_dataset, 2),
+                               ("arrays, 1 epoch", (texts, labels), 1), ("arrays, 2 epochs", (texts, labels), 2)]:
+        model.set_weights(start)  # plain SGD: no optimizer state to reset
+        x, y = data if isinstance(data, tuple) else (data, None)
+        model.fit(x, y, batch_size=4, shuffle=False, epochs=epochs, verbose=0,
+                  validation_data=batches() if name == "PyDataset" else None)
+        trained[name] = model.network.logit.kernel.numpy()
+    same(trained["generator"], trained["arrays, 1 epoch"])
+    same(trained["PyDataset"], trained["arrays, 2 epochs"])
+    assert not np.allclose(trained["PyDataset"], trained["generator"])  # its second epoch read its batches again
+    assert py_dataset.epochs == 2  # and it was told of each epoch's end, as Keras tells it
 
     with pytest.raises(ValueError, match="x: the generator yields no batches"):
-        streamed.predict(iter([]), verbose=0)
+        model.predict(iter([]), verbose=0)
     with pytest.raises(ValueError, match="x: a generator goes to fit/evaluate; train_on_batch"):
-        streamed.train_on_batch(batches())
+        model.train_on_batch(batches())
     with pytest.raises(ValueError, match="y, sample_weight: not taken with a generator x"):
-        streamed.fit(batches(with_labels=False), labels, verbose=0)
+        model.fit(batches(with_labels=False), labels, verbose=0)
+    with pytest.raises(ValueError, match="x: a generator of single examples; these models take batches"):
+        model.predict(iter(texts), verbose=0)
 
     squad, train = squad_trained["model"], squad_trained["train"]
     x, _ = _squad_inputs(train[:3])

@@ -153,10 +153,10 @@ def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False)
 
 def streamed_dataset(x, as_arrays=lambda batch: batch):
     """A Python generator or iterator of batches, or a ``keras.utils.PyDataset``, as a ``tf.data.Dataset`` of the
-    same batches (Keras' loops take them), each through ``as_arrays`` first; anything else as it is. A generator is read once, as Keras reads one
-    (an epoch after it ends has no data); a PyDataset every epoch, in order on one thread (its ``workers`` are not
-    used: the preprocessing runs in parallel in tf.data). The first batch fixes the structure and dtypes of all
-    (lists are arrays, as for ``fit``'s arrays)."""
+    same batches (Keras' loops take them), each made arrays by ``as_arrays`` (lists are arrays, as ``fit``'s); any
+    other ``x`` as it is. A generator is read once, as Keras reads one (an epoch after it ends has no data); a
+    PyDataset every epoch, in order on one thread (its ``workers`` are not used: the preprocessing runs in parallel
+    in tf.data). The first batch fixes the structure and dtypes of all."""
     if not is_streamed(x):
         return x
     if isinstance(x, keras.utils.PyDataset):
@@ -326,8 +326,8 @@ class TextTaskModel(keras.Model):
         return x, y
 
     def _streamed_batch(self, batch):
-        """A batch of a generator or PyDataset (``x``, ``(x, y)``, ...) made arrays, as ``_arrays`` makes ``fit``'s
-        arrays (a task whose rows are lists, as tagging's words, joins them); one it yields as it is."""
+        """A batch of a generator or PyDataset (``x``, ``(x, y)``, ...) made arrays as ``_arrays`` makes ``fit``'s
+        (tagging joins its rows' word lists); here, the batch as it is."""
         return batch
 
     def _checked_labels(self, y):
@@ -337,14 +337,14 @@ class TextTaskModel(keras.Model):
 
     def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
-        if y is None and sample_weight is None:
-            x = streamed_dataset(x, self._streamed_batch)
         if isinstance(x, tf.data.Dataset) or is_streamed(x):
+            kind = _kind(x)
             if y is not None or sample_weight is not None:
-                raise ValueError(f"y, sample_weight: not taken with a {_kind(x)} x (it yields them)")
+                raise ValueError(f"y, sample_weight: not taken with a {kind} x (it yields them)")
+            x = streamed_dataset(x, self._streamed_batch)
             if any(spec.shape.rank == 0 for spec in tf.nest.flatten(element_x(x.element_spec))):
-                raise ValueError("x: a tf.data.Dataset of single examples; these models take batches, as Keras "
-                                 "does: dataset.batch(n)")
+                raise ValueError(f"x: a {kind} of single examples; these models take batches, as Keras does "
+                                 "(tf.data: dataset.batch(n))")
             return x
         x, y = self._arrays(x, y)
         if y is not None and not isinstance(y, (dict, tuple)):
