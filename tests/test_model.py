@@ -362,6 +362,32 @@ def test_a_mask_under_another_name_is_refused_not_ignored(cls):
     model({"input_ids": ids, "target": ids})  # a batch dict with its labels, as the data reader yields it
 
 
+def test_inputs_of_other_shapes_than_input_ids_are_refused_by_name():
+    """A target_mapping over other positions than input_ids' would pick wrong rows without an error; the other
+    mismatches would fail deep in the attention with the kernels' shapes. Each is one line naming the input."""
+    model = XLNetModel(XLNetConfig(**dict(TINY, mem_len=3)))
+    d, ids = TINY["d_model"], np.ones((2, 4), np.int32)
+    mems = [np.zeros((2, 3, d), np.float32)] * TINY["n_layer"]
+    for name, value, expected in [
+            ("segment_ids", np.zeros((2, 5), np.int32), r"segment_ids must be \[batch, length\] = \[2, 4\] for "
+                                                        r"input_ids \[2, 4\], got \[2, 5\]"),
+            ("padding_mask", np.ones((3, 4), np.float32), r"padding_mask must be .* got \[3, 4\]"),
+            ("perm_mask", np.zeros((2, 4, 5), np.float32), r"perm_mask must be \[batch, length, length\]"),
+            ("target_mapping", np.eye(5, dtype=np.float32)[None, :2].repeat(2, 0),
+             r"target_mapping must be \[batch, predicted, length\] = \[2, None, 4\] .* got \[2, 2, 5\]"),
+            ("mems", [np.zeros((2, 3, d + 1), np.float32)] * TINY["n_layer"], r"mems\[0\] must be \[batch, memory, "
+                                                                             rf"d_model\] = \[2, None, {d}\]"),
+            ("mems_padding_mask", np.ones((2, 2), np.float32), r"mems_padding_mask must be \[batch, memory\] = "
+                                                               r"\[2, 3\]")]:
+        inputs = {"input_ids": ids, name: value}
+        if name == "mems_padding_mask":
+            inputs["mems"] = mems
+        with pytest.raises(ValueError, match=expected):
+            model(inputs)
+    model({"input_ids": ids, "mems": mems, "mems_padding_mask": np.ones((2, 3), np.float32),
+           "target_mapping": np.eye(4, dtype=np.float32)[None, :2].repeat(2, 0)})  # as they should be
+
+
 def test_unidirectional_memory_equals_one_pass():
     cfg = dict(TINY, attn_type="uni", mem_len=6, reuse_len=6)
     model = make_model(random_weights(cfg, seed=11), cfg, cls=XLNetModel)

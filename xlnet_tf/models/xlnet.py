@@ -29,20 +29,59 @@ _THEIR_NAMES = {"attention_mask": "HF's attention_mask is padding_mask here (the
                 "seg_id": "the original's seg_id is segment_ids here"}
 
 
-def check_inputs(inputs, model: str) -> None:
+def check_inputs(inputs, model: str, config: XLNetConfig | None = None) -> None:
     """A ValueError naming what is wrong unless ``inputs`` is a dict with ``input_ids`` [B, L] and none of
-    ``_THEIR_NAMES``."""
+    ``_THEIR_NAMES``; with ``config``, also unless the other inputs' shapes agree with it (``XLNetModel``'s
+    docstring), as far as they are known when traced (no op is added to the graph)."""
     if not hasattr(inputs, "keys") or "input_ids" not in inputs:
         raise ValueError(f"inputs: {model} takes a dict with input_ids [B, L] (and segment_ids, padding_mask, ...), "
                          f"got {type(inputs).__name__}" + ("" if not hasattr(inputs, "keys") else
                                                             f" with keys {sorted(inputs)}"))
-    shape = tf.TensorShape(getattr(inputs["input_ids"], "shape", None))
+    shape = _shape(inputs["input_ids"])
     if shape.rank not in (None, 2):
         raise ValueError(f"inputs: {model}'s input_ids must be [batch, length], got shape {shape.as_list()}")
     if shape.rank == 2 and shape[1] == 0:
         raise ValueError(f"inputs: {model}'s input_ids hold no tokens (shape {shape.as_list()}): every sequence "
                          "needs at least one")
     refuse_their_names(inputs, model)
+    if config is not None and shape.rank == 2:
+        _check_shapes(inputs, model, config, *shape)
+
+
+def _shape(value) -> tf.TensorShape:
+    return tf.TensorShape(getattr(value, "shape", None))
+
+
+def _check_shapes(inputs, model: str, config: XLNetConfig, batch, length) -> None:
+    """The shapes of ``inputs`` against ``input_ids``' [batch, length]: a mismatch otherwise fails deep in the
+    attention with the kernels' shapes, or, for ``target_mapping``, not at all."""
+    def expect(name, value, names, dims):
+        if value is not None and not _shape(value).is_compatible_with(dims):
+            raise ValueError(f"inputs: {model}'s {name} must be [{', '.join(names)}] = "
+                             f"{tf.TensorShape(dims).as_list()} for input_ids {[batch, length]}, got "
+                             f"{_shape(value).as_list()}")
+
+    for name in ("segment_ids", "padding_mask", "position_ids"):
+        expect(name, inputs.get(name), ("batch", "length"), [batch, length])
+    expect("perm_mask", inputs.get("perm_mask"), ("batch", "length", "length"), [batch, length, length])
+    predict = None
+    if inputs.get("target_mapping") is not None:
+        expect("target_mapping", inputs["target_mapping"], ("batch", "predicted", "length"), [batch, None, length])
+        predict = _shape(inputs["target_mapping"])[1]
+    for name in ("query_ids", "pseudo_mask"):
+        expect(name, inputs.get(name), ("batch", "predicted"), [batch, predict])
+    query_mask = inputs.get("query_perm_mask")
+    if query_mask is not None and not (_shape(query_mask).is_compatible_with([batch, predict, length]) or
+                                       (predict is not None and length is not None and
+                                        _shape(query_mask).is_compatible_with([batch, predict, length + predict]))):
+        expect("query_perm_mask", query_mask, ("batch", "predicted", "length [+ predicted]"),
+               [batch, predict, length])
+    memory = None
+    for i, mem in enumerate(inputs.get("mems") or ()):
+        expect(f"mems[{i}]", mem, ("batch", "memory", "d_model"), [batch, memory, config.d_model])
+        memory = _shape(mem)[1] if memory is None else memory
+    if inputs.get("mems") is not None:
+        expect("mems_padding_mask", inputs.get("mems_padding_mask"), ("batch", "memory"), [batch, memory])
 
 
 def refuse_their_names(keys, model: str):
@@ -166,7 +205,8 @@ class XLNetModel(ExportsItsInputs, keras.Model):
         query stream's own mask, instead of the perm_mask rows of its targets and the 'uni' causal rule. With
         L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
         tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
-    Other XLNet code's names for these (HF's attention_mask, the original's input_mask) are refused, not unread.
+    Other XLNet code's names for these (HF's attention_mask, the original's input_mask) are refused, not unread;
+    so are shapes that disagree with input_ids' (as far as they are known when traced).
     Call argument ``output_rows``: int positions [R] or [B, R] (optional; not with target_mapping). The last
     layer then runs at those rows only, as query rows at their own positions under the content stream's mask and
     weights (the same math), and sequence_output holds their final states [B, R, D]: a head that reads one row
@@ -287,7 +327,7 @@ class XLNetModel(ExportsItsInputs, keras.Model):
                           query_segment_diff=segment_diff)
 
     def call(self, inputs, training=None, output_rows=None):
-        check_inputs(inputs, "XLNetModel")
+        check_inputs(inputs, "XLNetModel", self.config)
         c = self.config
         dtype = self.compute_dtype
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
