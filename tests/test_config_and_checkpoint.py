@@ -5,10 +5,11 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from reference_xlnet import random_weights, reference_forward
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, load_original_checkpoint
-from xlnet_tf.checkpoint import load_pretrained, write_tf1_checkpoint
+from xlnet_tf.checkpoint import load_network, load_pretrained, write_tf1_checkpoint
 from xlnet_tf.cli.convert import convert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,6 +156,17 @@ def test_convert_release_directory_then_load_native(tmp_path):
                                   from_tf1(batch)["sequence_output"].numpy())
     with pytest.raises(ValueError, match="does not hold every XLNet variable"):
         load_pretrained(XLNetModel(XLNetConfig(**dict(TINY, n_layer=3))), str(out_dir))
+
+    # in one call, from either directory: its xlnet_config.json, run-time fields as keywords
+    for folder in (release, out_dir):
+        built = load_network(str(folder), pretrainer=True, dropout=0.0, dropatt=0.0, mem_len=3)
+        assert isinstance(built, XLNetPretrainer) and built.config == config.replace(mem_len=3)
+        np.testing.assert_array_equal(built(batch)["lm_logits"].numpy(), from_tf1(batch)["lm_logits"].numpy())
+    network = load_network(tf.train.latest_checkpoint(str(out_dir)), config=config, dtype="mixed_bfloat16")
+    assert type(network) is XLNetModel and network.compute_dtype == "bfloat16"
+    np.testing.assert_array_equal(network.word_embedding.numpy(), backbone.word_embedding.numpy())
+    with pytest.raises(ValueError, match=r"config: .* has no xlnet_config.json next to it; pass config="):
+        load_network(str(tmp_path / "elsewhere" / "model.ckpt"))
 
 
 @pytest.mark.parametrize("layout", ["native", "tf1"])

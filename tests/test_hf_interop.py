@@ -20,7 +20,7 @@ from needs import require  # noqa: E402
 torch = require("torch")
 transformers = require("transformers")
 
-from xlnet_tf import hf  # noqa: E402
+from xlnet_tf import hf, load_network  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402
 from xlnet_tf.errors import InputError  # noqa: E402
 from xlnet_tf.models.heads import XLNetClassifier  # noqa: E402
@@ -143,6 +143,16 @@ def test_hf_checkpoint_loads_with_the_same_logits(architecture, tmp_path):
     ours = _ours(architecture, checkpoint)
     token = checkpoint.token_head() if checkpoint.head == "per_token" else None
     _compare(architecture, theirs, ours, token)
+
+
+def test_load_network_builds_and_loads_from_an_hf_directory_in_one_call(tmp_path):
+    """``xlnet_tf.load_network``: config.json read, weights loaded; the LM head with ``pretrainer=True``."""
+    for architecture, pretrainer in (("XLNetModel", False), ("XLNetLMHeadModel", True)):
+        theirs = _hf_model(architecture)
+        folder = _save_hf(theirs, tmp_path / architecture)
+        ours = load_network(folder, pretrainer=pretrainer, dropout=0.0, dropatt=0.0)
+        assert type(ours) is (XLNetPretrainer if pretrainer else XLNetModel)
+        _compare(architecture, theirs, ours)
 
 
 @pytest.mark.parametrize("architecture", [a for a in HEADS if a != "XLNetForQuestionAnsweringSimple"])

@@ -16,6 +16,7 @@ _EXPORTS = {
     "XLNetPretrainer": "xlnet_tf.models.xlnet",
     "load_original_checkpoint": "xlnet_tf.checkpoint",
     "load_pretrained": "xlnet_tf.checkpoint",
+    "load_network": "xlnet_tf.checkpoint",
     "XLNetPreprocessor": "xlnet_tf.preprocessing",
     "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
     "XLNetTextMultipleChoice": "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model",

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
 
 # Optimizer state and bookkeeping that the original wrote next to the weights (model_utils.clean_ckpt).
@@ -246,7 +247,7 @@ def native_checkpoint(model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=tf.train.Checkpoint(**parts))
 
 
-def _staged_pretrained(path: str, config, lm_bias: bool):
+def _staged_pretrained(path: str, config, lm_bias: bool, dtype=None):
     """A fresh network of ``config`` (an ``XLNetPretrainer`` if ``lm_bias``, else an ``XLNetModel``) holding the
     pretrained weights of ``path``, any format (release, native, a HuggingFace directory or ``hf://`` name); an
     InputError naming the checkpoint if it is unreadable or does not fit ``config``. Loading into this copy first
@@ -254,7 +255,7 @@ def _staged_pretrained(path: str, config, lm_bias: bool):
     from xlnet_tf import hf
     from xlnet_tf.models.xlnet import XLNetModel, XLNetPretrainer
 
-    staging = (XLNetPretrainer if lm_bias else XLNetModel)(config)
+    staging = (XLNetPretrainer if lm_bias else XLNetModel)(config, dtype=dtype)
     if hf.is_hf_dir(path):
         load_hf_pretrained(staging, hf.HFCheckpoint(path))
         return staging
@@ -300,6 +301,43 @@ def load_pretrained(model, path: str) -> None:
     objective = None if hf.is_hf_dir(path) else pretraining_objective(path)
     if objective:
         logging.info("%s: pretrained with --objective=%s", path, objective)
+
+
+def config_next_to(path: str) -> str:
+    """The ``xlnet_config.json`` in a checkpoint's directory (a release, ``xlnet-convert-checkpoint``'s output);
+    an InputError asking for ``config=`` where there is none."""
+    path = os.fspath(path)
+    found = os.path.join(path if io_utils.isdir(path) else os.path.dirname(path), "xlnet_config.json")
+    if not io_utils.exists(found):
+        raise InputError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
+                         "xlnet_config.json or an XLNetConfig)")
+    return found
+
+
+def load_network(path: str, config=None, *, pretrainer: bool = False, dtype=None, **overrides):
+    """An ``XLNetModel`` (``pretrainer=True``: an ``XLNetPretrainer``, LM bias included) holding the pretrained
+    weights of ``path``, in one call: a release directory, a native checkpoint (directory or prefix), a HuggingFace
+    directory or ``hf://`` name. ``config``: an ``XLNetConfig``, a dict or a JSON file, else the checkpoint's own
+    (``xlnet_config.json`` next to it; an HF directory's ``config.json``); ``overrides`` set run-time fields
+    (``dropout=0.0``, ``mem_len=384``, ...); ``dtype``: a Keras dtype policy (``"mixed_bfloat16"``)."""
+    from xlnet_tf import hf
+    from xlnet_tf.config import XLNetConfig
+
+    if isinstance(config, XLNetConfig):
+        config = config.replace(**overrides)
+    elif isinstance(config, dict):
+        config = XLNetConfig.from_dict(config, **overrides)
+    elif config is not None:
+        config = XLNetConfig.from_json(config, **overrides)
+    elif hf.is_hf_dir(path):
+        config = hf.HFCheckpoint(path).xlnet_config(**overrides)
+    else:
+        config = XLNetConfig.from_json(config_next_to(path), **overrides)
+    model = _staged_pretrained(path, config, pretrainer, dtype)
+    objective = None if hf.is_hf_dir(path) else pretraining_objective(path)
+    if objective:
+        logging.info("%s: pretrained with --objective=%s", path, objective)
+    return model
 
 
 def pretraining_objective(path: str):

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import io_utils
-from xlnet_tf.checkpoint import load_task_weights
+from xlnet_tf.checkpoint import config_next_to, load_task_weights
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
@@ -65,10 +65,7 @@ def _locate(path: str, config, spiece_model) -> tuple:
     path = os.fspath(path)
     folder = path if io_utils.isdir(path) else os.path.dirname(path)
     if config is None:
-        config = os.path.join(folder, "xlnet_config.json")
-        if not io_utils.exists(config):
-            raise InputError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
-                             "xlnet_config.json or an XLNetConfig)")
+        config = config_next_to(path)
     if spiece_model is None:
         spiece_model = os.path.join(folder, "spiece.model")
         if not io_utils.exists(spiece_model):
