@@ -260,6 +260,8 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     one_step = model.test_on_batch(words, [" ".join(d["tags"]) for d in dev], return_dict=True)
     assert one_step == pytest.approx(result, rel=1e-5)
     np.testing.assert_array_equal(model.predict_on_batch(words)["tags"], model.predict(words)["tags"])
+    with pytest.raises(ValueError, match=r"labels: the export's tags are the model's \(\d+, in the head's order\)"):
+        model.export(str(tmp_path / "serving"), labels=list(reversed(labels)))
 
 
 # -- tags the head does not have; a stale record of tags (issue 36) ----------------------------------------------

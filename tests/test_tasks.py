@@ -321,6 +321,28 @@ def test_errors_name_the_argument(release, tmp_path):
         xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, config=wrong)
 
 
+def test_export_arguments_that_would_write_a_wrong_export_are_refused(release, tmp_path):
+    """Keras' export(path, format) given positionally named every class by a letter of 'tf_saved_model'; class
+    names of another count, or for a regression, were written as they came. Nothing is written for any of them."""
+    folder, _ = release
+    classifier = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ)
+    regression = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=1, regression=True, seq_length=SEQ)
+    for model, args, kwargs, message in [
+            (classifier, ("tf_saved_model",), {}, r"one name for each of the 2 classes, in order; got "
+                                                  r"'tf_saved_model' \(Keras' export\(path, format\) is "
+                                                  r"export\(path, format=...\) here\)"),
+            (classifier, (["neg", "neutral", "pos"],), {}, "one name for each of the 2 classes"),
+            (classifier, (), {"format": "litert"}, r"format='litert': a text model exports a TF SavedModel that "
+                                                   r"takes raw text .* model.network.export\(path, format='litert'\)"),
+            (regression, (["score"],), {}, "labels: a regression export has no class names to give")]:
+        with pytest.raises(ValueError, match=message):
+            model.export(str(tmp_path / "serving"), *args, **kwargs)
+    assert not os.path.exists(tmp_path / "serving")
+    version = classifier.export(str(tmp_path / "serving"), ("neg", "pos"), format="tf_saved_model")
+    with open(os.path.join(version, "assets.extra", "labels.json")) as f:
+        assert json.load(f)["labels"] == ["neg", "pos"]
+
+
 # -- SQuAD ------------------------------------------------------------------------------------------------------
 SQUAD = os.path.join(FIXTURES, "squad")
 SQUAD_SETTINGS = dict(seq_length=64, max_query_length=16, doc_stride=24)  # several windows for most contexts

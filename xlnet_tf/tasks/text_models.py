@@ -422,7 +422,8 @@ class TextTaskModel(keras.Model):
                              "test_on_batch fewer rows, or use fit/evaluate")
         return keras.utils.unpack_x_y_sample_weight(steps[0])
 
-    def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False) -> str:
+    def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False, *,
+               format: str = "tf_saved_model") -> str:
         """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the
         ``serving_default`` signature takes raw text (this preprocessor is inside the graph), ``serve_ids`` the
         encoded inputs, ``metadata`` what a client must know; the same writer and layout as ``python -m
@@ -430,10 +431,15 @@ class TextTaskModel(keras.Model):
         any training), or one above the newest version already there: none is overwritten.
 
         ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
-        takes ``sentence2``; ``task``: recorded in the metadata."""
+        takes ``sentence2``; ``task``: recorded in the metadata. ``format``: Keras' argument; raw text is served
+        by a ``tf_saved_model`` only (other formats: the network's own ``export``, on token ids)."""
         from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
+        if format != "tf_saved_model":
+            raise ValueError(f"format={format!r}: a text model exports a TF SavedModel that takes raw text "
+                             "(format='tf_saved_model'); other formats take token ids: "
+                             f"model.network.export(path, format={format!r})")
         pre = self.preprocessor
         kind = self._serving_kind()
         labels = self._serving_labels(labels)
@@ -451,7 +457,10 @@ class TextTaskModel(keras.Model):
         return {}  # a long-document classifier's segment_length and mem_len (``ServingInfo``)
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
-        return labels  # the class names of the export's ``label`` output, where it has one
+        """The class names of the export's ``label`` output, where it has one (a classifier's)."""
+        if labels is not None:
+            raise ValueError(f"labels: a {self._serving_kind()} export has no class names to give")
+        return None
 
     def get_config(self):
         return dict(super().get_config(), preprocessor=keras.saving.serialize_keras_object(self.preprocessor),
@@ -560,6 +569,12 @@ class XLNetTextClassifier(TextTaskModel):
         return dict(segment_length=self.preprocessor.seq_length // segments, mem_len=self.network.mem_len)
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
-        if labels is None and not self.network.regression:
+        if self.network.regression:
+            return super()._serving_labels(labels)
+        if labels is None:
             return [str(i) for i in range(self.network.num_labels)]
-        return labels
+        if isinstance(labels, (str, bytes)) or len(labels) != self.network.num_labels:
+            raise ValueError(f"labels: one name for each of the {self.network.num_labels} classes, in order; got "
+                             f"{labels!r}" + (" (Keras' export(path, format) is export(path, format=...) here)"
+                                              if isinstance(labels, str) else ""))
+        return [str(label) for label in labels]
