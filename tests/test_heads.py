@@ -135,6 +135,11 @@ def test_the_pretrainer_exported_by_keras_gives_its_lm_logits(tmp_path):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_squad_features_without_its_own_inputs_are_refused_by_name():
+    with pytest.raises(ValueError, match="XLNetSquad takes p_mask .* cls_index missing"):
+        XLNetSquad(CONFIG)(dict(features(), p_mask=tf.zeros([2, 8])))
+
+
 def test_a_sequence_without_tokens_is_refused_by_name():
     with pytest.raises(ValueError, match=r"input_ids hold no tokens \(shape \[2, 0\]\)"):
         XLNetModel(CONFIG)({"input_ids": tf.zeros([2, 0], tf.int32)})

@@ -54,7 +54,12 @@ class XLNetSquad(FinetuneModel):
                     cls_index=tf.TensorSpec(shape[:1], tf.int32, "cls_index"))
 
     def call(self, features, training=None):
-        hidden = self.xlnet(network_inputs(features), training=training)["sequence_output"]
+        inputs = network_inputs(features)
+        missing = [name for name in ("p_mask", "cls_index") if name not in features]
+        if missing:
+            raise ValueError(f"features: XLNetSquad takes p_mask [B, L] (1 = not an answer boundary) and cls_index [B] "
+                             f"besides the network's inputs; {', '.join(missing)} missing")
+        hidden = self.xlnet(inputs, training=training)["sequence_output"]
         p_mask = tf.cast(features["p_mask"], tf.float32)
         start_logits = _masked(tf.cast(self.start_dense(hidden)[..., 0], tf.float32), p_mask)
         start_log_probs = tf.nn.log_softmax(start_logits, axis=-1)
