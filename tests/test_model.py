@@ -384,8 +384,17 @@ def test_inputs_of_other_shapes_than_input_ids_are_refused_by_name():
             inputs["mems"] = mems
         with pytest.raises(ValueError, match=expected):
             model(inputs)
+    mapping = np.eye(4, dtype=np.float32)[None, :2].repeat(2, 0)  # 2 predicted rows
+    for name, value, expected in [
+            ("query_ids", np.ones((2, 3), np.int32), r"query_ids must be \[batch, predicted\] = \[2, 2\]"),
+            ("query_perm_mask", np.zeros((2, 2, 5), np.float32), r"query_perm_mask must be \[batch, predicted, "
+                                                                  r"length \[\+ predicted\]\] = \[2, 2, 4\]")]:
+        with pytest.raises(ValueError, match=expected):
+            model({"input_ids": ids, "target_mapping": mapping, name: value})
     model({"input_ids": ids, "mems": mems, "mems_padding_mask": np.ones((2, 3), np.float32),
-           "target_mapping": np.eye(4, dtype=np.float32)[None, :2].repeat(2, 0)})  # as they should be
+           "target_mapping": mapping, "query_ids": np.ones((2, 2), np.int32)})  # as they should be
+    for keys in (4, 6):  # the query rows' mask over the content, or over the content and the query rows
+        model({"input_ids": ids, "target_mapping": mapping, "query_perm_mask": np.zeros((2, 2, keys), np.float32)})
 
 
 def test_unidirectional_memory_equals_one_pass():

@@ -64,18 +64,16 @@ def _check_shapes(inputs, model: str, config: XLNetConfig, batch, length) -> Non
     for name in ("segment_ids", "padding_mask", "position_ids"):
         expect(name, inputs.get(name), ("batch", "length"), [batch, length])
     expect("perm_mask", inputs.get("perm_mask"), ("batch", "length", "length"), [batch, length, length])
-    predict = None
-    if inputs.get("target_mapping") is not None:
+    if inputs.get("target_mapping") is not None:  # the query stream's inputs (unread without it)
         expect("target_mapping", inputs["target_mapping"], ("batch", "predicted", "length"), [batch, None, length])
         predict = _shape(inputs["target_mapping"])[1]
-    for name in ("query_ids", "pseudo_mask"):
-        expect(name, inputs.get(name), ("batch", "predicted"), [batch, predict])
-    query_mask = inputs.get("query_perm_mask")
-    if query_mask is not None and not (_shape(query_mask).is_compatible_with([batch, predict, length]) or
-                                       (predict is not None and length is not None and
-                                        _shape(query_mask).is_compatible_with([batch, predict, length + predict]))):
-        expect("query_perm_mask", query_mask, ("batch", "predicted", "length [+ predicted]"),
-               [batch, predict, length])
+        for name in ("query_ids", "pseudo_mask"):
+            expect(name, inputs.get(name), ("batch", "predicted"), [batch, predict])
+        query_mask = inputs.get("query_perm_mask")
+        with_query_keys = None if predict is None or length is None else length + predict  # its rows keys too
+        if query_mask is not None and not _shape(query_mask).is_compatible_with([batch, predict, with_query_keys]):
+            expect("query_perm_mask", query_mask, ("batch", "predicted", "length [+ predicted]"),
+                   [batch, predict, length])
     memory = None
     for i, mem in enumerate(inputs.get("mems") or ()):
         expect(f"mems[{i}]", mem, ("batch", "memory", "d_model"), [batch, memory, config.d_model])
