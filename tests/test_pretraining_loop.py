@@ -157,6 +157,32 @@ def test_checkpoint_names_every_weight_by_its_layer(tmp_path):
     assert not [name for name in names if name.startswith("optimizer/_trainable_variables/")]
 
 
+def test_the_run_directory_loads_alone_and_refuses_another_model(tmp_path):
+    """model_dir holds xlnet_config.json and spiece.model, as a release does: load_network reads it without
+    config=. A rerun with a network whose weights fit but computes otherwise (another activation) or another
+    SentencePiece model is refused, naming the file and the difference, before it trains."""
+    from xlnet_tf import load_network
+    from xlnet_tf.training.settings import SettingsError
+
+    spiece = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "spiece.model")
+    strategy = create_strategy("one_device")
+    _, trained = train(tmp_path, "run", strategy, per_replica_batch=2, steps=2, save_steps=2,
+                       spiece_model_file=spiece)
+    loaded = load_network(str(tmp_path / "run"), pretrainer=True)
+    assert loaded.config == CONFIG.replace(mem_len=0, reuse_len=None, dropout=0.1, dropatt=0.1)  # release keys
+    assert_same_weights(loaded, trained, round_off=0)
+    with open(spiece, "rb") as f:
+        assert (tmp_path / "run" / "spiece.model").read_bytes() == f.read()
+    with pytest.raises(SettingsError, match=r"run/xlnet_config.json differs from --model_config_path "
+                                            r"\(ff_activation='gelu' there, 'relu' now\)"):
+        train(tmp_path, "run", strategy, per_replica_batch=2, steps=4, save_steps=2, spiece_model_file=spiece,
+              config=CONFIG.replace(ff_activation="relu"))
+    other = tmp_path / "other.model"
+    other.write_bytes(b"another vocabulary")
+    with pytest.raises(SettingsError, match=r"run/spiece.model differs from --spiece_model_file \(another file\)"):
+        train(tmp_path, "run", strategy, per_replica_batch=2, steps=4, save_steps=2, spiece_model_file=str(other))
+
+
 def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatch):
     """The first line of a run gives the time of its tracing and compiling, not a rate; later lines give their
     loop's rate and an ETA from the steady-state step time; a measured CPU peak is raised to an achieved rate

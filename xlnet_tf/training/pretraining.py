@@ -13,6 +13,9 @@ Structure (what keeps TPUs busy and makes resuming exact):
   its input pipeline starts at that step's data position: it continues exactly as the uninterrupted run would have.
 * The checkpoint records the objective (``model/objective``): resuming with another is an error; fine-tuning from
   it needs nothing (every objective trains the same network).
+* ``model_dir`` holds the network's ``xlnet_config.json`` (the release's keys) and ``spiece.model``, as a release
+  directory does, so its checkpoints load by the directory alone (``load_network``, the text models'
+  ``from_checkpoint``, ``--init_checkpoint``); a rerun with another model config or SentencePiece model is refused.
 * SIGTERM (preemption) finishes the current host loop, writes a checkpoint and returns; ``iterations`` bounds
   how long that takes. A non-finite loss stops the run with an error before anything is saved, so the last
   checkpoint on disk is the last good one.
@@ -24,13 +27,15 @@ from typing import Callable
 
 import tensorflow as tf
 
-from xlnet_tf.config import XLNetConfig
+from xlnet_tf import io_utils
+from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
 from xlnet_tf.flops import train_flops_per_sequence
 from xlnet_tf.models.xlnet import XLNetPretrainer
 from xlnet_tf.objectives import get_objective
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
+from xlnet_tf.training.loop import worker_checkpoint_dir
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
 from xlnet_tf.errors import InputError
 
@@ -102,6 +107,8 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
         raise SettingsError(f"--model_dir={s.model_dir} holds a run of --objective={recorded.numpy().decode()}; "
                             f"resuming it with --objective={objective.name} would mix two objectives (start a new "
                             "--model_dir, warm-started from it with --init_checkpoint)")
+    if worker_checkpoint_dir(strategy, s.model_dir)[1]:  # the chief's directory
+        record_network(s.model_dir, c, s.spiece_model_file)
     if training.finished():
         return {"step": training.start_step}
     model = training.model
@@ -121,6 +128,31 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
                           seq_len=s.seq_len, flops_per_sequence=flops, micro_batches=s.grad_accum_steps,
                           initial_state=zero_mems_fn(c, per_replica, model.compute_dtype),
                           ratio_metrics=objective.metric_names)
+
+
+def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None) -> None:
+    """Writes ``<model_dir>/xlnet_config.json`` (the release's keys of ``config``) and ``spiece.model`` (a copy of
+    ``spiece_model_file``) where they are not yet; a SettingsError if ``model_dir`` holds others: a rerun of another
+    network whose weights happen to fit, or of another vocabulary of the same size, would otherwise train on."""
+    network = {key: config.to_dict()[key] for key in CHECKPOINT_KEYS}
+    files = {"xlnet_config.json": ("--model_config_path", network)}
+    if spiece_model_file:
+        files["spiece.model"] = ("--spiece_model_file", io_utils.read_bytes(spiece_model_file))
+    for name, (flag, value) in files.items():
+        path = io_utils.join(model_dir, name)
+        if not io_utils.exists(path):
+            if name.endswith(".json"):
+                io_utils.write_json_atomic(path, value)
+            else:
+                io_utils.write_bytes_atomic(path, value)
+            continue
+        recorded = io_utils.read_json(path) if name.endswith(".json") else io_utils.read_bytes(path)
+        if recorded != value:
+            what = ", ".join(f"{k}={recorded.get(k)!r} there, {v!r} now" for k, v in value.items()
+                             if recorded.get(k) != v) if name.endswith(".json") else "another file"
+            raise SettingsError(f"--model_dir={model_dir} holds a run of another model: {path} differs from "
+                                f"{flag} ({what}); start a new --model_dir (warm-started from this one with "
+                                "--init_checkpoint)")
 
 
 def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective: str = "plm"):
