@@ -274,6 +274,8 @@ def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
         model.train_on_batch(batches())
     with pytest.raises(ValueError, match="y, sample_weight: not taken with a generator x"):
         model.fit(batches(with_labels=False), labels, verbose=0)
+    with pytest.raises(ValueError, match="validation_split: not supported with a dataset or generator x"):
+        model.fit(batches(with_labels=False), labels, validation_split=0.5, verbose=0)
     with pytest.raises(ValueError, match="x: a generator of single examples; these models take batches"):
         model.predict(iter(texts), verbose=0)
 

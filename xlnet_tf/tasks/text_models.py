@@ -360,7 +360,7 @@ class TextTaskModel(keras.Model):
             x = streamed_dataset(x, self._streamed_batch)
         validation_data = streamed_dataset(validation_data, self._streamed_batch)
         if validation_split and validation_data is None:
-            if isinstance(x, tf.data.Dataset):
+            if isinstance(x, tf.data.Dataset) or is_streamed(x):
                 raise ValueError("validation_split: not supported with a dataset or generator x; pass validation_data")
             (x, y, sample_weight), validation_data = _split_arrays(*self._arrays(x, y), sample_weight,
                                                                     validation_split)
