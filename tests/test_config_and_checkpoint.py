@@ -168,6 +168,17 @@ def test_convert_release_directory_then_load_native(tmp_path):
     with pytest.raises(ValueError, match=r"config: .* has no xlnet_config.json next to it; pass config="):
         load_network(str(tmp_path / "elsewhere" / "model.ckpt"))
 
+    # the entry points: --init_checkpoint's directory gives --model_config_path and --spiece_model_file, as the
+    # release ships them (flags given win); checked before TensorFlow would load
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
+
+    for given in (str(release), str(release / "xlnet_model.ckpt")):
+        s = ClassifierSettings(init_checkpoint=given, model_dir=str(tmp_path / "run"), task_name="sst-2")
+        assert (s.model_config_path, s.spiece_model_file) == (str(release / "xlnet_config.json"),
+                                                              str(release / "spiece.model"))
+    s = ClassifierSettings(init_checkpoint=str(release), model_config_path="mine.json", model_dir=str(tmp_path))
+    assert (s.model_config_path, s.spiece_model_file) == ("mine.json", str(release / "spiece.model"))
+
 
 @pytest.mark.parametrize("layout", ["native", "tf1"])
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])

@@ -159,7 +159,9 @@ class RunSettings(Settings):
                                        "--model_dir resumes from its last checkpoint.")
     model_config_path: Optional[str] = setting(None, "xlnet_config.json of the model shape.")
     init_checkpoint: Optional[str] = setting(None, "Warm start: the original TF1 release checkpoint "
-                                             "(xlnet_model.ckpt) or a native checkpoint.")
+                                             "(xlnet_model.ckpt) or a native checkpoint (its directory's "
+                                             "xlnet_config.json and spiece.model are the defaults of "
+                                             "--model_config_path and --spiece_model_file), or an HF model.")
     spiece_model_file: Optional[str] = setting(None, "SentencePiece model of the model (and data).")
     uncased: bool = setting(False, "Lower-case text (uncased models; must match the data).")
     strategy: str = setting("one_device", "tf.distribute strategy.", choices=STRATEGIES)
@@ -202,10 +204,18 @@ class RunSettings(Settings):
 
     def __post_init__(self):
         # A HuggingFace model (a directory, or hf://owner/name: found in the HF cache or downloaded now, as asked)
-        # brings its config.json, spiece.model and casing where the flags do not name them.
+        # brings its config.json, spiece.model and casing where the flags do not name them; a release directory,
+        # a converted checkpoint's or a pretraining run's its xlnet_config.json and spiece.model.
         from xlnet_tf import hf
 
-        if not (self.init_checkpoint and hf.is_hf_dir(self.init_checkpoint)):
+        if not self.init_checkpoint:
+            return
+        if not hf.is_hf_dir(self.init_checkpoint):
+            path = os.fspath(self.init_checkpoint)
+            folder = path if io_utils.probe(path, "dir") else os.path.dirname(path)
+            for name, flag in (("xlnet_config.json", "model_config_path"), ("spiece.model", "spiece_model_file")):
+                if getattr(self, flag) is None and io_utils.probe(io_utils.join(folder, name)):
+                    setattr(self, flag, io_utils.join(folder, name))
             return
         self.init_checkpoint = hf.resolve(self.init_checkpoint)
         folder = self.init_checkpoint
