@@ -298,17 +298,15 @@ def load_pretrained(model, path: str) -> None:
     sources = getattr(staging, "xlnet", staging).weights + ([staging.lm_bias] if lm_bias else [])
     for source, target in zip(sources, targets):
         target.assign(source)
-    objective = None if hf.is_hf_dir(path) else pretraining_objective(path)
-    if objective:
-        logging.info("%s: pretrained with --objective=%s", path, objective)
+    if not hf.is_hf_dir(path):
+        _log_objective(path)
 
 
 def config_next_to(path: str) -> str:
     """The ``xlnet_config.json`` in a checkpoint's directory (a release, ``xlnet-convert-checkpoint``'s output);
     an InputError asking for ``config=`` where there is none."""
-    path = os.fspath(path)
-    found = os.path.join(path if io_utils.isdir(path) else os.path.dirname(path), "xlnet_config.json")
-    if not io_utils.exists(found):
+    found = io_utils.beside(path, "xlnet_config.json")
+    if found is None:
         raise InputError(f"config: {path} has no xlnet_config.json next to it; pass config= (the model's "
                          "xlnet_config.json or an XLNetConfig)")
     return found
@@ -323,21 +321,27 @@ def load_network(path: str, config=None, *, pretrainer: bool = False, dtype=None
     from xlnet_tf import hf
     from xlnet_tf.config import XLNetConfig
 
+    is_hf = hf.is_hf_dir(path)
     if isinstance(config, XLNetConfig):
         config = config.replace(**overrides)
     elif isinstance(config, dict):
         config = XLNetConfig.from_dict(config, **overrides)
     elif config is not None:
         config = XLNetConfig.from_json(config, **overrides)
-    elif hf.is_hf_dir(path):
+    elif is_hf:
         config = hf.HFCheckpoint(path).xlnet_config(**overrides)
     else:
         config = XLNetConfig.from_json(config_next_to(path), **overrides)
     model = _staged_pretrained(path, config, pretrainer, dtype)
-    objective = None if hf.is_hf_dir(path) else pretraining_objective(path)
+    if not is_hf:
+        _log_objective(path)
+    return model
+
+
+def _log_objective(path: str) -> None:
+    objective = pretraining_objective(path)
     if objective:
         logging.info("%s: pretrained with --objective=%s", path, objective)
-    return model
 
 
 def pretraining_objective(path: str):

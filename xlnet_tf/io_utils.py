@@ -141,6 +141,14 @@ def probe(path: str, kind: str = "exists") -> Optional[bool]:
     return {"exists": exists, "dir": isdir, "file": isfile}[kind](path)
 
 
+def beside(path: str, name: str) -> Optional[str]:
+    """The file ``name`` in the directory ``path``, or beside the file or checkpoint prefix ``path`` (a release's
+    ``xlnet_config.json``), if it is there; None if not, or if it is a URI while TensorFlow is not loaded."""
+    path = os.fspath(path)
+    found = join(path if probe(path, "dir") else os.path.dirname(path), name)
+    return found if probe(found) else None
+
+
 @_names_uri_errors
 def exists(path: str) -> bool:
     return _gfile().exists(path) if is_uri(path) else os.path.exists(path)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import itertools
-import os
 import warnings
 from typing import Optional
 
@@ -62,13 +61,11 @@ def _locate(path: str, config, spiece_model) -> tuple:
     """(XLNetConfig or its path, SentencePiece model bytes or path) from the arguments, else from the checkpoint's
     directory (a release or ``xlnet-convert-checkpoint`` directory holds ``xlnet_config.json`` and
     ``spiece.model``); a ValueError names the argument that is missing."""
-    path = os.fspath(path)
-    folder = path if io_utils.isdir(path) else os.path.dirname(path)
     if config is None:
         config = config_next_to(path)
     if spiece_model is None:
-        spiece_model = os.path.join(folder, "spiece.model")
-        if not io_utils.exists(spiece_model):
+        spiece_model = io_utils.beside(path, "spiece.model")
+        if spiece_model is None:
             raise InputError(f"spiece_model: {path} has no spiece.model next to it; pass spiece_model= (a path or "
                              "the model's bytes)")
     return config, spiece_model
@@ -191,6 +188,11 @@ def streamed_dataset(x, as_arrays=lambda batch: batch):
 def is_streamed(x) -> bool:
     """Whether ``x`` is a Python generator or iterator, or a ``keras.utils.PyDataset`` (``streamed_dataset``)."""
     return isinstance(x, (keras.utils.PyDataset, collections.abc.Iterator))
+
+
+def yields_batches(x) -> bool:
+    """Whether ``x`` yields its batches itself (a tf.data.Dataset, a generator, a PyDataset), not arrays to batch."""
+    return isinstance(x, tf.data.Dataset) or is_streamed(x)
 
 
 def _kind(x) -> str:
@@ -334,7 +336,7 @@ class TextTaskModel(keras.Model):
 
     def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
-        if isinstance(x, tf.data.Dataset) or is_streamed(x):
+        if yields_batches(x):
             kind = _kind(x)
             if y is not None or sample_weight is not None:
                 raise ValueError(f"y, sample_weight: not taken with a {kind} x (it yields them)")
@@ -356,11 +358,9 @@ class TextTaskModel(keras.Model):
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
-        if y is None and sample_weight is None:
-            x = streamed_dataset(x, self._streamed_batch)
         validation_data = streamed_dataset(validation_data, self._streamed_batch)
         if validation_split and validation_data is None:
-            if isinstance(x, tf.data.Dataset) or is_streamed(x):
+            if yields_batches(x):
                 raise ValueError("validation_split: not supported with a dataset or generator x; pass validation_data")
             (x, y, sample_weight), validation_data = _split_arrays(*self._arrays(x, y), sample_weight,
                                                                     validation_split)
@@ -399,7 +399,7 @@ class TextTaskModel(keras.Model):
         return super().test_on_batch(x, y, sample_weight, return_dict=return_dict)
 
     def predict_on_batch(self, x):
-        if isinstance(x, tf.data.Dataset) or is_streamed(x):
+        if yields_batches(x):
             raise ValueError(f"x: a {_kind(x)} goes to predict; predict_on_batch takes one batch")
         if is_encoded(x):
             return super().predict_on_batch(x)
@@ -412,7 +412,7 @@ class TextTaskModel(keras.Model):
         """``*_on_batch``'s batch as the one step fit's pipeline makes of it; token ids as they are."""
         if is_encoded(x):
             return x, y, sample_weight
-        if isinstance(x, tf.data.Dataset) or is_streamed(x):
+        if yields_batches(x):
             raise ValueError(f"x: a {_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
                              "batch")
         rows = self._batch_rows(x)

@@ -135,24 +135,25 @@ def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None) 
     ``spiece_model_file``) where they are not yet; a SettingsError if ``model_dir`` holds others: a rerun of another
     network whose weights happen to fit, or of another vocabulary of the same size, would otherwise train on."""
     network = {key: config.to_dict()[key] for key in CHECKPOINT_KEYS}
-    files = {"xlnet_config.json": ("--model_config_path", network)}
+    _record(model_dir, "xlnet_config.json", "--model_config_path", network, io_utils.read_json,
+            io_utils.write_json_atomic, lambda there: ", ".join(
+                f"{k}={there.get(k)!r} there, {v!r} now" for k, v in network.items() if there.get(k) != v))
     if spiece_model_file:
-        files["spiece.model"] = ("--spiece_model_file", io_utils.read_bytes(spiece_model_file))
-    for name, (flag, value) in files.items():
-        path = io_utils.join(model_dir, name)
-        if not io_utils.exists(path):
-            if name.endswith(".json"):
-                io_utils.write_json_atomic(path, value)
-            else:
-                io_utils.write_bytes_atomic(path, value)
-            continue
-        recorded = io_utils.read_json(path) if name.endswith(".json") else io_utils.read_bytes(path)
-        if recorded != value:
-            what = ", ".join(f"{k}={recorded.get(k)!r} there, {v!r} now" for k, v in value.items()
-                             if recorded.get(k) != v) if name.endswith(".json") else "another file"
-            raise SettingsError(f"--model_dir={model_dir} holds a run of another model: {path} differs from "
-                                f"{flag} ({what}); start a new --model_dir (warm-started from this one with "
-                                "--init_checkpoint)")
+        _record(model_dir, "spiece.model", "--spiece_model_file", io_utils.read_bytes(spiece_model_file),
+                io_utils.read_bytes, io_utils.write_bytes_atomic, lambda there: "another file")
+
+
+def _record(model_dir: str, name: str, flag: str, value, read, write, difference) -> None:
+    """``value`` written to ``<model_dir>/<name>`` if absent, else compared with what is there (``read``)."""
+    path = io_utils.join(model_dir, name)
+    if not io_utils.exists(path):
+        write(path, value)
+        return
+    there = read(path)
+    if there != value:
+        raise SettingsError(f"--model_dir={model_dir} holds a run of another model: {path} differs from {flag} "
+                            f"({difference(there)}); start a new --model_dir (warm-started from this one with "
+                            "--init_checkpoint)")
 
 
 def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective: str = "plm"):

@@ -211,11 +211,9 @@ class RunSettings(Settings):
         if not self.init_checkpoint:
             return
         if not hf.is_hf_dir(self.init_checkpoint):
-            path = os.fspath(self.init_checkpoint)
-            folder = path if io_utils.probe(path, "dir") else os.path.dirname(path)
             for name, flag in (("xlnet_config.json", "model_config_path"), ("spiece.model", "spiece_model_file")):
-                if getattr(self, flag) is None and io_utils.probe(io_utils.join(folder, name)):
-                    setattr(self, flag, io_utils.join(folder, name))
+                if getattr(self, flag) is None:
+                    setattr(self, flag, io_utils.beside(self.init_checkpoint, name))
             return
         self.init_checkpoint = hf.resolve(self.init_checkpoint)
         folder = self.init_checkpoint
