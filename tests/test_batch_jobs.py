@@ -56,7 +56,10 @@ def test_job_file_defaults_overrides_and_seeds(tmp_path):
             ([{"name": "a"}, {"name": "b", "learning_rte": 1}], {},
              r"runs\[1\] \(b\): unknown flag 'learning_rte' \(run_classifier.py's flags\)"),
             ([{"name": "a", "train_steps": "many"}], {}, r"runs\[0\] \(a\): bad value for 'train_steps'"),
-            ([{"name": "a"}], {"dropuot": 0.1}, "defaults: unknown flag 'dropuot'")]:
+            ([{"name": "a"}], {"dropuot": 0.1}, "defaults: unknown flag 'dropuot'"),
+            ([{"name": "a"}, {"name": "b", "learning_rate": -3e-4}], {},  # would have failed once the others ran
+             r"runs\[1\] \(b\): learning_rate=-0.0003 must be positive \(run_classifier.py's flags\)"),
+            ([{"name": "a"}], {"min_lr_ratio": 1.5}, r"defaults: min_lr_ratio=1.5 must be in \[0, 1\]")]:
         with pytest.raises(jobs.JobError, match=message):
             cli_jobs.check_flags(jobs.load_job(write_job(tmp_path, runs, **defaults)))
     # YAML keeps the last of a key given twice: the first runs (or flag value) would vanish without a word

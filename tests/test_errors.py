@@ -212,6 +212,33 @@ def test_an_xlnet_config_and_settings_refuse_non_finite_numbers(tmp_path):
         assert f"{flag}: not a finite number" in errors, errors
 
 
+def test_numbers_out_of_their_range_are_refused_naming_the_flag_before_tensorflow_loads():
+    """A negative learning rate trained (gradient ascent), dropout 1.5 or min_lr_ratio 2 ran, warmup, seed and
+    iterations below their floor failed later or not at all: every setting's range is checked with the others."""
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
+    from xlnet_tf.training.settings import PretrainSettings, field_metadata
+
+    errors = ClassifierSettings(learning_rate=-1.0, dropout=1.5, dropatt=-0.1, min_lr_ratio=2.0, warmup_steps=-1,
+                                seed=-1, iterations=0, adam_epsilon=0.0, lr_layer_decay_rate=0.0, max_save=-1,
+                                weight_decay=-0.01, clamp_len=-2, save_steps=0, shuffle_buffer=0).errors()
+    for message in ("--learning_rate=-1.0 must be positive", "--dropout=1.5 must be in [0, 1)",
+                    "--dropatt=-0.1 must be in [0, 1)", "--min_lr_ratio=2.0 must be in [0, 1]",
+                    "--warmup_steps=-1 must be >= 0", "--seed=-1 must be >= 0", "--iterations=0 must be >= 1",
+                    "--adam_epsilon=0.0 must be positive", "--lr_layer_decay_rate=0.0 must be positive",
+                    "--max_save=-1 must be >= 0", "--weight_decay=-0.01 must be >= 0", "--clamp_len=-2 must be >= -1",
+                    "--save_steps=0 must be positive", "--shuffle_buffer=0 must be >= 1"):
+        assert message in errors, (message, errors)
+    assert len([e for e in errors if " must be " in e]) == 14, errors  # each once
+    errors = PretrainSettings(mask_alpha=0, num_predict=0, perm_size=0, mem_len=-1, grad_accum_steps=0).errors()
+    for message in ("--mask_alpha=0 must be >= 1", "--num_predict=0 must be >= 1", "--perm_size=0 must be >= 1",
+                    "--mem_len=-1 must be >= 0", "--grad_accum_steps=0 must be >= 1"):
+        assert message in errors, (message, errors)
+    # Each tool's defaults are in range (None: not set, not checked), and bounds are inherited with the help.
+    for settings_cls in (PretrainSettings, ClassifierSettings, PredictSettings):
+        assert not [e for e in settings_cls().errors() if "must be" in e and "below" not in e]
+    assert str(field_metadata(PretrainSettings, "learning_rate")["bounds"]) == "positive"
+
+
 def test_a_config_file_with_nan_is_refused_naming_the_flag(tmp_path):
     """YAML's .nan reaches a float flag: the settings refuse it (one line through the tool, as every setting)."""
     from absl import flags

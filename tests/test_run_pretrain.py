@@ -119,8 +119,8 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
     while committed_step(tmp_path / "straight") < 10 and straight.poll() is None:
         assert time.time() < deadline, "no step-10 checkpoint of the straight run"
         time.sleep(0.05)
-    # Data written for other shapes is refused, naming the field.
-    other = run(base_flags(tmp_path, corpus, name="other", seq_len=64, reuse_len=32, perm_size=32))
+    # Data written for other shapes, or another span masking, is refused, naming the field.
+    other = run(base_flags(tmp_path, corpus, name="other", seq_len=64, reuse_len=32, perm_size=32, mask_alpha=4))
 
     # Same run (dropout on: the checkpoints carry its seed states), killed with SIGKILL once a checkpoint at
     # step >= 20 is committed (named by the manager's state file), then restarted.
@@ -139,6 +139,7 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corp
 
     code, log = finish(other)
     assert code != 0 and "seq_len: data was written with 32, training uses 64" in log, log[-3000:]
+    assert "mask_alpha: data was written with 6, training uses 4" in log and "mask_beta" not in log
 
     code, log = finish(straight)
     assert code == 0, log[-3000:]

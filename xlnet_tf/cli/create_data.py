@@ -43,7 +43,7 @@ class CreateDataSettings(Settings, PretrainDataSettings):
                                       "instead of words as the paper describes.")
     num_workers: int = setting(max(1, os.cpu_count() or 1), "Processes for tokenising and writing.")
     batches_per_shard: int = setting(500, "Host batches per output shard.")
-    seed: int = setting(0, "Random seed (masks, A/B choice); the output is deterministic for a seed.")
+    seed: int = setting(0, "Random seed (masks, A/B choice); the output is deterministic for a seed.", minimum=0)
     max_line_bytes: int = setting(200_000, "Longer lines are skipped and reported.")
 
     ORIGINAL_FLAGS: ClassVar[Mapping] = {

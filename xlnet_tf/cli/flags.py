@@ -67,7 +67,8 @@ from absl import app, flags, logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError, WorkerLostError
-from xlnet_tf.training.settings import Alias, Ignored, Settings, SettingsError, setting, setting_of
+from xlnet_tf.training.settings import (Alias, Ignored, Settings, SettingsError, field_metadata, setting,
+                                       setting_of)
 
 __all__ = ["Alias", "Ignored", "InputError", "Settings", "SettingsError", "USER_ERRORS", "apply_config_file",
            "define_flags", "run", "setting", "setting_of", "settings_from_flags", "summary", "usage_error",
@@ -84,16 +85,6 @@ _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.D
 
 
 # -- defining flags -------------------------------------------------------------------------------------------------
-
-def field_metadata(settings_cls, name: str) -> dict:
-    """The ``setting`` metadata (help, choices, positional) of field ``name``: the nearest class in the MRO that
-    declares it with a help (a subclass overriding only the default keeps its base's help)."""
-    for klass in settings_cls.__mro__:
-        field = getattr(klass, "__dataclass_fields__", {}).get(name)
-        if field is not None and field.metadata.get("help"):
-            return dict(field.metadata)
-    raise TypeError(f"{settings_cls.__name__}.{name} has no help: declare it with setting(default, help)")
-
 
 def _kind(annotation) -> type:
     """bool, int, float or str from a field annotation (``Optional`` of one of them)."""

@@ -138,14 +138,16 @@ def main(s: JobsSettings, given: set = frozenset()) -> int:
 
 def check_flags(job) -> None:
     """Every flag of the job file's defaults and run entries must be one of its script's, with a value that its
-    flag parses, as each run's ``--config_file`` will be read: a typo found now, not in each run's log (or on a
-    cluster, after the runs waited for their GPUs). Paths are not checked: a cluster's tasks may see other files."""
+    flag parses, as each run's ``--config_file`` will be read, and a number in its range (``Bounds``): a typo
+    found now, not in each run's log (or on a cluster, after the runs waited for their GPUs). Paths are not
+    checked: a cluster's tasks may see other files."""
     import importlib
     import os
 
     from absl import flags
 
     from xlnet_tf.batch.job_runner import SCRIPT_SETTINGS, JobError
+    from xlnet_tf.training.settings import out_of_bounds
 
     module, name = SCRIPT_SETTINGS[os.path.basename(job.script)].split(":")
     settings_cls = getattr(importlib.import_module(module), name)
@@ -156,6 +158,11 @@ def check_flags(job) -> None:
             cli.apply_values(flag_values, values, f"{job.path}: {where}")
         except flags.ValidationError as e:
             raise JobError(f"{e} ({os.path.basename(job.script)}'s flags)") from None
+        for key in values:
+            problem = out_of_bounds(settings_cls, key, flag_values[key].value)
+            if problem:
+                raise JobError(f"{job.path}: {where}: {key}={flag_values[key].value} {problem} "
+                               f"({os.path.basename(job.script)}'s flags)")
 
 
 def submit(s: JobsSettings, job) -> int:

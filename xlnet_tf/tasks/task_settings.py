@@ -41,7 +41,7 @@ class ClassifierSettings(FinetuneSettings):
                                      "earlier segments, (max_segments - 1) * max_seq_length; less is cheaper and "
                                      "forgets the start).")
     # RACE (the multiple_choice family).
-    max_qa_length: int = setting(128, "RACE: question+option tokens kept (from the end).")
+    max_qa_length: int = setting(128, "RACE: question+option tokens kept (from the end).", minimum=1)
     high_only: bool = setting(False, "RACE: high-school passages only.")
     middle_only: bool = setting(False, "RACE: middle-school passages only.")
     eval_split: str = setting("dev", "dev or test.")

@@ -34,6 +34,8 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
     """
     shape = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, num_predict=s.num_predict, bi_data=s.bi_data,
                  bsz_per_host=bsz_per_host, num_core_per_host=num_core_per_host)
+    # The span masking is the data's: compared where the flags give it, the writer's defaults where they do not.
+    masking = {k: getattr(s, k) for k in ("mask_alpha", "mask_beta") if getattr(s, k) is not None}
     if not has_pretraining_data(s):
         from xlnet_tf.data import writer
         from xlnet_tf.data.examples import ExampleSettings
@@ -42,10 +44,10 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
                         "first", s.data_dir, s.input_glob)
         writer.run(writer.WriterConfig(
             input_glob=s.input_glob, sp_path=s.spiece_model_file, save_dir=s.data_dir, uncased=s.uncased,
-            settings=ExampleSettings(mask_alpha=s.mask_alpha, mask_beta=s.mask_beta, **shape), num_workers=1))
+            settings=ExampleSettings(**masking, **shape), num_workers=1))
     manifest = load_manifest(s.data_dir)
     try:
-        check_manifest(manifest, uncased=s.uncased, **shape)
+        check_manifest(manifest, uncased=s.uncased, **shape, **masking)
     except ValueError as e:
         raise SettingsError(f"--data_dir={s.data_dir}: {e}") from None
     return manifest

@@ -30,13 +30,58 @@ class SettingsError(InputError):
     """Settings, or inputs they name, that cannot work; the tools report it as a usage error."""
 
 
-def setting(default, help: str, *, choices: Optional[Collection] = None, positional=False):  # noqa: A002
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The values a number setting may take: ``minimum``/``maximum`` inclusive, ``above``/``below`` exclusive."""
+
+    minimum: Optional[float] = None
+    above: Optional[float] = None
+    maximum: Optional[float] = None
+    below: Optional[float] = None
+
+    def holds(self, value) -> bool:
+        return not ((self.minimum is not None and value < self.minimum) or (self.above is not None and
+                    value <= self.above) or (self.maximum is not None and value > self.maximum) or
+                    (self.below is not None and value >= self.below))
+
+    def __str__(self) -> str:
+        """As the errors say it: "positive", ">= 1", "< 1", "in [0, 1)"."""
+        low = f"[{self.minimum}" if self.minimum is not None else f"({self.above}" if self.above is not None else ""
+        high = f"{self.maximum}]" if self.maximum is not None else f"{self.below})" if self.below is not None else ""
+        if low and high:
+            return f"in {low}, {high}"
+        if high:
+            return f"<= {self.maximum}" if self.maximum is not None else f"< {self.below}"
+        if self.minimum is not None:
+            return f">= {self.minimum}"
+        return "positive" if self.above == 0 else f"> {self.above}"
+
+
+def setting(default, help: str, *, choices: Optional[Collection] = None, positional=False,  # noqa: A002
+            minimum=None, above=None, maximum=None, below=None):
     """A settings field with its flag's help and, for ``choices`` (values, or a registry whose keys are read when
     the flag is defined), an enum flag. ``positional``: a command-line argument, not a flag (``python -m
     xlnet_tf.cli.jobs finetune JOB.yaml``); ``positional="rest"`` (the last field): every remaining argument, as a
-    tuple (a command to run, after ``--``). A subclass that only changes a default writes a plain default: the
-    help is the base class's."""
-    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, positional=positional))
+    tuple (a command to run, after ``--``). ``minimum``/``maximum`` (inclusive), ``above``/``below``
+    (exclusive): the values a number may take (``Bounds``; ``validate`` names a value outside them, None passes).
+    A subclass that only changes a default writes a plain default: the help and bounds are the base class's."""
+    metadata = dict(help=help, choices=choices, positional=positional)
+    if any(b is not None for b in (minimum, above, maximum, below)):
+        metadata["bounds"] = Bounds(minimum, above, maximum, below)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def field_metadata(settings_cls, name: str, required: bool = True) -> dict:
+    """The ``setting`` metadata (help, choices, positional, bounds) of field ``name``: the nearest class in the
+    MRO that declares it with a help (a subclass overriding only the default keeps its base's). A field without
+    one raises TypeError (a flag needs a help), or gives {} where not ``required``."""
+    for klass in settings_cls.__mro__:
+        field = getattr(klass, "__dataclass_fields__", {}).get(name)
+        if field is not None and field.metadata.get("help"):
+            return dict(field.metadata)
+    if not required:
+        return {}
+    raise TypeError(f"{settings_cls.__name__}.{name} has no help: declare it with setting(default, help)")
 
 
 def setting_of(settings_cls, name: str, default=dataclasses.MISSING, help_suffix: str = ""):  # noqa: A002
@@ -46,6 +91,14 @@ def setting_of(settings_cls, name: str, default=dataclasses.MISSING, help_suffix
     field = {f.name: f for f in dataclasses.fields(settings_cls)}[name]
     return dataclasses.field(default=field.default if default is dataclasses.MISSING else default,
                              metadata=dict(field.metadata, help=field.metadata["help"] + help_suffix))
+
+
+def out_of_bounds(settings_cls, name: str, value) -> Optional[str]:
+    """"must be ..." where the number ``value`` is outside the ``Bounds`` of field ``name``, else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    bounds = field_metadata(settings_cls, name, required=False).get("bounds")
+    return None if bounds is None or bounds.holds(value) else f"must be {bounds}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +188,12 @@ class Settings:
                    if getattr(self, name) and path_missing(getattr(self, name))]
         # absl's float flags and YAML (.nan, .inf) take non-finite numbers; no setting means one, and every
         # comparison with NaN is False: "--learning_rate=nan" would pass "must be positive".
-        errors += [f"--{f.name}={getattr(self, f.name)}: not a finite number" for f in dataclasses.fields(self)
-                   if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                errors.append(f"--{f.name}={value}: not a finite number")
+            elif out_of_bounds(type(self), f.name, value):
+                errors.append(f"--{f.name}={value} {out_of_bounds(type(self), f.name, value)}")
         for name in self.output_dirs():
             problem = getattr(self, name) and output_dir_problem(getattr(self, name))
             if problem:
@@ -169,30 +226,32 @@ class RunSettings(Settings):
                                  "'local' (a TPU VM's own chips).")
     tpu_zone: Optional[str] = setting(None, "With a TPU name: its GCE zone (default: from the VM's metadata).")
     gcp_project: Optional[str] = setting(None, "With a TPU name: its GCP project (default: from the VM's metadata).")
-    tpu_timeout: int = setting(120, "Seconds to find, connect to and initialise the TPU before the run fails.")
+    tpu_timeout: int = setting(120, "Seconds to find, connect to and initialise the TPU before the run fails.",
+                               above=0)
     dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and CPUs with AMX or AVX512-BF16, "
                          "mixed_float16 with dynamic loss scaling on GPU).", choices=DTYPES)
-    seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.")
+    seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.",
+                        minimum=0)
     deterministic: bool = setting(False, "Reruns with the same flags give bit-identical weights: TensorFlow's op "
                                   "determinism, and on CPUs oneDNN off (its matmuls sum in an order that depends on "
                                   "the thread that runs them; steps ~1.5x slower).")
-    dropout: float = setting(0.1, "Dropout rate.")
-    dropatt: float = setting(0.1, "Attention dropout rate.")
-    clamp_len: int = setting(-1, "Clamp relative distances (-1 = off).")
+    dropout: float = setting(0.1, "Dropout rate.", minimum=0, below=1)
+    dropatt: float = setting(0.1, "Attention dropout rate.", minimum=0, below=1)
+    clamp_len: int = setting(-1, "Clamp relative distances (-1 = off).", minimum=-1)
     # Optimisation and checkpoints.
     train_batch_size: Optional[int] = setting(8, "Global training batch size (all replicas; per micro-batch with "
                                               "--grad_accum_steps; RACE: questions of 4 sequences).")
     train_steps: Optional[int] = setting(1000, "Total optimizer steps.")
     iterations: int = setting(1000, "Steps per host loop (one tf.function call; pretraining memory restarts per "
-                              "loop).")
-    save_steps: Optional[int] = setting(None, "Checkpoint every N steps (default: at the end).")
-    max_save: int = setting(5, "Checkpoints kept (0 = all).")
-    learning_rate: float = setting(1e-5, "Peak learning rate.")
-    warmup_steps: int = setting(0, "Linear warmup steps.")
+                              "loop).", minimum=1)
+    save_steps: Optional[int] = setting(None, "Checkpoint every N steps (default: at the end).", above=0)
+    max_save: int = setting(5, "Checkpoints kept (0 = all).", minimum=0)
+    learning_rate: float = setting(1e-5, "Peak learning rate.", above=0)
+    warmup_steps: int = setting(0, "Linear warmup steps.", minimum=0)
     decay_method: str = setting("poly", "Decay after warmup.", choices=DECAY_METHODS)
-    min_lr_ratio: float = setting(0.0, "Final learning rate / peak.")
-    weight_decay: float = setting(0.0, "Decoupled weight decay (LayerNorm and biases excluded).")
-    adam_epsilon: float = setting(1e-8, "Adam epsilon.")
+    min_lr_ratio: float = setting(0.0, "Final learning rate / peak.", minimum=0, maximum=1)
+    weight_decay: float = setting(0.0, "Decoupled weight decay (LayerNorm and biases excluded).", minimum=0)
+    adam_epsilon: float = setting(1e-8, "Adam epsilon.", above=0)
     clip: float = setting(1.0, "Global gradient-norm clip (<= 0: off).")
 
     ORIGINAL_FLAGS: ClassVar[Mapping] = {
@@ -257,8 +316,6 @@ class RunSettings(Settings):
             if self.dtype == "mixed_float16":
                 errors.append("--dtype=mixed_float16 with --strategy=tpu: TPUs compute in bfloat16; use "
                               "--dtype=mixed_bfloat16 (--use_bfloat16)")
-            if self.tpu_timeout <= 0:
-                errors.append(f"--tpu_timeout={self.tpu_timeout} must be positive")
         else:
             stray = [f"--{name}" for name in ("tpu", "tpu_zone", "gcp_project") if getattr(self, name)]
             if stray:
@@ -267,8 +324,6 @@ class RunSettings(Settings):
         for name in self.BATCH_SIZES:
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 errors.append(f"--{name}={getattr(self, name)} must be positive")
-        if self.save_steps is not None and self.save_steps <= 0:
-            errors.append(f"--save_steps={self.save_steps} must be positive")
         if self.uncased and self._hf_lower_case() is False:
             errors.append(f"--uncased, but --init_checkpoint={self.init_checkpoint} is a cased model "
                           "(tokenizer_config.json: do_lower_case false)")
@@ -306,14 +361,19 @@ class PretrainDataSettings:
                                         "run_pretrain.py writes them only if --data_dir holds no data yet.")
     num_core_per_host: Optional[int] = setting(None, "Replicas (cores/GPUs) per host that split a host batch: "
                                                "the data is laid out for them (default: run_pretrain.py: the "
-                                               "strategy's replicas; create_data: 1).")
-    seq_len: Optional[int] = setting(None, "Sequence length.")
-    reuse_len: Optional[int] = setting(None, "Leading tokens of a sequence cached as memory for the next step.")
-    num_predict: Optional[int] = setting(None, "Predicted tokens per sequence (exact).")
+                                               "strategy's replicas; create_data: 1).", minimum=1)
+    seq_len: Optional[int] = setting(None, "Sequence length.", minimum=1)
+    reuse_len: Optional[int] = setting(None, "Leading tokens of a sequence cached as memory for the next step.",
+                                       minimum=0)
+    num_predict: Optional[int] = setting(None, "Predicted tokens per sequence (exact).", minimum=1)
     bi_data: bool = setting(False, "Bidirectional data: every core also reads its rows backward (half of each "
                             "batch; data and training must agree).")
-    mask_alpha: int = setting(6, "Span masking: context tokens per predicted span unit (with --mask_beta).")
-    mask_beta: int = setting(1, "Span masking: predicted tokens per --mask_alpha tokens of context.")
+    mask_alpha: int = setting(6, "Span masking: context tokens per predicted span unit (with --mask_beta).", minimum=1)
+    mask_beta: int = setting(1, "Span masking: predicted tokens per --mask_alpha tokens of context.", minimum=1)
+
+
+DATA_DEFAULT = (" Default: the data's, where --data_dir holds data (a value given must be the data's); else "
+                "create_data's.")
 
 
 @dataclasses.dataclass
@@ -326,16 +386,20 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
                              "docs/objectives.md).", choices=OBJECTIVES)
     data_dir: Optional[str] = setting(None, "Directory of pretraining data (written by python -m "
                                       "xlnet_tf.cli.create_data, or from --input_glob).")
-    mem_len: int = setting(0, "Transformer-XL memory length (0 = none).")
-    perm_size: Optional[int] = setting(None, "Local permutation block size (default: reuse_len).")
+    mem_len: int = setting(0, "Transformer-XL memory length (0 = none).", minimum=0)
+    perm_size: Optional[int] = setting(None, "Local permutation block size (default: reuse_len).", minimum=1)
     same_length: bool = setting(False, "Same attention length for every position ('uni' only).")
-    grad_accum_steps: int = setting(1, "Micro-batches per optimizer step (train_batch_size is per micro-batch).")
+    grad_accum_steps: int = setting(1, "Micro-batches per optimizer step (train_batch_size is per micro-batch).",
+                                    minimum=1)
     jit_compile: bool = setting(False, "Compile the training step with XLA.")
     # Defaults of run_pretrain.py where they differ: the shape flags have none (a run names its model).
     train_batch_size: Optional[int] = None
     train_steps: Optional[int] = None
     learning_rate: float = 1e-4
     min_lr_ratio: float = 0.001
+    # Data-writing settings: given, they must be the data's; not given, the data's (the defaults when writing it).
+    mask_alpha: Optional[int] = setting_of(PretrainDataSettings, "mask_alpha", None, help_suffix=DATA_DEFAULT)
+    mask_beta: Optional[int] = setting_of(PretrainDataSettings, "mask_beta", None, help_suffix=DATA_DEFAULT)
 
     ORIGINAL_FLAGS: ClassVar[Mapping] = dict(RunSettings.ORIGINAL_FLAGS,
                                              record_info_dir=Alias("data_dir", "Original name of --data_dir."))
@@ -348,8 +412,6 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
         errors = super().errors()
         if self.mem_len and self.reuse_len and self.seq_len and self.reuse_len > self.seq_len:
             errors.append(f"--reuse_len={self.reuse_len} exceeds --seq_len={self.seq_len}")
-        if self.grad_accum_steps < 1:
-            errors.append(f"--grad_accum_steps={self.grad_accum_steps} must be >= 1")
         if self.input_glob and not self.spiece_model_file:
             errors.append("--input_glob needs --spiece_model_file to write the data")
         if self.objective not in OBJECTIVES:
@@ -374,7 +436,7 @@ class FinetuneSettings(RunSettings):
     export_dir: Optional[str] = setting(None, "Write a TF Serving SavedModel of the fine-tuned model here.")
     max_seq_length: int = setting(128, "Sequence length (tokens, incl. <sep>/<cls>).")
     shuffle_buffer: int = setting(2048, "Training records are shuffled within consecutive windows of this many, in "
-                                  "a new order every epoch.")
+                                  "a new order every epoch.", minimum=1)
     do_train: bool = setting(False, "Fine-tune.")
     do_eval: bool = setting(False, "Evaluate (the task's official metrics), logged, written to the model "
                             "directory and to TensorBoard.")
@@ -382,7 +444,7 @@ class FinetuneSettings(RunSettings):
     predict_ckpt: Optional[str] = setting(None, "Checkpoint for eval/predict/export (default: the latest in "
                                           "--model_dir).")
     lr_layer_decay_rate: float = setting(1.0, "Layer-wise learning rates: layer l of L trains at lr * "
-                                         "rate^(L-1-l), the embeddings at lr * rate^L, the heads at lr.")
+                                         "rate^(L-1-l), the embeddings at lr * rate^L, the heads at lr.", above=0)
     predict_batch_size: int = setting(128, "Global prediction batch size.")
     jit_compile: bool = setting(False, "Compile the training and evaluation/prediction steps with XLA (the plain "
                                 "kernels; as on TPU).")
@@ -403,6 +465,4 @@ class FinetuneSettings(RunSettings):
         errors = super().errors()
         if not any(getattr(self, stage) for stage in self.STAGES):
             errors.insert(0, f"nothing to do: set {', '.join('--' + stage for stage in self.STAGES)}")
-        if self.shuffle_buffer < 1:
-            errors.append(f"--shuffle_buffer={self.shuffle_buffer} must be >= 1")
         return errors

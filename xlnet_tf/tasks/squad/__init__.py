@@ -45,7 +45,7 @@ class SquadSettings(FinetuneSettings):
     proc_id: int = setting(0, "Process id for preprocessing.")
     init: str = setting("normal", "Initialization method (only 'normal' is supported).",
                         choices=("normal", "uniform"))
-    init_std: float = setting(0.02, "Initialization std when init is normal.")
+    init_std: float = setting(0.02, "Initialization std when init is normal.", above=0)
     train_file: Optional[str] = setting(None, "Path of train file (SQuAD JSON).")
     predict_file: Optional[str] = setting(None, "Path of prediction file (SQuAD JSON).")
     max_query_length: int = setting(64, "Max query length.")
