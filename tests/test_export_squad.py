@@ -89,6 +89,23 @@ def test_raw_text_answers_equal_do_predict_in_a_fresh_process(squad_run, served)
     assert sum(bool(t) for t in texts) > len(texts) // 2  # mostly real spans, not the no-span fallback
 
 
+def test_the_run_loads_as_a_keras_text_model_answering_as_do_predict(squad_run):
+    """xlnet_tf.load_text_model on the run's directory: its network and checkpoint, its windows and beam, and
+    predict's answers are --do_predict's (the null odds to float32 round-off of another batch)."""
+    import xlnet_tf
+
+    model = xlnet_tf.load_text_model(squad_run["model_dir"])
+    pre = model.preprocessor
+    assert (type(model), pre.seq_length, pre.max_query_length, pre.doc_stride, model.max_answer_length,
+            model.network.start_n_top, model.network.end_n_top) == (xlnet_tf.XLNetTextSquad, 64, 16, 24, 12, 3, 3)
+    examples = squad_run["examples"]
+    answers = model.predict(([e.question_text for e in examples], [e.paragraph_text for e in examples]), verbose=0)
+    np.testing.assert_allclose(answers["null_odds"], [squad_run["null_odds"][e.qas_id] for e in examples],
+                               rtol=1e-4, atol=1e-4)
+    same = [t.decode() == squad_run["predictions"][e.qas_id] for t, e in zip(answers["text"], examples)]
+    assert sum(same) >= 0.8 * len(same), same  # argmax ties of a model trained 2 steps may fall the other way
+
+
 def test_the_serving_clients_requests_get_do_predicts_answers(squad_run, served):
     """xlnet_tf.cli.serving_client's gRPC and REST requests of the dev questions, answered by the fresh serving
     process, read back as run_squad.py --do_predict's answers."""

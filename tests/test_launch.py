@@ -98,6 +98,8 @@ def test_a_failed_worker_stops_the_others_after_stop_after():
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     assert "stopping worker(s) [0]" in err
+    assert "launch: worker 1 failed first (exited 3), the launcher's status; worker 0 ended by SIGTERM, worker 1 " \
+           "exited 3" in err, err
     assert _gone([int(line.partition("] ")[2]) for line in out.splitlines() if line.startswith("[worker 0] ")])
 
 

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import InputError
 from xlnet_tf.models.heads import XLNetClassifier, read_segments
 from xlnet_tf.models.xlnet import XLNetModel
 
@@ -179,6 +180,16 @@ def test_keras_text_model_reads_the_run(genre_run):
         sentence=tf.constant(texts))["logits"].numpy()
     np.testing.assert_allclose(model(model.preprocess(tf.constant(texts))).numpy(), expected, atol=1e-5)
     assert model._serving_long_document() == dict(segment_length=16, mem_len=24)  # what its export records
+    # The run's directory alone: its record gives the rest.
+    loaded = xlnet_tf.load_text_model(settings.model_dir)
+    assert type(loaded) is xlnet_tf.XLNetTextClassifier and loaded._serving_long_document() == dict(
+        segment_length=16, mem_len=24)
+    np.testing.assert_allclose(loaded(loaded.preprocess(tf.constant(texts))).numpy(), expected, atol=1e-5)
+    with pytest.raises(InputError, match="a fine-tuning run's model_dir: xlnet_tf.load_text_model"):
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(settings.model_dir, num_labels=15)
+    with pytest.raises(ValueError, match=r"num_segments=0: must be a positive int"):  # was "seq_length=0: ..."
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(settings.model_dir, seq_length=16, num_segments=0,
+                                                     config=settings.model_config_path)
 
 
 def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkeypatch):

@@ -393,6 +393,16 @@ def test_inputs_of_other_shapes_than_input_ids_are_refused_by_name():
             model({"input_ids": ids, "target_mapping": mapping, name: value})
     model({"input_ids": ids, "mems": mems, "mems_padding_mask": np.ones((2, 3), np.float32),
            "target_mapping": mapping, "query_ids": np.ones((2, 2), np.int32)})  # as they should be
+    # lm_positions past the rows picked none (the logits were the LM bias): refused where their values are known.
+    pretrainer = XLNetPretrainer(XLNetConfig(**TINY))
+    with pytest.raises(ValueError, match=r"lm_positions must be in \[0, 4\) \(the content rows\), got 1\.\.4"):
+        pretrainer({"input_ids": ids, "lm_positions": np.array([[1, 4], [2, 3]])})
+    logits = pretrainer({"input_ids": ids, "lm_positions": np.array([[0, 3]] * 2)})["lm_logits"]
+    assert logits.shape == (2, 2, TINY["n_token"])
+    # Python lists, as HF's users pass them (Keras took only tensors and arrays in the dict), mems per layer.
+    listed = model({"input_ids": ids.tolist(), "mems": mems, "target_mapping": mapping.tolist()})
+    arrays = model({"input_ids": ids, "mems": mems, "target_mapping": mapping})
+    np.testing.assert_array_equal(listed["sequence_output"], arrays["sequence_output"])
     for keys in (4, 6):  # the query rows' mask over the content, or over the content and the query rows
         model({"input_ids": ids, "target_mapping": mapping, "query_perm_mask": np.zeros((2, 2, keys), np.float32)})
 

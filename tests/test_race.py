@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
@@ -116,6 +117,19 @@ def test_race_end_to_end(tmp_path, monkeypatch):
     # TF Serving's layout: <export_dir>/<version>/, the version being the checkpoint's step.
     assert existing_versions(flags.export_dir) == [flags.train_steps]
     assert os.path.exists(os.path.join(flags.export_dir, str(flags.train_steps), "saved_model.pb"))
+    # The run's directory as a Keras text model: its preprocessing, and the export's logits.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (the export's SentencePiece kernels)
+
+    import xlnet_tf
+
+    model = xlnet_tf.load_text_model(flags.model_dir)
+    assert (type(model), model.preprocessor.seq_length, model.preprocessor.max_qa_length) == (
+        xlnet_tf.XLNetTextMultipleChoice, 64, 24)
+    x = (["Bob went home. He was tired."], ["Who went home?"], [["Bob", "Al", "Cy", "Dee"]])
+    served = tf.saved_model.load(os.path.join(flags.export_dir, str(flags.train_steps))).signatures[
+        "serving_default"](article=tf.constant(x[0]), question=tf.constant(x[1]), options=tf.constant(x[2]))
+    np.testing.assert_allclose(model.predict(x, verbose=0), served["logits"].numpy(), atol=1e-5)
     # --middle_only: cached separately, only middle-school questions
     result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, max_seq_length=64,
                             max_qa_length=24, middle_only=True))

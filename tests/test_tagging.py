@@ -247,6 +247,9 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     out = model.predict(words, batch_size=8)
     assert [[t.decode() for t in row[:n]] for row, n in zip(out["tags"], out["num_words"])] == [r["tags"]
                                                                                                 for r in rows]
+    loaded = xlnet_tf.load_text_model(bio_run["settings"].model_dir)  # the run's directory alone: the same model
+    assert type(loaded) is xlnet_tf.XLNetTextTagger and loaded.labels == labels
+    np.testing.assert_array_equal(loaded.predict(words, batch_size=8)["tags"], out["tags"])
     streamed = model.predict(words[i:i + 8] for i in range(0, len(words), 8))  # a generator of word lists
     np.testing.assert_array_equal(streamed["tags"], out["tags"])
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(
@@ -262,6 +265,13 @@ def test_batch_prediction_rows_and_keras_text_model(bio_run, tmp_path):
     np.testing.assert_array_equal(model.predict_on_batch(words)["tags"], model.predict(words)["tags"])
     with pytest.raises(ValueError, match=r"labels: the export's tags are the model's \(\d+, in the head's order\)"):
         model.export(str(tmp_path / "serving"), labels=list(reversed(labels)))
+    # Tags of another count or name: the error shows the sentence, or the tags, at fault.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"one tag per word; words:\] \[3\] \[tags:\] \[2\] "
+                                                              r"\[sentence:\] \[The cat sat\]"):
+        model.evaluate(["A dog", "The cat sat"], [" ".join(labels[:2]), " ".join(labels[:2])], verbose=0)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"not one of the model\W+s 4 \(B-NAME B-NUM I-NAME O\):\] \[NOPE\]"):
+        model.evaluate(["A dog"], [f"{labels[0]} NOPE"], verbose=0)
 
 
 # -- tags the head does not have; a stale record of tags (issue 36) ----------------------------------------------

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import keras
 import numpy as np
@@ -222,14 +223,19 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
 
 
 class _Batches(keras.utils.PyDataset):
-    def __init__(self, texts, labels, size):
-        super().__init__()
+    def __init__(self, texts, labels, size, workers=1):
+        super().__init__(workers=workers)
         self.texts, self.labels, self.size, self.epochs = texts, labels, size, 0
+        # With workers, the first two batches are read at once or not at all (read one after the other, the
+        # first waits for the second in vain: BrokenBarrierError).
+        self.together = threading.Barrier(2, timeout=60) if workers > 1 else None
 
     def __len__(self):
         return -(-len(self.texts) // self.size)
 
     def __getitem__(self, i):
+        if self.together is not None and i < 2:
+            self.together.wait()
         return self.texts[i * self.size:(i + 1) * self.size], self.labels[i * self.size:(i + 1) * self.size]
 
     def on_epoch_end(self):
@@ -255,7 +261,7 @@ def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
 
     same(model.evaluate(batches(), verbose=0), model.evaluate(texts, labels, batch_size=4, verbose=0))
     same(model.predict(batches(with_labels=False), verbose=0), model.predict(texts, batch_size=4, verbose=0))
-    trained, py_dataset = {}, _Batches(texts, labels, 4)
+    trained, py_dataset = {}, _Batches(texts, labels, 4, workers=2)  # its batches read by two threads
     for name, data, epochs in [("generator", batches(), 1), ("PyDataset", py_dataset, 2),
                                ("arrays, 1 epoch", (texts, labels), 1), ("arrays, 2 epochs", (texts, labels), 2)]:
         model.set_weights(start)  # plain SGD: no optimizer state to reset
@@ -308,6 +314,30 @@ def test_multiple_choice_on_raw_strings(release, tokenizer):
                 enumerate([("input_ids", np.int32), ("segment_ids", np.int32), ("padding_mask", np.float32)])}
     assert logits.shape == (len(examples), race_data.NUM_CHOICES)
     np.testing.assert_allclose(logits, model.network(features)["logits"].numpy(), atol=1e-5)
+
+
+def test_multiple_choice_refuses_labels_and_options_of_the_wrong_kind(release):
+    """Keras would train on int(0.5) = 0; a 1-D options array failed as a shape "<unknown>" once traced with
+    others', options lists of unequal lengths as a non-rectangular sequence, a dict without options as KeyError."""
+    model = xlnet_tf.XLNetTextMultipleChoice.from_checkpoint(release[0], seq_length=SEQ)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    articles, questions = ["Bob went home.", "Al sat."], ["Who?", "Where?"]
+    options = [["Bob", "Al", "Cy"], ["mat", "sky", "sea"]]
+    for labels in ([0.5, 1], [0, 3], [-1, 0]):
+        with pytest.raises(ValueError, match=r"y: labels \(the index of the right option\) must be whole numbers in "
+                                             r"\[0, 3\), got"):
+            model.fit((articles, questions, options), np.array(labels), verbose=0)
+    data = tf.data.Dataset.from_tensor_slices(((articles, questions, options), [0.5, 1.0])).batch(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be whole numbers from 0"):
+        model.fit(data, verbose=0)
+    model.fit(data.map(lambda x, y: (x, tf.cast(y, tf.int32) + 1)), verbose=0)
+    assert model.predict((articles, questions, options), verbose=0).shape == (2, 3)
+    with pytest.raises(ValueError, match=r"options: expected \[batch, choices\] strings, got shape \(2,\)"):
+        model.predict((articles, questions, np.array(["Bob", "mat"])), verbose=0)
+    with pytest.raises(ValueError, match=r"options: a list of as many options per question, got lengths \[3, 2\]"):
+        model.predict((articles, questions, [options[0], options[1][:2]]), verbose=0)
+    with pytest.raises(ValueError, match="inputs: a dict of article, question, options lacks options"):
+        model.predict({"article": articles, "question": questions}, verbose=0)
 
 
 def test_errors_name_the_argument(release, tmp_path):
@@ -470,6 +500,31 @@ def test_squad_fit_predict_and_export_on_raw_strings(release, squad_trained, tmp
         release[0], "xlnet_config.json"), start_n_top=3, end_n_top=3, **SQUAD_SETTINGS)
     for mine, theirs in zip(model.network.weights, again.network.weights):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+
+
+def test_squad_labels_not_on_their_answer_are_refused_and_questions_without_windows_answered(squad_trained):
+    """An answer that is not at its answer_start in the context (run_squad.py skips such examples) trained a wrong
+    span, or "no answer", silently; questions that give no window at all (an empty question or context) crashed
+    Keras' predict."""
+    model = squad_trained["model"]
+    context = "Bob lives in Paris."
+    for start, answer, shown in ((13, "Rome", "answer 'Rome'"), (40, "Paris", "answer_start 40"),
+                                 (-2, 3, "answer_start -2, end 3"), (13, 13, "end 13")):
+        first = "Bob" if isinstance(answer, str) else 3  # row 0 is right
+        with pytest.raises(ValueError, match=f"y: an answer that is not where its labels put it .* row 1 of 2 "
+                                             f"\\(1 such rows\\), question 'Where\\?': .*{shown}"):
+            model.evaluate((["Who?", "Where?"], [context, context]),
+                           (np.array([0, start]), np.array([first, answer]), np.array([0, 0])), verbose=0)
+    data = tf.data.Dataset.from_tensor_slices(((["Where?"], [context]), ([13], ["Rome"], [0]))).batch(1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not where its labels put it.*\[Where\?\].*\[Rome\]"):
+        model.evaluate(data, verbose=0)
+    # Impossible questions' labels are not read; the answer's text and its end character agree.
+    model.evaluate((["Who?", "Where?"], [context, context]), ([-1, 13], ["", "Paris"], [1, 0]), verbose=0)
+    model.evaluate((["Where?"], [context]), ([13], [18], [0]), verbose=0)
+
+    answers = model.predict((["", "Who?"], [context, " "]), verbose=0)
+    assert answers["text"].tolist() == [b"", b""] and answers["start_char"].tolist() == [-1, -1]
+    assert answers["end_char"].tolist() == [-1, -1] and (answers["null_odds"] > 0).all()
 
 
 def _assert_same_updates(got, want, initial, rtol):

@@ -17,6 +17,7 @@ _EXPORTS = {
     "load_original_checkpoint": "xlnet_tf.checkpoint",
     "load_pretrained": "xlnet_tf.checkpoint",
     "load_network": "xlnet_tf.checkpoint",
+    "load_text_model": "xlnet_tf.tasks.text_runs",
     "XLNetPreprocessor": "xlnet_tf.preprocessing",
     "XLNetTextClassifier": "xlnet_tf.tasks.text_models",
     "XLNetTextMultipleChoice": "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model",

@@ -30,7 +30,6 @@ of flag values) works as in the other entry points. The layouts: docs/serving.md
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Optional
 
 from xlnet_tf import io_utils
@@ -44,8 +43,6 @@ RECORD = " Default: the run's record."
 # Flags that override the fine-tuning run's record when given.
 RECORDED = ("task_name", "task_module", "model_config_path", "spiece_model_file", "uncased", "max_seq_length",
             "dtype")
-# Settings of the run that an export does not use (and whose paths may no longer exist).
-_UNUSED = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file")
 
 
 @dataclasses.dataclass
@@ -104,29 +101,10 @@ def task_settings(s: ExportSettings, given: set):
     ``--model_dir`` with the flags in ``given`` on top, or the flags alone. None for a pretraining run (no record,
     no ``--task_name``)."""
     from xlnet_tf import tasks
-    from xlnet_tf.finetuning.serving import RUN_RECORD, read_run_record
 
-    tasks.load_module(s.task_module)
-    record = read_run_record(s.model_dir)
-    values = dict(record["settings"]) if record else {}
-    if values.get("task_module") and not s.task_module:
-        tasks.load_module(values["task_module"], f"{os.path.join(s.model_dir, RUN_RECORD)}: task_module")
-    recorded = tasks.family_of_record(record) if record else None
-    recorded_task = recorded.task_name_of(values) if recorded else None
-    if "task_name" in given and record and (s.task_name or "").lower() != (recorded_task or "").lower():
-        raise SettingsError(f"--task_name={s.task_name}, but --model_dir={s.model_dir} was fine-tuned on "
-                            f"{recorded_task} (its finetune_settings.json)")
-    task = recorded_task or s.task_name
-    if not task:
-        return None
-    family = recorded or tasks.for_task(task)
-    for name in _UNUSED:
-        values.pop(name, None)
-    values.update({n: getattr(s, n) for n in RECORDED if n in given and getattr(s, n) is not None})
-    values.update(model_dir=s.model_dir, export_dir=s.export_dir, predict_ckpt=s.predict_ckpt, do_train=False,
-                  do_eval=False, do_predict=False)
-    values.setdefault("dtype", "float32")
-    return family.settings_for_export(values, task).validate()
+    values = {n: getattr(s, n) for n in RECORDED if n in given and getattr(s, n) is not None}
+    return tasks.run_settings(s.model_dir, dict(values, export_dir=s.export_dir, predict_ckpt=s.predict_ckpt),
+                              task_name=s.task_name, task_module=s.task_module)
 
 
 def export(s: ExportSettings, given: set = frozenset()) -> str:

@@ -169,7 +169,20 @@ def main(s: LaunchSettings) -> int:
     first = first or next((proc for proc in procs if proc.returncode), None)
     if received and not procs:  # stopped before any worker started
         return 128 + received[0]
+    if first is not None and not received:  # the workers' own lines are interleaved above: say which failed
+        ended = ", ".join(f"worker {i} {_ended(proc.returncode)}" for i, proc in enumerate(procs))
+        sys.stderr.write(f"launch: worker {procs.index(first)} failed first ({_ended(first.returncode)}), the "
+                         f"launcher's status; {ended}\n")
     return exit_status(first.returncode) if first else 0
+
+
+def _ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"ended by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"ended by signal {-code}"
+    return f"exited {code}"
 
 
 def _pump(proc: subprocess.Popen, prefix: str) -> None:

@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
-from xlnet_tf.models.xlnet import ExportsItsInputs, XLNetModel, _as_config, refuse_their_names
+from xlnet_tf.models.xlnet import NamedInputs, XLNetModel, _as_config, refuse_their_names
 
 
 def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None):
@@ -79,7 +79,7 @@ class SequenceSummary(keras.layers.Layer):
                 "model/sequnece_summary/summary/bias": self.proj.bias}
 
 
-class FinetuneModel(ExportsItsInputs, keras.Model):
+class FinetuneModel(NamedInputs, keras.Model):
     """Shared plumbing: the network as ``.xlnet`` and config serialisation."""
 
     def __init__(self, config, **kwargs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import kernels
@@ -90,10 +91,25 @@ def refuse_their_names(keys, model: str):
                          + "; ".join(_THEIR_NAMES[k] for k in theirs))
 
 
-class ExportsItsInputs:
-    """Keras' ``export()`` for a model that builds itself in ``__init__`` (Keras then records no input shapes to
-    export with): by default the signature is the model's own inputs (``serving_inputs``), and the model is traced
-    with the plain kernels, stock TensorFlow ops that TF Serving or a TensorFlow without this package loads."""
+def _numbers(value) -> bool:
+    """Whether ``value`` is a (nested) list or tuple of Python numbers."""
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(e, (int, float, np.number)) or _numbers(e) for e in value)
+
+
+class NamedInputs:
+    """A model of a dict of named inputs, as users give them and as Keras exports them.
+
+    ``__call__`` takes Python lists in the dict too (as arrays: Keras takes only tensors and arrays there, and
+    said "Only input tensors may be passed as positional arguments" of a list). Keras' ``export()`` for a model
+    that builds itself in ``__init__`` (Keras then records no input shapes to export with): by default the
+    signature is the model's own inputs (``serving_inputs``), and the model is traced with the plain kernels,
+    stock TensorFlow ops that TF Serving or a TensorFlow without this package loads."""
+
+    def __call__(self, inputs, *args, **kwargs):
+        if isinstance(inputs, dict):  # nested lists of numbers; mems stays a list of per-layer tensors
+            inputs = {k: np.asarray(v) if _numbers(v) else v for k, v in inputs.items()}
+        return super().__call__(inputs, *args, **kwargs)
 
     def serving_inputs(self, shape=(None, None)) -> dict[str, tf.TensorSpec]:
         """What ``export()`` serves by default, by name: the network's inputs [batch, length] as the preprocessor
@@ -180,7 +196,7 @@ def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetModel(ExportsItsInputs, keras.Model):
+class XLNetModel(NamedInputs, keras.Model):
     """XLNet's Transformer-XL network with two-stream relative attention and memory.
 
     Inputs (dict, batch-major):
@@ -428,7 +444,7 @@ class XLNetModel(ExportsItsInputs, keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetPretrainer(ExportsItsInputs, keras.Model):
+class XLNetPretrainer(NamedInputs, keras.Model):
     """``XLNetModel`` plus the LM head: logits = hidden . word_embedding^T + bias (``model/lm_loss/bias``).
 
     Outputs the network's dict plus ``lm_logits`` (float32): [B, P, V] from the query stream when
@@ -453,8 +469,11 @@ class XLNetPretrainer(ExportsItsInputs, keras.Model):
         hidden = outputs.get("query_output", outputs["sequence_output"])
         if inputs.get("lm_positions") is not None:
             rows = tf.concat([outputs["sequence_output"]] + ([hidden] if "query_output" in outputs else []), axis=1)
+            positions = tf.cast(inputs["lm_positions"], tf.int32)
+            if tf.executing_eagerly():  # values known (a traced step adds no check)
+                self._check_positions(positions, rows.shape[1], "query_output" in outputs)
             # The rows picked by a one-hot product: a matmul each way, where a gather's gradient is a scatter.
-            pick = tf.one_hot(tf.cast(inputs["lm_positions"], tf.int32), tf.shape(rows)[1], dtype=rows.dtype)
+            pick = tf.one_hot(positions, tf.shape(rows)[1], dtype=rows.dtype)
             hidden = tf.matmul(pick, rows)
         table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
         shape = tf.shape(hidden)
@@ -462,6 +481,13 @@ class XLNetPretrainer(ExportsItsInputs, keras.Model):
         logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs
+
+    def _check_positions(self, positions, rows: int, query: bool):
+        """A position past the rows would pick none: its logits would be the bias alone, without an error."""
+        if tf.size(positions) and not 0 <= int(tf.reduce_min(positions)) <= int(tf.reduce_max(positions)) < rows:
+            raise ValueError(f"inputs: {self.name}'s lm_positions must be in [0, {rows}) (the content rows"
+                             f"{', then the query rows' if query else ''}), got {int(tf.reduce_min(positions))}.."
+                             f"{int(tf.reduce_max(positions))}")
 
     def tf1_variables(self) -> dict[str, keras.Variable]:
         names = self.xlnet.tf1_variables()

@@ -151,6 +151,42 @@ def family_of_record(record: dict):
     return for_task(record.get("settings", {}).get("task_name"))
 
 
+# Settings of a run that rebuilding its model does not read (and whose paths may no longer exist); the stages'
+# inputs would otherwise ask for their stage ("--predict_input_glob is read by --do_predict").
+_RUN_ONLY = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file",
+             "predict_input_glob", "do_prepro")
+
+
+def run_settings(model_dir: str, values: Optional[dict] = None, *, task_name: Optional[str] = None,
+                 task_module: Optional[str] = None):
+    """The fine-tuning settings (its family's settings class, validated) that rebuild the model of the run in
+    ``model_dir``: its record (``finetuning.serving.read_run_record``; its task module, else ``task_module``,
+    loaded) with ``values`` on top and nothing to train, evaluate or predict; without a record, those of
+    ``task_name`` and ``values``. None for neither (a pretraining run). A ``task_name`` other than the record's
+    is a ``SettingsError``."""
+    from xlnet_tf.finetuning.serving import RUN_RECORD, read_run_record
+    from xlnet_tf.training.settings import SettingsError
+
+    load_module(task_module)
+    record = read_run_record(model_dir)
+    recorded = dict(record["settings"]) if record else {}
+    if recorded.get("task_module") and not task_module:
+        load_module(recorded["task_module"], f"{os.path.join(model_dir, RUN_RECORD)}: task_module")
+    family = family_of_record(record) if record else None
+    recorded_task = family.task_name_of(recorded) if family else None
+    if task_name is not None and record and task_name.lower() != (recorded_task or "").lower():
+        raise SettingsError(f"--task_name={task_name}, but --model_dir={model_dir} was fine-tuned on "
+                            f"{recorded_task} (its finetune_settings.json)")
+    task = recorded_task or task_name
+    if not task:
+        return None
+    for name in _RUN_ONLY:
+        recorded.pop(name, None)
+    recorded.update(values or {}, model_dir=model_dir, do_train=False, do_eval=False, do_predict=False)
+    recorded.setdefault("dtype", "float32")
+    return (family or for_task(task)).settings_for_export(recorded, task).validate()
+
+
 def load_module(spec: Optional[str], flag: str = "--task_module"):
     """Imports a user's task module, which registers its families when imported: ``spec`` is a dotted module name
     (importable from ``sys.path``) or the path of a ``.py`` file. Loading the same spec again does nothing.

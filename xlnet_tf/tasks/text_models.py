@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import collections.abc
+import concurrent.futures
 import contextlib
 import itertools
 import warnings
@@ -61,6 +62,9 @@ def _locate(path: str, config, spiece_model) -> tuple:
     """(XLNetConfig or its path, SentencePiece model bytes or path) from the arguments, else from the checkpoint's
     directory (a release or ``xlnet-convert-checkpoint`` directory holds ``xlnet_config.json`` and
     ``spiece.model``); a ValueError names the argument that is missing."""
+    if (config is None or spiece_model is None) and io_utils.beside(path, "finetune_settings.json"):
+        raise InputError(f"{path}: a fine-tuning run's model_dir: xlnet_tf.load_text_model({str(path)!r}) rebuilds "
+                         "its model as the run trained it; or pass config= and spiece_model=")
     if config is None:
         config = config_next_to(path)
     if spiece_model is None:
@@ -149,15 +153,20 @@ def streamed_dataset(x, as_arrays=lambda batch: batch):
     """A Python generator or iterator of batches, or a ``keras.utils.PyDataset``, as a ``tf.data.Dataset`` of the
     same batches (Keras' loops take them), each made arrays by ``as_arrays`` (lists are arrays, as ``fit``'s); any
     other ``x`` as it is. A generator is read once, as Keras reads one (an epoch after it ends has no data); a
-    PyDataset every epoch, in order on one thread (its ``workers`` are not used: the preprocessing runs in parallel
-    in tf.data). The first batch fixes the structure and dtypes of all."""
+    PyDataset every epoch, in order, its batches read ahead (up to ``max_queue_size``) by ``workers`` threads
+    (threads also where it asks for processes: the batches stay in this process). The first batch fixes the
+    structure and dtypes of all."""
     if not is_streamed(x):
         return x
     if isinstance(x, keras.utils.PyDataset):
         def batches():
             x.on_epoch_begin()
-            for i in itertools.count() if x.num_batches is None else range(x.num_batches):  # None: endless
-                yield x[i]
+            indices = itertools.count() if x.num_batches is None else range(x.num_batches)  # None: endless
+            if x.workers > 1:
+                yield from _read_ahead(x, indices)
+            else:
+                for i in indices:
+                    yield x[i]
             x.on_epoch_end()
     else:
         def batches():
@@ -183,6 +192,19 @@ def streamed_dataset(x, as_arrays=lambda batch: batch):
 
     spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None] * t.shape.rank, t.dtype), first)
     return tf.data.Dataset.from_generator(generate, output_signature=spec)
+
+
+def _read_ahead(x: keras.utils.PyDataset, indices):
+    """``x[i]`` for ``i`` in ``indices``, in order, read by ``x.workers`` threads up to ``x.max_queue_size`` ahead
+    (a consumer that stops early waits for those already started)."""
+    with concurrent.futures.ThreadPoolExecutor(x.workers, thread_name_prefix="py_dataset") as pool:
+        pending = collections.deque()
+        for i in indices:
+            pending.append(pool.submit(x.__getitem__, i))
+            if len(pending) >= max(x.max_queue_size, x.workers):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def is_streamed(x) -> bool:
@@ -236,6 +258,27 @@ def end_of_data_expected(steps):
         yield
 
 
+def checked_class_labels(y, num_classes: Optional[int] = None, what: str = "class labels"):
+    """``y`` as a classification loss may take it: Keras would truncate 1.7 to class 1 and train on it, so labels
+    that are not whole numbers in [0, num_classes) are refused (arrays: a ValueError now; in a pipeline: an error
+    when the batch is read). ``num_classes`` None: known only to the loss (multiple choice: the options)."""
+    y = tf.convert_to_tensor(y)
+    message = f"y: {what} must be whole numbers " + ("from 0" if num_classes is None else f"in [0, {num_classes})")
+    if not (y.dtype.is_integer or y.dtype.is_floating or y.dtype.is_bool):
+        raise ValueError(f"{message}, the class's index, got {y.dtype.name} labels: map names to indices first")
+    value = tf.cast(y, tf.float64)
+    valid = (value == tf.round(value)) & (value >= 0)
+    if num_classes is not None:
+        valid &= value < num_classes
+    valid = tf.reduce_all(valid)
+    if tf.executing_eagerly():  # arrays, checked before the pipeline is built
+        if not bool(valid):
+            raise ValueError(f"{message}, got {y.numpy().tolist()[:8]}")
+        return y
+    with tf.control_dependencies([tf.debugging.Assert(valid, [message, y], summarize=8)]):
+        return tf.identity(y)
+
+
 class TextTaskModel(keras.Model):
     """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
     ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` (and Keras'
@@ -285,6 +328,12 @@ class TextTaskModel(keras.Model):
 
     def build_from_config(self, config):
         self.built = True  # see __init__
+
+    @classmethod
+    def from_run(cls, network: keras.Model, info, preprocessor: XLNetPreprocessor) -> "TextTaskModel":
+        """The text model of a fine-tuning run's restored ``network`` with the run's ``preprocessor`` and
+        ``ServingInfo`` (what its export records): ``text_runs.load_text_model``'s last step."""
+        return cls(preprocessor, network)
 
     # -- inputs ----------------------------------------------------------------------------------------------
     def preprocess(self, x) -> dict:
@@ -507,6 +556,8 @@ class XLNetTextClassifier(TextTaskModel):
         ``num_segments`` > 1: long documents (run_classifier.py's ``--long_document=memory``): a text's first
         ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
         states of memory per layer (default: all earlier segments; docs/long_documents.md)."""
+        if not isinstance(num_segments, int) or num_segments < 1:  # before seq_length * num_segments is checked
+            raise ValueError(f"num_segments={num_segments!r}: must be a positive int (1: no memory)")
         source = checkpoint_source(path)
         hf_head = hf_summary_settings(source, ("XLNetClassifier",))
         if hf_head:
@@ -543,21 +594,9 @@ class XLNetTextClassifier(TextTaskModel):
         return logits[:, 0] if self.network.regression else logits
 
     def _checked_labels(self, y):
-        # Keras would truncate 1.7 to class 1 and train on it: a classifier knows its classes, so it refuses.
         if y is None or self.network.regression or isinstance(y, dict):
             return y
-        y = tf.convert_to_tensor(y)
-        message = f"y: class labels must be whole numbers in [0, {self.network.num_labels})"
-        if not (y.dtype.is_integer or y.dtype.is_floating or y.dtype.is_bool):
-            raise ValueError(f"{message}, the class's index, got {y.dtype.name} labels: map names to indices first")
-        value = tf.cast(y, tf.float64)
-        valid = tf.reduce_all((value == tf.round(value)) & (value >= 0) & (value < self.network.num_labels))
-        if tf.executing_eagerly():  # arrays, checked before the pipeline is built
-            if not bool(valid):
-                raise ValueError(f"{message}, got {y.numpy().tolist()[:8]}")
-            return y
-        with tf.control_dependencies([tf.debugging.Assert(valid, [message, y], summarize=8)]):
-            return tf.identity(y)
+        return checked_class_labels(y, self.network.num_labels)
 
     def _serving_kind(self) -> str:
         return "regression" if self.network.regression else "classification"

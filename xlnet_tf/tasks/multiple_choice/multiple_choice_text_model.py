@@ -6,10 +6,17 @@ from __future__ import annotations
 from typing import Optional
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
-from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
+from xlnet_tf.tasks.text_models import (TextTaskModel, build_parts, checkpoint_source, checked_class_labels,
+                                        hf_summary_settings)
+
+
+PARTS = ("article", "question", "options")
+LABELS = "labels (the index of the right option)"
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -44,14 +51,38 @@ class XLNetTextMultipleChoice(TextTaskModel):
     def preprocess(self, x) -> dict:
         """``(article, question, options)`` -- [B], [B], [B, C] strings -- or a dict with those keys -> the three
         inputs, each [B, C, S]."""
+        return self.preprocessor.multiple_choice(*self._parts(x))
+
+    @staticmethod
+    def _parts(x) -> tuple:
         if isinstance(x, dict):
-            return self.preprocessor.multiple_choice(x["article"], x["question"], x["options"])
+            missing = [k for k in PARTS if k not in x]
+            if missing:
+                raise ValueError(f"inputs: a dict of {', '.join(PARTS)} lacks {', '.join(missing)}")
+            return tuple(x[k] for k in PARTS)
         if not (isinstance(x, (tuple, list)) and len(x) == 3):
             raise ValueError(f"inputs: expected (article, question, options), got {type(x).__name__}")
-        return self.preprocessor.multiple_choice(*x)
+        return tuple(x)
 
     def _arrays(self, x, y=None) -> tuple:
-        return (tuple(x) if isinstance(x, list) and len(x) == 3 else x), y
+        x = tuple(x) if isinstance(x, list) and len(x) == 3 else x
+        if isinstance(x, (tuple, dict)):  # arrays: their shape is lost once traced with others'
+            options = self._parts(x)[2]
+            counts = [len(o) if isinstance(o, (list, tuple)) else None for o in options] if isinstance(
+                options, (list, tuple)) else []
+            if len(set(counts)) > 1:
+                raise ValueError(f"options: a list of as many options per question, got lengths {counts[:8]}")
+            shape = options.shape if tf.is_tensor(options) else tf.TensorShape(np.shape(options))
+            if shape.rank != 2:
+                raise ValueError(f"options: expected [batch, choices] strings, got shape {shape}")
+            if y is not None and not isinstance(y, dict) and shape[1] is not None:
+                checked_class_labels(y, shape[1], LABELS)
+        return x, y
+
+    def _checked_labels(self, y):
+        if y is None or isinstance(y, dict):
+            return y
+        return checked_class_labels(y, what=LABELS)
 
     def call(self, inputs, training=None):
         return self.network(self._token_ids(inputs), training=training)["logits"]

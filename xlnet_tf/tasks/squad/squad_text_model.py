@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.checkpoint import load_task_weights
@@ -14,9 +15,12 @@ from xlnet_tf.tasks.squad.squad_answers import answerable_inputs, answers_from_w
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
-                                        element_x, end_of_data_expected, is_encoded, streamed_dataset)
+                                        element_x, end_of_data_expected, is_encoded, streamed_dataset,
+                                        yields_batches)
 
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
+MISPLACED = ("an answer that is not where its labels put it (answer_start and the answer's text or end, in "
+             "characters of its context; run_squad.py skips these)")
 ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_max_context")
 
 
@@ -47,7 +51,9 @@ class XLNetTextSquad(TextTaskModel):
     is passed to ``compile``. Under a multi-replica ``tf.distribute`` strategy every replica gets the same number
     of windows (``window_batch_size`` rounded up to a multiple of the replicas) and the step computes what one
     device computes. Unlike ``run_squad.py`` nothing is skipped: an answer that no window holds whole trains
-    every window as "no answer". ``batch_size`` (arrays) counts the questions preprocessed together.
+    every window as "no answer"; an answer that is not where its labels put it (``misplaced_answers``: outside
+    the context, or not its text there) is refused, naming the row (arrays) or the question (a dataset).
+    ``batch_size`` (arrays) counts the questions preprocessed together.
     """
 
     def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, max_answer_length: int = 64,
@@ -78,10 +84,16 @@ class XLNetTextSquad(TextTaskModel):
         return cls(preprocessor, network, max_answer_length=max_answer_length, window_batch_size=window_batch_size,
                    name=name)
 
+    @classmethod
+    def from_run(cls, network, info, preprocessor) -> "XLNetTextSquad":
+        return cls(preprocessor, network, max_answer_length=info.squad["max_answer_length"])
+
     @staticmethod
     def _texts(inputs) -> tuple:
         """(questions, contexts) [B] each from a tuple/list or a dict of the two."""
         if isinstance(inputs, dict):
+            if not {"question", "context"} <= set(inputs):
+                raise ValueError(f"inputs: a dict of 'question' and 'context', got keys {sorted(inputs)}")
             return inputs["question"], inputs["context"]
         if not (isinstance(inputs, (tuple, list)) and len(inputs) == 2):
             raise ValueError(f"inputs: expected (questions, contexts), got {type(inputs).__name__}")
@@ -108,8 +120,25 @@ class XLNetTextSquad(TextTaskModel):
     def training_windows(self, inputs, labels) -> dict:
         """The windows of ``XLNetPreprocessor.squad`` for ``inputs`` (questions, contexts [B]) with the labels of
         ``labels`` = (answer_starts int [B], answers: text tf.string [B] or end characters (exclusive) int [B],
-        is_impossible [B]) per window (``window_labels``): what the train step feeds ``XLNetSquad``."""
+        is_impossible [B]) per window (``window_labels``): what the train step feeds ``XLNetSquad``. An answer
+        that is not where its labels put it (``misplaced_answers``) fails the step, naming its question."""
         question, context = self._texts(inputs)
+        answer_start, answer_end, answer, is_impossible = self._answer_labels(labels)
+        wrong = misplaced_answers(_utf8(context), answer_start, answer_end, answer, is_impossible)
+        row = tf.argmax(tf.cast(wrong, tf.int32))
+        check = tf.debugging.Assert(~tf.reduce_any(wrong), [
+            f"y: {MISPLACED}; question:", tf.gather(as_strings(question), row), "answer_start:",
+            tf.gather(answer_start, row), "end:", tf.gather(answer_end, row), "answer:",
+            tf.gather(answer, row) if answer is not None else "(given by its end)"])
+        windows = self.preprocessor.squad(question, context)
+        with tf.control_dependencies([check]):
+            windows.update(window_labels(windows, answer_start, answer_end, is_impossible))
+        return windows
+
+    @staticmethod
+    def _answer_labels(labels) -> tuple:
+        """fit's ``y`` -> ``(answer_start, answer_end, answer, is_impossible)`` [B] each: int32, int32 (exclusive;
+        squad_data's end: start + len(text) in characters), the text (valid UTF-8) or None, bool."""
         if isinstance(labels, dict):
             labels = tuple(labels[k] for k in ("answer_start", "answer", "is_impossible"))
         if not (isinstance(labels, (tuple, list)) and len(labels) == 3):
@@ -119,15 +148,26 @@ class XLNetTextSquad(TextTaskModel):
         answer_start = tf.cast(answer_start, tf.int32)
         answer = tf.convert_to_tensor(answer)
         if answer.dtype == tf.string:
-            # squad_data's answer end: start + len(text) (Python characters = code points, as UTF8_CHAR counts).
-            answer = tf.strings.unicode_transcode(answer, "UTF-8", "UTF-8", errors="replace",
-                                                  replacement_char=0xFFFD)
-            answer_end = answer_start + tf.strings.length(answer, unit="UTF8_CHAR")
-        else:
-            answer_end = tf.cast(answer, tf.int32)
-        windows = self.preprocessor.squad(question, context)
-        windows.update(window_labels(windows, answer_start, answer_end, tf.cast(is_impossible, tf.bool)))
-        return windows
+            answer = _utf8(answer)
+            return (answer_start, answer_start + tf.strings.length(answer, unit="UTF8_CHAR"), answer,
+                    tf.cast(is_impossible, tf.bool))
+        return answer_start, tf.cast(answer, tf.int32), None, tf.cast(is_impossible, tf.bool)
+
+    def _check_answers(self, x, y):
+        """Arrays' labels, refused before the pipeline is built, naming the row (``training_windows`` checks a
+        dataset's as it reads them)."""
+        question, context = self._texts(x)
+        answer_start, answer_end, answer, is_impossible = self._answer_labels(y)
+        wrong = misplaced_answers(_utf8(as_strings(context)), answer_start, answer_end, answer, is_impossible)
+        if bool(tf.reduce_any(wrong)):
+            rows = np.flatnonzero(wrong.numpy())
+            i = int(rows[0])
+            given = f"answer {answer[i].numpy().decode()!r}" if answer is not None else f"end {int(answer_end[i])}"
+            raise ValueError(f"y: {MISPLACED}: row {i} of {len(wrong)} ({len(rows)} such rows), question "
+                             f"{as_strings(question)[i].numpy().decode(errors='replace')!r}: answer_start "
+                             f"{int(answer_start[i])}, {given}, its context has "
+                             f"{int(tf.strings.length(_utf8(as_strings(context)[i]), unit='UTF8_CHAR'))} "
+                             "characters")
 
     @tf.function(autograph=False, reduce_retracing=True)  # traced once (see _preprocessed)
     def _labelled_windows(self, x, y, sample_weight) -> dict:
@@ -172,11 +212,15 @@ class XLNetTextSquad(TextTaskModel):
             labels = {k: batch.pop(k) for k in LABEL_KEYS}
             return batch, labels, tf.math.divide_no_nan(weight, tf.reduce_sum(weight))
 
-        return windows.unbatch().batch(size).map(step, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
-            tf.data.AUTOTUNE)
+        steps = windows.unbatch().batch(size)
+        if not labelled:
+            steps = _at_least_one(steps)
+        return steps.map(step, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``'s data as steps of labelled windows (``_steps``)."""
+        if y is not None and not yields_batches(x) and not is_encoded(x):
+            self._check_answers(*self._arrays(x, y))
         dataset = self._source(x, y, sample_weight, batch_size, shuffle)
         is_tuple = isinstance(dataset.element_spec, tuple)
 
@@ -302,6 +346,45 @@ class XLNetTextSquad(TextTaskModel):
     def get_config(self):
         return dict(super().get_config(), max_answer_length=self.max_answer_length,
                     window_batch_size=self.window_batch_size)
+
+
+def _utf8(text):
+    """Strings with invalid UTF-8 replaced (U+FFFD), as the preprocessor counts a context's characters."""
+    return tf.strings.unicode_transcode(as_strings(text), "UTF-8", "UTF-8", errors="replace",
+                                        replacement_char=0xFFFD)
+
+
+def _at_least_one(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """``batches``, or one batch of no rows where it has none: Keras' predict fails on a dataset without a batch
+    (here: questions without a window, each an empty answer), and whether there is one is known only as the
+    pipeline runs."""
+    none = {k: tf.zeros([0] + spec.shape[1:].as_list(), spec.dtype) for k, spec in batches.element_spec.items()}
+
+    def mark(batch):
+        return False, batch
+
+    def needed(i, marked):  # the empty batch only where it comes first
+        return (i == 0) | ~marked[0]
+
+    def unmark(i, marked):
+        return marked[1]
+
+    return batches.map(mark).concatenate(tf.data.Dataset.from_tensors((True, none))).enumerate().filter(
+        needed).map(unmark)
+
+
+def misplaced_answers(context, answer_start, answer_end, answer=None, is_impossible=None):
+    """Which answers are not where their labels put them, bool [B]: outside the context's characters (``start <
+    0``, ``end <= start`` or ``end`` past its last character) or, given the answer text [B], not the context's
+    text there (what ``squad_data.read_squad_file`` skips as "answer not at its offset"). Impossible questions'
+    labels are not read. ``context`` is UTF-8 with invalid bytes replaced (U+FFFD), as the answer text."""
+    length = tf.strings.length(context, unit="UTF8_CHAR")
+    wrong = (answer_start < 0) | (answer_end <= answer_start) | (answer_end > length)
+    if answer is not None:
+        there = tf.strings.substr(context, tf.clip_by_value(answer_start, 0, length),
+                                  tf.strings.length(answer, unit="UTF8_CHAR"), unit="UTF8_CHAR")
+        wrong |= tf.not_equal(there, answer)
+    return wrong if is_impossible is None else wrong & ~is_impossible
 
 
 def window_labels(windows: dict, answer_start: tf.Tensor, answer_end: tf.Tensor, is_impossible: tf.Tensor) -> dict:

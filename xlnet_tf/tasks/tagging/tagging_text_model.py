@@ -72,6 +72,11 @@ class XLNetTextTagger(TextTaskModel):
         return cls(preprocessor, network, labels=labels, window_stride=window_stride, tag_scheme=tag_scheme,
                    name=name)
 
+    @classmethod
+    def from_run(cls, network, info, preprocessor) -> "XLNetTextTagger":
+        return cls(preprocessor, network, labels=info.labels, window_stride=info.squad["window_stride"],
+                   tag_scheme=info.squad["tag_scheme"])
+
     @staticmethod
     def _joined(rows):
         """Lists of words (or tags) -> one space-joined string each; strings pass."""
@@ -108,12 +113,20 @@ class XLNetTextTagger(TextTaskModel):
         features = {k: encoded[k] for k in ("input_ids", "segment_ids", "padding_mask")}
         if tags is None:
             return features
-        tags = tf.strings.split(as_strings(tags)).with_row_splits_dtype(tf.int64)
+        tag_text = as_strings(tags)
+        tags = tf.strings.split(tag_text).with_row_splits_dtype(tf.int64)
         match = tf.equal(tags.flat_values[:, None], tf.constant(self.labels)[None, :])
-        checks = [tf.debugging.assert_equal(tags.row_lengths(), words.row_lengths(),
-                                            message="y: each sentence needs one tag per word"),
-                  tf.debugging.assert_equal(tf.reduce_any(match, axis=1), True,
-                                            message=f"y: a tag that is not one of the model's {len(self.labels)}")]
+        # The failing rows' own text in the messages: a pipeline's error cannot name the row of the user's data.
+        uneven = tf.not_equal(tags.row_lengths(), words.row_lengths())
+        row = tf.argmax(tf.cast(uneven, tf.int32))
+        unknown = tf.boolean_mask(tags.flat_values, ~tf.reduce_any(match, axis=1))
+        checks = [tf.debugging.Assert(~tf.reduce_any(uneven), [
+                      "y: each sentence needs one tag per word; words:", tf.gather(words.row_lengths(), row),
+                      "tags:", tf.gather(tags.row_lengths(), row), "sentence:", tf.gather(as_strings(text), row),
+                      "its tags:", tf.gather(tag_text, row)]),
+                  tf.debugging.Assert(tf.size(unknown) == 0, [
+                      f"y: tags that are not one of the model's {len(self.labels)} ({' '.join(self.labels[:20])}"
+                      f"{' ...' if len(self.labels) > 20 else ''}):", unknown], summarize=5)]
         with tf.control_dependencies(checks):
             ids = tf.argmax(tf.cast(match, tf.int32), axis=1, output_type=tf.int64)
         window_words = encoded["window_words"]
