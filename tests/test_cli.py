@@ -48,7 +48,9 @@ def test_every_field_is_one_flag_with_the_fields_default_help_and_choices(settin
             assert field.name not in values
             continue
         flag = values[field.name]
-        assert flag.default == field.default and flag.help.endswith(meta["help"]), field.name
+        assert flag.default == field.default and meta["help"] in flag.help, field.name
+        if meta.get("bounds"):  # the range validate() checks, in the help
+            assert flag.help.endswith(f" Must be {meta['bounds']}."), field.name
         if meta["choices"] is not None:
             assert flag.parser.enum_values == [str(c) for c in meta["choices"]], field.name
     assert values["config_file"].default is None  # no config file the user did not name
@@ -77,7 +79,7 @@ def test_pretraining_data_settings_are_defined_once():
     for field in dataclasses.fields(PretrainDataSettings):
         if field.name in ("mask_alpha", "mask_beta"):
             assert data[field.name].default == field.default and pretrain[field.name].default is None
-            assert pretrain[field.name].help.startswith(data[field.name].help) and "the data's" in \
+            assert pretrain[field.name].help.startswith(field.metadata["help"]) and "the data's" in \
                 pretrain[field.name].help
             continue
         assert data[field.name].default == pretrain[field.name].default == field.default, field.name

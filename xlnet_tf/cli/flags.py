@@ -117,7 +117,9 @@ def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> None:
             continue
         if field.default is dataclasses.MISSING:
             raise TypeError(f"{settings_cls.__name__}.{field.name} has no default: a flag needs one")
-        _define(flag_values, _kind(hints[field.name]), field.name, field.default, meta["help"], meta.get("choices"))
+        bounds = f" Must be {meta['bounds']}." if meta.get("bounds") else ""
+        _define(flag_values, _kind(hints[field.name]), field.name, field.default, meta["help"] + bounds,
+                meta.get("choices"))
     for name, original in settings_cls.ORIGINAL_FLAGS.items():
         if isinstance(original, Alias):
             if original.value is not None:  # a switch: --use_tpu

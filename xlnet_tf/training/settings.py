@@ -192,8 +192,8 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 errors.append(f"--{f.name}={value}: not a finite number")
-            elif out_of_bounds(type(self), f.name, value):
-                errors.append(f"--{f.name}={value} {out_of_bounds(type(self), f.name, value)}")
+            elif problem := out_of_bounds(type(self), f.name, value):
+                errors.append(f"--{f.name}={value} {problem}")
         for name in self.output_dirs():
             problem = getattr(self, name) and output_dir_problem(getattr(self, name))
             if problem:
