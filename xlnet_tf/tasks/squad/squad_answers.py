@@ -60,6 +60,11 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
                                 settings["max_answer_length"])
 
 
+def valid_utf8(text):
+    """Strings with invalid UTF-8 replaced (U+FFFD), as the preprocessor counts a context's characters."""
+    return tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+
+
 def answerable_inputs(question, context):
     """``(question, context, skipped)`` for ``best_answers``: the texts with invalid UTF-8 replaced (U+FFFD) and
     whether ``run_squad.py`` skips the question when reading the file (an empty question or context, a context
@@ -70,13 +75,10 @@ def answerable_inputs(question, context):
 
     space = _classes()["space"]  # Python's str.isspace, as str.strip uses it
 
-    def utf8(x):
-        return tf.strings.unicode_transcode(x, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-
     def blank(x):
         return tf.equal(tf.strings.regex_replace(x, f"^{space}+|{space}+$", ""), "")
 
-    question, context = utf8(question), utf8(context)
+    question, context = valid_utf8(question), valid_utf8(context)
     skipped = blank(question) | blank(context) | (tf.strings.length(context, unit="UTF8_CHAR") > MAX_PARAGRAPH_CHARS)
     return question, context, skipped
 

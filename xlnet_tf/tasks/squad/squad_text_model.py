@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.preprocessing import XLNetPreprocessor
-from xlnet_tf.tasks.squad.squad_answers import answerable_inputs, answers_from_windows, squad_window_losses
+from xlnet_tf.tasks.squad.squad_answers import (answerable_inputs, answers_from_windows, squad_window_losses,
+                                                valid_utf8)
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
@@ -124,7 +125,7 @@ class XLNetTextSquad(TextTaskModel):
         that is not where its labels put it (``misplaced_answers``) fails the step, naming its question."""
         question, context = self._texts(inputs)
         answer_start, answer_end, answer, is_impossible = self._answer_labels(labels)
-        wrong = misplaced_answers(_utf8(context), answer_start, answer_end, answer, is_impossible)
+        wrong = misplaced_answers(valid_utf8(as_strings(context)), answer_start, answer_end, answer, is_impossible)
         row = tf.argmax(tf.cast(wrong, tf.int32))
         check = tf.debugging.Assert(~tf.reduce_any(wrong), [
             f"y: {MISPLACED}; question:", tf.gather(as_strings(question), row), "answer_start:",
@@ -148,7 +149,7 @@ class XLNetTextSquad(TextTaskModel):
         answer_start = tf.cast(answer_start, tf.int32)
         answer = tf.convert_to_tensor(answer)
         if answer.dtype == tf.string:
-            answer = _utf8(answer)
+            answer = valid_utf8(answer)
             return (answer_start, answer_start + tf.strings.length(answer, unit="UTF8_CHAR"), answer,
                     tf.cast(is_impossible, tf.bool))
         return answer_start, tf.cast(answer, tf.int32), None, tf.cast(is_impossible, tf.bool)
@@ -158,7 +159,8 @@ class XLNetTextSquad(TextTaskModel):
         dataset's as it reads them)."""
         question, context = self._texts(x)
         answer_start, answer_end, answer, is_impossible = self._answer_labels(y)
-        wrong = misplaced_answers(_utf8(as_strings(context)), answer_start, answer_end, answer, is_impossible)
+        context = valid_utf8(as_strings(context))
+        wrong = misplaced_answers(context, answer_start, answer_end, answer, is_impossible)
         if bool(tf.reduce_any(wrong)):
             rows = np.flatnonzero(wrong.numpy())
             i = int(rows[0])
@@ -166,7 +168,7 @@ class XLNetTextSquad(TextTaskModel):
             raise ValueError(f"y: {MISPLACED}: row {i} of {len(wrong)} ({len(rows)} such rows), question "
                              f"{as_strings(question)[i].numpy().decode(errors='replace')!r}: answer_start "
                              f"{int(answer_start[i])}, {given}, its context has "
-                             f"{int(tf.strings.length(_utf8(as_strings(context)[i]), unit='UTF8_CHAR'))} "
+                             f"{int(tf.strings.length(context[i], unit='UTF8_CHAR'))} "
                              "characters")
 
     @tf.function(autograph=False, reduce_retracing=True)  # traced once (see _preprocessed)
@@ -346,12 +348,6 @@ class XLNetTextSquad(TextTaskModel):
     def get_config(self):
         return dict(super().get_config(), max_answer_length=self.max_answer_length,
                     window_batch_size=self.window_batch_size)
-
-
-def _utf8(text):
-    """Strings with invalid UTF-8 replaced (U+FFFD), as the preprocessor counts a context's characters."""
-    return tf.strings.unicode_transcode(as_strings(text), "UTF-8", "UTF-8", errors="replace",
-                                        replacement_char=0xFFFD)
 
 
 def _at_least_one(batches: tf.data.Dataset) -> tf.data.Dataset:
