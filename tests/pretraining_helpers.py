@@ -2,6 +2,8 @@
 synthetic examples in the reader's layout, a dataset_fn positioned as the reader positions its pipeline, and the
 TensorBoard scalars of a run."""
 
+import contextlib
+import logging
 import os
 
 import numpy as np
@@ -58,3 +60,33 @@ def scalars(model_dir):
             for value in event.summary.value:
                 out.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
     return {tag: sorted(values) for tag, values in out.items()}
+
+
+def stopped_at(run_dir, step: int, into):
+    """``into``: a copy of the pretraining run directory ``run_dir`` as it was when its step-``step`` checkpoint
+    was the newest (a run stopped there); a rerun in ``into`` resumes from it."""
+    import shutil
+
+    shutil.copytree(run_dir, into, ignore=lambda _, names: [
+        n for n in names if n == "checkpoint" or (n.startswith("xlnet_model-")
+                                                  and int(n.split("-")[1].split(".")[0]) > step)])
+    with open(os.path.join(into, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "xlnet_model-{step}"\nall_model_checkpoint_paths: "xlnet_model-{step}"\n')
+
+
+@contextlib.contextmanager
+def absl_messages():
+    """The messages absl logs meanwhile (INFO and up), read from absl's logger itself: pytest's caplog sees them
+    only while they propagate to the root logger, which depends on what earlier tests set up."""
+    messages = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -53,15 +53,27 @@ def flag_list(values: dict) -> list:
     return [f"--{k}={v}" for k, v in values.items() if v is not None]
 
 
-def killed_then_resumed(script: str, values: dict, settings_cls, tmp_path) -> str:
-    """``script`` with ``values`` killed at a random step past the first checkpoint, then rerun in this process;
-    returns its model_dir."""
+def start_killed(script: str, values: dict, tmp_path):
+    """``script`` with ``values`` (its own model_dir and feature cache) started in a process that kills itself at a
+    random step past the first checkpoint; returns what ``resume_killed`` takes. Started before the uninterrupted
+    run of this process, beside which it imports TensorFlow."""
     values = dict(values, model_dir=str(tmp_path / "killed"))
+    if values.get("output_dir"):
+        values["output_dir"] = str(tmp_path / "killed_features")
     kill_at = random.randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
-    proc = subprocess.run([sys.executable, "-c", _KILLED_AT, str(kill_at), script, *flag_list(values)], cwd=REPO,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == -9, (kill_at, proc.stderr[-3000:])
+    log = tmp_path / "killed.log"  # a file, not a pipe: nobody reads its output while this process trains
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_AT, str(kill_at), script, *flag_list(values)],
+                                cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+                                stdout=f, stderr=subprocess.STDOUT)
+    return proc, values, kill_at, log
+
+
+def resume_killed(started, settings_cls) -> str:
+    """Waits for the killed run of ``start_killed``, then reruns it in this process; returns its model_dir."""
+    proc, values, kill_at, log = started
+    proc.wait(timeout=300)
+    assert proc.returncode == -9, (kill_at, log.read_text()[-3000:])
     saved = tf.train.latest_checkpoint(values["model_dir"])
     assert saved and saved.endswith(f"-{(kill_at - 1) // SAVE_STEPS * SAVE_STEPS}"), (kill_at, saved)
     runner.run(settings_cls.from_values(values))
@@ -105,8 +117,9 @@ def classifier_values(tmp_path, **task) -> dict:
 @pytest.mark.slow
 def test_killed_classifier_run_resumes_exactly(tmp_path, task):
     values = classifier_values(tmp_path, **task)
+    started = start_killed("run_classifier.py", values, tmp_path)
     runner.run(ClassifierSettings.from_values(values))
-    killed = killed_then_resumed("run_classifier.py", values, ClassifierSettings, tmp_path)
+    killed = resume_killed(started, ClassifierSettings)
     assert_same_checkpoints(values["model_dir"], killed)
     if task["task_name"] != "race":
         one_batch_off_is_caught(values, tmp_path)
@@ -155,8 +168,9 @@ def test_killed_squad_run_resumes_exactly(tmp_path):
     squad = os.path.join(FIXTURES, "squad")
     values = dict(common(tmp_path), train_file=os.path.join(squad, "train-v2.0.json"),
                   output_dir=str(tmp_path / "features"), max_seq_length=64, max_query_length=16, doc_stride=24)
+    started = start_killed("run_squad.py", values, tmp_path)
     runner.run(SquadSettings.from_values(values))
-    killed = killed_then_resumed("run_squad.py", values, SquadSettings, tmp_path)
+    killed = resume_killed(started, SquadSettings)
     assert_same_checkpoints(values["model_dir"], killed)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pretraining_helpers import assert_same_weights, scalars
+from pretraining_helpers import absl_messages, assert_same_weights, scalars, stopped_at
 from training_state import ROUND_OFF
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
@@ -68,8 +68,10 @@ def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_on
 
     strategy = create_strategy("one_device")
     _, model_straight = train(tmp_path, "straight", strategy, 2, steps=4, save_steps=2)
-    train(tmp_path, "resumed", strategy, 2, steps=2, save_steps=2)
-    resumed, model_resumed = train(tmp_path, "resumed", strategy, 2, steps=4, save_steps=2)
+    stopped_at(tmp_path / "straight", 2, tmp_path / "resumed")  # the same run stopped at its step-2 checkpoint
+    with absl_messages() as logged:
+        resumed, model_resumed = train(tmp_path, "resumed", strategy, 2, steps=4, save_steps=2)
+    assert f"resumed from {tmp_path / 'resumed' / 'xlnet_model-2'} at step 2" in logged
     assert resumed["step"] == 4  # (its report covers step 4 only: a run's first host loop reports after a step)
     assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
     # The checkpoint records its objective; resuming it with another one is refused.

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from training_state import ROUND_OFF
-from pretraining_helpers import CONFIG, PREDICT, SEQ, assert_same_weights, make_dataset_fn, synthetic_examples
+from pretraining_helpers import (CONFIG, PREDICT, SEQ, absl_messages, assert_same_weights, make_dataset_fn,
+                                 stopped_at, synthetic_examples)
 from xlnet_tf.errors import InputError
 from xlnet_tf import XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained
@@ -59,15 +60,16 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
 @pytest.mark.slow
 def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
     """Stopped at a checkpoint and rerun, training ends with the weights of an uninterrupted run: the dropout
-    layers' seed states are checkpointed with the weights, the optimizer and the step."""
+    layers' seed states are checkpointed with the weights, the optimizer and the step. (The stopped run: the
+    uninterrupted run's model_dir as it was at its step-2 checkpoint.)"""
     strategy = create_strategy(strategy_name)
     config = CONFIG.replace(dropout=0.3, dropatt=0.3)
     batch = 4 // strategy.num_replicas_in_sync
     straight, model_straight = train(tmp_path, "straight", strategy, batch, steps=4, save_steps=2, config=config)
-    first, _ = train(tmp_path, "resumed", strategy, batch, steps=2, save_steps=2, config=config)
-    assert first["step"] == 2
-    resumed, model_resumed = train(tmp_path, "resumed", strategy, batch, steps=4, save_steps=2, config=config)
-    assert resumed["step"] == 4
+    stopped_at(tmp_path / "straight", 2, tmp_path / "resumed")
+    with absl_messages() as logged:
+        resumed, model_resumed = train(tmp_path, "resumed", strategy, batch, steps=4, save_steps=2, config=config)
+    assert f"resumed from {tmp_path / 'resumed' / 'xlnet_model-2'} at step 2" in logged and resumed["step"] == 4
     assert_same_weights(model_straight, model_resumed, round_off=ROUND_OFF)
 
 

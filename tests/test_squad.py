@@ -280,10 +280,12 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
     model_dir, data_dir = tmp_path / "v20", tmp_path / "features"
     common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}",
               "--train_file=tests/fixtures/squad/train-v2.0.json", "--predict_file=tests/fixtures/squad/dev-v2.0.json"]
-    # Sharded preprocessing, as the original's --do_prepro --num_proc --proc_id (shard 0 in process: same code).
+    # Sharded preprocessing, as the original's --do_prepro --num_proc --proc_id, the shards at once (shard 0 in
+    # process: same code).
+    shard = start_squad(*common, "--do_prepro", "--num_proc=2", "--proc_id=1")
     squad_data.prepare_train_shard(os.path.join(FIXTURES, "train-v2.0.json"), str(data_dir),
                                    squad_data.FeatureSettings(SPIECE, 64, 16, 24, False), num_proc=2, proc_id=0)
-    run_squad(*common, "--do_prepro", "--num_proc=2", "--proc_id=1")
+    finish_squad(shard)
     shards = sorted(p.name for p in data_dir.glob("*.tf_record"))
     assert shards == [f"spiece.model.{i}.slen-64.qlen-16.train.tf_record" for i in range(2)]
     run_squad(*common, "--train_steps=4", "--do_eval")

@@ -180,10 +180,11 @@ def flags(tmp_path, **overrides) -> dict:
                      dropatt=0.0), **overrides)
 
 
-def _run(args, **kw):
+def _start(args):
+    """``python -m <args>``, started (each pays TensorFlow's import: independent ones run side by side)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300, **kw)
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
@@ -222,24 +223,26 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
     assert set(loaded.signatures["serve_ids"].structured_input_signature[1]) == {"input_ids", "segment_ids",
                                                                                   "padding_mask"}
 
-    # Batch prediction of the export in a fresh process, which loads the family from this file.
+    # Batch prediction of the export in a fresh process, which loads the family from this file; beside it, a job
+    # file: run_classifier.py runs in a subprocess, which loads the family from the job's task_module.
     with open(tmp_path / "rows.tsv", "w", encoding="utf-8") as f:
         f.write("id\ttext\n" + "".join(f"r{i}\t{t}\n" for i, t in enumerate(dev)))
-    done = _run(["xlnet_tf.cli.predict", f"--saved_model={tmp_path / 'serving'}", f"--input_glob={tmp_path}/rows.tsv",
-                 f"--output_dir={tmp_path / 'batch'}", "--text_fields=text", "--id_field=id",
-                 f"--task_module={HERE}"])
-    assert done.returncode == 0, done.stderr[-3000:]
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(dict(output_dir=str(tmp_path / "jobs"), runs=[{"name": "lengths"}], defaults=flags(
+        tmp_path, task_module=HERE, do_train=True, do_eval=True, train_steps=2, iterations=2))))
+    predicting = _start(["xlnet_tf.cli.predict", f"--saved_model={tmp_path / 'serving'}",
+                         f"--input_glob={tmp_path}/rows.tsv", f"--output_dir={tmp_path / 'batch'}",
+                         "--text_fields=text", "--id_field=id", f"--task_module={HERE}"])
+    running_job = _start(["xlnet_tf.cli.jobs", "finetune", str(job)])
+    _, err = predicting.communicate(timeout=300)
+    assert predicting.returncode == 0, err[-3000:]
     with open(tmp_path / "batch" / "rows.tsv.predictions.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     assert [r["id"] for r in rows] == [f"r{i}" for i in range(9)] and [r["bucket"] for r in rows] == predicted
     np.testing.assert_allclose([r["confidence"] for r in rows], served["probabilities"].numpy().max(-1), atol=2e-6)
 
-    # A job file: run_classifier.py runs in a subprocess, which loads the family from the job's task_module.
-    job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump(dict(output_dir=str(tmp_path / "jobs"), runs=[{"name": "lengths"}], defaults=flags(
-        tmp_path, task_module=HERE, do_train=True, do_eval=True, train_steps=2, iterations=2))))
-    done = _run(["xlnet_tf.cli.jobs", "finetune", str(job)])
-    assert done.returncode == 0, done.stdout[-3000:] + (tmp_path / "jobs" / "lengths" / "job.log").read_text()[-3000:]
+    out, _ = running_job.communicate(timeout=300)
+    assert running_job.returncode == 0, out[-3000:] + (tmp_path / "jobs" / "lengths" / "job.log").read_text()[-3000:]
     (row,) = json.loads((tmp_path / "jobs" / "results.json").read_text())["runs"]
     assert (row["status"], row["task"], row["metric"], row["best_step"]) == ("done", "sentence_length", "accuracy", 2)
 

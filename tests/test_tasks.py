@@ -96,7 +96,8 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
 
     # Exported for TF Serving from Python: a numbered version (the optimizer's steps), served from raw text by a process
-    # with TensorFlow and tensorflow-text only, with the probabilities of predict.
+    # with TensorFlow and tensorflow-text only, with the probabilities of predict (that process runs beside the
+    # checks below; its answers are checked at the end).
     version = model.export(str(tmp_path / "serving"), labels=["negative", "positive"], task="sst-2")
     assert os.path.basename(version) == str(int(model.optimizer.iterations.numpy())) != "0"
     client = ("import json, sys, tensorflow as tf, tensorflow_text\n"
@@ -104,12 +105,8 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
               "out = serve(sentence=tf.constant(json.loads(sys.argv[2])))\n"
               "print(json.dumps({'p': out['probabilities'].numpy().tolist(), "
               "'label': [l.decode() for l in out['label'].numpy()]}))")
-    done = subprocess.run([sys.executable, "-c", client, version, json.dumps(texts)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    served = json.loads(done.stdout.strip().splitlines()[-1])
-    np.testing.assert_allclose(served["p"], probabilities, atol=1e-5)
-    assert served["label"] == [["negative", "positive"][i] for i in np.argmax(probabilities, axis=-1)]
+    serving = subprocess.Popen([sys.executable, "-c", client, version, json.dumps(texts)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
     assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss)
 
@@ -150,6 +147,12 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     assert not loaded.optimizer._use_weight_decay(gamma)
     for mine, theirs in zip(model.optimizer.variables, loaded.optimizer.variables):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+
+    out, err = serving.communicate(timeout=300)  # the serving process, started beside the checks since the export
+    assert serving.returncode == 0, err[-3000:]
+    served = json.loads(out.strip().splitlines()[-1])
+    np.testing.assert_allclose(served["p"], probabilities, atol=1e-5)
+    assert served["label"] == [["negative", "positive"][i] for i in np.argmax(probabilities, axis=-1)]
 
 
 @pytest.mark.slow

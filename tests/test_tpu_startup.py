@@ -72,11 +72,14 @@ def test_each_startup_failure_is_one_bounded_error_saying_what_to_check():
     results = {}
     # A process makes one attempt that reaches TensorFlow's connection (the tools' runs do): an attempt still
     # blocked holds the context, and the next one would wait on it. Lookup and probe failures connect nothing.
-    for cases in (["local"], ["name", "closed", "silent"]):
-        proc = subprocess.run([sys.executable, "-c", _STARTUPS, str(_free_port()), *cases], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    # The two processes run side by side (each waits seconds for TensorFlow's import).
+    started = [subprocess.Popen([sys.executable, "-c", _STARTUPS, str(_free_port()), *cases], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for cases in (["local"], ["name", "closed", "silent"])]
+    for proc in started:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        results.update(json.loads(out.strip().splitlines()[-1]))
     message, _ = results["local"]
     assert message.startswith("--tpu=local: initialising the TPU failed") and "no TPU chips" in message
     message, _ = results["name"]
@@ -96,18 +99,20 @@ def test_entry_points_check_inputs_before_the_tpu_and_fail_in_one_line(tmp_path)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     common = [sys.executable, "run_pretrain.py", f"--model_dir={tmp_path / 'm'}", f"--model_config_path={TINY}",
               "--seq_len=16", "--reuse_len=8", "--num_predict=4", "--train_batch_size=8", "--train_steps=2",
-              "--use_tpu",
-              f"--tpu=grpc://127.0.0.1:{_free_port()}"]
+              "--use_tpu", f"--tpu=grpc://127.0.0.1:{_free_port()}"]
     start = time.monotonic()
-    proc = subprocess.run(common + [f"--data_dir={tmp_path / 'empty'}"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert "holds no pretraining data" in proc.stderr and "--tpu" not in proc.stderr.split("error:")[-1]
+    # Both tools at once (each waits seconds for TensorFlow's import).
+    pretrain, classifier = [subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True) for argv in (
+        common + [f"--data_dir={tmp_path / 'empty'}"],
+        [sys.executable, "run_classifier.py", "--config_file=configs/finetune_sentiment_tiny.yaml",
+         f"--model_dir={tmp_path / 'f'}", "--init_checkpoint=", "--export_dir=", "--use_tpu",
+         f"--tpu=grpc://127.0.0.1:{_free_port()}"])]
+    _, err = pretrain.communicate(timeout=240)
+    assert pretrain.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert "holds no pretraining data" in err and "--tpu" not in err.split("error:")[-1]
     assert time.monotonic() - start < 120
-    proc = subprocess.run([sys.executable, "run_classifier.py", "--config_file=configs/finetune_sentiment_tiny.yaml",
-                           f"--model_dir={tmp_path / 'f'}", "--init_checkpoint=", "--export_dir=", "--use_tpu",
-                           f"--tpu=grpc://127.0.0.1:{_free_port()}"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=240)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    error = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    _, err = classifier.communicate(timeout=240)
+    assert classifier.returncode == 1 and "Traceback" not in err, err[-3000:]
+    error = [line for line in err.splitlines() if ": error: " in line]
     assert len(error) == 1 and "--tpu=grpc://127.0.0.1:" in error[0] and "nothing listens" in error[0], error
