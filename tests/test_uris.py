@@ -16,6 +16,7 @@ import tensorflow as tf
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE, make_flags
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
+from xlnet_tf.training.settings import SettingsError
 
 CORPUS = os.path.join(REPO, "data", "corpus", "brown_sample.txt")
 gfile = tf.io.gfile
@@ -70,17 +71,29 @@ def test_io_utils_atomic_writes_on_ram():
 
 def test_settings_check_uris_after_tensorflow_loads():
     """The settings layer never imports TensorFlow: a URI is taken as present until it is loaded (probe None),
-    then checked with tf.io.gfile with the local message."""
+    then checked with tf.io.gfile with the local message. The config and SentencePiece model beside a URI
+    --init_checkpoint are not missing until then, and are looked up when validate() runs with TensorFlow loaded."""
     code = ("import sys; from xlnet_tf.training.settings import PretrainSettings as P; "
             "e = P(model_dir='m', data_dir='d', model_config_path='ram://nope/c.json').errors(); "
-            "print([x for x in e if 'file not found' in x], 'tensorflow' in sys.modules)")
+            "w = P(model_dir='m', data_dir='d', train_batch_size=8, seq_len=16, reuse_len=8, num_predict=2, "
+            "train_steps=2, init_checkpoint='gs://b/release/xlnet_model.ckpt'); "
+            "print([x for x in e if 'file not found' in x], w.awaiting(), w.errors(), 'tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
                          env=dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")))
-    assert out.stdout.strip() == "[] False", out.stderr[-2000:]
+    assert out.stdout.strip() == "[] ('model_config_path', 'spiece_model_file') [] False", out.stderr[-2000:]
     from xlnet_tf.training.settings import PretrainSettings  # TensorFlow is loaded here
 
     errors = PretrainSettings(model_dir="m", data_dir="d", model_config_path="ram://nope/c.json").errors()
     assert "--model_config_path=ram://nope/c.json: file not found" in errors
+    release = f"ram://{uuid.uuid4().hex}/release"
+    io_utils.write_text_atomic(f"{release}/xlnet_config.json", json.dumps(MICRO_CONFIG))
+    found = PretrainSettings(model_dir="m", data_dir="d", init_checkpoint=release)  # (a release directory)
+    assert found.model_config_path == f"{release}/xlnet_config.json" and found.spiece_model_file is None
+    with pytest.raises(SettingsError, match=r"missing required flag\(s\): --model_config_path \(no xlnet_config.json "
+                                            r"beside --init_checkpoint=ram://\w+/nothing/xlnet_model.ckpt\)"):
+        PretrainSettings(model_dir="m", data_dir="d", train_batch_size=8, seq_len=16, reuse_len=8, num_predict=2,
+                         train_steps=2, init_checkpoint=release.replace("release", "nothing") + "/xlnet_model.ckpt",
+                         ).validate()
 
 
 @pytest.mark.slow
@@ -165,10 +178,12 @@ def test_command_line_tools_with_file_uris(tmp_path):
         config_file="", model_config_path=config, spiece_model_file=spiece, input_glob=f"{uri}/in/corpus/*.txt",
         data_dir=f"{uri}/data", model_dir=f"{uri}/pretrain", train_batch_size=4, seq_len=16, reuse_len=8,
         num_predict=3, perm_size=8, mem_len=8, train_steps=2, iterations=2), work)
+    # The config and SentencePiece model: the pretraining run's, beside --init_checkpoint (looked up once
+    # TensorFlow is loaded: a URI).
     _tool([os.path.join(REPO, "run_classifier.py")], dict(
-        task_name="sst-2", data_dir=f"{uri}/glue/SST-2", output_dir=f"{uri}/features", model_config_path=config,
-        spiece_model_file=spiece, init_checkpoint=f"{uri}/pretrain", model_dir=f"{uri}/ft", max_seq_length=24,
-        train_batch_size=4, train_steps=2, iterations=2, do_train=True), work)
+        task_name="sst-2", data_dir=f"{uri}/glue/SST-2", output_dir=f"{uri}/features",
+        init_checkpoint=f"{uri}/pretrain", model_dir=f"{uri}/ft", max_seq_length=24, train_batch_size=4,
+        train_steps=2, iterations=2, do_train=True), work)
     _tool(["-m", "xlnet_tf.cli.export"], dict(model_dir=f"{uri}/ft", export_dir=f"{uri}/serving"), work)
     io_utils.write_text_atomic(f"{uri}/batch/part-0.tsv", "id\tsentence\nr0\tA fine film.\nr1\tDull.\n")
     _tool(["-m", "xlnet_tf.cli.predict"], dict(

@@ -180,9 +180,15 @@ class Settings:
         file in the way or a read-only parent is not found after minutes of it."""
         return ()
 
+    def awaiting(self) -> tuple:
+        """Flags not set yet that may get their values once TensorFlow is loaded (from beside a URI): not missing
+        until then."""
+        return ()
+
     def errors(self) -> list:
         """Every inconsistency, as messages naming the flags."""
-        missing = [f"--{name}" for name in self.required() if getattr(self, name) in (None, "")]
+        missing = [f"--{name}" for name in self.required()
+                   if getattr(self, name) in (None, "") and name not in self.awaiting()]
         errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
                    if getattr(self, name) and path_missing(getattr(self, name))]
@@ -261,16 +267,25 @@ class RunSettings(Settings):
     # Global batch sizes: positive, and divisible by the replicas of the strategy.
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size",)
 
+    # What a release directory, a converted checkpoint's or a pretraining run's --init_checkpoint brings: {flag: the
+    # file beside it}.
+    BESIDE_INIT_CHECKPOINT: ClassVar[Mapping] = {"model_config_path": "xlnet_config.json",
+                                                 "spiece_model_file": "spiece.model"}
+
     def __post_init__(self):
-        # A HuggingFace model (a directory, or hf://owner/name: found in the HF cache or downloaded now, as asked)
-        # brings its config.json, spiece.model and casing where the flags do not name them; a release directory,
-        # a converted checkpoint's or a pretraining run's its xlnet_config.json and spiece.model.
+        self._defaults_from_init_checkpoint()
+
+    def _defaults_from_init_checkpoint(self) -> None:
+        """The flags not given that ``--init_checkpoint`` brings: a HuggingFace model (a directory, or
+        hf://owner/name: found in the HF cache or downloaded now, as asked) its config.json, spiece.model and
+        casing; a release's, a converted checkpoint's or a pretraining run's directory its xlnet_config.json and
+        spiece.model. A URI (gs://...) is looked at once TensorFlow is loaded: ``validate()`` calls this again."""
         from xlnet_tf import hf
 
-        if not self.init_checkpoint:
+        if not self.init_checkpoint or self._init_checkpoint_unseen():
             return
         if not hf.is_hf_dir(self.init_checkpoint):
-            for name, flag in (("xlnet_config.json", "model_config_path"), ("spiece.model", "spiece_model_file")):
+            for flag, name in self.BESIDE_INIT_CHECKPOINT.items():
                 if getattr(self, flag) is None:
                     setattr(self, flag, io_utils.beside(self.init_checkpoint, name))
             return
@@ -281,6 +296,21 @@ class RunSettings(Settings):
         if self.spiece_model_file is None and io_utils.exists(io_utils.join(folder, "spiece.model")):
             self.spiece_model_file = io_utils.join(folder, "spiece.model")
         self.uncased = self.uncased or bool(self._hf_lower_case())
+
+    def _init_checkpoint_unseen(self) -> bool:
+        """A URI ``--init_checkpoint`` while TensorFlow is not loaded: nothing beside it can be looked at yet."""
+        from xlnet_tf import hf
+
+        return (bool(self.init_checkpoint) and not hf.is_hub(self.init_checkpoint)
+                and io_utils.probe(self.init_checkpoint) is None)
+
+    def awaiting(self) -> tuple:
+        return tuple(flag for flag in self.BESIDE_INIT_CHECKPOINT
+                     if getattr(self, flag) is None and self._init_checkpoint_unseen())
+
+    def validate(self):
+        self._defaults_from_init_checkpoint()  # a URI's, once TensorFlow is loaded (the tools load it for URIs)
+        return super().validate()
 
     def _hf_lower_case(self) -> Optional[bool]:
         """The casing of an HF ``--init_checkpoint`` (its tokenizer_config.json), None if it says none (or the
@@ -307,6 +337,10 @@ class RunSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
+        if self.init_checkpoint and errors and errors[0].startswith("missing required flag(s)"):
+            absent = [name for flag, name in self.BESIDE_INIT_CHECKPOINT.items() if f"--{flag}" in errors[0]]
+            if absent:
+                errors[0] += f" (no {' or '.join(absent)} beside --init_checkpoint={self.init_checkpoint})"
         for name, allowed in (("strategy", STRATEGIES), ("dtype", DTYPES), ("decay_method", DECAY_METHODS)):
             if getattr(self, name) not in allowed:
                 errors.append(f"--{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
@@ -412,7 +446,7 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
         errors = super().errors()
         if self.mem_len and self.reuse_len and self.seq_len and self.reuse_len > self.seq_len:
             errors.append(f"--reuse_len={self.reuse_len} exceeds --seq_len={self.seq_len}")
-        if self.input_glob and not self.spiece_model_file:
+        if self.input_glob and not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
             errors.append("--input_glob needs --spiece_model_file to write the data")
         if self.objective not in OBJECTIVES:
             errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
