@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from absl import logging  # noqa: E402
 
 from pretraining_helpers import CONFIG, PREDICT, SEQ, make_dataset_fn, synthetic_examples  # noqa: E402
 from xlnet_tf.errors import WorkerLostError  # noqa: E402
@@ -40,4 +41,5 @@ def main(model_dir, out_path, train_steps=3, iterations=3, save_steps=None):
 
 if __name__ == "__main__":
     tf.get_logger().setLevel("ERROR")
+    logging.set_verbosity(logging.INFO)  # "resumed from ... at step N": the test reads it (a handful of lines)
     main(sys.argv[1], sys.argv[2], *map(int, sys.argv[3:]))

@@ -101,6 +101,8 @@ def test_killed_or_preempted_workers_stop_together_and_a_rerun_resumes(tmp_path)
     for p in procs:
         out, _ = p.communicate(timeout=150)
         assert p.returncode == 0, out[-3000:]
+        # (a run that started from scratch would end with the uninterrupted run's state too)
+        assert f"resumed from {model / f'xlnet_model-{resume}'} at step {resume}" in out, out[-3000:]
     results = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(3)]
     assert all(r["preempted"] for r in results) and len({r["step"] for r in results}) == 1, results
     preempted = results[0]["step"]
