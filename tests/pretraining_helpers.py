@@ -62,18 +62,6 @@ def scalars(model_dir):
     return {tag: sorted(values) for tag, values in out.items()}
 
 
-def stopped_at(run_dir, step: int, into):
-    """``into``: a copy of the pretraining run directory ``run_dir`` as it was when its step-``step`` checkpoint
-    was the newest (a run stopped there); a rerun in ``into`` resumes from it."""
-    import shutil
-
-    shutil.copytree(run_dir, into, ignore=lambda _, names: [
-        n for n in names if n == "checkpoint" or (n.startswith("xlnet_model-")
-                                                  and int(n.split("-")[1].split(".")[0]) > step)])
-    with open(os.path.join(into, "checkpoint"), "w") as f:
-        f.write(f'model_checkpoint_path: "xlnet_model-{step}"\nall_model_checkpoint_paths: "xlnet_model-{step}"\n')
-
-
 @contextlib.contextmanager
 def absl_messages():
     """The messages absl logs meanwhile (INFO and up), read from absl's logger itself: pytest's caplog sees them

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from classifier_helpers import DEFAULTS, FIXTURES, REPO, SPIECE, micro_config
-from training_state import assert_same_state, differences
+from training_state import assert_same_state, differences, stopped_at
 from xlnet_tf.errors import InputError
 from xlnet_tf import runner
 from xlnet_tf.tasks.task_settings import ClassifierSettings
@@ -139,16 +139,10 @@ def test_killed_classifier_run_resumes_exactly(tmp_path, task):
 def one_batch_off_is_caught(values, tmp_path):
     """The comparison's power: a run resumed from the same checkpoint one batch off the right data position
     differs beyond round-off (weights by about the learning rate, optimizer moments by their size)."""
-    import shutil
-
     from xlnet_tf.finetuning import records
 
     off = str(tmp_path / "one_batch_off")
-    shutil.copytree(str(tmp_path / "killed"), off)
-    first = [os.path.basename(p) for p in tf.train.get_checkpoint_state(off).all_model_checkpoint_paths
-             if p.endswith(f"-{SAVE_STEPS}")]
-    with open(os.path.join(off, "checkpoint"), "w") as f:  # the manager's state: resume from the first checkpoint
-        f.write(f'model_checkpoint_path: "{first[0]}"\nall_model_checkpoint_paths: "{first[0]}"\n')
+    stopped_at(tmp_path / "killed", SAVE_STEPS, off, name="model")  # resumes from the first checkpoint
     right = records.train_dataset
 
     def shifted(path, spec, ctx, per_replica, shuffle_buffer, seed, num_records, start_step=0):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pretraining_helpers import absl_messages, assert_same_weights, scalars, stopped_at
-from training_state import ROUND_OFF
+from pretraining_helpers import absl_messages, assert_same_weights, scalars
+from training_state import ROUND_OFF, stopped_at
 from xlnet_tf import XLNetConfig, XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained, pretraining_objective
 from xlnet_tf.objectives import BatchShape, get_objective

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training_state import ROUND_OFF
+from training_state import ROUND_OFF, stopped_at
 from pretraining_helpers import (CONFIG, PREDICT, SEQ, absl_messages, assert_same_weights, make_dataset_fn,
-                                 stopped_at, synthetic_examples)
+                                 synthetic_examples)
 from xlnet_tf.errors import InputError
 from xlnet_tf import XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained

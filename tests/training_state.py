@@ -66,3 +66,16 @@ def checkpoint_state(path: str, skip=lambda name: False) -> dict:
     reader = tf.train.load_checkpoint(path)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
             if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not skip(name)}
+
+
+def stopped_at(run_dir, step: int, into, name: str = "xlnet_model"):
+    """``into``: a copy of the run directory ``run_dir`` (checkpoints ``<name>-<step>``) as it was when its
+    step-``step`` checkpoint was the newest (a run stopped there); a rerun in ``into`` resumes from it."""
+    import shutil
+
+    import tensorflow as tf
+
+    def later(file):  # <name>-<step>.index, <name>-<step>.data-...
+        return file.startswith(f"{name}-") and int(file[len(name) + 1:].split(".")[0]) > step
+    shutil.copytree(run_dir, into, ignore=lambda _, names: [n for n in names if n == "checkpoint" or later(n)])
+    tf.compat.v1.train.update_checkpoint_state(str(into), f"{name}-{step}")

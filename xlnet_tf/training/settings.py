@@ -185,11 +185,17 @@ class Settings:
         until then."""
         return ()
 
+    def missing_note(self, missing: list) -> str:
+        """Where the tool looked for the ``missing`` required flags (names), said after them; "" if nowhere."""
+        return ""
+
     def errors(self) -> list:
         """Every inconsistency, as messages naming the flags."""
-        missing = [f"--{name}" for name in self.required()
-                   if getattr(self, name) in (None, "") and name not in self.awaiting()]
-        errors = [f"missing required flag(s): {', '.join(missing)}"] if missing else []
+        awaiting = self.awaiting()
+        missing = [name for name in self.required() if getattr(self, name) in (None, "") and name not in awaiting]
+        note = missing and self.missing_note(missing)
+        errors = [f"missing required flag(s): {', '.join('--' + name for name in missing)}" +
+                  (f" ({note})" if note else "")] if missing else []
         errors += [f"--{name}={getattr(self, name)}: file not found" for name in self.input_files()
                    if getattr(self, name) and path_missing(getattr(self, name))]
         # absl's float flags and YAML (.nan, .inf) take non-finite numbers; no setting means one, and every
@@ -305,11 +311,18 @@ class RunSettings(Settings):
                 and io_utils.probe(self.init_checkpoint) is None)
 
     def awaiting(self) -> tuple:
-        return tuple(flag for flag in self.BESIDE_INIT_CHECKPOINT
-                     if getattr(self, flag) is None and self._init_checkpoint_unseen())
+        if not self._init_checkpoint_unseen():
+            return ()
+        return tuple(flag for flag in self.BESIDE_INIT_CHECKPOINT if getattr(self, flag) is None)
+
+    def missing_note(self, missing: list) -> str:
+        absent = [name for flag, name in self.BESIDE_INIT_CHECKPOINT.items() if flag in missing]
+        return (f"no {' or '.join(absent)} beside --init_checkpoint={self.init_checkpoint}"
+                if absent and self.init_checkpoint else "")
 
     def validate(self):
-        self._defaults_from_init_checkpoint()  # a URI's, once TensorFlow is loaded (the tools load it for URIs)
+        if self.init_checkpoint and io_utils.is_uri(self.init_checkpoint):
+            self._defaults_from_init_checkpoint()  # once TensorFlow is loaded (the tools load it for URIs)
         return super().validate()
 
     def _hf_lower_case(self) -> Optional[bool]:
@@ -337,10 +350,6 @@ class RunSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.init_checkpoint and errors and errors[0].startswith("missing required flag(s)"):
-            absent = [name for flag, name in self.BESIDE_INIT_CHECKPOINT.items() if f"--{flag}" in errors[0]]
-            if absent:
-                errors[0] += f" (no {' or '.join(absent)} beside --init_checkpoint={self.init_checkpoint})"
         for name, allowed in (("strategy", STRATEGIES), ("dtype", DTYPES), ("decay_method", DECAY_METHODS)):
             if getattr(self, name) not in allowed:
                 errors.append(f"--{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
