@@ -20,12 +20,11 @@ Objectives whose head reads ``lm_positions`` pick its rows from ``[content ; que
 2 x rows x (S + P) x d.
 
 Training: every matmul again for each operand's gradient (2 x forward, no recomputation), except where an operand is
-a constant (the position encodings, the one-hot pick): 3 x forward - those. The memory rows' gradient is computed,
-then dropped (the K and V projections run on ``[memory ; content]`` as one matrix). tests/test_flops.py checks these
-counts against the matmuls XLA runs in real steps. S, P, the LM head's rows, whether the query rows
-are keys and whether the head reads the content stream are the objective's ``stream_layout``
-(``xlnet_tf.objectives``); the figures for each objective at the XLNet-Base shape are in docs/objectives.md
-("Cost").
+a constant (the position encodings, the memory's rows of the K and V projections, the one-hot pick): 3 x forward -
+those. tests/test_flops.py checks these counts against the matmuls XLA runs in real steps. S, P, the LM head's
+rows, whether the query rows are keys and whether the head reads the content stream are the objective's
+``stream_layout`` (``xlnet_tf.objectives``); the figures for each objective at the XLNet-Base shape are in
+docs/objectives.md ("Cost").
 """
 
 from __future__ import annotations
@@ -94,4 +93,4 @@ def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, ba
     pick = 2 * layout.head_rows * (s + p) * d if n_token and "lm_positions" in spec.model_inputs else 0
     forward = (n_layer * (keys_values + position + query) + (n_layer - 1) * content + _rows(last_rows, k, r, d, f, a)
                + head + pick)
-    return forward, n_layer * position + pick
+    return forward, n_layer * (position + 4 * m * d * a) + pick

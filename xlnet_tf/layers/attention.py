@@ -137,14 +137,24 @@ class RelativeAttention(keras.layers.Layer):
         y = matmul(tf.reshape(x, [-1, self.d_model]), kernel)
         return tf.transpose(tf.reshape(y, [shape[0], shape[1], self.n_head, self.d_head]), [2, 0, 1, 3])
 
+    def _project_keys(self, memory, content, name):
+        """Keys or values of ``[memory ; content]``, head-major [N, B, M + L, H]. The two parts are projected
+        apart: the memory is a constant (no gradient flows into it), so the backward computes the input
+        gradient of the content's rows only; one matmul over both would compute the memory's rows too, then drop
+        them (base-512 plm: 2.6% of the step's FLOPs, on every device)."""
+        projected = self._project(content, name)
+        if memory is None:
+            return projected
+        memory = tf.stop_gradient(tf.cast(memory, self.compute_dtype))
+        return tf.concat([self._project(memory, name), projected], axis=2)
+
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
              query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
              key_pos=None, query_keys=False, training=None, content_out=True):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
-        keys = content if memory is None else tf.concat([tf.stop_gradient(tf.cast(memory, dtype)), content], 1)
-        k, v = self._project(keys, "k"), self._project(keys, "v")  # [N, B, K, H]
+        k, v = self._project_keys(memory, content, "k"), self._project_keys(memory, content, "v")  # [N, B, K, H]
         # The position encoding is shared by the batch: projected once, [N, X, R, H].
         k_r = self._project(tf.cast(position, dtype), "r")
         h_out = None
@@ -156,7 +166,7 @@ class RelativeAttention(keras.layers.Layer):
         query = tf.cast(query, dtype)
         if query_keys:  # the content keys, then the query rows at their positions
             if key_pos is None:
-                key_pos = tf.broadcast_to(tf.range(tf.shape(keys)[1])[None, :], tf.shape(keys)[:2])
+                key_pos = tf.broadcast_to(tf.range(tf.shape(k)[2])[None, :], tf.shape(k)[1:3])
             key_pos = tf.concat([key_pos, query_pos], axis=1)
             k = tf.concat([k, self._project(query, "k")], axis=2)
             v = tf.concat([v, self._project(query, "v")], axis=2)
