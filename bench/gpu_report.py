@@ -91,6 +91,7 @@ def tables(ours: dict, peer: dict) -> tuple[str, str]:
                      f"{r['tokens_per_s']:,.0f} | {r['mfu']:.1%} | {r['peak_mem_gib']:.2f} |")
     for s in peer.get("skipped", []):
         lines.append(f"| {s} | skipped (deadline) | | | | | | |")
+    lines += profiles(ours)
     h = headline(ours, peer)
     summary = "Goal (base-512 pretraining, mixed bf16): "
     if h.get("ours"):
@@ -106,6 +107,27 @@ def tables(ours: dict, peer: dict) -> tuple[str, str]:
     readme = (f"On a GPU ({device}, {pinfo.get('date', '?')}; our step exported by TF, run by jax): {summary} "
               "Every workload, HF's modes and the checks: [bench/reports/gpu.md](bench/reports/gpu.md).")
     return "\n".join(lines) + "\n", readme + "\n"
+
+
+def profiles(ours: dict, top: int = 12) -> list:
+    """Where the profiled steps' device time goes (``runner.py --profile``): per kind, then the top instructions
+    (their bodies are in hlo.tar's optimised modules)."""
+    lines = []
+    for w in ours.get("workloads", []):
+        p = w.get("profile")
+        if not p:
+            continue
+        if "error" in p:
+            lines += ["", f"Profile of {w['name']}: failed ({p['error'][:120]})."]
+            continue
+        kinds = ", ".join(f"{k} {v:.2f}" for k, v in list(p["by_kind_ms_per_step"].items())[:8])
+        lines += ["", f"Where {w['name']}'s time goes ({p['steps']} traced steps, {p['source']} records): busy "
+                      f"{p['busy_ms_per_step']:.2f} ms/step of {w.get('median_s', float('nan')) * 1e3:.2f}; by kind "
+                      f"(ms/step): {kinds}.", "",
+                  "| instruction | kind | ms/step | share | calls/step |", "|---|---|---:|---:|---:|"]
+        lines += [f"| `{t['op'][:60]}` | {t['kind']} | {t['ms_per_step']:.3f} | {t['share']:.1%} | "
+                  f"{t['calls_per_step']:g} |" for t in p["top"][:top]]
+    return lines
 
 
 def update_docs(report: str, readme: str, ours: dict, peer: dict) -> None:

@@ -46,7 +46,8 @@ def exported(tmp_path_factory):
     result_path = os.path.join(out, "result.json")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--platform", "cpu",
-                           "--no_peaks", "--steps", "2", "--warmup", "1", "--json", result_path, "--check"],
+                           "--no_peaks", "--steps", "2", "--warmup", "1", "--json", result_path, "--check",
+                           "--dump_hlo", os.path.join(out, "hlo"), "--profile", "tiny_plm_*", "--profile_steps", "2"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with open(result_path) as f:
@@ -68,6 +69,75 @@ def test_runner_reproduces_tf_loss_per_step_on_jax_cpu(exported):
         # The memory (plm) and the optimizer state carry from step to step: TF's losses differ per step.
         assert verify["steps"][0]["loss"]["tf"] != verify["steps"][1]["loss"]["tf"]
         assert row["median_s"] > 0 and row["tokens_per_s"] > 0
+
+
+def test_profile_says_where_the_step_time_goes(exported):
+    """``--profile``: the traced steps' time per instruction of the optimised module, summed by kind; every
+    instruction it names is one of the module's (the dumped HLO), and the kinds add up to the busy time."""
+    import gzip
+
+    import device_profile
+
+    out, result = exported
+    rows = {w["name"]: w for w in result["workloads"]}
+    assert "profile" not in rows["tiny_pmlm_f32_b2"]  # only the workloads --profile names
+    profile = rows["tiny_plm_f32_b2"]["profile"]
+    assert "error" not in profile, profile
+    assert profile["steps"] == 2 and profile["source"] == "host" and profile["busy_ms_per_step"] > 0
+    assert sum(profile["by_kind_ms_per_step"].values()) == pytest.approx(profile["busy_ms_per_step"])
+    assert any(kind == "dot" or kind.startswith("fusion:") for kind in profile["by_kind_ms_per_step"])
+    with gzip.open(os.path.join(out, "hlo", "tiny_plm_f32_b2.optimized.hlo.gz"), "rt") as f:
+        kinds = device_profile.instruction_kinds(f.read())
+    assert len(profile["top"]) >= 10
+    for entry in profile["top"]:
+        assert kinds[entry["op"]] == entry["kind"], entry
+    ranked = [entry["ms_per_step"] for entry in profile["top"]]
+    assert ranked == sorted(ranked, reverse=True)
+    assert os.path.getsize(os.path.join(out, "hlo", "tiny_plm_f32_b2.xplane.pb.gz")) > 0  # the raw trace kept
+
+
+def test_instruction_kinds_read_fusions_library_calls_and_tuples():
+    import device_profile
+
+    hlo = """ENTRY %main (p: f32[4,8]) -> (f32[4,8], f32[4]) {
+  %p = f32[4,8]{1,0} parameter(0)
+  %fusion.3 = f32[4,8]{1,0} fusion(f32[4,8]{1,0} %p), kind=kLoop, calls=%fused_computation.3
+  custom-call.1 = (bf16[4,8]{1,0}, s8[64]{0}) custom-call(%p, %p), custom_call_target="__cublas$lt$matmul"
+  %multiply_reduce_fusion = (f32[4]{0}, f32[4]{0}) fusion(%p), kind=kInput, calls=%fused_computation.4
+  ROOT %tuple = (f32[4,8]{1,0}, f32[4]{0}) tuple(%fusion.3, %get-tuple-element.1)
+}"""
+    assert device_profile.instruction_kinds(hlo) == {
+        "p": "parameter", "fusion.3": "fusion:kLoop", "custom-call.1": "custom-call:__cublas$lt$matmul",
+        "multiply_reduce_fusion": "fusion:kInput", "tuple": "tuple"}
+
+
+def test_the_device_run_brings_back_at_most_eight_files(tmp_path, monkeypatch):
+    """The device tool returns at most 8 files of <= 16 MiB from $OUT: collect.py packs a run (one HLO dump per
+    workload, logs, results) into five, the traces first and within the budget, and names what it left out."""
+    import tarfile
+
+    sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+    import collect
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "hlo").mkdir(parents=True)
+    for name in ("ours.json", "gpu_peer.json", "gpu_table.md", "ours.log", "peer.log", "nvidia-smi.txt",
+                 "versions.txt", "gpu_peer.md"):
+        (work / name).write_text(name)
+    for i in range(30):
+        (work / "hlo" / f"w{i:02d}.optimized.hlo.gz").write_bytes(b"h" * 1000)
+    (work / "hlo" / "w07.xplane.pb.gz").write_bytes(b"t" * 1000)
+    monkeypatch.setattr(collect, "TAR_BUDGET", 10_500)
+    names = collect.collect(str(work), str(out))
+    assert sorted(os.listdir(out)) == sorted(names) == ["gpu_peer.json", "gpu_table.md", "hlo.tar", "ours.json",
+                                                       "run.log"]
+    assert (out / "ours.json").read_text() == "ours.json"
+    with tarfile.open(out / "hlo.tar") as tar:
+        packed = tar.getnames()
+    assert packed[0] == "w07.xplane.pb.gz" and len(packed) == 10
+    log = (out / "run.log").read_text()
+    assert "===== ours.log" in log and "===== nvidia-smi.txt" in log
+    assert log.count("left out of hlo.tar") == 21
 
 
 def test_runner_imports_no_tensorflow(exported):

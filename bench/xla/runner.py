@@ -3,6 +3,7 @@ device, checks its first steps against TF's results on CPU, times the steady sta
 MFU (the model FLOPs ``xlnet_tf.flops`` gave the exporter, over the matmul peak measured in this run) and memory.
 
     python3 bench/xla/runner.py --bundle DIR [--platform cpu|cuda] [--steps 20] [--json out.json]
+        [--dump_hlo DIR] [--profile GLOBS]   # the optimised modules; where the named steps' device time goes
 
 Runs on jax 0.10.2 (Python 3.11, this project's test extra) and 0.11.2 (the GPU machines, Python 3.12). The
 entry points it needs are jaxlib's own, behind the public API (``xla_client.XlaComputation``, the MLIR conversion,
@@ -246,7 +247,7 @@ def select(workloads: list, names, bundle: str) -> list:
 
 def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=True, peak_size=None,
         verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True, compile_threads=1,
-        json_path=None, compile_only=False) -> dict:
+        json_path=None, compile_only=False, profile=(), profile_steps=5) -> dict:
     start = time.perf_counter()
     xla = JaxlibXla(platform_name)
     manifest = fmt.read_manifest(bundle)
@@ -319,8 +320,7 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
             row["compiled_memory_gib"] = (stats.argument_size_in_bytes + stats.output_size_in_bytes
                                           - stats.alias_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 30
             row["temp_memory_gib"] = stats.temp_size_in_bytes / 2 ** 30
-            if dump_hlo:
-                _dump(executable, dump_hlo, spec["name"], row)
+            hlo_text = _dump(executable, dump_hlo, spec["name"], row) if dump_hlo else None
             checker = executable
             if needs_highest(spec):
                 checker, row["verify_compile_s"] = executable_for(spec, True)
@@ -343,6 +343,8 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                 log(f"[{spec['name']}] {t * 1e3:.2f} ms/step (median of {steps}), "
                     f"{row['tokens_per_s']:,.0f} tokens/s" + (f", MFU {row['mfu']:.1%} of {label}" if peak else "")
                     + f", compiled in {row['compile_s']:.1f} s, step memory {row['compiled_memory_gib']:.2f} GiB")
+            if time_steps and any(fnmatch.fnmatch(spec["name"], p) for p in profile):
+                row["profile"] = _profile(w, executable, profile_steps, hlo_text, dump_hlo, spec["name"], log)
             mem = xla.memory_stats()
             if "peak_bytes_in_use" in mem:
                 row["process_peak_gib"] = mem["peak_bytes_in_use"] / 2 ** 30
@@ -366,18 +368,51 @@ def _write_json(path: str, result: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _dump(executable, directory: str, name: str, row: dict) -> None:
-    """The optimised HLO XLA compiled (gzipped) and its op mix: fusions by kind, library calls by target."""
+def _profile(w, executable, steps: int, hlo_text, directory, name: str, log) -> dict:
+    """``steps`` more steps under jax's profiler: device time per instruction and per kind (device_profile)."""
+    import shutil
+    import tempfile
+
+    import device_profile
+
+    trace_dir = tempfile.mkdtemp(prefix="xla_trace_")
+    try:
+        path = device_profile.trace(lambda: w.time(executable, 0, steps), trace_dir)
+        if hlo_text is None:
+            hlo_text = _hlo_text(executable)
+        summary = device_profile.summarize(path, steps, device_profile.instruction_kinds(hlo_text or ""))
+        if directory:
+            device_profile.keep_trace(path, os.path.join(directory, f"{name}.xplane.pb.gz"))
+    except Exception as e:  # noqa: BLE001 - the profile is extra: its failure must not fail the workload
+        log(f"[{name}] profile failed: {type(e).__name__}: {str(e)[:200]}")
+        return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    kinds = ", ".join(f"{k} {v:.2f}" for k, v in list(summary["by_kind_ms_per_step"].items())[:6])
+    log(f"[{name}] profile ({summary['source']}, {steps} steps): busy {summary['busy_ms_per_step']:.2f} ms/step; "
+        f"{kinds}")
+    return summary
+
+
+def _hlo_text(executable):
+    try:
+        return executable.get_hlo_text() if hasattr(executable, "get_hlo_text") else \
+            executable.hlo_modules()[0].to_string()
+    except Exception:  # noqa: BLE001 - callers report the text as missing
+        return None
+
+
+def _dump(executable, directory: str, name: str, row: dict):
+    """The optimised HLO XLA compiled (gzipped) and its op mix: fusions by kind, library calls by target;
+    returns the text."""
     import collections
     import gzip
 
     os.makedirs(directory, exist_ok=True)
-    try:
-        text = executable.get_hlo_text() if hasattr(executable, "get_hlo_text") else \
-            executable.hlo_modules()[0].to_string()
-    except Exception as e:  # noqa: BLE001
-        row["hlo_dump_error"] = str(e)[:200]
-        return
+    text = _hlo_text(executable)
+    if text is None:
+        row["hlo_dump_error"] = "the executable gave no HLO text"
+        return None
     with gzip.open(os.path.join(directory, f"{name}.optimized.hlo.gz"), "wt") as f:
         f.write(text)
     entry = text[text.find("\nENTRY"):]
@@ -386,6 +421,7 @@ def _dump(executable, directory: str, name: str, row: dict) -> None:
     targets = collections.Counter(re.findall(r'custom_call_target="([^"]+)"', entry))
     row["optimized_hlo"] = {"entry_ops": dict(ops.most_common(15)), "fusion_kinds": dict(kinds),
                             "custom_calls": dict(targets.most_common(10))}
+    return text
 
 
 def main(argv=None):
@@ -404,6 +440,9 @@ def main(argv=None):
     parser.add_argument("--deadline", type=float, default=None, help="seconds; later workloads are skipped")
     parser.add_argument("--dump_hlo", default=None, help="directory for the optimised HLO and its op mix")
     parser.add_argument("--json", default=None, help="write the results here (after every workload)")
+    parser.add_argument("--profile", default="", help="comma list of names or globs: after timing, trace "
+                                                      "--profile_steps more steps (device time per instruction)")
+    parser.add_argument("--profile_steps", type=int, default=5)
     parser.add_argument("--compile_threads", type=int, default=None,
                         help="workloads compiled ahead in parallel (default: 1 on CPU, up to 16 on an accelerator)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every verified workload is within "
@@ -419,7 +458,8 @@ def main(argv=None):
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
                  time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json,
-                 compile_only=args.compile_only)
+                 compile_only=args.compile_only, profile=[p for p in args.profile.split(",") if p],
+                 profile_steps=args.profile_steps)
     result["tensorflow_imported"] = "tensorflow" in sys.modules
     if args.json:
         _write_json(args.json, result)
