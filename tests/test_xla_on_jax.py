@@ -109,6 +109,12 @@ def test_instruction_kinds_read_fusions_library_calls_and_tuples():
     assert device_profile.instruction_kinds(hlo) == {
         "p": "parameter", "fusion.3": "fusion:kLoop", "custom-call.1": "custom-call:__cublas$lt$matmul",
         "multiply_reduce_fusion": "fusion:kInput", "tuple": "tuple"}
+    # A GPU trace names a fusion by its kernel (no '.' or '-'); a library's kernel by its own name.
+    kind_of = device_profile.kind_lookup(device_profile.instruction_kinds(hlo))
+    assert kind_of("fusion_3", "fusion_3") == "fusion:kLoop"
+    assert kind_of("custom_call_1", "x") == "custom-call:__cublas$lt$matmul"
+    assert kind_of("sm90_xmma_gemm_bf16bf16_bf16f32", "sm90_xmma_gemm_bf16bf16_bf16f32") == "library matmul"
+    assert kind_of("?", "void cutlass::Kernel") == "library matmul" and kind_of("?", "redzone") == "other"
 
 
 def test_the_device_run_brings_back_at_most_eight_files(tmp_path, monkeypatch):

@@ -99,21 +99,31 @@ def summarize(xplane_path: str, steps: int, kinds: dict | None = None, top: int 
         entry[2] = entry[2] or kernel
     busy = sum(d for *_, d in chosen)
     wall = (max(s + d for _, _, s, d in chosen) - min(s for _, _, s, _ in chosen)) if chosen else 0
-    kinds = kinds or {}
+    kind_of = kind_lookup(kinds or {})
     by_kind = collections.Counter()
     for op, (total, _, kernel) in per_op.items():
-        by_kind[kinds.get(op) or _kernel_kind(kernel)] += total
+        by_kind[kind_of(op, kernel)] += total
     ops = sorted(per_op.items(), key=lambda item: -item[1][0])
     ms = 1e-6 / max(steps, 1)
     return {
         "steps": steps, "source": source, "events": len(chosen),
         "busy_ms_per_step": busy * ms, "span_ms_per_step": wall * ms,
         "by_kind_ms_per_step": {k: v * ms for k, v in by_kind.most_common()},
-        "top": [{"op": op, "kind": kinds.get(op) or _kernel_kind(kernel), "ms_per_step": total * ms,
+        "top": [{"op": op, "kind": kind_of(op, kernel), "ms_per_step": total * ms,
                  "calls_per_step": count / max(steps, 1), "share": total / busy if busy else 0.0,
                  "kernel": kernel[:120]} for op, (total, count, kernel) in ops[:top]],
         "planes": shape,
     }
+
+
+def kind_lookup(kinds: dict):
+    """``kind_of(op, kernel)``: the kind of the instruction ``op`` names, also where the trace names it as a GPU
+    kernel does (the name's '.' and '-' as '_': PTX names allow neither); else a kind from the kernel's name."""
+    sanitized = {re.sub(r"\W", "_", name): kind for name, kind in kinds.items()}
+
+    def kind_of(op: str, kernel: str) -> str:
+        return kinds.get(op) or sanitized.get(op) or _kernel_kind(kernel)
+    return kind_of
 
 
 def _kernel_kind(kernel: str) -> str:
