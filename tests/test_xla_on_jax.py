@@ -119,7 +119,8 @@ def test_instruction_kinds_read_fusions_library_calls_and_tuples():
 
 def test_the_device_run_brings_back_at_most_eight_files(tmp_path, monkeypatch):
     """The device tool returns at most 8 files of <= 16 MiB from $OUT: collect.py packs a run (one HLO dump per
-    workload, logs, results) into five, the traces first and within the budget, and names what it left out."""
+    workload, traces, logs, results) into six, in the run's order within the budget, and names what it left
+    out."""
     import tarfile
 
     sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
@@ -130,20 +131,24 @@ def test_the_device_run_brings_back_at_most_eight_files(tmp_path, monkeypatch):
     for name in ("ours.json", "gpu_peer.json", "gpu_table.md", "ours.log", "peer.log", "nvidia-smi.txt",
                  "versions.txt", "gpu_peer.md"):
         (work / name).write_text(name)
-    for i in range(30):
-        (work / "hlo" / f"w{i:02d}.optimized.hlo.gz").write_bytes(b"h" * 1000)
-    (work / "hlo" / "w07.xplane.pb.gz").write_bytes(b"t" * 1000)
+    for i in range(30):  # written in the run's order: w29 first
+        path = work / "hlo" / f"w{i:02d}.optimized.hlo.gz"
+        path.write_bytes(b"h" * 1000)
+        os.utime(path, (1e9 - i, 1e9 - i))
+    for i in (3, 7):
+        (work / "hlo" / f"w{i:02d}.xplane.pb.gz").write_bytes(b"t" * 1000)
     monkeypatch.setattr(collect, "TAR_BUDGET", 10_500)
     names = collect.collect(str(work), str(out))
     assert sorted(os.listdir(out)) == sorted(names) == ["gpu_peer.json", "gpu_table.md", "hlo.tar", "ours.json",
-                                                       "run.log"]
+                                                       "run.log", "traces.tar"]
     assert (out / "ours.json").read_text() == "ours.json"
     with tarfile.open(out / "hlo.tar") as tar:
-        packed = tar.getnames()
-    assert packed[0] == "w07.xplane.pb.gz" and len(packed) == 10
+        assert tar.getnames() == [f"w{i:02d}.optimized.hlo.gz" for i in range(29, 19, -1)]
+    with tarfile.open(out / "traces.tar") as tar:
+        assert sorted(tar.getnames()) == ["w03.xplane.pb.gz", "w07.xplane.pb.gz"]
     log = (out / "run.log").read_text()
     assert "===== ours.log" in log and "===== nvidia-smi.txt" in log
-    assert log.count("left out of hlo.tar") == 21
+    assert log.count("left out of hlo.tar") == 20 and "w19.optimized.hlo.gz (0.00 MiB) left out" in log
 
 
 def test_runner_imports_no_tensorflow(exported):

@@ -5,9 +5,9 @@ run writing one file per workload would lose some of them, perhaps ``ours.json``
     python3 bench/gpu/collect.py WORK OUT
 
 WORK holds what ``run_on_device.sh`` wrote; OUT gets ``ours.json``, ``gpu_peer.json``, ``gpu_table.md`` (those
-that exist), ``run.log`` (the logs and ``nvidia-smi``, one after another) and ``hlo.tar``: the profiled steps'
-traces first, then each module's optimised HLO in the order the runner wrote them, up to 15 MiB; what does not fit
-is named in ``run.log``. Standard library only.
+that exist), ``run.log`` (the logs and ``nvidia-smi``, one after another), ``traces.tar`` (the profiled steps'
+traces) and ``hlo.tar`` (each module's optimised HLO), each tar in the order the runner wrote them (the goal's row
+first) up to 15 MiB; what does not fit is named in ``run.log``. Standard library only.
 """
 
 from __future__ import annotations
@@ -36,23 +36,12 @@ def collect(work: str, out: str) -> list[str]:
             shutil.copyfile(path, os.path.join(out, name))
             written.append(name)
     hlo = os.path.join(work, "hlo")
-    if os.path.isdir(hlo):
-        files = [os.path.join(hlo, f) for f in os.listdir(hlo) if os.path.isfile(os.path.join(hlo, f))]
-        # The traces first (each names the instructions of its module, whose HLO comes next), then by time.
-        files.sort(key=lambda p: (not p.endswith(".xplane.pb.gz"), os.path.getmtime(p), p))
-        total, packed = 0, []
-        for path in files:
-            size = os.path.getsize(path)
-            if total + size > TAR_BUDGET:
-                notes.append(f"collect: {os.path.basename(path)} ({size / 2 ** 20:.2f} MiB) left out of hlo.tar")
-                continue
-            total += size
-            packed.append(path)
+    files = sorted((os.path.join(hlo, f) for f in (os.listdir(hlo) if os.path.isdir(hlo) else [])),
+                   key=lambda p: (os.path.getmtime(p), p))  # the run's order: the goal's row first
+    for tar_name, suffix in (("traces.tar", ".xplane.pb.gz"), ("hlo.tar", ".optimized.hlo.gz")):
+        packed = _pack([p for p in files if p.endswith(suffix)], os.path.join(out, tar_name), notes)
         if packed:
-            with tarfile.open(os.path.join(out, "hlo.tar"), "w") as tar:
-                for path in packed:
-                    tar.add(path, arcname=os.path.basename(path))
-            written.append("hlo.tar")
+            written.append(tar_name)
     with open(os.path.join(out, "run.log"), "w", encoding="utf-8", errors="replace") as log:
         for name in LOGS:
             path = os.path.join(work, name)
@@ -67,6 +56,24 @@ def collect(work: str, out: str) -> list[str]:
             log.write(note + "\n")
     written.append("run.log")
     return written
+
+
+def _pack(files: list, tar_path: str, notes: list) -> int:
+    """``files`` into ``tar_path`` in their order, up to TAR_BUDGET; the ones left out named in ``notes``."""
+    total, packed = 0, []
+    for path in files:
+        size = os.path.getsize(path)
+        if total + size > TAR_BUDGET:
+            notes.append(f"collect: {os.path.basename(path)} ({size / 2 ** 20:.2f} MiB) left out of "
+                         f"{os.path.basename(tar_path)}")
+            continue
+        total += size
+        packed.append(path)
+    if packed:
+        with tarfile.open(tar_path, "w") as tar:
+            for path in packed:
+                tar.add(path, arcname=os.path.basename(path))
+    return len(packed)
 
 
 def main(argv=None) -> None:

@@ -12,7 +12,7 @@
 #
 # The device tool brings back at most 8 files from $OUT: everything is written to a work folder and packed into
 # $OUT at the end, however the run ends (bench/gpu/collect.py: ours.json, gpu_peer.json, gpu_table.md, run.log,
-# hlo.tar with the optimised modules and the profiled steps' traces).
+# traces.tar with the profiled steps' traces, hlo.tar with the optimised modules).
 # PLATFORM=cpu runs the same on jax CPU (a check of this script with a small bundle; the peer then runs on CPU).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,11 +40,12 @@ cat "$WORK/nvidia-smi.txt" "$WORK/versions.txt"
 # Ours. The GPU is ours alone: no preallocation, so that the peer (next, another process) has the memory back.
 # Order: the goal's row first (base-512 plm bf16 at batch 32), then the other base-512 and bench-small rows, the
 # checked (smaller-batch) base-512 rows, fine-tuning and the forward. Profiled (5 more steps traced: where the
-# device time goes, per instruction): the goal's row, UniLMv2's, and the classifier's fine-tuning step.
+# device time goes, per instruction): the goal's row, UniLMv2's, and the classifier's fine-tuning step (3 steps
+# each: a trace of base-512 at batch 32 is a few MiB).
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 225 "$PY" bench/xla/runner.py --bundle "$BUNDLE" --platform "$PLATFORM" --json "$WORK/ours.json" \
   --workloads "${WORKLOADS:-base-512_plm_bf16_b32,base-512_*_b32,bench-small_*,base-512_*_b2,clf-*,squad-*,*}" \
-  --profile "${PROFILE:-base-512_plm_bf16_b32,base-512_pmlm_bf16_b32,clf-128_bf16_b32}" \
+  --profile "${PROFILE:-base-512_plm_bf16_b32,base-512_pmlm_bf16_b32,clf-128_bf16_b32}" --profile_steps 3 \
   --steps 20 --warmup 3 --deadline 190 --dump_hlo "$WORK/hlo" 2>&1 | grep -v "^WARNING: All log" | tee "$WORK/ours.log"
 
 # The peer, every mode; base-512 first (the goal's comparison), torch.compile last within each config.
