@@ -22,7 +22,7 @@ PY="${PYTHON:-python3}"
 PLATFORM="${PLATFORM:-gpu}"
 WORK="$(mktemp -d)"
 mkdir -p "$OUT"
-trap '"$PY" bench/gpu/collect.py "$WORK" "$OUT"' EXIT
+trap '"$PY" bench/gpu/collect.py "$WORK" "$OUT"; rm -rf "$WORK"' EXIT
 start=$(date +%s)
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true; } \
   > "$WORK/nvidia-smi.txt" 2>&1
@@ -39,9 +39,9 @@ cat "$WORK/nvidia-smi.txt" "$WORK/versions.txt"
 
 # Ours. The GPU is ours alone: no preallocation, so that the peer (next, another process) has the memory back.
 # Order: the goal's row first (base-512 plm bf16 at batch 32), then the other base-512 and bench-small rows, the
-# checked (smaller-batch) base-512 rows, fine-tuning and the forward. Profiled (5 more steps traced: where the
-# device time goes, per instruction): the goal's row, UniLMv2's, and the classifier's fine-tuning step (3 steps
-# each: a trace of base-512 at batch 32 is a few MiB).
+# checked (smaller-batch) base-512 rows, fine-tuning and the forward. Profiled (3 more steps traced: where the
+# device time goes, per instruction; a trace of base-512 at batch 32 is a few MiB): the goal's row, UniLMv2's, and
+# the classifier's fine-tuning step.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 225 "$PY" bench/xla/runner.py --bundle "$BUNDLE" --platform "$PLATFORM" --json "$WORK/ours.json" \
   --workloads "${WORKLOADS:-base-512_plm_bf16_b32,base-512_*_b32,bench-small_*,base-512_*_b2,clf-*,squad-*,*}" \
