@@ -96,6 +96,35 @@ def test_profile_says_where_the_step_time_goes(exported):
     assert os.path.getsize(os.path.join(out, "hlo", "tiny_plm_f32_b2.xplane.pb.gz")) > 0  # the raw trace kept
 
 
+def test_profile_of_a_gpu_trace_counts_each_kernel_once(tmp_path):
+    """A GPU's trace as CUPTI records it: kernels on a stream line, a cuBLAS kernel carrying its instruction in an
+    ``hlo_op`` stat, a fusion's kernel named after the fusion; a line summing them again per op is not counted."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    import device_profile
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(id=1, name="/device:GPU:0")
+    plane.stat_metadata[1].id, plane.stat_metadata[1].name = 1, "hlo_op"
+    for i, name in {1: "loop_add_fusion_2", 2: "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 3: "add_fusion.2"}.items():
+        plane.event_metadata[i].id, plane.event_metadata[i].name = i, name
+    stream = plane.lines.add(id=1, name="Stream #7(Compute)", timestamp_ns=1000)
+    for step in range(2):  # 3 us of fusion, 5 us of matmul per step
+        stream.events.add(metadata_id=1, offset_ps=step * 10_000_000, duration_ps=3_000_000)
+        gemm = stream.events.add(metadata_id=2, offset_ps=step * 10_000_000 + 4_000_000, duration_ps=5_000_000)
+        gemm.stats.add(metadata_id=1).str_value = "custom-call.1"
+    plane.lines.add(id=2, name="XLA Ops", timestamp_ns=1000).events.add(metadata_id=3, duration_ps=3_000_000)
+    path = tmp_path / "gpu.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    summary = device_profile.summarize(str(path), 2, {"loop_add_fusion.2": "fusion:kLoop",
+                                                       "custom-call.1": "custom-call:__cublas$lt$matmul"})
+    assert summary["source"] == "device" and summary["events"] == 4
+    assert summary["busy_ms_per_step"] == pytest.approx(0.008) and summary["span_ms_per_step"] == pytest.approx(0.0095)
+    assert summary["by_kind_ms_per_step"] == pytest.approx({"custom-call:__cublas$lt$matmul": 0.005,
+                                                            "fusion:kLoop": 0.003})
+    assert [(t["op"], t["calls_per_step"]) for t in summary["top"]] == [("custom-call.1", 1), ("loop_add_fusion_2", 1)]
+
+
 def test_instruction_kinds_read_fusions_library_calls_and_tuples():
     import device_profile
 

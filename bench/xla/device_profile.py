@@ -18,6 +18,10 @@ import os
 import re
 import shutil
 
+# Lines a trace's post-processing may add to a device plane, each repeating the kernels' time per module, op or
+# step: counting them too would count the step twice or more.
+DERIVED_LINES = {"XLA Modules", "XLA Ops", "Async XLA Ops", "XLA TraceMe", "Steps", "TensorFlow Ops",
+                 "TensorFlow Name Scope", "Framework Ops", "Framework Name Scope", "Source code", "Launch Stats"}
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = \S+(?: \S+)*? ([a-z][\w\-]*)\(")
 
 
@@ -65,8 +69,9 @@ def instruction_kinds(hlo_text: str) -> dict:
 def summarize(xplane_path: str, steps: int, kinds: dict | None = None, top: int = 40) -> dict:
     """Per-step device time of each instruction (top ``top``) and of each kind, from a trace of ``steps`` steps.
 
-    Device planes (``/device:...``) when the trace has events there (a GPU's kernels); else the host's XLA
-    threads (a CPU: there threads overlap, so the busy time can exceed the wall time)."""
+    Device planes (``/device:...``) when the trace has events there (a GPU's kernels, per stream; not the lines
+    summing them per module, op or step); else the host's XLA threads (a CPU: there threads overlap, so the busy
+    time can exceed the wall time)."""
     import jax.profiler
 
     data = jax.profiler.ProfileData.from_file(xplane_path)
@@ -81,7 +86,7 @@ def summarize(xplane_path: str, steps: int, kinds: dict | None = None, top: int 
                 stats = dict(event.stats)
                 if sample is None:
                     sample = {"name": event.name[:120], "stats": {k: str(v)[:80] for k, v in stats.items()}}
-                if line.name == "python" or event.duration_ns <= 0:
+                if line.name == "python" or line.name in DERIVED_LINES or event.duration_ns <= 0:
                     continue
                 op = stats.get("hlo_op")
                 if where == "device" or op is not None:
