@@ -81,14 +81,14 @@ def summarize(xplane_path: str, steps: int, kinds: dict | None = None, top: int 
         lines = []
         for line in plane.lines:
             n, sample = 0, None
+            counted = line.name != "python" and line.name not in DERIVED_LINES
             for event in line.events:
                 n += 1
-                stats = dict(event.stats)
                 if sample is None:
-                    sample = {"name": event.name[:120], "stats": {k: str(v)[:80] for k, v in stats.items()}}
-                if line.name == "python" or line.name in DERIVED_LINES or event.duration_ns <= 0:
+                    sample = {"name": event.name[:120], "stats": {k: str(v)[:80] for k, v in event.stats}}
+                if not counted or event.duration_ns <= 0:
                     continue
-                op = stats.get("hlo_op")
+                op = dict(event.stats).get("hlo_op")
                 if where == "device" or op is not None:
                     events[where].append((str(op) if op is not None else event.name, event.name, event.start_ns,
                                           event.duration_ns))

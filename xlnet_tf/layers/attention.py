@@ -143,10 +143,7 @@ class RelativeAttention(keras.layers.Layer):
         gradient of the content's rows only; one matmul over both would compute the memory's rows too, then drop
         them (base-512 plm: 2.6% of the step's FLOPs, on every device)."""
         projected = self._project(content, name)
-        if memory is None:
-            return projected
-        memory = tf.stop_gradient(tf.cast(memory, self.compute_dtype))
-        return tf.concat([self._project(memory, name), projected], axis=2)
+        return projected if memory is None else tf.concat([self._project(memory, name), projected], axis=2)
 
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
              query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
@@ -154,6 +151,8 @@ class RelativeAttention(keras.layers.Layer):
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
+        if memory is not None:
+            memory = tf.stop_gradient(tf.cast(memory, dtype))
         k, v = self._project_keys(memory, content, "k"), self._project_keys(memory, content, "v")  # [N, B, K, H]
         # The position encoding is shared by the batch: projected once, [N, X, R, H].
         k_r = self._project(tf.cast(position, dtype), "r")
