@@ -96,6 +96,117 @@ def test_profile_says_where_the_step_time_goes(exported):
     assert os.path.getsize(os.path.join(out, "hlo", "tiny_plm_f32_b2.xplane.pb.gz")) > 0  # the raw trace kept
 
 
+def test_roofline_counts_every_matmul_of_the_optimised_step(exported):
+    """The estimate's FLOPs are the dots of the module XLA optimised (here for this CPU), through fusions and
+    nested computations: the step's model FLOPs (xlnet_tf.flops, held to the dots TF hands XLA by test_flops)."""
+    import gzip
+
+    import roofline
+
+    out, result = exported
+    rows = {w["name"]: w for w in result["workloads"]}
+    for name in ("tiny_plm_f32_b2", "tiny_pmlm_f32_b2"):
+        with gzip.open(os.path.join(out, "hlo", f"{name}.optimized.hlo.gz"), "rt") as f:
+            est = roofline.estimate(f.read(), {"bf16": 1e12, "tf32": 1e12, "fp32": 1e12}, 1e11)
+        model = rows[name]["flops_per_step"]
+        assert model <= est["flops"] <= model * 1.002, (name, model, est["flops"])
+        assert est["kernels"] > 10 and est["bytes"] > 0 and est["while_loops"] == 0
+        assert est["ms"] == pytest.approx(est["matmul_bound_ms"] + est["memory_bound_ms"])
+        assert sum(est["by_kind_ms"].values()) == pytest.approx(est["ms"])
+
+
+# A GPU module's shapes of kernels: a Triton GEMM fusion (its dot in a nested computation), a cuBLAS call (a
+# tuple with its workspace, contracting dimensions in its backend config) read through get-tuple-element, and a
+# loop fusion reading one eighth of its operand through a slice. (A backslash ends a line that goes on in HLO.)
+GPU_HLO = """HloModule jit_step, is_scheduled=true
+
+%gemm_computation (p0: bf16[64,128], p1: bf16[128,256]) -> bf16[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_slice (param_0: f32[512,256]) -> f32[64,256] {
+  %param_0 = f32[512,256]{1,0} parameter(0)
+  %bitcast.1 = f32[512,256]{1,0} bitcast(%param_0)
+  %slice.1 = f32[64,256]{1,0} slice(%bitcast.1), slice={[0:64], [0:256]}
+  ROOT %exponential.1 = f32[64,256]{1,0} exponential(%slice.1)
+}
+
+ENTRY %main (a: bf16[64,128], b: bf16[128,256], c: f32[64,32], d: f32[32,256], big: f32[512,256]) -> \
+(bf16[64,256], f32[64,256], f32[64,256]) {
+  %a = bf16[64,128]{1,0} parameter(0)
+  %b = bf16[128,256]{1,0} parameter(1)
+  %c = f32[64,32]{1,0} parameter(2)
+  %d = f32[32,256]{1,0} parameter(3)
+  %big = f32[512,256]{1,0} parameter(4)
+  %gemm_fusion.1 = bf16[64,256]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm_computation, \
+backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+  %cublas-gemm.1 = (f32[64,256]{1,0}, s8[1024]{0}) custom-call(%c, %d), custom_call_target="__cublas$gemm", \
+backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],\
+"rhs_contracting_dimensions":["0"]}}}
+  %get-tuple-element.1 = f32[64,256]{1,0} get-tuple-element(%cublas-gemm.1), index=0
+  %loop_exponential_fusion = f32[64,256]{1,0} fusion(%big), kind=kLoop, calls=%fused_slice
+  ROOT %tuple = (bf16[64,256]{1,0}, f32[64,256]{1,0}, f32[64,256]{1,0}) tuple(%gemm_fusion.1, \
+%get-tuple-element.1, %loop_exponential_fusion)
+}
+"""
+
+
+def test_roofline_of_a_gpu_module_takes_the_larger_of_matmul_and_memory_time():
+    import roofline
+
+    est = roofline.estimate(GPU_HLO, {"bf16": 1e12, "tf32": 5e11, "fp32": 1e11}, 1e12)
+    gemm, cublas = 2 * 64 * 256 * 128, 2 * 64 * 256 * 32  # bf16 on the bf16 peak; float32 at DEFAULT as TF32
+    assert est["kernels"] == 3 and est["flops"] == gemm + cublas
+    # bytes: outputs + operands; the loop fusion reads its 64-row slice of the 512-row operand
+    gemm_bytes, cublas_bytes, loop_bytes = 32768 + 16384 + 65536, 65536 + 1024 + 8192 + 32768, 2 * 65536
+    assert est["bytes"] == gemm_bytes + cublas_bytes + loop_bytes
+    assert est["matmul_bound_ms"] == pytest.approx((gemm / 1e12 + cublas / 5e11) * 1e3)
+    assert est["memory_bound_ms"] == pytest.approx(loop_bytes / 1e12 * 1e3)
+    assert est["by_kind_ms"] == pytest.approx({"fusion:kCustom (matmul)": gemm / 1e9, "custom-call:__cublas$gemm":
+                                               cublas / 5e8, "fusion:kLoop": loop_bytes / 1e9})
+    assert [t["kind"] for t in est["top"]] == ["fusion:kCustom (matmul)", "custom-call:__cublas$gemm",
+                                               "fusion:kLoop"]
+    text = roofline.report(est, gemm + cublas, 1e12)
+    assert "3 kernels" in text and "MFU at most" in text
+    with pytest.raises(ValueError, match="no ENTRY"):
+        roofline.estimate("HloModule m", {"bf16": 1.0, "tf32": 1.0}, 1.0)
+
+
+def test_compiling_for_a_gpu_without_one(exported):
+    """``runner.py --target``: the bridge's copies of the updated variables leave the MLIR (a compile-only client
+    legalises to StableHLO, which has none), the outputs renamed to what was copied; without jax's CUDA plugin
+    (this test environment) the runner says what to install."""
+    import gpu_target
+
+    mlir = """func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<2xi64>) -> (tensor<4xf32>, tensor<2xi64>) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    %1 = mhlo.copy %0 : tensor<4xf32> loc(#loc7)
+    %10 = mhlo.copy %arg1 : tensor<2xi64> loc(#loc7)
+    return %1, %10 : tensor<4xf32>, tensor<2xi64> loc(#loc)
+  }"""
+    stripped = gpu_target.without_copies(mlir)
+    assert "mhlo.copy" not in stripped and "return %0, %arg1 : tensor<4xf32>, tensor<2xi64>" in stripped
+    assert "%0 = stablehlo.add %arg0, %arg0" in stripped
+    assert gpu_target.without_copies(stripped) == stripped
+    assert 'device_description_str: "NVIDIA H200 141GB HBM3e"' in gpu_target.target_config("h200")
+    with pytest.raises(ValueError, match="h100, h200"):
+        gpu_target.target_config("a100")
+    import importlib.util
+
+    if importlib.util.find_spec("jax_plugins") is None or importlib.util.find_spec("jax_plugins.xla_cuda13") is None:
+        with pytest.raises(RuntimeError, match=r"jax\[cuda13\]"):
+            gpu_target.compile_only_device("h200")
+        out, _ = exported
+        proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--target",
+                               "h200"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "--target h200: compiling for a GPU without one needs" in proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+    else:  # an environment with the plugin: the described device, compile-only
+        assert gpu_target.compile_only_device("h200").device_kind == "NVIDIA H200 141GB HBM3e"
+
+
 def test_profile_of_a_gpu_trace_counts_each_kernel_once(tmp_path):
     """A GPU's trace as CUPTI records it: kernels on a stream line, a cuBLAS kernel carrying its instruction in an
     ``hlo_op`` stat, a fusion's kernel named after the fusion; a line summing them again per op is not counted."""

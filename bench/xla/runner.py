@@ -4,6 +4,8 @@ MFU (the model FLOPs ``xlnet_tf.flops`` gave the exporter, over the matmul peak 
 
     python3 bench/xla/runner.py --bundle DIR [--platform cpu|cuda] [--steps 20] [--json out.json]
         [--dump_hlo DIR] [--profile GLOBS]   # the optimised modules; where the named steps' device time goes
+    python3 bench/xla/runner.py --bundle DIR --target h200   # compiled for a GPU on a machine without one: its
+        # memory and a roofline estimate of where its time would go (gpu_target.py, roofline.py)
 
 Runs on jax 0.10.2 (Python 3.11, this project's test extra) and 0.11.2 (the GPU machines, Python 3.12). The
 entry points it needs are jaxlib's own, behind the public API (``xla_client.XlaComputation``, the MLIR conversion,
@@ -47,6 +49,7 @@ if HERE not in sys.path:
 import numpy as np  # noqa: E402
 
 import bundle as fmt  # noqa: E402
+import gpu_target  # noqa: E402
 
 TOLERANCE = {
     "float32": {"loss": 1e-4, "grad_norm": 1e-3, "update_norm": 1e-3, "output_norm": 1e-4},
@@ -57,13 +60,17 @@ TOLERANCE = {
 class JaxlibXla:
     """jaxlib's compile/execute entry points, by version where they differ."""
 
-    def __init__(self, platform_name=None):
+    def __init__(self, platform_name=None, target=None):
         import jax
         jax.config.update("jax_enable_x64", True)  # the dropout seed variables are s64[2]
         from jax._src import xla_bridge
         from jax._src.lib import xla_client
 
-        self.jax, self.xc = jax, xla_client
+        self.jax, self.xc, self.target = jax, xla_client, target
+        if target:  # compile-only: a described GPU, none present (gpu_target)
+            self.device = gpu_target.compile_only_device(target)
+            self.platform = "cuda"
+            return
         self.backend = xla_bridge.get_backend(platform_name)
         self.device = self.backend.local_devices()[0]
         self.platform = self.backend.platform  # "cpu", "cuda", "rocm", "tpu"
@@ -80,6 +87,8 @@ class JaxlibXla:
         return mlir.hlo_to_stablehlo(hlo_proto)
 
     def compile(self, mlir_text: str):
+        if self.target:
+            return gpu_target.compile_for(self.device, self.xc, mlir_text)
         devices = [self.device]
         device_list = getattr(self.xc, "DeviceList", None)
         if device_list is not None:
@@ -107,7 +116,7 @@ class JaxlibXla:
         import jaxlib
         return {"jax": self.jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
                 "numpy": np.__version__, "device": getattr(self.device, "device_kind", str(self.device)),
-                "platform": self.platform}
+                "platform": self.platform, **({"compile_only_target": self.target} if self.target else {})}
 
 
 def matmul_peaks(xla: JaxlibXla, size: int, seconds: float = 1.0) -> dict:
@@ -247,9 +256,11 @@ def select(workloads: list, names, bundle: str) -> list:
 
 def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=True, peak_size=None,
         verify_fp32_highest=None, deadline_s=None, log=print, dump_hlo=None, time_steps=True, compile_threads=1,
-        json_path=None, compile_only=False, profile=(), profile_steps=5) -> dict:
+        json_path=None, compile_only=False, profile=(), profile_steps=5, target=None) -> dict:
     start = time.perf_counter()
-    xla = JaxlibXla(platform_name)
+    xla = JaxlibXla(platform_name, target)
+    compile_only = compile_only or bool(target)  # a described GPU compiles, it cannot run
+    peaks = peaks and not target
     manifest = fmt.read_manifest(bundle)
     workloads = select(manifest["workloads"], names, bundle)
     info = xla.versions()
@@ -312,7 +323,12 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                 log(f"[{spec['name']}] compiled in {row['compile_s']:.1f} s: step memory "
                     f"{row['compiled_memory_gib']:.2f} GiB (temporaries {row['temp_memory_gib']:.2f}), "
                     f"{spec['flops_per_step'] / 1e12:.2f} TFLOP/step")
+                hlo_text = _dump(executable, dump_hlo, spec["name"], row) if dump_hlo else None
+                if target:
+                    row["estimate"] = _estimate(hlo_text or _hlo_text(executable) or "", target, spec, log)
                 result["workloads"].append(row)
+                if json_path:
+                    _write_json(json_path, result)
                 continue
             w = Workload(xla, bundle, spec)
             executable, row["compile_s"] = executable_for(spec, False)
@@ -359,6 +375,20 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         pool.shutdown(wait=False, cancel_futures=True)
     result["seconds"] = time.perf_counter() - start
     return result
+
+
+def _estimate(hlo_text: str, target: str, spec: dict, log) -> dict:
+    """The roofline estimate of the step XLA compiled for ``target`` (roofline.py), with the MFU it implies."""
+    import roofline
+
+    device = gpu_target.TARGETS[target]
+    est = roofline.estimate(hlo_text, device["peaks"], device["bandwidth"])
+    peak = device["peaks"]["bf16" if spec["dtype"] == "mixed_bfloat16" else "tf32"]
+    est["mfu"] = spec["flops_per_step"] / (est["ms"] / 1e3) / peak
+    est["tokens_per_s"] = spec["tokens_per_step"] / (est["ms"] / 1e3)
+    log(f"[{spec['name']}] estimate on {device['name']}: " + roofline.report(est, spec["flops_per_step"], peak)
+        .replace("\n", "\n    "))
+    return est
 
 
 def _write_json(path: str, result: dict) -> None:
@@ -435,6 +465,9 @@ def main(argv=None):
     parser.add_argument("--no_time", action="store_true", help="verify only")
     parser.add_argument("--compile_only", action="store_true",
                         help="compile and report the step's device memory (XLA's) and FLOPs; run nothing")
+    parser.add_argument("--target", default=None, choices=sorted(gpu_target.TARGETS),
+                        help="compile for this GPU on a machine without one, with jax's CUDA plugin (no GPU or "
+                             "driver needed): --compile_only, and a roofline estimate (roofline.py)")
     parser.add_argument("--no_peaks", action="store_true")
     parser.add_argument("--peak_size", type=int, default=None)
     parser.add_argument("--deadline", type=float, default=None, help="seconds; later workloads are skipped")
@@ -455,19 +488,24 @@ def main(argv=None):
         select(fmt.read_manifest(args.bundle)["workloads"], names, args.bundle)
     except ValueError as e:
         parser.error(str(e))
+    if args.target:
+        try:
+            gpu_target.compile_only_device(args.target)
+        except RuntimeError as e:  # no CUDA plugin: say what to install, in one line
+            parser.error(f"--target {args.target}: {e}")
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
                  time_steps=not args.no_time, compile_threads=args.compile_threads or 0, json_path=args.json,
                  compile_only=args.compile_only, profile=[p for p in args.profile.split(",") if p],
-                 profile_steps=args.profile_steps)
+                 profile_steps=args.profile_steps, target=args.target)
     result["tensorflow_imported"] = "tensorflow" in sys.modules
     if args.json:
         _write_json(args.json, result)
     bad = [w["name"] for w in result["workloads"]
            if "error" in w or (w.get("verify", {}).get("checked") and not w["verify"]["ok"])]
     unchecked = [w["name"] for w in result["workloads"]
-                 if not w.get("verify", {}).get("checked") and not args.compile_only]
-    ok = "compiled" if args.compile_only else "all verified within tolerance"
+                 if not w.get("verify", {}).get("checked") and not (args.compile_only or args.target)]
+    ok = "compiled" if args.compile_only or args.target else "all verified within tolerance"
     print(f"runner: {len(result['workloads'])} workloads in {result['seconds']:.0f} s; "
           f"{ok if not bad else 'FAILED: ' + ', '.join(bad)}"
           + (f"; not verified (no reference): {', '.join(unchecked)}" if unchecked else ""))
