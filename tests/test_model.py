@@ -1,6 +1,7 @@
 """XLNetModel / XLNetPretrainer: exactness against the original's math, and the properties users rely on."""
 
 import math
+import re
 
 import keras
 import numpy as np
@@ -544,6 +545,44 @@ def test_plain_backend_training_without_dropout_is_inference():
             layer.rate = 0.0
         assert not np.allclose(model(inputs, training=True)["lm_logits"].numpy(),
                                model(inputs, training=False)["lm_logits"].numpy())
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_attention_probabilities_under_xla_equal_those_outside(dtype):
+    """Under XLA (``jit_compile``, TPUs, the exported GPU step) the plain attention probabilities in bfloat16 are
+    kept behind an optimisation barrier for their backward, which XLA would otherwise recompute from the scores in
+    each reader: the same probabilities and score gradients as outside XLA (float32 to round-off, bfloat16 to a
+    rounding), with the mask, the segment term and dropout."""
+    from xlnet_tf.layers.attention import attention_probs
+
+    rng = np.random.default_rng(7)
+    n, b, q, klen = 2, 3, 6, 10
+    ac = tf.constant(rng.normal(size=(n, b, q, klen)) * 3, dtype)
+    bd = tf.constant(rng.normal(size=(n, b, q, klen + q)) * 3, dtype)
+    ef = tf.constant(rng.normal(size=(n, b, q, 1)), dtype)
+    segment_diff = tf.constant(rng.random((b, q, klen)) < 0.5)
+    mask = tf.constant(np.where(rng.random((1, q, klen)) < 0.3, -1e30, 0.0).astype(np.float32))
+    d_out = tf.constant(rng.normal(size=(n, b, q, klen)), dtype)
+
+    def step(ac, bd, ef):
+        with tf.GradientTape() as tape:
+            tape.watch([ac, bd, ef])
+            prob = attention_probs(ac, bd, ef, segment_diff, mask, None, 0.1, tf.constant([5, 6]))
+            loss = tf.reduce_sum(tf.cast(prob, tf.float32) * tf.cast(d_out, tf.float32))
+        return [prob] + tape.gradient(loss, [ac, bd, ef])
+
+    with kernels.use("plain"):
+        outside = [t.numpy().astype(np.float32) for t in tf.function(step)(ac, bd, ef)]
+        compiled = tf.function(step, jit_compile=True)
+        inside = [t.numpy().astype(np.float32) for t in compiled(ac, bd, ef)]
+        hlo = compiled.experimental_get_compiler_ir(ac, bd, ef)(stage="hlo")
+    # bfloat16: the branch under test is the one XLA compiles, the probabilities (not only dropout's counters)
+    # kept; float32 leaves XLA its choice
+    assert bool(re.search(r"= bf16\[2,3,6,10\]\S* opt-barrier\(", hlo)) == (dtype == tf.bfloat16), hlo
+    tolerance = 1e-6 if dtype == tf.float32 else 2 ** -7
+    for name, a, b in zip(["prob", "d_ac", "d_bd", "d_ef"], inside, outside):
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance * np.abs(b).max(), err_msg=name)
+    assert 0.05 < (outside[0] == 0).mean() and ((inside[0] == 0) == (outside[0] == 0)).all()  # one mask
 
 
 @pytest.mark.parametrize("backend", ["fast", "plain"])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf import kernels
+from xlnet_tf import kernels, ops
 from xlnet_tf.kernels import fast
 from xlnet_tf.kernels.dropout_mask import dropout
 from xlnet_tf.layers.dropout import Dropout
@@ -80,8 +80,34 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0
         score += tf.cast(ef, tf.float32) * tf.cast(segment_diff, tf.float32)
     if mask is not None:
         score += mask
-    prob = tf.nn.softmax(score, axis=-1)
-    return tf.cast(dropout(prob, rate, seed), ac.dtype)
+    return _softmax_dropout(score, rate, seed, ac.dtype)
+
+
+def _softmax_dropout(score, rate, seed, dtype):
+    """``dropout(softmax(score))`` in ``dtype`` (score: float32 [..., K]), back-propagated from the probabilities
+    kept in ``dtype``: ``d_score = p * (d_p - sum(p * d_p))``, ``d_p`` the incoming gradient through the same mask.
+
+    Under XLA with 16-bit activations the kept probabilities are written once (an optimisation barrier); else XLA
+    recomputes the softmax from ac and bd inside each reader (the forward's two outputs, the backward's two
+    kernels) with float32 intermediates between them, and keeps ac and bd alive for it: compiled for a GPU, the
+    barrier saves bytes and memory (bench/reports/gpu.md). In float32 the recomputation costs less than the kept
+    probabilities' bytes, so XLA keeps its choice. Float32: the values and gradient of ``dropout(softmax(score))``;
+    16-bit: the probabilities are rounded to ``dtype`` before the dropout's scale and for the backward (one
+    rounding each, as the matmuls that read them round them anyway)."""
+
+    @tf.custom_gradient
+    def probs(score):
+        prob = tf.cast(tf.nn.softmax(score, axis=-1), dtype)
+        if dtype != tf.float32 and ops.in_xla_context():
+            from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+            prob = gen_xla_ops.xla_optimization_barrier([prob])[0]
+
+        def grad(d_out):  # reads the kept ``prob`` (16-bit outside XLA too), not a float32 copy of it
+            p = tf.cast(prob, tf.float32)
+            d_prob = dropout(tf.cast(d_out, tf.float32), rate, seed)
+            return p * (d_prob - tf.reduce_sum(p * d_prob, axis=-1, keepdims=True))
+        return tf.cast(dropout(tf.cast(prob, tf.float32), rate, seed), dtype), grad
+    return probs(score)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
