@@ -585,6 +585,56 @@ def test_attention_probabilities_under_xla_equal_those_outside(dtype):
     assert 0.05 < (outside[0] == 0).mean() and ((inside[0] == 0) == (outside[0] == 0)).all()  # one mask
 
 
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_two_stream_attention_under_xla_equals_outside(policy):
+    """Both streams of one attention layer with memory, masks and segments, under XLA and outside it: the same
+    outputs and gradients (inputs and weights). Under XLA with 16-bit activations the query stream reads the
+    content's keys and values behind a barrier that keeps XLA from merging the two streams' matmuls (identity
+    values and gradient)."""
+    from xlnet_tf.layers.attention import RelativeAttention
+
+    rng = np.random.default_rng(11)
+    b, m, length, p, d, n, h = 2, 3, 5, 2, 16, 2, 8
+    klen = m + length
+    layer = RelativeAttention(d, n, h, dtype=policy)
+    layer.build()
+
+    def normal(*shape):
+        return tf.constant(rng.normal(size=shape), tf.float32)
+
+    content, memory, query = normal(b, length, d), normal(b, m, d), normal(b, p, d)
+    position = RelativePositionEncoding(d_model=d)(qlen=length, klen=klen)
+    biases = {"r_w": normal(n, h), "r_r": normal(n, h), "r_s": normal(n, h), "seg_embed": normal(2, n, h)}
+    content_mask = tf.constant(np.where(rng.random((1, length, klen)) < 0.2, -1e30, 0.0).astype(np.float32))
+    query_mask = tf.constant(np.where(rng.random((b, p, klen)) < 0.3, -1e30, 0.0).astype(np.float32))
+    segment_diff = tf.constant(rng.random((b, length, klen)) < 0.5)
+    query_segment_diff = tf.constant(rng.random((b, p, klen)) < 0.5)
+    query_pos = tf.constant(m + rng.integers(0, length, size=(b, p)), tf.int32)
+    d_h, d_g = normal(b, length, d), normal(b, p, d)  # the outputs' gradients (a sum of squares of a LayerNorm's
+    # output would be constant, its gradient round-off)
+
+    def step(content, query):
+        with tf.GradientTape() as tape:
+            tape.watch([content, query])
+            h_out, g_out = layer(content, position, biases, memory=memory, content_mask=content_mask,
+                                 segment_diff=segment_diff, query=query, query_pos=query_pos, query_mask=query_mask,
+                                 query_segment_diff=query_segment_diff, training=True)
+            loss = tf.reduce_sum(tf.cast(h_out, tf.float32) * d_h) + tf.reduce_sum(tf.cast(g_out, tf.float32) * d_g)
+        return [h_out, g_out] + tape.gradient(loss, [content, query] + layer.trainable_variables)
+
+    with kernels.use("plain"):
+        outside = [np.asarray(t, np.float32) for t in tf.function(step)(content, query)]
+        compiled = tf.function(step, jit_compile=True)
+        inside = [np.asarray(t, np.float32) for t in compiled(content, query)]
+        hlo = compiled.experimental_get_compiler_ir(content, query)(stage="hlo")
+    # with 16-bit activations, the branch under test is the one XLA compiles: keys and values behind a barrier
+    kept = re.search(rf"= \(bf16\[{n},{b},{klen},{h}\]\S*, bf16\[{n},{b},{klen},{h}\]\S*\) opt-barrier\(", hlo)
+    assert bool(kept) == (policy == "mixed_bfloat16")
+    tolerance = 2e-5 if policy == "float32" else 2 ** -6
+    for i, (a, c) in enumerate(zip(inside, outside)):
+        np.testing.assert_allclose(a, c, rtol=tolerance, atol=tolerance * np.abs(c).max(), err_msg=str(i))
+
+
 @pytest.mark.parametrize("backend", ["fast", "plain"])
 def test_dropout_inside_the_block_functions(backend):
     """The feed-forward bias is added before dropout, as the original's ``dropout(dense(x))`` (with zero

@@ -198,6 +198,8 @@ class RelativeAttention(keras.layers.Layer):
             # The position term reads row (number of keys) - (query_pos - key_pos), but the encoding's rows are
             # laid out for the content's klen keys: with P more keys, the query coordinates move by P to compensate.
             query_pos = query_pos + tf.shape(query)[1]
+        else:
+            k, v = _not_merged(k, v)
         g_out = self._attend(query, k, v, k_r, biases, query_pos, key_pos, query_mask, query_segment_diff,
                              query_weight, training)
         return h_out, g_out
@@ -238,6 +240,23 @@ class RelativeAttention(keras.layers.Layer):
         config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, dropout=self.dropout,
                       dropatt=self.dropatt, initializer_range=self.initializer_range)
         return config
+
+
+def _not_merged(k, v):
+    """The content's keys and values for the query stream: the same values, with 16-bit activations under XLA
+    behind an optimisation barrier (identity gradient). XLA merges two matmuls that share an operand into one over
+    their other operands concatenated: the two streams' scores against the same keys, and their probabilities
+    against the same values, become one [N, B, L + P, K] product, whose backward copies both streams' gradients
+    and probabilities into concatenated tensors: bytes for no FLOP saved (bench/reports/gpu.md; in float32 the
+    barrier saved no time at base-512 and cost memory, so XLA is left its choice there)."""
+    if k.dtype == tf.float32 or not ops.in_xla_context():
+        return k, v
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    @tf.custom_gradient
+    def barrier(k, v):
+        return tuple(gen_xla_ops.xla_optimization_barrier([k, v])), lambda d_k, d_v: (d_k, d_v)
+    return barrier(k, v)
 
 
 def _position_scores(q, k_r):
