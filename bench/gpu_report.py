@@ -63,21 +63,24 @@ def tables(ours: dict, peer: dict) -> tuple[str, str]:
              "(`xlnet_tf.flops`) / step time / the jax peak of the row's precision (f32 rows: TF32, what XLA's "
              "DEFAULT-precision dots use on this GPU; HF fp32 rows: fp32 with TF32 off).", "",
              "Ours (median of the timed steps after warm-up, each step device-synchronised; checked = the first "
-             "steps' loss against TensorFlow's on CPU, f32 at HIGHEST precision, tolerances in bench/xla/runner.py):",
+             "steps' loss against TensorFlow's on CPU, f32 at HIGHEST precision, tolerances in bench/xla/runner.py; "
+             "roofline = the sum over the step's kernels of max(FLOPs / the measured peak, bytes / the part's "
+             "bandwidth), bench/xla/roofline.py: how far the kernels are from their floor):",
              "",
-             "| workload | config | batch | precision | ms/step | tokens/s | MFU | step memory (GiB) | checked vs TF |",
-             "|---|---|---:|---|---:|---:|---:|---:|---|"]
+             "| workload | config | batch | precision | ms/step | tokens/s | MFU | step memory (GiB) | checked vs TF "
+             "| roofline ms |", "|---|---|---:|---|---:|---:|---:|---:|---|---:|"]
     for w in ours.get("workloads", []):
         what = w["workload"] + (f" {w['objective']}" if w.get("objective") else "")
         if "median_s" not in w:
             lines.append(f"| {what} | {w['config']} | {w['batch']} | {DTYPE.get(w['dtype'], w['dtype'])} | "
-                         f"{w.get('error', 'not timed')[:80]} | | | | {_verified(w)} |")
+                         f"{w.get('error', 'not timed')[:80]} | | | | {_verified(w)} | |")
             continue
+        roofline = f"{w['estimate']['ms']:.1f}" if "estimate" in w else ""
         lines.append(f"| {what} | {w['config']} | {w['batch']} | {DTYPE.get(w['dtype'], w['dtype'])} | "
                      f"{w['median_s'] * 1e3:.1f} | {w['tokens_per_s']:,.0f} | {w.get('mfu', float('nan')):.1%} | "
-                     f"{w.get('compiled_memory_gib', float('nan')):.2f} | {_verified(w)} |")
+                     f"{w.get('compiled_memory_gib', float('nan')):.2f} | {_verified(w)} | {roofline} |")
     for s in ours.get("skipped", []):
-        lines.append(f"| {s['name']} | skipped: {s['why']} | | | | | | | |")
+        lines.append(f"| {s['name']} | skipped: {s['why']} | | | | | | | | |")
     lines += ["", "HF PyTorch XLNet, every mode (eager fp32 with TF32 off, eager TF32, eager bf16 autocast, "
               "torch.compile with bf16 autocast and TF32):", "",
               "| step | config | batch | mode | ms/step | tokens/s | MFU | peak memory (GiB) |",

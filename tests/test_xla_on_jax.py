@@ -191,6 +191,9 @@ def test_compiling_for_a_gpu_without_one(exported):
     assert "%0 = stablehlo.add %arg0, %arg0" in stripped
     assert gpu_target.without_copies(stripped) == stripped
     assert 'device_description_str: "NVIDIA H200 141GB HBM3e"' in gpu_target.target_config("h200")
+    # a GPU run's device, named as jax does: its roofline beside the measured step (an H100 PCIe has other figures)
+    assert [gpu_target.target_of(k) for k in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "cpu")] \
+        == ["h200", "h100", None, None]
     with pytest.raises(ValueError, match="h100, h200"):
         gpu_target.target_config("a100")
     import importlib.util

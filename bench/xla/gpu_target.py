@@ -51,6 +51,13 @@ device_description_str: "{name}"
 """
 
 
+def target_of(device_kind: str):
+    """The key of TARGETS for a device's name as jax or torch gives it (an H100 SXM or an H200), else None (another
+    part, e.g. an H100 PCIe: 2 TB/s, whose figures TARGETS does not hold)."""
+    kinds = {"NVIDIA H100 80GB HBM3": "h100", "NVIDIA H200": "h200", "NVIDIA H200 141GB HBM3e": "h200"}
+    return kinds.get(device_kind.strip())
+
+
 def target_config(target: str) -> str:
     """XLA's ``GpuTargetConfigProto`` (text) describing ``target`` (a key of TARGETS)."""
     if target not in TARGETS:

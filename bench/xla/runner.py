@@ -359,6 +359,11 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                 log(f"[{spec['name']}] {t * 1e3:.2f} ms/step (median of {steps}), "
                     f"{row['tokens_per_s']:,.0f} tokens/s" + (f", MFU {row['mfu']:.1%} of {label}" if peak else "")
                     + f", compiled in {row['compile_s']:.1f} s, step memory {row['compiled_memory_gib']:.2f} GiB")
+                target = gpu_target.target_of(info["device"]) if xla.platform != "cpu" else None
+                if target and hlo_text and result.get("peaks_flops"):
+                    # the measured step beside the roofline of its own kernels at the measured matmul peaks
+                    row["estimate"] = _estimate(hlo_text, target, spec, log, result["peaks_flops"])
+                    row["estimate"]["measured_over_estimate"] = t * 1e3 / row["estimate"]["ms"]
             if time_steps and any(fnmatch.fnmatch(spec["name"], p) for p in profile):
                 row["profile"] = _profile(w, executable, profile_steps, hlo_text, dump_hlo, spec["name"], log)
             mem = xla.memory_stats()
@@ -377,13 +382,15 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
     return result
 
 
-def _estimate(hlo_text: str, target: str, spec: dict, log) -> dict:
-    """The roofline estimate of the step XLA compiled for ``target`` (roofline.py), with the MFU it implies."""
+def _estimate(hlo_text: str, target: str, spec: dict, log, peaks=None) -> dict:
+    """The roofline estimate of the step XLA compiled for ``target`` (roofline.py), with the MFU it implies, at
+    ``peaks`` (measured; default: the part's specification)."""
     import roofline
 
     device = gpu_target.TARGETS[target]
-    est = roofline.estimate(hlo_text, device["peaks"], device["bandwidth"])
-    peak = device["peaks"]["bf16" if spec["dtype"] == "mixed_bfloat16" else "tf32"]
+    peaks = peaks or device["peaks"]
+    est = roofline.estimate(hlo_text, peaks, device["bandwidth"])
+    peak = peaks["bf16" if spec["dtype"] == "mixed_bfloat16" else "tf32"]
     est["mfu"] = spec["flops_per_step"] / (est["ms"] / 1e3) / peak
     est["tokens_per_s"] = spec["tokens_per_step"] / (est["ms"] / 1e3)
     log(f"[{spec['name']}] estimate on {device['name']}: " + roofline.report(est, spec["flops_per_step"], peak)
