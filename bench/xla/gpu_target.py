@@ -12,6 +12,7 @@ Needs jax with its CUDA plugin (no GPU, no driver), e.g. in a Python 3.12 virtua
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -65,8 +66,10 @@ def target_config(target: str) -> str:
     return _HOPPER.format(**TARGETS[target])
 
 
+@functools.cache
 def compile_only_device(target: str):
-    """A jax device of ``target`` that compiles but cannot run (its client is jaxlib's compile-only client)."""
+    """A jax device of ``target`` that compiles but cannot run (its client is jaxlib's compile-only client); one
+    per target and process (the runner's early check and its compiles share it)."""
     # No device to find: the plugin's version check asks the driver (CUPTI), which is absent here.
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     from jax.experimental import topologies

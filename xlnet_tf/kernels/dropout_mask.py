@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from xlnet_tf import ops
+
 _LEVELS = 2 ** 16
 
 
@@ -56,11 +58,9 @@ def _counter(count):
     at batch 32, in host memory while compiling and in the module); the barrier keeps the two short ranges from
     being folded into it, so the counter is computed in the fused loop. Same values, same bits. (Only inside
     ``_words``, which XLA always compiles.)"""
-    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
-
     count = tf.cast(count, tf.int32)
-    rows, columns = gen_xla_ops.xla_optimization_barrier(
-        [tf.range((count + _ROW - 1) // _ROW, dtype=tf.int32), tf.range(_ROW, dtype=tf.int32)])
+    rows, columns = ops.optimization_barrier(tf.range((count + _ROW - 1) // _ROW, dtype=tf.int32),
+                                             tf.range(_ROW, dtype=tf.int32))
     return tf.reshape(rows[:, None] * _ROW + columns[None, :], [-1])[:count]
 
 

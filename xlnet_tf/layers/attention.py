@@ -99,8 +99,7 @@ def _softmax_dropout(score, rate, seed, dtype):
     def probs(score):
         prob = tf.cast(tf.nn.softmax(score, axis=-1), dtype)
         if dtype != tf.float32 and ops.in_xla_context():
-            from tensorflow.compiler.tf2xla.ops import gen_xla_ops
-            prob = gen_xla_ops.xla_optimization_barrier([prob])[0]
+            prob, = ops.optimization_barrier(prob)
 
         def grad(d_out):  # reads the kept ``prob`` (16-bit outside XLA too), not a float32 copy of it
             p = tf.cast(prob, tf.float32)
@@ -251,12 +250,7 @@ def _not_merged(k, v):
     barrier saved no time at base-512 and cost memory, so XLA is left its choice there)."""
     if k.dtype == tf.float32 or not ops.in_xla_context():
         return k, v
-    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
-
-    @tf.custom_gradient
-    def barrier(k, v):
-        return tuple(gen_xla_ops.xla_optimization_barrier([k, v])), lambda d_k, d_v: (d_k, d_v)
-    return barrier(k, v)
+    return ops.optimization_barrier(k, v)
 
 
 def _position_scores(q, k_r):

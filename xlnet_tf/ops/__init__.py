@@ -167,6 +167,19 @@ def in_xla_context() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(framework_ops.get_default_graph())
 
 
+def optimization_barrier(*tensors) -> tuple:
+    """``tensors`` behind one XLA optimisation barrier: the same values, which XLA's passes neither fuse, merge nor
+    recompute across, nor constant-fold through. Gradient: the identity. For ops XLA compiles (``in_xla_context()``);
+    TensorFlow has no public op for it, this is its XLA bridge's own."""
+    import tensorflow as tf
+    from tensorflow.compiler.tf2xla.ops import gen_xla_ops
+
+    @tf.custom_gradient
+    def barrier(*xs):
+        return tuple(gen_xla_ops.xla_optimization_barrier(list(xs))), lambda *grads: grads
+    return barrier(*tensors)
+
+
 def cpu_process() -> bool:
     """Whether this process places ops on CPU by default (no GPU or TPU devices)."""
     import tensorflow as tf
