@@ -52,11 +52,15 @@ device_description_str: "{name}"
 """
 
 
+# Names some software gives the parts besides their full ones (jax's device_kind for an H200).
+_ALIASES = {"NVIDIA H200": "h200"}
+
+
 def target_of(device_kind: str):
     """The key of TARGETS for a device's name as jax or torch gives it (an H100 SXM or an H200), else None (another
     part, e.g. an H100 PCIe: 2 TB/s, whose figures TARGETS does not hold)."""
-    kinds = {"NVIDIA H100 80GB HBM3": "h100", "NVIDIA H200": "h200", "NVIDIA H200 141GB HBM3e": "h200"}
-    return kinds.get(device_kind.strip())
+    kind = device_kind.strip()
+    return _ALIASES.get(kind) or next((key for key, t in TARGETS.items() if t["name"] == kind), None)
 
 
 def target_config(target: str) -> str:

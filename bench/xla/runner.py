@@ -271,6 +271,8 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         result["peaks_flops"] = matmul_peaks(xla, size)
         result["peak_size"] = size
         log("matmul peak: " + ", ".join(f"{k} {v / 1e12:.3g} TFLOP/s" for k, v in result["peaks_flops"].items()))
+    # a GPU whose figures gpu_target holds: each timed step gets the roofline of its own kernels beside it
+    measured_on = gpu_target.target_of(info["device"]) if xla.platform != "cpu" else None
     if verify_fp32_highest is None:
         verify_fp32_highest = xla.platform != "cpu"
     if not compile_threads:
@@ -359,10 +361,8 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                 log(f"[{spec['name']}] {t * 1e3:.2f} ms/step (median of {steps}), "
                     f"{row['tokens_per_s']:,.0f} tokens/s" + (f", MFU {row['mfu']:.1%} of {label}" if peak else "")
                     + f", compiled in {row['compile_s']:.1f} s, step memory {row['compiled_memory_gib']:.2f} GiB")
-                target = gpu_target.target_of(info["device"]) if xla.platform != "cpu" else None
-                if target and hlo_text and result.get("peaks_flops"):
-                    # the measured step beside the roofline of its own kernels at the measured matmul peaks
-                    row["estimate"] = _estimate(hlo_text, target, spec, log, result["peaks_flops"])
+                if measured_on and hlo_text and result.get("peaks_flops"):  # at the measured matmul peaks
+                    row["estimate"] = _estimate(hlo_text, measured_on, spec, log, result["peaks_flops"])
                     row["estimate"]["measured_over_estimate"] = t * 1e3 / row["estimate"]["ms"]
             if time_steps and any(fnmatch.fnmatch(spec["name"], p) for p in profile):
                 row["profile"] = _profile(w, executable, profile_steps, hlo_text, dump_hlo, spec["name"], log)
