@@ -1,11 +1,14 @@
 """Test-session setup: two logical CPU devices (for MirroredStrategy tests) before TensorFlow starts, fixtures
-several test files share (expensive to build), and a prompt process exit once pytest has finished (see
+several test files share (expensive to build), the background thread of the tests that only start processes
+(tests/background.py), and a prompt process exit once pytest has finished (see
 ``_exit_without_interpreter_teardown``)."""
 
 import atexit
+import inspect
 import json
 import logging
 import os
+import re
 import sys
 
 import pytest
@@ -15,6 +18,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import tensorflow as tf  # noqa: E402
+
+import background  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -51,6 +56,82 @@ def squad_run(tmp_path_factory):
             read[name] = json.load(f)
     return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples, model_dir=settings.model_dir,
                 predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
+
+
+# --- background tests (tests/background.py) -----------------------------------------------------------------------
+_ENVIRONMENT = background.EnvironmentGuard()
+_CWD = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # The background tests' reports go behind the in-process tests: by the time the front reaches them, their
+    # bodies have run beside it.
+    items[:] = ([item for item in items if not background.body_of(item)]
+                + [item for item in items if background.body_of(item)])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background_tests(request, tmp_path_factory):
+    def job(key, fn, name):
+        wants_path = bool(inspect.signature(fn).parameters)
+        return key, fn, tmp_path_factory.mktemp(re.sub(r"\W", "_", name)[:30]) if wants_path else None
+
+    resources, bodies = {}, []
+    for item in request.session.items:
+        for made in background.resources_of(item):
+            resources.setdefault(made.key, job(made.key, made.make, made.make.__name__))
+        body = background.body_of(item)
+        if body is not None:
+            bodies.append(job(item.nodeid, body, item.name))
+    background.RUNNER.start(list(resources.values()) + bodies)
+    yield
+    background.RUNNER.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    alone = background.is_alone(item)
+    if alone:
+        background.RUNNER.hold()
+    try:
+        return (yield)
+    finally:
+        if alone:
+            background.RUNNER.release()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CWD] = os.getcwd()
+    _ENVIRONMENT.changes.clear()
+    _ENVIRONMENT.watching = not background.is_alone(item)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        result = yield
+    finally:
+        _ENVIRONMENT.watching = False
+    if not background.is_alone(item):
+        if _ENVIRONMENT.changes:
+            background.fail_changed("environment", ", ".join(_ENVIRONMENT.changes))
+        if os.getcwd() != item.stash[_CWD]:
+            background.fail_changed("working directory", os.getcwd())
+    return result
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    _ENVIRONMENT.watching = False
+
+
+def pytest_terminal_summary(terminalreporter):
+    count, seconds = background.RUNNER.summary()
+    if count:
+        terminalreporter.write_line(f"{count} background jobs ran beside the tests in front ({seconds:.0f} s of "
+                                    "their own)")
 
 
 # --- prompt exit -------------------------------------------------------------------------------------------------

@@ -218,6 +218,7 @@ class RecordsLoads(bb.ExportHandler):
         return super().load_model()
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):

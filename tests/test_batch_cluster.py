@@ -170,6 +170,7 @@ def test_tasks_in_separate_processes_and_gather_give_the_local_runners_table(tmp
     assert {name: (tmp_path / "out" / name).read_bytes() for name in local} == local
 
 
+@pytest.mark.alone
 def test_bad_submit_and_run_flags_are_one_line_errors(tmp_path):
     path = six_runs(tmp_path)
     assert_usage_error(_task([sys.executable, "-m", "xlnet_tf.cli.jobs", "submit", path, "--scheduler=slurm",

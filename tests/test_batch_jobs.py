@@ -11,6 +11,7 @@ import time
 import pytest
 import yaml
 
+from background import background
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE
 from xlnet_tf.batch import job_runner as jobs
 from xlnet_tf.cli import jobs as cli_jobs
@@ -150,6 +151,7 @@ def _job(path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@background
 def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) once the first run has a
     checkpoint. The third run is trained meanwhile as on a cluster: the task of a generated Slurm array script

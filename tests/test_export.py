@@ -1,7 +1,8 @@
 """TF Serving exports of a fine-tuned classifier, end to end: ``run_classifier`` trains the tiny model on the MRPC
 fixture, predicts and exports; ``python -m xlnet_tf.cli.export`` exports the same run from its ``--model_dir`` alone;
 every check of the SavedModel runs in a fresh process with TensorFlow and tensorflow-text's kernels only
-(``tests/serving_client.py``), as TF Serving loads it."""
+(``tests/serving_client.py``), as TF Serving loads it. The run, the serving process and the checks that only start
+processes run on the background thread (tests/background.py)."""
 
 import base64
 import json
@@ -12,31 +13,56 @@ import subprocess
 import numpy as np
 import pytest
 
+from background import background, resource
 from classifier_helpers import FIXTURES, REPO, make_flags
 from export_helpers import PYTHON, decoded, serve, strings
+from official.nlp.data import classifier_data_lib  # noqa: F401 (imported here, not first on the background thread)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
+from xlnet_tf.tokenization import XLNetTokenizer
 
 TINY = os.path.join(REPO, "configs", "tiny.json")
 SEQ = 48
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """The tiny model fine-tuned for 2 steps on the MRPC fixture (a sentence-pair task), with --do_predict and
-    --export_dir in the same run, as a user runs it."""
-    from xlnet_tf import runner
+def _settings(tmp):
+    return make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"), model_config_path=TINY,
+                      max_seq_length=SEQ, do_train=True, do_predict=True, export_dir=str(tmp / "serving"),
+                      predict_dir=str(tmp / "predict"))
 
-    tmp = tmp_path_factory.mktemp("export")
-    settings = make_flags(tmp, task_name="mrpc", data_dir=os.path.join(FIXTURES, "glue", "MRPC"),
-                          model_config_path=TINY, max_seq_length=SEQ, do_train=True, do_predict=True,
-                          export_dir=str(tmp / "serving"), predict_dir=str(tmp / "predict"))
-    result = runner.run(settings)
+
+@resource
+def _fine_tuned(tmp_path):
+    """run_classifier.py as a user runs it: the tiny model fine-tuned for 2 steps on the MRPC fixture (a
+    sentence-pair task), with --do_predict and --export_dir in the same run. Its directory."""
+    s = _settings(tmp_path)
+    flags = dict(task_name=s.task_name, data_dir=s.data_dir, model_config_path=s.model_config_path,
+                 spiece_model_file=s.spiece_model_file, model_dir=s.model_dir, max_seq_length=s.max_seq_length,
+                 train_batch_size=s.train_batch_size, predict_batch_size=s.predict_batch_size,
+                 train_steps=s.train_steps, iterations=s.iterations, learning_rate=s.learning_rate, dropout=s.dropout,
+                 dropatt=s.dropatt, export_dir=s.export_dir, predict_dir=s.predict_dir)
+    done = subprocess.run([PYTHON, "run_classifier.py", "--do_train", "--do_predict",
+                           *[f"--{k}={v}" for k, v in flags.items()]], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return tmp_path
+
+
+def _run() -> dict:
+    """The fine-tuned run: its settings, export (the newest version), dev examples and --do_predict's logits."""
+    tmp = _fine_tuned.value()
+    settings = _settings(tmp)
     examples = classifier_data.read_examples(classifier_data.get_task("mrpc"), settings.data_dir, "dev").examples
     with open(os.path.join(str(tmp), "predict", "mrpc.dev.logits.json")) as f:
         predicted = json.load(f)
-    return dict(tmp=tmp, settings=settings, export=result["export"], examples=examples, predicted=predicted)
+    export = os.path.join(settings.export_dir, str(max(existing_versions(settings.export_dir))))
+    return dict(tmp=tmp, settings=settings, export=export, examples=examples, predicted=predicted)
+
+
+@pytest.fixture(scope="module")
+def run():
+    return _run()
 
 
 @pytest.mark.slow
@@ -59,14 +85,13 @@ def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
     assert os.path.isabs(record["settings"]["spiece_model_file"])
 
 
-@pytest.fixture(scope="module")
-def served(run):
+@resource
+def _served():
     """One fresh serving process for the run's export (each pays TensorFlow's import and the SavedModel's load):
     the dev sentences through serving_default, their Python tokenizer's ids through serve_ids, the metadata
     signature, the serving client's gRPC and REST requests (test_the_serving_clients_requests_...), then the fuzz
     of test_bad_requests_give_defined_outputs_or_a_clear_error."""
-    from xlnet_tf.tokenization import XLNetTokenizer
-
+    run = _run()
     tokenizer = XLNetTokenizer(run["settings"].spiece_model_file)
     ids = [classifier_data.encode_example(tokenizer, e, SEQ)[:3] for e in run["examples"]]
     request = client.predict_request("mrpc", client_rows(run)).SerializeToString()
@@ -86,6 +111,11 @@ def served(run):
         {"signature": "serving_default", "inputs": {"sentence": strings(["a", "b"]),
                                                     "sentence2": dict(strings(["e"]), shape=[])}}],
         "fuzz": {"signature": "serving_default", "count": 400, "seed": 1}})
+
+
+@pytest.fixture(scope="module")
+def served():
+    return _served.value()
 
 
 @pytest.mark.slow
@@ -149,7 +179,9 @@ def test_the_serving_clients_requests_get_do_predicts_answers(run, served):
 
 
 @pytest.mark.slow
-def test_saved_model_cli_lists_both_signatures(run):
+@background
+def test_saved_model_cli_lists_both_signatures():
+    run = _run()
     cli = os.path.join(os.path.dirname(PYTHON), "saved_model_cli")
     done = subprocess.run([cli, "show", "--dir", run["export"], "--all"], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -178,9 +210,11 @@ def test_bad_requests_give_defined_outputs_or_a_clear_error(served):
 
 
 @pytest.mark.slow
-def test_export_command_from_the_model_dir_alone(run, tmp_path):
+@background
+def test_export_command_from_the_model_dir_alone(tmp_path):
     """python -m xlnet_tf.cli.export needs only --model_dir and --export_dir; a second export of the same step gets
     the next version (never overwriting one); --format=release writes the original layout."""
+    run = _run()
     s = run["settings"]
     base = str(tmp_path / "serving")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
@@ -248,7 +282,9 @@ TF_SERVING_TEXT_LIBRARIES = {
 
 
 @pytest.mark.slow
-def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server(run):
+@background
+def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server():
+    run = _run()
     """python -m xlnet_tf.cli.serving_ops lists each op beyond TensorFlow's with its tensorflow-text library; every
     one is a library TF Serving's model server links, so the stock server loads the export (TF versions equal)."""
     done = subprocess.run([PYTHON, "-m", "xlnet_tf.cli.serving_ops", f"--saved_model={run['export']}"],

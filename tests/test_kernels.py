@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import xlnet_tf
+from background import background
 from needs import require_compiler
 from xlnet_tf import kernels, ops
 from xlnet_tf.kernels import fast
@@ -212,6 +213,7 @@ def test_matmul_runs_transposed_products_batched(transpose_weight):
                 and (op.get_attr("transpose_a") or op.get_attr("transpose_b"))]
 
 
+@pytest.mark.alone
 def test_the_switch(monkeypatch):
     """XLNET_TF_KERNELS selects the process's backend; a bad value is an error naming the variable; use()
     overrides it for what is traced inside, and can leave out single fast paths."""
@@ -276,6 +278,7 @@ def test_every_fast_path_is_accounted_for():
 
 
 @pytest.mark.slow
+@background
 def test_importing_the_fast_paths_builds_nothing(tmp_path):
     """The signatures are compared at import without the C++ library: it is built (and loaded) on first use."""
     code = ("import xlnet_tf.models.xlnet, xlnet_tf.objectives.losses, xlnet_tf.training.optimization\n"

@@ -192,6 +192,7 @@ def test_keras_text_model_reads_the_run(genre_run):
                                                      config=settings.model_config_path)
 
 
+@pytest.mark.alone
 def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkeypatch):
     """The demo config validates; a pair task, one segment, no memory or RACE with --long_document=memory are
     refused before TensorFlow work, each named."""

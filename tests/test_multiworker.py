@@ -65,6 +65,7 @@ def _wait_for(path, procs, seconds=300):
         raise AssertionError(f"no {path.name}: " + " | ".join(p.communicate()[0][-2000:] for p in procs))
 
 
+@pytest.mark.alone  # three workers keep both cores busy; beside more, they miss the coordination's heartbeats
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_killed_or_preempted_workers_stop_together_and_a_rerun_resumes(tmp_path):

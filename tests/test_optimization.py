@@ -220,6 +220,7 @@ def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.alone
 def test_fused_adamw_falls_back_when_the_kernel_cannot_be_built(monkeypatch, tmp_path, caplog):
     """No usable compiler: a warning naming the failure, TensorFlow's ops, the same update; nothing cached."""
     from xlnet_tf import ops
@@ -260,6 +261,7 @@ def test_fused_adamw_kernel_rejects_bad_inputs_by_name():
     assert float(f32[0][0]) == pytest.approx(-1e-3, rel=1e-4)  # Adam's first step: -lr * sign(g)
 
 
+@pytest.mark.alone
 def test_fused_adamw_library_is_built_once_into_a_shared_cache(monkeypatch, tmp_path):
     """``python -m xlnet_tf.ops`` / first use: one library in $XLNET_TF_OPS_DIR, readable by other users, no
     temporary files left; a second build reuses it, a changed source builds anew. (A one-function source with

@@ -10,6 +10,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from background import background
 from training_state import assert_same_state, checkpoint_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,19 +42,20 @@ def losses(log):
     return [float(x) for x in re.findall(r"\| loss ([0-9.]+) \|", log)]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def write_corpus(tmp_path):
     """About 2,000 lines of real English text (Jane Austen from shared/, else the bundled Brown sample)."""
     source = SHARED_CORPUS if os.path.exists(SHARED_CORPUS) else os.path.join(REPO, "data", "corpus",
                                                                                "brown_sample.txt")
-    path = tmp_path_factory.mktemp("corpus") / "text.txt"
+    path = tmp_path / "text.txt"
     with open(source, encoding="utf-8") as f:
         path.write_text("".join(f.readlines()[:2000]), encoding="utf-8")
     return str(path)
 
 
 @pytest.mark.multiprocess
-def test_bad_flags_fail_before_any_work(tmp_path, corpus):
+@background
+def test_bad_flags_fail_before_any_work(tmp_path):
+    corpus = write_corpus(tmp_path)
     # Both runs at once (independent; each waits seconds for TensorFlow's import).
     warmup = run(base_flags(tmp_path, corpus, warmup_steps=100, train_steps=40))
     config = run(base_flags(tmp_path, corpus, model_config_path="/nonexistent/xlnet_config.json"))
@@ -65,6 +67,7 @@ def test_bad_flags_fail_before_any_work(tmp_path, corpus):
 
 
 @pytest.mark.multiprocess
+@background
 def test_without_config_file_the_demo_settings_are_not_used(tmp_path):
     """No --config_file: the flags' own defaults, so a real run missing its shape is refused (naming the flags)
     instead of silently training the tiny demo model, and nothing is written."""
@@ -79,8 +82,9 @@ def test_without_config_file_the_demo_settings_are_not_used(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_missing_data_is_an_error_naming_the_flag(tmp_path, corpus):
-    flags = [f for f in base_flags(tmp_path, corpus) if not f.startswith(("--data_dir=", "--input_glob="))]
+@background
+def test_missing_data_is_an_error_naming_the_flag(tmp_path):
+    flags = [f for f in base_flags(tmp_path, "unused") if not f.startswith(("--data_dir=", "--input_glob="))]
     (tmp_path / "empty").mkdir()
     # Both runs at once (independent; each waits seconds for TensorFlow's import).
     missing, empty = run(flags), run(flags + [f"--data_dir={tmp_path / 'empty'}"])
@@ -93,7 +97,9 @@ def test_missing_data_is_an_error_naming_the_flag(tmp_path, corpus):
 
 
 @pytest.mark.multiprocess
-def test_config_file_key_that_is_no_flag_is_an_error(tmp_path, corpus):
+@background
+def test_config_file_key_that_is_no_flag_is_an_error(tmp_path):
+    corpus = write_corpus(tmp_path)
     config = tmp_path / "run.yaml"
     config.write_text("seq_len: 32\nlearning_rte: 0.1\n")
     code, out = finish(run(base_flags(tmp_path, corpus)[1:] + [f"--config_file={config}"]))
@@ -111,7 +117,9 @@ def committed_step(model_dir):
 
 
 @pytest.mark.slow
-def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path, corpus):
+@background
+def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path):
+    corpus = write_corpus(tmp_path)
     # Uninterrupted reference run (also writes the data). The other runs start beside it once its first checkpoint
     # is committed (the data is complete by then): each run is mostly start-up, and it overlaps.
     straight = run(base_flags(tmp_path, corpus, name="straight", steps=60) + ["--deterministic"])

@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from background import background
+from export_helpers import serve
 from squad_helpers import SMALL, inference_batch
-from xlnet_tf.checkpoint import write_tf1_checkpoint
-from xlnet_tf.config import XLNetConfig
 from xlnet_tf.tasks.squad import squad_data, squad_postprocess
 from xlnet_tf.tasks.squad.squad_answers import squad_loss
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
-from xlnet_tf.models.xlnet import XLNetModel
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -251,12 +250,26 @@ def _read(path):
         return json.load(f)
 
 
+# The tiny network's random weights in the original TF1 release format (names as in xlnet_model.ckpt).
+_TF1_RELEASE = """
+import sys
+from xlnet_tf.checkpoint import write_tf1_checkpoint
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.models.xlnet import XLNetModel
+network = XLNetModel(XLNetConfig.from_json(sys.argv[1]))
+write_tf1_checkpoint({k: v.numpy() for k, v in network.tf1_variables().items()}, sys.argv[2])
+"""
+
+
 @pytest.mark.slow
+@background
 def test_run_squad_v11_train_and_eval(tmp_path):
-    # Warm start from a checkpoint in the original TF1 release format (names as in xlnet_model.ckpt).
-    network = XLNetModel(XLNetConfig.from_json(os.path.join(REPO, "configs", "tiny.json")))
-    init = write_tf1_checkpoint({k: v.numpy() for k, v in network.tf1_variables().items()},
-                                str(tmp_path / "release" / "xlnet_model.ckpt"))
+    # Warm start from a checkpoint in the original TF1 release format.
+    init = str(tmp_path / "release" / "xlnet_model.ckpt")
+    done = subprocess.run([sys.executable, "-c", _TF1_RELEASE, os.path.join(REPO, "configs", "tiny.json"), init],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-3000:]
     model_dir = tmp_path / "v11"
     proc = run_squad(f"--model_dir={model_dir}", "--train_file=tests/fixtures/squad/train-v1.1.json",
                      "--predict_file=tests/fixtures/squad/dev-v1.1.json", "--train_steps=8", "--do_eval",
@@ -276,16 +289,14 @@ def test_run_squad_v11_train_and_eval(tmp_path):
 
 
 @pytest.mark.slow
+@background
 def test_run_squad_v20_prepro_train_predict_export(tmp_path):
     model_dir, data_dir = tmp_path / "v20", tmp_path / "features"
     common = [f"--model_dir={model_dir}", f"--output_dir={data_dir}",
               "--train_file=tests/fixtures/squad/train-v2.0.json", "--predict_file=tests/fixtures/squad/dev-v2.0.json"]
-    # Sharded preprocessing, as the original's --do_prepro --num_proc --proc_id, the shards at once (shard 0 in
-    # process: same code).
-    shard = start_squad(*common, "--do_prepro", "--num_proc=2", "--proc_id=1")
-    squad_data.prepare_train_shard(os.path.join(FIXTURES, "train-v2.0.json"), str(data_dir),
-                                   squad_data.FeatureSettings(SPIECE, 64, 16, 24, False), num_proc=2, proc_id=0)
-    finish_squad(shard)
+    # Sharded preprocessing, as the original's --do_prepro --num_proc --proc_id, the shards at once.
+    for shard in [start_squad(*common, "--do_prepro", "--num_proc=2", f"--proc_id={i}") for i in range(2)]:
+        finish_squad(shard)
     shards = sorted(p.name for p in data_dir.glob("*.tf_record"))
     assert shards == [f"spiece.model.{i}.slen-64.qlen-16.train.tf_record" for i in range(2)]
     run_squad(*common, "--train_steps=4", "--do_eval")
@@ -297,19 +308,22 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
               f"--export_dir={tmp_path / 'export'}")
     assert _read(tmp_path / "pred" / "predictions.json") == _read(model_dir / "predict" / "predictions.json")
     null_odds = _read(tmp_path / "pred" / "null_odds.json")
-    import tensorflow_text  # noqa: F401  (the export's raw-text signature holds its SentencePiece ops)
-
-    serving = tf.saved_model.load(str(tmp_path / "export" / "4")).signatures["serve_ids"]  # version = the step
+    # The export's serve_ids (version = the step) in a fresh serving process, on the features --do_predict used
+    # (cached in --output_dir): a question's null odds are the smallest CLS logit of its windows.
     features = squad_data.prepare_eval_features(os.path.join(FIXTURES, "dev-v2.0.json"), str(data_dir),
                                                 squad_data.FeatureSettings(SPIECE, 64, 16, 24, False))[1]
-    batch = next(iter(squad_data.eval_dataset(features, 64)))
-    out = serving(**{k: batch[k] for k in squad_data.INFERENCE_KEYS})
+    dtypes = dict(input_ids="int32", segment_ids="int32", padding_mask="float32", p_mask="float32", cls_index="int32")
+    assert set(dtypes) == set(squad_data.INFERENCE_KEYS)
+    reply = serve({"export": str(tmp_path / "export" / "4"), "calls": [{"signature": "serve_ids", "inputs": {
+        key: {"dtype": dtype, "value": [getattr(f, key) for f in features]} for key, dtype in dtypes.items()}}]})
+    cls_logits = reply["calls"][0]["outputs"]["cls_logits"]["value"]
     first_example = [i for i, f in enumerate(features) if f.example_index == 0]
     qid = squad_data.read_squad_file(os.path.join(FIXTURES, "dev-v2.0.json"), False).examples[0].qas_id
-    assert min(out["cls_logits"].numpy()[first_example]) == pytest.approx(null_odds[qid], abs=1e-4)
+    assert min(cls_logits[i] for i in first_example) == pytest.approx(null_odds[qid], abs=1e-4)
 
 
 @pytest.mark.slow
+@background
 def test_run_squad_reports_bad_flags_and_files(tmp_path):
     bad = _write(tmp_path, "train.json", '{"data": [')
     # The three runs at once (independent; each waits seconds for TensorFlow's import).

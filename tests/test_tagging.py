@@ -148,6 +148,7 @@ def test_settings_errors_name_the_flags(tmp_path):
     assert any("xlnet_tf.cli.predict --saved_model" in e for e in errors)
 
 
+@pytest.mark.alone
 def test_job_files_run_the_tagger(monkeypatch):
     from xlnet_tf.batch.job_runner import load_job
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from background import background
 from classifier_helpers import REPO
 from cli_helpers import parsed
 from xlnet_tf.cli import flags as cli
@@ -67,6 +68,7 @@ os._exit(0)  # the thread still blocked on the silent server is abandoned, as th
 
 
 @pytest.mark.slow
+@background
 def test_each_startup_failure_is_one_bounded_error_saying_what_to_check():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     results = {}
@@ -93,6 +95,7 @@ def test_each_startup_failure_is_one_bounded_error_saying_what_to_check():
 
 
 @pytest.mark.slow
+@background
 def test_entry_points_check_inputs_before_the_tpu_and_fail_in_one_line(tmp_path):
     """run_pretrain.py checks its data directory before connecting; run_classifier.py with good inputs and an
     unreachable TPU ends in one line, exit 1, no traceback, within seconds of TensorFlow's start."""

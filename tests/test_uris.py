@@ -13,6 +13,7 @@ import uuid
 import pytest
 import tensorflow as tf
 
+from background import background
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, SPIECE, make_flags
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError
@@ -161,6 +162,7 @@ def _tool(command, args, cwd):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@background
 def test_command_line_tools_with_file_uris(tmp_path):
     """data + pretrain -> fine-tune -> export -> batch predict, every path a file:// URI, run from an empty
     working directory: a path taken by a non-gfile API would leave a ``file:`` directory there or fail."""
@@ -199,6 +201,7 @@ def test_command_line_tools_with_file_uris(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@background
 def test_a_missing_uri_is_one_line_naming_the_flag(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "xlnet_tf.cli.export", f"--model_dir=file://{tmp_path}/none",
@@ -257,6 +260,7 @@ def test_tensorflows_own_uri_errors_are_one_line_and_others_keep_their_traceback
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@background
 def test_run_tagger_with_gs_paths_and_no_network_is_one_line():
     """This machine has no network: the gs:// data directory is named with the cause (was a traceback)."""
     done = subprocess.run(

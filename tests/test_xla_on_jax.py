@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from background import resource
 from needs import require
 
 require("jax")
@@ -32,17 +33,18 @@ import runner  # noqa: E402
 REF_STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """The bundle (plm f32 with memory, pmlm f32, the classifier's and SQuAD's fine-tuning steps f32) and the
-    runner's results on jax CPU, in a process that imports no TensorFlow."""
-    import export
-
-    out = str(tmp_path_factory.mktemp("xla_bundle"))
-    cfg = dataclasses.replace(export.TINY, n_layer=1, seq_len=16, reuse_len=8, mem_len=8, num_predict=4, batch=2)
+@resource
+def _bundle(tmp_path):
+    """The bundle (plm f32 with memory, pmlm f32, the classifier's and SQuAD's fine-tuning steps f32) written by
+    bench/xla/export.py, and the runner's results on jax CPU, in a process that imports no TensorFlow."""
+    out = str(tmp_path)
     # min_param_bytes: the position encodings (and larger constants) travel as parameters, as at full size.
-    export.export(out, cfg, ["plm", "pmlm"], ["float32"], ["clf", "squad"], False, REF_STEPS, seed=0,
-                  log=lambda *_: None, min_param_bytes=1024)
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "export.py"), "--out", out, "--config", "tiny",
+                           "--set", "n_layer=1,seq_len=16,reuse_len=8,mem_len=8,num_predict=4", "--batch", "2",
+                           "--objectives", "plm,pmlm", "--dtypes", "float32", "--finetune", "clf,squad",
+                           "--ref_steps", str(REF_STEPS), "--seed", "0", "--min_param_bytes", "1024"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result_path = os.path.join(out, "result.json")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--platform", "cpu",
@@ -52,6 +54,11 @@ def exported(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with open(result_path) as f:
         return out, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def exported():
+    return _bundle.value()
 
 
 def test_runner_reproduces_tf_loss_per_step_on_jax_cpu(exported):
@@ -174,6 +181,7 @@ def test_roofline_of_a_gpu_module_takes_the_larger_of_matmul_and_memory_time():
         roofline.estimate("HloModule m", {"bf16": 1.0, "tf32": 1.0}, 1.0)
 
 
+@pytest.mark.alone
 def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
     """``runner.py --target``: the bridge's copies of the updated variables leave the MLIR (a compile-only client
     legalises to StableHLO, which has none), the outputs renamed to what was copied; without jax's CUDA plugin

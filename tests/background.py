@@ -1,0 +1,230 @@
+"""Tests that only drive other processes run on a thread beside the in-process tests.
+
+A command-line test spends its time in its processes (TensorFlow's import, tracing, steps) while the pytest
+process waits, and the in-process tests keep about one of the two cores busy: run side by side, the two fill the
+machine. A test whose body only starts processes and reads what they wrote opts in with ``@background``: its
+body starts on this session's background thread as the session starts (one body at a time, in collection order),
+and the test itself, moved behind the in-process tests, reports that run's outcome. (Measured on 2 cores: the
+in-process tests of two files beside eleven such tests took 194 s, the two one after the other 288 s.)
+
+A background body shares the pytest process with whatever test runs in front, so:
+- it computes nothing with TensorFlow or Keras here (their global random seeds and name counters are the front
+  test's): it starts processes, and writes and reads files (tf.io.gfile and checkpoint readers included);
+- the processes it starts capture their output (``capture_output=True``, ``stdout=PIPE``): a front test may be
+  capturing this process's file descriptors; a process that would inherit them is refused;
+- it takes ``tmp_path`` or nothing; what it imports is imported at its module's top (collection is one thread);
+- a ``@resource`` (a run several tests check, made the same way) is made before the bodies; the tests in front
+  get it from a module fixture returning its ``value()``, the bodies call ``value()`` themselves.
+A test that changes this process's environment variables or working directory, or needs the machine quiet
+(timing against a heartbeat), is marked ``@pytest.mark.alone``: no background body runs during it. conftest.py
+fails a test that changes either without the mark, whether or not a body was running at the time, so that the
+rule holds by construction rather than by luck.
+"""
+
+import inspect
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+_BODY = "_background_body"
+
+
+def _check_parameters(fn, what):
+    params = list(inspect.signature(fn).parameters)
+    if params not in ([], ["tmp_path"]):
+        raise TypeError(f"{fn.__qualname__}: a background {what} takes tmp_path or nothing, not {params}")
+
+
+def background(body):
+    """The test ``body(tmp_path)`` or ``body()`` runs on the background thread; the test reports its outcome."""
+    _check_parameters(body, "test")
+
+    def test(request):
+        RUNNER.outcome(request.node.nodeid)
+
+    # Not functools.wraps: pytest would read the body's parameters through __wrapped__ and set up its tmp_path.
+    for name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(test, name, getattr(body, name))
+    if hasattr(body, "pytestmark"):  # marks applied below the decorator
+        test.pytestmark = body.pytestmark
+    setattr(test, _BODY, body)
+    return test
+
+
+class Resource:
+    """What ``make(tmp_path)`` (or ``make()``) returns, made once on the background thread before the bodies
+    (processes only, as a body) when a test of its module is collected; ``value()`` waits for it and raises what
+    making it raised. A module fixture returning ``value()`` gives it to the tests in front."""
+
+    def __init__(self, make):
+        _check_parameters(make, "resource")
+        self.make = make
+        self.key = f"{make.__module__}.{make.__qualname__}"
+
+    def value(self):
+        return RUNNER.outcome(self.key)
+
+
+resource = Resource  # the decorator
+
+
+def body_of(item):
+    """The background body behind a collected test, or None."""
+    return getattr(getattr(item, "function", None), _BODY, None)
+
+
+def resources_of(item):
+    """The resources defined in a collected test's module."""
+    module = getattr(item, "module", None)
+    return [value for value in vars(module).values() if isinstance(value, Resource)] if module else []
+
+
+class Runner:
+    """The background thread: makes the resources and runs the bodies in order, recording each one's value,
+    exception and seconds; ``hold()`` keeps it between jobs while an ``alone`` test runs."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queue = []
+        self._results = {}
+        self._running = None
+        self._holds = 0
+        self._wanted = 0  # outcome() calls waiting (an alone test's fixture may wait for a resource)
+        self._stopping = False
+        self._thread = None
+
+    def start(self, jobs):
+        """``jobs``: (key, callable, tmp_path or None) in the order to run them."""
+        if not jobs:
+            return
+        self._queue = list(jobs)
+        self._thread = threading.Thread(target=self._loop, name="background-tests", daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        _THREAD.background = True
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or (self._queue and (self._wanted or not self._holds)))
+                if self._stopping or not self._queue:
+                    return
+                key, fn, path = self._queue.pop(0)
+                self._running = key
+            start = time.perf_counter()
+            value = error = None
+            try:
+                value = fn(*([] if path is None else [path]))
+            except BaseException as e:  # noqa: B036 (a failed assertion, pytest.fail, anything: reported in front)
+                error = e
+            with self._cond:
+                self._results[key] = (value, error, time.perf_counter() - start)
+                self._running = None
+                self._cond.notify_all()
+
+    def outcome(self, key):
+        """Waits for the job ``key`` (a test's node id, a resource's name): its value, or raises what it raised."""
+        with self._cond:
+            queued = key == self._running or any(job[0] == key for job in self._queue)
+            if key not in self._results and (not queued or _on_background_thread()):
+                raise RuntimeError(f"{key}: not made on the background thread before this asks for it")
+            self._wanted += 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: key in self._results)
+            finally:
+                self._wanted -= 1
+            value, error, _ = self._results[key]
+        if error is not None:
+            raise error
+        return value
+
+    def hold(self):
+        """Until ``release()``: no job starts (but those before one that ``outcome`` waits for), and this returns
+        once the running one (if any) has finished."""
+        with self._cond:
+            self._holds += 1
+            self._cond.wait_for(lambda: self._running is None)
+
+    def release(self):
+        with self._cond:
+            self._holds -= 1
+            self._cond.notify_all()
+
+    def stop(self):
+        """No further job starts; waits for the running one (each bounds its processes with timeouts)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def summary(self):
+        """(jobs done, their seconds in all)."""
+        with self._cond:
+            return len(self._results), sum(seconds for _, _, seconds in self._results.values())
+
+
+RUNNER = Runner()
+_THREAD = threading.local()
+
+
+def _on_background_thread() -> bool:
+    return getattr(_THREAD, "background", False)
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _checked_popen_init(self, args, *positional, **kwargs):
+    if _on_background_thread() and not positional and (
+            kwargs.get("stdout") is None or kwargs.get("stderr") is None):
+        raise RuntimeError(f"a background test started {args!r} with its output on pytest's file descriptors: "
+                           "capture it (capture_output=True or stdout=/stderr=)")
+    _popen_init(self, args, *positional, **kwargs)
+
+
+subprocess.Popen.__init__ = _checked_popen_init
+
+
+class EnvironmentGuard:
+    """Records changes to ``os.environ`` made while a test not marked ``alone`` runs (its class is swapped for a
+    subclass that notes each change: the background bodies' processes inherit the environment)."""
+
+    def __init__(self):
+        self.watching = False
+        self.changes = []
+        guard = self
+
+        class _Watched(type(os.environ)):
+            def __setitem__(self, key, value):
+                guard.note("set", key)
+                super().__setitem__(key, value)
+
+            def __delitem__(self, key):
+                guard.note("unset", key)
+                super().__delitem__(key)
+
+        os.environ.__class__ = _Watched
+
+    # Set by the libraries in every process that uses them, to the value they would use anyway.
+    UNREMARKABLE = ("PYTEST_CURRENT_TEST",  # pytest's own, naming the test in front
+                    "TORCHINDUCTOR_CACHE_DIR")  # torch, on first use, to its default cache directory
+
+    def note(self, change, key):
+        if self.watching and key not in self.UNREMARKABLE:
+            self.changes.append(f"{change} {key}")
+
+
+def is_alone(item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+ALONE_HELP = ("changes this process's {what} ({detail}) without @pytest.mark.alone: background tests' processes "
+              "would see it (tests/background.py)")
+
+
+def fail_changed(what, detail):
+    pytest.fail(ALONE_HELP.format(what=what, detail=detail), pytrace=False)

@@ -1,0 +1,74 @@
+"""The background thread of the tests that only start processes (tests/background.py): each job's value or
+exception reaches the test that asks, a hold keeps jobs from starting (but lets one be made that the holder waits
+for), and a job's processes may not write to pytest's file descriptors."""
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from background import Runner
+
+
+def test_each_outcome_is_the_jobs_value_or_its_exception_in_order():
+    runner, order = Runner(), []
+
+    def ok():
+        order.append("ok")
+        return 1
+
+    def bad():
+        order.append("bad")
+        raise AssertionError("the body's own message")
+
+    runner.start([("ok", ok, None), ("bad", bad, None)])
+    try:
+        assert runner.outcome("ok") == 1
+        with pytest.raises(AssertionError, match="the body's own message"):
+            runner.outcome("bad")
+        assert order == ["ok", "bad"]
+        with pytest.raises(RuntimeError, match="never: not made on the background thread"):
+            runner.outcome("never")
+    finally:
+        runner.stop()
+
+
+def test_a_hold_keeps_jobs_from_starting_until_released():
+    runner, ran = Runner(), threading.Event()
+    runner.hold()
+    runner.start([("job", ran.set, None)])
+    try:
+        assert not ran.wait(0.5)  # (a broken hold might still not have started it: this cannot fail wrongly)
+        runner.release()
+        assert ran.wait(60)
+    finally:
+        runner.stop()
+
+
+def test_a_holder_waiting_for_a_job_lets_it_be_made():
+    runner = Runner()
+    runner.hold()
+    runner.start([("resource", lambda: "made", None)])
+    try:
+        assert runner.outcome("resource") == "made"
+    finally:
+        runner.release()
+        runner.stop()
+
+
+def test_a_jobs_processes_must_capture_their_output():
+    def inherits():
+        subprocess.run([sys.executable, "-c", "pass"], timeout=60)
+
+    def captures():
+        return subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True, timeout=60).stdout
+
+    runner = Runner()
+    runner.start([("inherits", inherits, None), ("captures", captures, None)])
+    try:
+        with pytest.raises(RuntimeError, match="with its output on pytest's file descriptors: capture it"):
+            runner.outcome("inherits")
+        assert runner.outcome("captures") == "7\n"
+    finally:
+        runner.stop()
