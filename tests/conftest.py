@@ -79,7 +79,8 @@ def _background_tests(request, tmp_path_factory):
     resources, bodies = {}, []
     for item in request.session.items:
         for made in background.resources_of(item):
-            resources.setdefault(made.key, job(made.key, made.make, made.make.__name__))
+            if made.key not in resources:
+                resources[made.key] = job(made.key, made.make, made.make.__name__)
         body = background.body_of(item)
         if body is not None:
             bodies.append(job(item.nodeid, body, item.name))

@@ -5,6 +5,7 @@ every check of the SavedModel runs in a fresh process with TensorFlow and tensor
 processes run on the background thread (tests/background.py)."""
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -37,20 +38,21 @@ def _fine_tuned(tmp_path):
     """run_classifier.py as a user runs it: the tiny model fine-tuned for 2 steps on the MRPC fixture (a
     sentence-pair task), with --do_predict and --export_dir in the same run. Its directory."""
     s = _settings(tmp_path)
-    flags = dict(task_name=s.task_name, data_dir=s.data_dir, model_config_path=s.model_config_path,
-                 spiece_model_file=s.spiece_model_file, model_dir=s.model_dir, max_seq_length=s.max_seq_length,
-                 train_batch_size=s.train_batch_size, predict_batch_size=s.predict_batch_size,
-                 train_steps=s.train_steps, iterations=s.iterations, learning_rate=s.learning_rate, dropout=s.dropout,
-                 dropatt=s.dropatt, export_dir=s.export_dir, predict_dir=s.predict_dir)
-    done = subprocess.run([PYTHON, "run_classifier.py", "--do_train", "--do_predict",
-                           *[f"--{k}={v}" for k, v in flags.items()]], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    flags = [f"--{name}={getattr(s, name)}" for name in (
+        "task_name", "data_dir", "model_config_path", "spiece_model_file", "model_dir", "max_seq_length",
+        "train_batch_size", "predict_batch_size", "train_steps", "iterations", "learning_rate", "dropout", "dropatt",
+        "export_dir", "predict_dir")]
+    done = subprocess.run([PYTHON, "run_classifier.py", "--do_train", "--do_predict", *flags], cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
     assert done.returncode == 0, done.stderr[-4000:]
     return tmp_path
 
 
+@functools.cache
 def _run() -> dict:
-    """The fine-tuned run: its settings, export (the newest version), dev examples and --do_predict's logits."""
+    """The fine-tuned run: its settings, export (the newest version), dev examples and --do_predict's logits (read
+    once, for the tests in front and on the background thread)."""
     tmp = _fine_tuned.value()
     settings = _settings(tmp)
     examples = classifier_data.read_examples(classifier_data.get_task("mrpc"), settings.data_dir, "dev").examples
@@ -284,9 +286,9 @@ TF_SERVING_TEXT_LIBRARIES = {
 @pytest.mark.slow
 @background
 def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server():
-    run = _run()
     """python -m xlnet_tf.cli.serving_ops lists each op beyond TensorFlow's with its tensorflow-text library; every
     one is a library TF Serving's model server links, so the stock server loads the export (TF versions equal)."""
+    run = _run()
     done = subprocess.run([PYTHON, "-m", "xlnet_tf.cli.serving_ops", f"--saved_model={run['export']}"],
                           capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
