@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from background import background, resource
-from classifier_helpers import FIXTURES, REPO, make_flags
+from classifier_helpers import FIXTURES, REPO, SPIECE, make_flags, micro_config
 from export_helpers import PYTHON, decoded, serve, strings
 from official.nlp.data import classifier_data_lib  # noqa: F401 (imported here, not first on the background thread)
 from xlnet_tf.cli import serving_client as client
@@ -250,16 +250,18 @@ def test_export_command_from_the_model_dir_alone(tmp_path):
 
 
 @pytest.mark.slow
+@background
 def test_bad_requests_multiple_choice(tmp_path):
-    """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices)."""
-    from classifier_helpers import MICRO_CONFIG, SPIECE
-    from xlnet_tf import tasks
-    from xlnet_tf.finetuning.serving import ServingInfo, export_serving
-    from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
-
-    info = ServingInfo(kind="multiple_choice", task="race", max_seq_length=SEQ, labels=list("ABCD"),
-                       max_qa_length=16, global_step=1, family=tasks.for_kind("multiple_choice"))
-    path = export_serving(XLNetMultipleChoice(MICRO_CONFIG), str(tmp_path), info, SPIECE)
+    """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices), on the export
+    run_classifier.py writes for RACE (the micro model fine-tuned for a step on the RACE fixture)."""
+    done = subprocess.run([PYTHON, "run_classifier.py", "--task_name=race", f"--data_dir={FIXTURES}/race",
+                           f"--model_config_path={micro_config(tmp_path)}", f"--spiece_model_file={SPIECE}",
+                           f"--model_dir={tmp_path / 'model'}", f"--export_dir={tmp_path / 'serving'}", "--do_train",
+                           "--train_steps=1", "--iterations=1", "--train_batch_size=2", f"--max_seq_length={SEQ}",
+                           "--max_qa_length=16"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-4000:]
+    path = str(tmp_path / "serving" / "1")
     reply = serve({"export": path, "fuzz": {"signature": "serving_default", "count": 300, "seed": 2},
                    "calls": [{"signature": "serving_default", "inputs": {
                        "article": strings(["a"]), "question": strings(["q"]),

@@ -9,12 +9,12 @@ import os
 import random
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from background import background
 from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.preprocessing import XLNetPreprocessor, pair_lengths
@@ -284,41 +284,59 @@ def test_the_graphs_hold_no_row_partition_assertions(preprocessors):
         assert not checks, (name, len(checks))
 
 
-def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(preprocessors, tmp_path):
-    """A SavedModel of a ``tf.function`` over the layer (input signature [None] tf.string) is self-contained:
-    a process that imports only tensorflow and tensorflow_text (no xlnet_tf, no sentencepiece, no spiece.model
-    file) gives the same features."""
-    pre = preprocessors[False]
-    module = tf.Module()
-    module.pre = pre
-    module.serve = tf.function(lambda a, b: pre(a, b), input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    module.squad = tf.function(pre.squad, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-    # The string ops are pinned to the CPU (a GPU serving host has no kernels for them).
-    for function in (module.serve, module.squad):
-        ops = [op for op in function.get_concrete_function().graph.get_operations()
-               if op.type.startswith(("Regex", "Unicode", "StringLower", "NormalizeUTF8", "Sentencepiece",
-                                      "TFText", "StringSplit", "ReduceJoin"))]
-        assert ops and all(op.device.endswith("CPU:0") for op in ops), {op.type: op.device for op in ops}
-    tf.saved_model.save(module, str(tmp_path / "pre"))
-    texts_a, texts_b = ["In 2000, Café ``x''", "\u00e9\u0301 1,000,"], ["b", "a much longer second sentence " * 3]
-    expected = {k: v.numpy().tolist() for k, v in pre(texts_a, texts_b).items()}
-    expected.update({f"squad_{k}": v.numpy().tolist() for k, v in pre.squad(texts_b, texts_a).items()})
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf, tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
-        loaded = tf.saved_model.load({str(tmp_path / 'pre')!r})
-        out = {{k: v.numpy().tolist() for k, v in loaded.serve(tf.constant({texts_a!r}),
-                                                                tf.constant({texts_b!r})).items()}}
-        squad = loaded.squad(tf.constant({texts_b!r}), tf.constant({texts_a!r}))
-        out.update({{f"squad_{{k}}": v.numpy().tolist() for k, v in squad.items()}})
-        print(json.dumps(out))
-        assert "xlnet_tf" not in sys.modules and "sentencepiece" not in sys.modules
-    """)
+# The features of the texts in argv[1] (JSON: [sentences, second sentences]): pairs, and SQuAD windows of the
+# second ones as questions over the first as contexts.
+_FEATURES = """
+import json, sys
+import tensorflow as tf
+a, b = json.loads(sys.argv[1])
+def features(pair, squad):
+    out = {k: v.numpy().tolist() for k, v in pair(tf.constant(a), tf.constant(b)).items()}
+    out.update({f"squad_{k}": v.numpy().tolist() for k, v in squad(tf.constant(b), tf.constant(a)).items()})
+    print(json.dumps(out))
+"""
+
+# Saves tf.functions over the layer (input signature [None] tf.string) to argv[3], after checking that their string
+# ops are pinned to the CPU (a GPU serving host has no kernels for them); prints the layer's own features.
+_SAVE = _FEATURES + """
+from xlnet_tf.preprocessing import XLNetPreprocessor
+pre = XLNetPreprocessor.from_file(sys.argv[2], seq_length=32, lower_case=False)
+module = tf.Module()
+module.pre = pre
+module.serve = tf.function(lambda a, b: pre(a, b), input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+module.squad = tf.function(pre.squad, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+for function in (module.serve, module.squad):
+    ops = [op for op in function.get_concrete_function().graph.get_operations()
+           if op.type.startswith(("Regex", "Unicode", "StringLower", "NormalizeUTF8", "Sentencepiece", "TFText",
+                                  "StringSplit", "ReduceJoin"))]
+    assert ops and all(op.device.endswith("CPU:0") for op in ops), {op.type: op.device for op in ops}
+tf.saved_model.save(module, sys.argv[3])
+features(pre, pre.squad)
+"""
+
+# Loads argv[3] with tensorflow and tensorflow_text only; prints its features.
+_LOAD = _FEATURES + """
+import tensorflow_text  # noqa: F401 (registers the SentencePiece ops)
+loaded = tf.saved_model.load(sys.argv[3])
+features(loaded.serve, loaded.squad)
+assert "xlnet_tf" not in sys.modules and "sentencepiece" not in sys.modules
+"""
+
+
+@background
+def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(tmp_path):
+    """A SavedModel of a ``tf.function`` over the layer is self-contained: a process that imports only tensorflow
+    and tensorflow_text (no xlnet_tf, no sentencepiece, no spiece.model file) gives the features the layer gives in
+    the process that saved it."""
+    texts = json.dumps([["In 2000, Café ``x''", "\u00e9\u0301 1,000,"], ["b", "a much longer second sentence " * 3]])
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                            cwd=str(tmp_path), timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == expected
+    printed = []
+    for script, cwd in ((_SAVE, ROOT), (_LOAD, str(tmp_path))):  # the loading process cannot import xlnet_tf
+        result = subprocess.run([sys.executable, "-c", script, texts, SPIECE, str(tmp_path / "pre")],
+                                capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        printed.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert printed[1] == printed[0]
 
 
 def _squad_examples(mixed_too: bool = True):
