@@ -96,16 +96,19 @@ class Runner:
         self._stopping = False
         self._thread = None
 
-    def start(self, jobs):
-        """``jobs``: (key, callable, tmp_path or None) in the order to run them."""
+    def start(self, jobs, after=None):
+        """``jobs``: (key, callable, tmp_path or None) in the order to run them; ``after()``, if given, returns
+        before the first starts (work they should not compete with)."""
         if not jobs:
             return
         self._queue = list(jobs)
-        self._thread = threading.Thread(target=self._loop, name="background-tests", daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(after,), name="background-tests", daemon=True)
         self._thread.start()
 
-    def _loop(self):
+    def _loop(self, after):
         _THREAD.background = True
+        if after is not None:
+            after()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._stopping or (self._queue and (self._wanted or not self._holds)))

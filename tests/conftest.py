@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import sys
+import threading
 
 import pytest
 
@@ -18,11 +19,37 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
 
 import tensorflow as tf  # noqa: E402
+from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops  # noqa: E402
 
 import background  # noqa: E402
+from xlnet_tf import ops  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+# --- the custom kernels, built while pytest collects ----------------------------------------------------------------
+# Why: on a fresh clone the session's first model compiles xlnet_tf/ops (20-40 s of the compiler on 2 cores), and
+# the tests in front waited for it. Started here, it compiles while pytest imports the test files (one core busy);
+# the first use waits for this build instead of starting its own. A failure is the first use's to report.
+def _prebuild():
+    try:
+        _ops_build()
+    except Exception:  # noqa: BLE001 (reported by the first use, which builds again)
+        pass
+
+
+_ops_build = ops.build
+_prebuilding = threading.Thread(target=_prebuild, name="xlnet_tf.ops build", daemon=True)
+_prebuilding.start()
+
+
+def _build_after_prebuild(*args, **kwargs):
+    _prebuilding.join()
+    return _ops_build(*args, **kwargs)
+
+
+ops.build = _build_after_prebuild
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SQUAD = os.path.join(_REPO, "tests", "fixtures", "squad")
@@ -65,9 +92,14 @@ _CWD = pytest.StashKey[str]()
 
 def pytest_collection_modifyitems(session, config, items):
     # The background tests' reports go behind the in-process tests: by the time the front reaches them, their
-    # bodies have run beside it.
-    items[:] = ([item for item in items if not background.body_of(item)]
-                + [item for item in items if background.body_of(item)])
+    # bodies have run beside it. The files holding an ``alone`` test come after those reports, each file whole (its
+    # module fixtures are made once): an alone test holds the thread, and a hold first waits for the body running
+    # (up to a minute, idle in front); after the reports none is left.
+    front = [item for item in items if not background.body_of(item)]
+    quiet = {item.path for item in front if background.is_alone(item)}
+    items[:] = ([item for item in front if item.path not in quiet]
+                + [item for item in items if background.body_of(item)]
+                + [item for item in front if item.path in quiet])
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -84,7 +116,8 @@ def _background_tests(request, tmp_path_factory):
         body = background.body_of(item)
         if body is not None:
             bodies.append(job(item.nodeid, body, item.name))
-    background.RUNNER.start(list(resources.values()) + bodies)
+    # The jobs start once the kernels are built: until then the compiler has the second core.
+    background.RUNNER.start(list(resources.values()) + bodies, after=_prebuilding.join)
     yield
     background.RUNNER.stop()
 
@@ -183,3 +216,24 @@ def _exit_without_interpreter_teardown():
 
 # atexit runs its handlers last-registered first: registered at import, this one runs after pytest's own.
 atexit.register(_exit_without_interpreter_teardown)
+
+
+# --- tf.data iterators live until the process exits ----------------------------------------------------------------
+# Why: the destructor above also runs mid-session, when a test's iterator is freed (by the garbage collector, for
+# those a traced function captured): a gen-2 collection then blocked 27-42 s, once in each full run (in a different
+# test each time). The suite keeps every iterator made eagerly until the process ends, where the prompt exit skips
+# their destructors. What they hold is small here (a few batches of micro models) and their threads wait idle.
+_ITERATORS = []
+
+
+def _kept(init):
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if tf.executing_eagerly():
+            _ITERATORS.append(self)
+    return __init__
+
+
+iterator_ops.OwnedIterator.__init__ = _kept(iterator_ops.OwnedIterator.__init__)
+multi_device_iterator_ops.OwnedMultiDeviceIterator.__init__ = _kept(
+    multi_device_iterator_ops.OwnedMultiDeviceIterator.__init__)
