@@ -187,6 +187,7 @@ _session = None
 def pytest_sessionfinish(session, exitstatus):
     global _session
     _session = session
+    _prebuilding.join()  # a short run must not exit under the compiler, leaving its temporary file in the cache
 
 
 def _pytest_is_the_program() -> bool:
