@@ -223,7 +223,7 @@ atexit.register(_exit_without_interpreter_teardown)
 # Why: the destructor above also runs mid-session, when a test's iterator is freed (by the garbage collector, for
 # those a traced function captured): a gen-2 collection then blocked 27-42 s, once in each full run (in a different
 # test each time). The suite keeps every iterator made eagerly until the process ends, where the prompt exit skips
-# their destructors. What they hold is small here (a few batches of micro models) and their threads wait idle.
+# their destructors: their buffers stay in memory and their threads wait idle until then, the price of no stalls.
 _ITERATORS = []
 
 

@@ -331,7 +331,7 @@ def test_saved_model_runs_with_tensorflow_and_tensorflow_text_only(tmp_path):
     texts = json.dumps([["In 2000, Café ``x''", "\u00e9\u0301 1,000,"], ["b", "a much longer second sentence " * 3]])
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     printed = []
-    for script, cwd in ((_SAVE, ROOT), (_LOAD, str(tmp_path))):  # the loading process cannot import xlnet_tf
+    for script, cwd in ((_SAVE, ROOT), (_LOAD, str(tmp_path))):  # the loading one starts outside the repository
         result = subprocess.run([sys.executable, "-c", script, texts, SPIECE, str(tmp_path / "pre")],
                                 capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
