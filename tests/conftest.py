@@ -31,25 +31,16 @@ tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceCon
 # --- the custom kernels, built while pytest collects ----------------------------------------------------------------
 # Why: on a fresh clone the session's first model compiles xlnet_tf/ops (20-40 s of the compiler on 2 cores), and
 # the tests in front waited for it. Started here, it compiles while pytest imports the test files (one core busy);
-# the first use waits for this build instead of starting its own. A failure is the first use's to report.
+# the first use waits for this build (ops.build: one at a time). A failure is the first use's to report.
 def _prebuild():
     try:
-        _ops_build()
+        ops.build()
     except Exception:  # noqa: BLE001 (reported by the first use, which builds again)
         pass
 
 
-_ops_build = ops.build
 _prebuilding = threading.Thread(target=_prebuild, name="xlnet_tf.ops build", daemon=True)
 _prebuilding.start()
-
-
-def _build_after_prebuild(*args, **kwargs):
-    _prebuilding.join()
-    return _ops_build(*args, **kwargs)
-
-
-ops.build = _build_after_prebuild
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SQUAD = os.path.join(_REPO, "tests", "fixtures", "squad")

@@ -42,11 +42,14 @@ def _fine_tuned(tmp_path):
         "task_name", "data_dir", "model_config_path", "spiece_model_file", "model_dir", "max_seq_length",
         "train_batch_size", "predict_batch_size", "train_steps", "iterations", "learning_rate", "dropout", "dropatt",
         "export_dir", "predict_dir")]
-    done = subprocess.run([PYTHON, "run_classifier.py", "--do_train", "--do_predict", *flags], cwd=REPO,
-                          capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
-    assert done.returncode == 0, done.stderr[-4000:]
+    _run_classifier("--do_train", "--do_predict", *flags)
     return tmp_path
+
+
+def _run_classifier(*flags):
+    done = subprocess.run([PYTHON, "run_classifier.py", *flags], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 @functools.cache
@@ -254,13 +257,10 @@ def test_export_command_from_the_model_dir_alone(tmp_path):
 def test_bad_requests_multiple_choice(tmp_path):
     """The same random mixes for RACE's three inputs (options [batch, choices] with 1 to 5 choices), on the export
     run_classifier.py writes for RACE (the micro model fine-tuned for a step on the RACE fixture)."""
-    done = subprocess.run([PYTHON, "run_classifier.py", "--task_name=race", f"--data_dir={FIXTURES}/race",
-                           f"--model_config_path={micro_config(tmp_path)}", f"--spiece_model_file={SPIECE}",
-                           f"--model_dir={tmp_path / 'model'}", f"--export_dir={tmp_path / 'serving'}", "--do_train",
-                           "--train_steps=1", "--iterations=1", "--train_batch_size=2", f"--max_seq_length={SEQ}",
-                           "--max_qa_length=16"], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
-    assert done.returncode == 0, done.stderr[-4000:]
+    _run_classifier("--task_name=race", f"--data_dir={FIXTURES}/race", f"--model_config_path={micro_config(tmp_path)}",
+                    f"--spiece_model_file={SPIECE}", f"--model_dir={tmp_path / 'model'}",
+                    f"--export_dir={tmp_path / 'serving'}", "--do_train", "--train_steps=1", "--iterations=1",
+                    "--train_batch_size=2", f"--max_seq_length={SEQ}", "--max_qa_length=16")
     path = str(tmp_path / "serving" / "1")
     reply = serve({"export": path, "fuzz": {"signature": "serving_default", "count": 300, "seed": 2},
                    "calls": [{"signature": "serving_default", "inputs": {

@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from absl import logging
@@ -42,6 +43,7 @@ _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
 _OPT_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-w"]
+_BUILDING = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -75,6 +77,11 @@ def build(verbose: bool = False) -> Path:
     target = cache_dir() / f"xlnet_tf_ops-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
+    with _BUILDING:  # a second thread of this process waits for the first one's build rather than compiling again
+        return target if target.exists() else _build(target, compiler, flags, link, verbose)
+
+
+def _build(target: Path, compiler: list[str], flags: list[str], link: list[str], verbose: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
