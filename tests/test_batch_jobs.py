@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -17,10 +16,10 @@ from xlnet_tf.batch import job_runner as jobs
 from xlnet_tf.cli import jobs as cli_jobs
 
 
-def write_job(tmp_path, runs, **defaults) -> str:
+def write_job(tmp_path, runs, script=None, **defaults) -> str:
     config = tmp_path / "micro.json"
     config.write_text(json.dumps(MICRO_CONFIG))
-    spec = dict(output_dir=str(tmp_path / "out"), runs=runs, defaults=dict(
+    spec = dict(output_dir=str(tmp_path / "out"), runs=runs, **({"script": script} if script else {}), defaults=dict(
         task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"), model_config_path=str(config),
         spiece_model_file=SPIECE, do_train=True, do_eval=True, max_seq_length=32, train_batch_size=4,
         eval_batch_size=6, learning_rate=1e-3, dropout=0.0, dropatt=0.0, **defaults))
@@ -149,27 +148,39 @@ def _job(path):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+# The job's script in the test below: run_classifier.py, except that the first time it runs it SIGKILLs its process
+# group, the job and itself, as a scheduler ending the job would, at step 3 (steps 1 and 2 are checkpointed).
+_KILLED_ONCE = """
+import runpy, sys
+sys.argv = [{killed_at!r}, "--group", "--once=" + {marker!r}, "3", {script!r}, *sys.argv[1:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @background
 def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
-    """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) once the first run has a
-    checkpoint. The third run is trained meanwhile as on a cluster: the task of a generated Slurm array script
+    """Three runs, the second with a bad data path. The job is SIGKILLed (with its run) in the first run, after its
+    second checkpoint. The third run is trained meanwhile as on a cluster: the task of a generated Slurm array script
     (bash, a stand-in srun on PATH). The rerun skips it, resumes the first run from its checkpoint and records
     the failure with its reason; a third invocation skips the two finished runs; `jobs gather` then writes the
     local runner's table, byte for byte."""
+    script = tmp_path / "killed_once" / "run_classifier.py"
+    script.parent.mkdir()
+    script.write_text(_KILLED_ONCE.format(killed_at=os.path.join(REPO, "tests", "killed_at.py"),
+                                          marker=str(tmp_path / "killed_once" / "killed"),
+                                          script=os.path.join(REPO, "run_classifier.py")))
     path = write_job(tmp_path, [
         {"name": "first", "train_steps": 12, "save_steps": 1, "iterations": 1},
         {"name": "broken", "data_dir": str(tmp_path / "no_such_dir"), "train_steps": 2},
-        {"name": "third", "seed": 7, "train_steps": 2}])
+        {"name": "third", "seed": 7, "train_steps": 2}], script=str(script))
     out = tmp_path / "out"
     proc = _job(path)
-    deadline = time.monotonic() + 240
-    while not (out / "first" / "checkpoint").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the job and its run: as a scheduler ending the job would
-    proc.communicate()
-    assert not (out / "first" / jobs.DONE_FILE).exists(), "the first run finished before the kill"
+    log = proc.communicate(timeout=300)[0]
+    assert proc.returncode == -signal.SIGKILL, log[-3000:]
+    assert sorted(n for n in os.listdir(out / "first") if n.endswith(".index")) == ["model-1.index", "model-2.index"]
+    assert not (out / "first" / jobs.DONE_FILE).exists()
     assert json.loads((out / "results.json").read_text())["runs"][0]["status"] == "running"
 
     slurm = tmp_path / "slurm"
@@ -191,7 +202,8 @@ def test_job_runs_past_a_failure_and_resumes_an_interrupted_run(tmp_path):
     assert proc.returncode == 1, log  # a run failed
     assert "[jobs] first: resuming" in log and "[jobs] third: done before, skipped" in log
     first_log = (out / "first" / jobs.LOG_FILE).read_text()
-    assert first_log.count("job attempt") == 2 and "resumed from" in first_log.split("job attempt")[-1]
+    assert first_log.count("job attempt") == 2
+    assert f"resumed from {out / 'first' / 'model-2'} at step 2" in first_log.split("job attempt")[-1]
     results = json.loads((out / "results.json").read_text())
     by_run = {r["run"]: r for r in results["runs"]}
     assert [r["status"] for r in results["runs"]] == ["done", "failed", "done"]

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -273,18 +272,40 @@ def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
     np.testing.assert_allclose([r["probabilities"] for r in a], [r["probabilities"] for r in b], atol=2e-6)
 
 
-def _cli(args, **kw):
+def _cli(args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli.predict", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+# `python -m xlnet_tf.cli.predict ARGS` that SIGKILLs itself part-way through its second shard: once the summary
+# records the first shard, at the third batch of the next. (Killed from inside, at a fixed point: a kill from here
+# would race the job's progress against this process's polling.)
+_KILLED_IN_SECOND_SHARD = """
+import os, runpy, signal, sys
+from xlnet_tf.batch import prediction
+write_json, format_rows, state = prediction.write_json_atomic, prediction._format_rows, {"shards": 0, "batches": 0}
+def write_summary(path, summary, *args, **kwargs):
+    state["shards"] = len(summary["shards"])
+    return write_json(path, summary, *args, **kwargs)
+def rows_or_death(*args, **kwargs):
+    if state["shards"] == 1:
+        state["batches"] += 1
+        if state["batches"] == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return format_rows(*args, **kwargs)
+prediction.write_json_atomic, prediction._format_rows = write_summary, rows_or_death
+sys.argv[0] = "xlnet_tf.cli.predict"
+runpy.run_module("xlnet_tf.cli.predict", run_name="__main__", alter_sys=True)
+"""
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
-    """3 shards x 2k rows: a job SIGKILLed once its first shard is written and then rerun gives files
+    """3 shards x 2k rows: a job SIGKILLed while it writes its second shard and then rerun gives files
     byte-identical to an uninterrupted run's (here the same engine in this process, to spare a TensorFlow start);
-    the rerun skips the finished shard and leaves no temporary file."""
+    the rerun skips the finished shard, does not rewrite it, and removes the killed shard's temporary file."""
     export = fine_tuned[1]
     pattern = write_shards(tmp_path / "in", shards=3, rows=2000)
     bp.predict_shards(bp.SavedModelPredictor(export, max_seq_length=32), pattern, str(tmp_path / "whole"),
@@ -294,30 +315,20 @@ def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
 
     out = tmp_path / "killed"
     first = out / "part-00.tsv.predictions.jsonl"
-    killed = _cli(args + [f"--output_dir={out}"], stdin=subprocess.DEVNULL)
-    def recorded():  # the shards the job's summary records as done (written after each shard's output)
-        try:
-            return [os.path.basename(shard["output"]) for shard in
-                    json.loads((out / "predict_summary.json").read_text())["shards"]]
-        except (FileNotFoundError, ValueError, KeyError):
-            return []
-
-    deadline = time.monotonic() + 300
-    while not recorded() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    killed.send_signal(signal.SIGKILL)
-    killed.communicate()
-    # The kill lands after the first shard is recorded, on a fast machine sometimes after the second too.
-    done = [out / name for name in recorded()]
-    assert first in done and not (out / "part-02.tsv.predictions.jsonl").exists(), "killed too late"
-    inodes = [path.stat().st_ino for path in done]
+    killed = subprocess.run([sys.executable, "-c", _KILLED_IN_SECOND_SHARD, *args, f"--output_dir={out}"],
+                            cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    summary = json.loads((out / bp.SUMMARY_FILE).read_text())
+    assert [shard["output"] for shard in summary["shards"]] == [str(first)] and not summary["complete"]
+    assert [n for n in os.listdir(out) if n.startswith(".part-01.tsv.predictions.jsonl.tmp-")], os.listdir(out)
+    inode = first.stat().st_ino
     rerun = _cli(args + [f"--output_dir={out}"])
     out_rerun = rerun.communicate(timeout=300)[0]
     assert rerun.returncode == 0, out_rerun
-    assert f"{len(done)} of 3 shards already done" in out_rerun, out_rerun
-    assert [path.stat().st_ino for path in done] == inodes  # finished shards are not rewritten
-    assert (f"shard 3/3 part-02.tsv done | {2000 * (3 - len(done))} rows this run" in out_rerun
-            and "examples/s" in out_rerun)
+    assert "1 of 3 shards already done" in out_rerun, out_rerun
+    assert first.stat().st_ino == inode  # the finished shard is not rewritten
+    assert "shard 3/3 part-02.tsv done | 4000 rows this run" in out_rerun and "examples/s" in out_rerun
     for k in range(3):
         name = f"part-{k:02d}.tsv.predictions.jsonl"
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -141,35 +140,40 @@ def test_resume_after_simulated_crash(written, corpus, tmp_path):
     assert not any(n.startswith(".") for n in os.listdir(copy / "tfrecords"))
 
 
+# `python -m xlnet_tf.cli.create_data ARGS`, started in a session of its own, that SIGKILLs its process group (the
+# CLI and its pool workers) as the second finished shard is reported to it, while the workers write the next ones.
+# (Killed from inside, at a fixed point: a kill from here would race 85 shards of ~3 ms each against polling.)
+_KILLED_AT_SECOND_SHARD = """
+import os, runpy, signal, sys
+from xlnet_tf.data import writer
+report, done = writer._Progress.__call__, []
+def report_or_die(self, n, force=False):
+    report(self, n, force)
+    done.append(force)
+    if done.count(True) == 2:
+        os.killpg(0, signal.SIGKILL)
+writer._Progress.__call__ = report_or_die
+sys.argv[0] = "xlnet_tf.cli.create_data"
+runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True)
+"""
+
+
 @pytest.mark.slow
 def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""
     reference_dir, manifest = written
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "xlnet_tf.cli.create_data", f"--input_glob={corpus}/*.txt",
-           f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32", "--reuse_len=16", "--bsz_per_host=4",
-           "--num_core_per_host=2", "--bi_data", "--num_predict=6", "--batches_per_shard=4", "--num_workers=2"]
+    args = [f"--input_glob={corpus}/*.txt", f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32",
+            "--reuse_len=16", "--bsz_per_host=4", "--num_core_per_host=2", "--bi_data", "--num_predict=6",
+            "--batches_per_shard=4", "--num_workers=2"]
     # The reference used 40 batches per shard; this run's plan differs, so compare records, not files.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    killed = False
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            d = out / "tfrecords"
-            done = [n for n in os.listdir(d) if n.endswith(".tfrecord")] if d.exists() else []
-            if len(done) >= 2:
-                os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its pool workers: our own process group
-                killed = True
-                break
-            time.sleep(0.01)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert killed, "the run finished before it could be killed"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AT_SECOND_SHARD, *args], cwd=ROOT,
+                            capture_output=True, text=True, start_new_session=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not (out / "manifest.json").exists(), "the manifest is written last"
+    finished = [n for n in os.listdir(out / "tfrecords") if n.endswith(".tfrecord")]
     m = cpd.run(config(corpus / "*.txt", out, batches_per_shard=4))
+    assert 2 <= len(finished) < len(m["shards"]) == 85, (len(finished), len(m["shards"]))
     got = [r for s in m["shards"] for r in read_records(os.path.join(out, s["file"]))]
     ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in read_records(s["path"])]
     assert len(got) == len(ref) == m["num_records"]

@@ -20,27 +20,7 @@ from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf.tasks.squad import SquadSettings
 
 TRAIN_STEPS, SAVE_STEPS = 16, 5
-
-# Runs an entry point (argv[2:]) that kills itself with SIGKILL once a host loop ends at or after step argv[1]
-# (nothing is saved at that step: the kill comes before the checkpoint of a save step).
-_KILLED_AT = """
-import os, runpy, signal, sys
-from xlnet_tf.training import setup
-kill_at, run_host_loops = int(sys.argv[1]), setup.run_host_loops
-def killing(host_loop, **kwargs):
-    step = kwargs["start_step"]
-    def loop(steps, state):
-        nonlocal step
-        out = host_loop(steps, state)
-        step += int(steps)
-        if step >= kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return out
-    return run_host_loops(loop, **kwargs)
-setup.run_host_loops = killing
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+KILLED_AT = os.path.join(REPO, "tests", "killed_at.py")  # runs an entry point and kills it at a step
 
 
 def common(tmp_path) -> dict:
@@ -63,7 +43,7 @@ def start_killed(script: str, values: dict, tmp_path):
     kill_at = random.randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
     log = tmp_path / "killed.log"  # a file, not a pipe: nobody reads its output while this process trains
     with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_AT, str(kill_at), script, *flag_list(values)],
+        proc = subprocess.Popen([sys.executable, KILLED_AT, str(kill_at), script, *flag_list(values)],
                                 cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
                                 stdout=f, stderr=subprocess.STDOUT)
     return proc, values, kill_at, log

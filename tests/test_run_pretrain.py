@@ -27,10 +27,12 @@ def base_flags(tmp_path, corpus, name="model", steps=40, **overrides):
     return ["--config_file="] + [f"--{k}={v}" for k, v in flags.items()]
 
 
-def run(args, **popen):
+def run(args, killed_at=None, **popen):
+    """run_pretrain.py ARGS, started; ``killed_at``: SIGKILLed as its host loop reaches that step (tests/killed_at.py)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_pretrain.py"), *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    killing = [] if killed_at is None else [os.path.join(REPO, "tests", "killed_at.py"), str(killed_at)]
+    return subprocess.Popen([sys.executable, *killing, os.path.join(REPO, "run_pretrain.py"), *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 
 def finish(proc, timeout=300):
@@ -130,19 +132,14 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path):
     # Data written for other shapes, or another span masking, is refused, naming the field.
     other = run(base_flags(tmp_path, corpus, name="other", seq_len=64, reuse_len=32, perm_size=32, mask_alpha=4))
 
-    # Same run (dropout on: the checkpoints carry its seed states), killed with SIGKILL once a checkpoint at
-    # step >= 20 is committed (named by the manager's state file), then restarted.
-    proc = run(base_flags(tmp_path, corpus, name="killed", steps=60) + ["--deterministic"])
-    deadline = time.time() + 240
-    while committed_step(tmp_path / "killed") < 20:
-        assert proc.poll() is None and time.time() < deadline, "run ended before its step-20 checkpoint"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not os.path.exists(tmp_path / "killed" / "xlnet_model-60.index")
+    # Same run (dropout on: the checkpoints carry its seed states), SIGKILLed at step 30 before its checkpoint
+    # there (those of steps 10 and 20 are committed), then restarted.
+    code, log = finish(run(base_flags(tmp_path, corpus, name="killed", steps=60) + ["--deterministic"],
+                           killed_at=30))
+    assert code == -signal.SIGKILL and committed_step(tmp_path / "killed") == 20, log[-3000:]
     code, log = finish(run(base_flags(tmp_path, corpus, name="killed", steps=60) + ["--deterministic"]))
     assert code == 0, log[-3000:]
-    assert re.search(r"resumed from .*xlnet_model-(20|30|40|50) at step", log), log[-3000:]
+    assert f"resumed from {tmp_path / 'killed' / 'xlnet_model-20'} at step 20" in log, log[-3000:]
     assert "writing pretraining data" not in log  # the data is there
 
     code, log = finish(other)

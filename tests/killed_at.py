@@ -1,0 +1,84 @@
+"""``python tests/killed_at.py [--group] [--once=MARKER] STEP SCRIPT ARGS...``: runs the entry point ``SCRIPT ARGS``
+(run_pretrain.py, run_classifier.py, run_squad.py) and SIGKILLs it once a host loop ends at or after ``STEP``. Nothing
+is saved at that step (the kill comes before the checkpoint of a save step); the checkpoints before it are.
+
+``--group`` kills the process group instead (a job runner and its run, as a scheduler ending the job would);
+``--once=MARKER`` kills only while the file MARKER does not exist, creating it first (a job's rerun of the same
+script then runs to the end).
+
+The tests kill from inside, at a fixed step, rather than from the test once a checkpoint appears: the steps left
+after one take about a second, and the test process polling for it can be held longer than that (its garbage
+collector, the in-process tests beside it)."""
+
+import importlib.abc
+import importlib.util
+import os
+import runpy
+import signal
+import sys
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``patch(module)`` once the module ``name`` is imported: not before the script imports it, which
+    would import TensorFlow before the script sets its environment (run_pretrain.py's --deterministic does)."""
+
+    def __init__(self, name, patch):
+        self.name, self.patch = name, patch
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def main(argv):
+    group, once = False, None
+    while argv[0].startswith("--"):  # this script's options, before STEP
+        option, argv = argv[0], argv[1:]
+        if option == "--group":
+            group = True
+        elif option.startswith("--once="):
+            once = option.split("=", 1)[1]
+        else:
+            raise SystemExit(f"killed_at.py: unknown option {option}")
+    kill_at, script, args = int(argv[0]), os.path.abspath(argv[1]), argv[2:]
+    sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
+
+    def patch(setup):
+        run_host_loops = setup.run_host_loops
+
+        def killing(host_loop, **kwargs):
+            step = kwargs["start_step"]
+
+            def loop(steps, state):
+                nonlocal step
+                out = host_loop(steps, state)
+                step += int(steps)
+                if step >= kill_at and not (once and os.path.exists(once)):
+                    if once:
+                        open(once, "w").close()
+                    if group:
+                        os.killpg(0, signal.SIGKILL)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return out
+
+            return run_host_loops(loop, **kwargs)
+
+        setup.run_host_loops = killing
+
+    sys.meta_path.insert(0, _AfterImport("xlnet_tf.training.setup", patch))
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
