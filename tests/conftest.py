@@ -85,10 +85,14 @@ def pytest_collection_modifyitems(session, config, items):
     # The background tests' reports go behind the in-process tests: by the time the front reaches them, their
     # bodies have run beside it. The files holding an ``alone`` test come after those reports, each file whole (its
     # module fixtures are made once): an alone test holds the thread, and a hold first waits for the body running
-    # (up to a minute, idle in front); after the reports none is left.
+    # (up to a minute, idle in front); after the reports none is left. The files with a ``multiprocess`` test
+    # come last among the others: beside the bodies, their processes would share the two cores three ways, and
+    # the bodies are done well before the in-process tests are.
     front = [item for item in items if not background.body_of(item)]
     quiet = {item.path for item in front if background.is_alone(item)}
-    items[:] = ([item for item in front if item.path not in quiet]
+    starting = {item.path for item in front if item.get_closest_marker("multiprocess")} - quiet
+    items[:] = ([item for item in front if item.path not in quiet | starting]
+                + [item for item in front if item.path in starting]
                 + [item for item in items if background.body_of(item)]
                 + [item for item in front if item.path in quiet])
 

@@ -158,6 +158,7 @@ runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True
 """
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""

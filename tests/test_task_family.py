@@ -187,6 +187,7 @@ def _start(args):
                             stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
     import tensorflow as tf
