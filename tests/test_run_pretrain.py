@@ -28,7 +28,7 @@ def base_flags(tmp_path, corpus, name="model", steps=40, **overrides):
 
 
 def run(args, killed_at=None, **popen):
-    """run_pretrain.py ARGS, started; ``killed_at``: SIGKILLed as its host loop reaches that step (tests/killed_at.py)."""
+    """run_pretrain.py ARGS, started; ``killed_at``: SIGKILLed as its host loop reaches that step (killed_at.py)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     killing = [] if killed_at is None else [os.path.join(REPO, "tests", "killed_at.py"), str(killed_at)]
     return subprocess.Popen([sys.executable, *killing, os.path.join(REPO, "run_pretrain.py"), *args], cwd=REPO,
