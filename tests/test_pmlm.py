@@ -12,7 +12,7 @@ from xlnet_tf.objectives import OBJECTIVES, BatchShape
 from xlnet_tf.objectives.mpnet import make_mpnet_batch
 from xlnet_tf.objectives.plm import make_pretraining_batch
 from xlnet_tf.objectives.pmlm import make_pmlm_batch
-from xlnet_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+from xlnet_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
 
 VOCAB = 200
 # Large initial weights: the invariance tests need the visible inputs to move the outputs clearly.
@@ -318,7 +318,7 @@ def test_pmlm_split_attention_equals_one_dense_stream_with_position_ids():
     [corrupted | originals | pseudo] with explicit position ids and the whole mask (the s2s-ft layout)."""
     model = XLNetPretrainer(TINY)
     model.xlnet.word_embedding[MASK_ID].assign(model.xlnet.mask_emb[0, 0])  # a dense [P] token: mask_emb
-    length, k = 40, max_masked(40)
+    length = 40
     batch = _pmlm_inputs(5)
     split = _logits(model, batch)
     positions = batch["target_mapping"].argmax(-1)
