@@ -10,6 +10,7 @@ The tests kill from inside, at a fixed step, rather than from the test once a ch
 after one take about a second, and the test process polling for it can be held longer than that (its garbage
 collector, the in-process tests beside it)."""
 
+import argparse
 import importlib.abc
 import importlib.util
 import os
@@ -41,16 +42,14 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def main(argv):
-    group, once = False, None
-    while argv[0].startswith("--"):  # this script's options, before STEP
-        option, argv = argv[0], argv[1:]
-        if option == "--group":
-            group = True
-        elif option.startswith("--once="):
-            once = option.split("=", 1)[1]
-        else:
-            raise SystemExit(f"killed_at.py: unknown option {option}")
-    kill_at, script, args = int(argv[0]), os.path.abspath(argv[1]), argv[2:]
+    parser = argparse.ArgumentParser(prog="killed_at.py")
+    parser.add_argument("--group", action="store_true")
+    parser.add_argument("--once", metavar="MARKER")
+    parser.add_argument("step", type=int)
+    parser.add_argument("script")
+    parser.add_argument("args", nargs=argparse.REMAINDER)  # the script's, flags included
+    parsed = parser.parse_args(argv)
+    kill_at, group, once, script = parsed.step, parsed.group, parsed.once, os.path.abspath(parsed.script)
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
 
     def patch(setup):
@@ -76,7 +75,7 @@ def main(argv):
         setup.run_host_loops = killing
 
     sys.meta_path.insert(0, _AfterImport("xlnet_tf.training.setup", patch))
-    sys.argv = [script, *args]
+    sys.argv = [script, *parsed.args]
     runpy.run_path(script, run_name="__main__")
 
 
