@@ -716,10 +716,12 @@ def test_dropout_keeps_one_minus_rate_scaled_and_is_identity_at_inference():
     assert abs(keep_probability(0.1) - 0.9) < 1e-5
     assert (layer(x, training=True).numpy() != first).any()  # a fresh mask every call
     np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
-    # Odd and even last axes, bfloat16, under XLA: the same rate, the gradient is the mask itself.
+    # Odd and even last axes, bfloat16, under XLA: the same rate, the gradient is the mask itself, and the same mask
+    # inside a whole XLA-compiled function as op by op.
     seed = tf.constant([3, 4])
     for shape, dtype in (([300, 7, 9], tf.float32), ([64, 1000], tf.bfloat16)):
         x = tf.ones(shape, dtype)
+        masks = []
         for jit in (False, True):
             @tf.function(jit_compile=jit)
             def run(x):
@@ -732,6 +734,13 @@ def test_dropout_keeps_one_minus_rate_scaled_and_is_identity_at_inference():
             assert abs((y > 0).mean() - 0.75) < 0.01, (shape, jit)
             np.testing.assert_allclose(grad, 2.0 * y, rtol=1e-2)
             assert len(np.unique(y)) == 2
+            masks.append(y > 0)
+        np.testing.assert_array_equal(masks[0], masks[1])
+    # Past 2^32 elements the mask's counter would wrap (masks repeating): refused when the step is traced.
+    huge = tf.function(lambda x: dropout(x, 0.1, seed)).get_concrete_function
+    huge(tf.TensorSpec([2 ** 16, 2 ** 16], tf.bfloat16))
+    with pytest.raises(ValueError, match=r"4295032832 elements .*at most 2\^32"):
+        huge(tf.TensorSpec([2 ** 16, 2 ** 16 + 1], tf.bfloat16))
 
 
 def _fmix32(v):
@@ -749,7 +758,7 @@ def test_dropout_random_words_follow_their_definition_and_are_uniform():
 
     seed = tf.constant([123, 7])
     n = 1 << 20
-    words = dropout.random_bits(tf.constant([n]), seed, static_last=n).numpy().view(np.uint32)
+    words = dropout.random_bits(tf.constant([n]), seed).numpy().view(np.uint32)
     with np.errstate(over="ignore"):
         k0 = _fmix32(np.uint32(123) + np.uint32(0x9E3779B9))
         k1 = _fmix32(np.uint32(7) ^ k0)
@@ -761,7 +770,7 @@ def test_dropout_random_words_follow_their_definition_and_are_uniform():
     assert np.abs(bit_means - 0.5).max() < 5 * 0.5 / math.sqrt(words.size)
     u = words / 2.0 ** 32
     assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01
-    next_seed = dropout.random_bits(tf.constant([n]), seed + [0, 1], static_last=n).numpy().view(np.uint32)
+    next_seed = dropout.random_bits(tf.constant([n]), seed + [0, 1]).numpy().view(np.uint32)
     assert abs(np.corrcoef(u, next_seed / 2.0 ** 32)[0, 1]) < 0.01
     assert (words == next_seed).mean() < 1e-3
 

@@ -38,13 +38,11 @@ def _mix(v):
     return shift_xor(v, 16)
 
 
-def hash_words(count, seed):
-    """``count`` uniform uint32 words from ``seed`` (int [2]): word i = F(F(F(i ^ k0) + k1) ^ k0). Under XLA only
-    (``_counter``)."""
+def _hash(i, seed):
+    """Word ``i`` (uint32, any shape) of the stream of ``seed`` (int [2])."""
     s = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
     k0 = _mix(s[0] + tf.constant(0x9E3779B9, tf.uint32))
     k1 = _mix(tf.bitwise.bitwise_xor(s[1], k0))
-    i = tf.bitcast(_counter(count), tf.uint32)
     return _mix(tf.bitwise.bitwise_xor(_mix(_mix(tf.bitwise.bitwise_xor(i, k0)) + k1), k0))
 
 
@@ -52,38 +50,45 @@ _ROW = 1024
 
 
 def _counter(count):
-    """``0, 1, ..., count - 1`` (int32), as ``row * 1024 + column`` of two short ranges behind an XLA optimisation
-    barrier. A plain ``tf.range(count)`` with the count known when XLA compiles is folded by TensorFlow's bridge
-    into a literal of ``count`` words (half the dropped tensor's size: gigabytes of constants in a base-size step
-    at batch 32, in host memory while compiling and in the module); the barrier keeps the two short ranges from
-    being folded into it, so the counter is computed in the fused loop. Same values, same bits. (Only inside
-    ``_words``, which XLA always compiles.)"""
-    count = tf.cast(count, tf.int32)
-    rows, columns = ops.optimization_barrier(tf.range((count + _ROW - 1) // _ROW, dtype=tf.int32),
+    """``0, 1, ..., count - 1`` (uint32, ``count`` <= 2^32), as ``row * 1024 + column`` of two short ranges behind an
+    XLA optimisation barrier. A plain ``tf.range(count)`` with the count known when XLA compiles is folded by
+    TensorFlow's bridge into a literal of ``count`` words (gigabytes of constants in a base-size step at batch 32,
+    in host memory while compiling and in the module); the barrier keeps the two short ranges from being folded into
+    it, so the counter is computed in the fused loop. Same values, same bits. (Only inside ``_bits``, which XLA
+    always compiles.)"""
+    count = tf.cast(count, tf.int64)
+    rows, columns = ops.optimization_barrier(tf.range(tf.cast((count + _ROW - 1) // _ROW, tf.int32)),
                                              tf.range(_ROW, dtype=tf.int32))
+    rows, columns = tf.cast(rows, tf.uint32), tf.cast(columns, tf.uint32)
     return tf.reshape(rows[:, None] * _ROW + columns[None, :], [-1])[:count]
 
 
 # Compiled by XLA into one vectorised loop (inlined under whole-step XLA and on TPU); op by op, the ten uint32
 # passes would cost more than the rest of dropout.
 @tf.function(jit_compile=True, autograph=False)
-def _words(words_shape, seed):
-    return tf.reshape(hash_words(tf.reduce_prod(words_shape), seed), words_shape)
+def _bits(shape, seed):
+    """Element e's 16 bits are half ``e % 2`` (the low one first) of word ``e // 2``, taken by shifts rather than
+    by viewing the words as int16 pairs: XLA on a GPU does not fuse a view that changes the element width, so it
+    wrote every layer's words in one kernel and read them back in each dropout; hashed per element, the bits are
+    drawn inside each dropout's kernel, which memory bounds, not arithmetic (each word is hashed twice;
+    bench/reports/gpu.md)."""
+    e = _counter(tf.reduce_prod(shape))
+    half = tf.bitwise.right_shift(_hash(tf.bitwise.right_shift(e, 1), seed),
+                                  tf.bitwise.left_shift(tf.bitwise.bitwise_and(e, 1), 4))
+    return tf.reshape(tf.bitcast(tf.cast(half, tf.uint16), tf.int16), shape)
 
 
-def random_bits(shape, seed, static_last=None):
-    """Uniform int16 values of ``shape`` (int [rank]) from ``seed`` (int [2]): two per 32-bit word, in order."""
-    if static_last is not None and static_last % 2 == 0:
-        words = _words(tf.concat([shape[:-1], [static_last // 2]], 0), seed)
-        return tf.reshape(tf.bitcast(words, tf.int16), shape)  # [..., last/2, 2] -> [..., last]: a view
-    size = tf.reduce_prod(shape)
-    words = _words(tf.reshape((size + 1) // 2, [1]), seed)
-    return tf.reshape(tf.reshape(tf.bitcast(words, tf.int16), [-1])[:size], shape)
+def random_bits(shape, seed):
+    """Uniform int16 values of ``shape`` (int [rank]) from ``seed`` (int [2]): two per 32-bit word, in order
+    (``tf.bitcast`` of the words to int16 gives the same values)."""
+    return _bits(tf.cast(shape, tf.int64), seed)
 
 
 def keep_mask(x, rate: float, seed):
     """bool, shaped like ``x``: the elements that dropout at ``rate`` with ``seed`` (int [2]) keeps."""
-    bits = random_bits(tf.shape(x), seed, x.shape[-1] if x.shape.rank else None)
+    if (x.shape.num_elements() or 0) > 2 ** 32:  # past the counter: masks would repeat
+        raise ValueError(f"dropout over {x.shape.num_elements()} elements {x.shape}: at most 2^32 in one tensor")
+    bits = random_bits(tf.shape(x), seed)
     return bits >= tf.constant(keep_threshold(rate), tf.int16)
 
 
