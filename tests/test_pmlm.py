@@ -238,6 +238,21 @@ def test_gather_relative_on_permuted_and_duplicated_positions_matches_numpy():
                 for j in range(klen):
                     want[h, bb, i, j] = scores[h, bb, i, klen - (query_pos[bb, i] - key_pos[bb, j])]
     np.testing.assert_array_equal(got, want)
+    # Traced with unknown shapes (its flat index then in int64): the same values.
+    traced = tf.function(lambda *args: gather_relative(*args[:2], klen, args[2]), input_signature=[
+        tf.TensorSpec([None] * 4, tf.float32), tf.TensorSpec([None, None], tf.int32),
+        tf.TensorSpec([None, None], tf.int32)])
+    np.testing.assert_array_equal(traced(scores, query_pos, key_pos).numpy(), want)
+    # The gradient adds up where several keys read one column (the duplicated positions).
+    weight = rng.normal(size=want.shape).astype(np.float32)
+    scores_t = tf.constant(scores)
+    with tf.GradientTape() as tape:
+        tape.watch(scores_t)
+        total = tf.reduce_sum(weight * gather_relative(scores_t, tf.constant(query_pos), klen, tf.constant(key_pos)))
+    want_grad = np.zeros_like(scores)
+    for h, bb, i, j in np.ndindex(*want.shape):
+        want_grad[h, bb, i, klen - (query_pos[bb, i] - key_pos[bb, j])] += weight[h, bb, i, j]
+    np.testing.assert_allclose(tape.gradient(total, scores_t).numpy(), want_grad, rtol=1e-6, atol=1e-6)
 
 
 def test_explicit_consecutive_positions_leave_xlnet_unchanged():

@@ -54,13 +54,21 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
     ``i`` reads column ``klen - (query_pos[i] - key_pos[j])``. Columns past the table (future keys of 'uni'
     attention, which its mask blocks) are clamped.
     """
-    rlen = tf.shape(scores)[-1]
+    shape = tf.shape(scores)
+    rlen = shape[-1]
     if key_pos is None:
         key_pos = tf.range(klen)[None, :]
     index = klen - query_pos[:, :, None] + key_pos[:, None, :]
     index = tf.clip_by_value(index, 0, rlen - 1)  # [B, Q, klen], the same for every head
-    index = tf.broadcast_to(index[None], tf.concat([tf.shape(scores)[:-1], [klen]], 0))
-    return tf.gather(scores, index, batch_dims=3)
+    # One flat index per element into the flattened scores (a 1-D gather): under XLA the index fuses into the
+    # gather and its gradient's scatter. (A gather over [N, B, Q] as batch dimensions takes four int32 coordinates
+    # per element, which XLA writes as a tensor 8x the bf16 scores' and reads twice per layer, bench/reports/gpu.md;
+    # a gather along the axis of [N, B * Q * R] transposes its gradient twice.)
+    size = scores.shape.num_elements()
+    dtype = tf.int32 if size is not None and size < 2 ** 31 else tf.int64
+    rows = tf.range(shape[0] * shape[1] * shape[2], dtype=dtype) * tf.cast(rlen, dtype)
+    index = tf.cast(index, dtype)[None] + tf.reshape(rows, shape[:3])[..., None]
+    return tf.gather(tf.reshape(scores, [-1]), index)
 
 
 @kernels.fast_path(fast=fast.attention_probs)
