@@ -12,7 +12,7 @@
 //   s_j    = ac_j + bd[clamp(K - qp + kp_j, 0, R - 1)] + ef * segment_diff[b, i, j] + mask[b or 0, i, j]
 //   p_j    = exp(s_j - max s) / sum_k exp(s_k - max s)                  (output `softmax`, kept for the gradient)
 //   prob_j = p_j * f_j,  f_j = (bits_j >= threshold ? scale : 0)        (output `prob`, in T; no dropout: f_j = 1)
-// bits_j are the 16-bit dropout values of xlnet_tf/layers/dropout.py's random_bits for `seed`, hashed here from
+// bits_j are the 16-bit dropout values of xlnet_tf/kernels/dropout_mask.py's random_bits for `seed`, hashed here from
 // the element's index (word e / 2 of the counter hash, its low half for even e) instead of read from memory, so
 // the mask is the one the Dropout layer would draw, in either direction, without a [N, B, Q, K] tensor of bits.
 // For the content stream the bd column K - qp + j = Lq - i + j is Transformer-XL's rel_shift; for the query

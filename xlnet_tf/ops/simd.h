@@ -1,5 +1,5 @@
 // Vector helpers shared by the xlnet_tf kernels: 16-float rows with GCC/Clang vector extensions, and the dropout
-// bits of xlnet_tf/layers/dropout.py's counter hash.
+// bits of xlnet_tf/kernels/dropout_mask.py's counter hash.
 //
 // Explicit vectors make the exponential, maxima, sums, hash and bfloat16 conversions vectorise on every target: the
 // compiler splits a 16-lane vector into SSE, AVX2 or AVX-512 registers, whichever the function is compiled for
@@ -129,7 +129,7 @@ XLNET_INLINE VecF ExpNonPositive(VecF x) {
   return (VecF)((VecI)(poly * two_n) & ~below);
 }
 
-// dropout.py's counter hash: MurmurHash3's finalizer, word i = F(F(F(i ^ k0) + k1) ^ k0).
+// dropout_mask.py's counter hash: MurmurHash3's finalizer, word i = F(F(F(i ^ k0) + k1) ^ k0).
 XLNET_INLINE uint32_t Mix(uint32_t v) {
   v ^= v >> 16;
   v *= 0x85EBCA6Bu;
@@ -152,7 +152,7 @@ struct Dropout {
   uint32_t k0 = 0, k1 = 0;  // the hash keys of the call's seed
 };
 
-// The hash keys of dropout.py's hash_words for a call's seed (int32 [2]).
+// The hash keys of dropout_mask.py's _hash for a call's seed (int32 [2]).
 XLNET_INLINE void SetSeed(Dropout* d, int32_t s0, int32_t s1) {
   d->k0 = Mix(static_cast<uint32_t>(s0) + 0x9E3779B9u);
   d->k1 = Mix(static_cast<uint32_t>(s1) ^ d->k0);
