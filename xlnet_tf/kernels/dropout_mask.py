@@ -12,6 +12,7 @@ generator draws the same amount of randomness several times slower on CPU.)
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import ops
@@ -80,14 +81,17 @@ def _bits(shape, seed):
 
 def random_bits(shape, seed):
     """Uniform int16 values of ``shape`` (int [rank]) from ``seed`` (int [2]): two per 32-bit word, in order
-    (``tf.bitcast`` of the words to int16 gives the same values)."""
+    (``tf.bitcast`` of the words to int16 gives the same values). Refused past 2^32 elements, where the counter would
+    wrap and the bits repeat (checked where the shape is known when traced)."""
+    static = tf.get_static_value(shape)
+    count = None if static is None else int(np.prod(static, dtype=np.int64))
+    if count is not None and count > 2 ** 32:
+        raise ValueError(f"dropout's bits for {count} elements (shape {list(static)}): at most 2^32 in one tensor")
     return _bits(tf.cast(shape, tf.int64), seed)
 
 
 def keep_mask(x, rate: float, seed):
     """bool, shaped like ``x``: the elements that dropout at ``rate`` with ``seed`` (int [2]) keeps."""
-    if (x.shape.num_elements() or 0) > 2 ** 32:  # past the counter: masks would repeat
-        raise ValueError(f"dropout over {x.shape.num_elements()} elements {x.shape}: at most 2^32 in one tensor")
     bits = random_bits(tf.shape(x), seed)
     return bits >= tf.constant(keep_threshold(rate), tf.int16)
 
