@@ -716,10 +716,10 @@ def test_dropout_keeps_one_minus_rate_scaled_and_is_identity_at_inference():
     assert abs(keep_probability(0.1) - 0.9) < 1e-5
     assert (layer(x, training=True).numpy() != first).any()  # a fresh mask every call
     np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
-    # Odd and even last axes, bfloat16, under XLA: the same rate, the gradient is the mask itself, and the same mask
-    # inside a whole XLA-compiled function as op by op.
+    # Odd and even last axes and counts, bfloat16, under XLA: the same rate, the gradient is the mask itself, and the
+    # same mask inside a whole XLA-compiled function as op by op.
     seed = tf.constant([3, 4])
-    for shape, dtype in (([300, 7, 9], tf.float32), ([64, 1000], tf.bfloat16)):
+    for shape, dtype in (([301, 7, 9], tf.float32), ([64, 1000], tf.bfloat16)):
         x = tf.ones(shape, dtype)
         masks = []
         for jit in (False, True):
@@ -765,6 +765,9 @@ def test_dropout_random_words_follow_their_definition_and_are_uniform():
         i = np.arange(n // 2, dtype=np.uint32)
         expected = _fmix32(_fmix32(_fmix32(i ^ k0) + k1) ^ k0)
     np.testing.assert_array_equal(words, expected)
+    # An odd count takes the low half of its last word.
+    odd = dropout.random_bits(tf.constant([3, 5]), seed).numpy().ravel()
+    np.testing.assert_array_equal(odd, expected[:8].view(np.int16)[:15])
 
     bit_means = ((words[:, None] >> np.arange(32, dtype=np.uint32)) & 1).mean(axis=0)
     assert np.abs(bit_means - 0.5).max() < 5 * 0.5 / math.sqrt(words.size)

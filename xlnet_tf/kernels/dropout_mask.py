@@ -68,15 +68,16 @@ def _counter(count):
 # passes would cost more than the rest of dropout.
 @tf.function(jit_compile=True, autograph=False)
 def _bits(shape, seed):
-    """Element e's 16 bits are half ``e % 2`` (the low one first) of word ``e // 2``, taken by shifts rather than
-    by viewing the words as int16 pairs: XLA on a GPU does not fuse a view that changes the element width, so it
-    wrote every layer's words in one kernel and read them back in each dropout; hashed per element, the bits are
-    drawn inside each dropout's kernel, which memory bounds, not arithmetic (each word is hashed twice;
-    bench/reports/gpu.md)."""
-    e = _counter(tf.reduce_prod(shape))
-    half = tf.bitwise.right_shift(_hash(tf.bitwise.right_shift(e, 1), seed),
-                                  tf.bitwise.left_shift(tf.bitwise.bitwise_and(e, 1), 4))
-    return tf.reshape(tf.bitcast(tf.cast(half, tf.uint16), tf.int16), shape)
+    """Element e's 16 bits are half ``e % 2`` (the low one first) of word ``e // 2``. Each word is hashed once and
+    split by shifts along a trailing axis of two: under XLA the hash runs inside each dropout's kernel (viewed as
+    int16 pairs, the words were written by one kernel and read back: XLA on a GPU does not fuse a view that changes
+    the element width), and XLA's generated code shares it between the two halves (hashed per element, each word
+    was hashed twice, and the hash, not memory, bounded the kernel; bench/reports/gpu.md)."""
+    count = tf.reduce_prod(shape)
+    words = _hash(_counter((count + 1) // 2), seed)
+    halves = tf.bitwise.right_shift(words[:, None], tf.constant([0, 16], tf.uint32))
+    bits = tf.bitcast(tf.cast(halves, tf.uint16), tf.int16)
+    return tf.reshape(tf.reshape(bits, [-1])[:count], shape)
 
 
 def random_bits(shape, seed):
