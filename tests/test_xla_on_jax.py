@@ -181,6 +181,62 @@ def test_roofline_of_a_gpu_module_takes_the_larger_of_matmul_and_memory_time():
         roofline.estimate("HloModule m", {"bf16": 1.0, "tf32": 1.0}, 1.0)
 
 
+# XLA's dump of that module's compile: the PTX of the loop fusion (straight through: 5 instructions per thread, the
+# parameter loads and the return not counted) and of the GEMM (a branch back: it loops), and their launches.
+PTX = """.visible .entry loop_exponential_fusion(
+\t.param .u64 loop_exponential_fusion_param_0
+)
+{
+\t.reg .b32 \t%r<4>;
+\tld.param.u64 \t%rd1, [loop_exponential_fusion_param_0];
+\tmov.u32 \t%r1, %tid.x;
+\tshr.u32 \t%r2, %r1, 16;
+\txor.b32 \t%r3, %r2, %r1;
+\tmul.lo.s32 \t%r3, %r3, -2048144789;
+\tst.global.b32 \t[%rd1], %r3;
+\tret;
+
+}
+.visible .entry gemm_fusion_1(
+\t.param .u64 gemm_fusion_1_param_0
+)
+{
+$L__BB0_1:
+\tadd.s32 \t%r1, %r1, 1;
+\tsetp.lt.s32 \t%p1, %r1, 8;
+\t@%p1 bra \t$L__BB0_1;
+\tret;
+
+}
+"""
+THUNKS = """1: kCustomKernel [prev=0 (1)    | next=2 (1)    ] gemm_fusion_1 grid: [8, 1, 1] threads: [128, 1, 1]  \
+shared_memory: 0 bytes
+2: kCustomKernel [prev=1 (1)    | next=3 (1)    ] loop_exponential_fusion grid: [64, 1, 1] threads: [128, 1, 1]  \
+shared_memory: 0 bytes
+"""
+
+
+def test_roofline_bounds_a_kernel_by_the_instructions_it_issues(tmp_path):
+    """``roofline.py --kernels``: a kernel whose PTX runs straight through takes at least its warp instructions
+    over the issue rate; one that loops keeps its matmul and memory bounds."""
+    import roofline
+
+    assert roofline.ptx_instructions(PTX) == {"loop_exponential_fusion": 5, "gemm_fusion_1": None}
+    (tmp_path / "module_0001.jit_step.0.ptx").write_text(PTX)
+    (tmp_path / "module_0001.jit_step.thunk_sequence.txt").write_text(THUNKS.replace("\\\n", ""))
+    issue = roofline.kernel_issue(str(tmp_path))
+    assert issue == {"loop_exponential_fusion": 5 * 64 * 128 // 32}
+    peaks = {"bf16": 1e12, "tf32": 5e11, "fp32": 1e11}
+    plain = roofline.estimate(GPU_HLO, peaks, 1e12)
+    est = roofline.estimate(GPU_HLO, peaks, 1e12, issue=issue, issue_rate=1e9)
+    assert est["issue_bound_ms"] == pytest.approx(1280 / 1e9 * 1e3)  # above its bytes' 131072 / 1e12
+    assert est["matmul_bound_ms"] == plain["matmul_bound_ms"] and est["memory_bound_ms"] == 0
+    assert "ms issue-bound" in roofline.report(est, None, 1e12)
+    assert roofline.estimate(GPU_HLO, peaks, 1e12, issue=issue, issue_rate=1e15)["ms"] == plain["ms"]
+    with pytest.raises(ValueError, match="no PTX"):
+        roofline.kernel_issue(str(tmp_path / "thunks-only"))
+
+
 @pytest.mark.alone
 def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
     """``runner.py --target``: the bridge's copies of the updated variables leave the MLIR (a compile-only client

@@ -17,12 +17,14 @@ import os
 import re
 
 # The devices the lent machines have. Hardware facts (NVIDIA's specifications: SXM parts), as XLA's own target
-# descriptions give them; the dense matmul peaks are what ``roofline.py`` divides by.
+# descriptions give them; the dense matmul peaks, the bandwidth and the warp instructions issued per second (four
+# schedulers per SM, one each per clock) are what ``roofline.py`` divides by.
+_ISSUE = 132 * 4 * 1.98e9
 TARGETS = {
     "h100": {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 84942979072, "bandwidth": 3.35e12,
-             "peaks": {"bf16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}},
+             "peaks": {"bf16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}, "issue_rate": _ISSUE},
     "h200": {"name": "NVIDIA H200 141GB HBM3e", "memory_bytes": 151397597184, "bandwidth": 4.8e12,
-             "peaks": {"bf16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}},
+             "peaks": {"bf16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}, "issue_rate": _ISSUE},
 }
 # Both are Hopper (compute capability 9.0): 132 SMs at 1.98 GHz, 50 MiB of L2.
 _HOPPER = """gpu_device_info {{

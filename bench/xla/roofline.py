@@ -10,13 +10,24 @@ the dots it contains (2 x multiply-adds, through nested computations); its bytes
 operands, an operand read only through slices counted at the slices' size. Not modelled: launch gaps, caches
 (an operand read twice from L2 counts twice), tile and wave quantisation, and the loops of ``while`` bodies
 (counted once; the row says how many there are). jax and numpy only, like the runner.
+
+With ``--kernels DIR``, XLA's dump of the same compile, a third bound: the instructions a kernel issues, at one warp
+instruction per clock on each of the SMs' four schedulers (integer hashing, e.g. dropout's, can take longer than
+the kernel's bytes). Counted for kernels whose PTX runs straight through (instructions per thread times the threads
+launched); a kernel with a loop in its PTX keeps its two bounds. The dump (5x the compile time, ~0.6 GB at base-512)::
+
+    XLA_FLAGS="--xla_dump_to=DIR --xla_dump_emitter_re=.* --xla_gpu_dump_llvmir=true" \
+        python3 bench/xla/runner.py --bundle B --target h200 --workloads NAME --dump_hlo H
+    python3 bench/xla/roofline.py H/NAME.optimized.hlo.gz --kernels DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import glob
 import gzip
+import os
 import re
 
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
@@ -137,6 +148,60 @@ def _read_bytes(computations: dict, fused: str, index: int, full: int) -> int:
     return min(sliced, full) if params else full
 
 
+_ENTRY = re.compile(r"^\.visible \.entry (\w+)\(")
+_LAUNCH = re.compile(r"\] (\w+) grid: \[(\d+), (\d+), (\d+)\] threads: \[(\d+), (\d+), (\d+)\]")
+
+
+def ptx_instructions(ptx: str) -> dict:
+    """Kernel name -> instructions per thread of each entry of a PTX text whose body runs straight through (no
+    branch back to an earlier label); None for one that loops."""
+    counts, name, labels, count, loops = {}, None, set(), 0, False
+    for line in ptx.splitlines():
+        entry = _ENTRY.match(line)
+        if entry:
+            name, labels, count, loops = entry.group(1), set(), 0, False
+            continue
+        if name is None:
+            continue
+        text = line.strip()
+        if line.startswith("}"):
+            counts[name], name = None if loops else count, None
+        elif text.endswith(":"):
+            labels.add(text[:-1])
+        elif text.endswith(";") and not text.startswith((".", "//", "ld.param", "ret")):
+            branch = re.search(r"\bbra(?:\.uni)?\s+(\S+);", text)
+            loops = loops or bool(branch and branch.group(1) in labels)
+            count += 1
+    return counts
+
+
+def kernel_issue(dump_dir: str) -> dict:
+    """Kernel name -> warp instructions one launch issues, from an XLA dump directory (``*.ptx`` and the
+    thunk sequence's launch dimensions); kernels that loop or were not launched are absent."""
+    per_thread = {}
+    for path in glob.glob(os.path.join(dump_dir, "*.ptx")):
+        with open(path) as f:
+            per_thread.update(ptx_instructions(f.read()))
+    issue = {}
+    for path in glob.glob(os.path.join(dump_dir, "*thunk_sequence.txt")):
+        with open(path) as f:
+            for m in _LAUNCH.finditer(f.read()):
+                n = 1
+                for d in m.groups()[1:]:
+                    n *= int(d)
+                if per_thread.get(m.group(1)):
+                    issue[m.group(1)] = per_thread[m.group(1)] * -(-n // 32)
+    if not per_thread:
+        raise ValueError(f"{dump_dir}: no PTX (dump with --xla_dump_emitter_re=.* --xla_gpu_dump_llvmir=true)")
+    return issue
+
+
+def _kernel_name(name: str, rest: str) -> str:
+    """The name an HLO kernel's code has in the PTX: that of the identical fusion it was deduplicated into."""
+    dedup = re.search(r'deduplicated_name="([^"]+)"', rest)
+    return re.sub(r"[.\-]", "_", dedup.group(1) if dedup else name)
+
+
 def kernel_kind(opcode: str, rest: str, flops: int) -> str:
     if opcode == "fusion":
         kind = re.search(r"kind=(k\w+)", rest)
@@ -148,9 +213,10 @@ def kernel_kind(opcode: str, rest: str, flops: int) -> str:
     return opcode
 
 
-def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25) -> dict:
+def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25, issue=None, issue_rate=None) -> dict:
     """The roofline estimate of one step (see the module's docstring): ``peaks`` FLOP/s by "bf16" (16-bit dots)
-    and "tf32" (float32 dots: at XLA's DEFAULT precision a GPU runs them as TF32); ``bandwidth`` bytes/s."""
+    and "tf32" (float32 dots: at XLA's DEFAULT precision a GPU runs them as TF32); ``bandwidth`` bytes/s;
+    ``issue`` (``kernel_issue``) warp instructions by kernel name, issued at ``issue_rate`` per second."""
     computations, entry = parse(hlo_text)
     shapes = {n: shape for n, shape, _, _ in computations[entry]}
     memo, kernels = {}, []
@@ -168,10 +234,11 @@ def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25) -> dic
         moved = read + _size(shape)
         matmul_s = sum(f / peaks["bf16" if dtype in ("bf16", "f16") else "tf32"] for dtype, f in flops.items())
         memory_s = moved / bandwidth
+        issue_s = (issue or {}).get(_kernel_name(name, rest), 0) / issue_rate if issue else 0.0
+        bound = max((matmul_s, "matmul"), (memory_s, "memory"), (issue_s, "issue"), key=lambda b: b[0])
         kernels.append({"name": name, "kind": kernel_kind(opcode, rest, sum(flops.values())),
                         "shape": re.sub(r"\{[^}]*\}", "", shape)[:100], "flops": sum(flops.values()),
-                        "bytes": moved, "s": max(matmul_s, memory_s),
-                        "bound": "matmul" if matmul_s >= memory_s else "memory"})
+                        "bytes": moved, "s": bound[0], "bound": bound[1]})
     total = sum(k["s"] for k in kernels)
     flops = sum(k["flops"] for k in kernels)
     by_kind, by_shape = collections.Counter(), collections.defaultdict(lambda: [0.0, 0])
@@ -185,6 +252,7 @@ def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25) -> dic
         "kernels": len(kernels), "ms": total * 1e3, "flops": flops, "bytes": sum(k["bytes"] for k in kernels),
         "matmul_bound_ms": sum(k["s"] for k in kernels if k["bound"] == "matmul") * 1e3,
         "memory_bound_ms": sum(k["s"] for k in kernels if k["bound"] == "memory") * 1e3,
+        **({"issue_bound_ms": sum(k["s"] for k in kernels if k["bound"] == "issue") * 1e3} if issue else {}),
         "while_loops": sum(1 for _, _, op, _ in computations[entry] if op == "while"),
         "by_kind_ms": {kind: s * 1e3 for kind, s in by_kind.most_common()},
         "top": [{"kind": kind, "shape": shape, "count": count, "ms": s * 1e3}
@@ -195,7 +263,8 @@ def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25) -> dic
 def report(result: dict, flops_per_step: float | None, peak: float) -> str:
     """The estimate as text: the step's time, the MFU it would give, and the kernel groups that take it."""
     lines = [f"estimated {result['ms']:.1f} ms/step over {result['kernels']} kernels "
-             f"({result['matmul_bound_ms']:.1f} ms matmul-bound, {result['memory_bound_ms']:.1f} ms memory-bound; "
+             f"({result['matmul_bound_ms']:.1f} ms matmul-bound, {result['memory_bound_ms']:.1f} ms memory-bound"
+             + (f", {result['issue_bound_ms']:.1f} ms issue-bound" if "issue_bound_ms" in result else "") + "; "
              f"{result['flops'] / 1e12:.2f} TFLOP of dots, {result['bytes'] / 1e9:.1f} GB moved)"]
     if flops_per_step:
         mfu = flops_per_step / (result["ms"] / 1e3) / peak
@@ -214,12 +283,15 @@ def main(argv=None):
     parser.add_argument("--target", choices=sorted(TARGETS), default="h200")
     parser.add_argument("--flops", type=float, default=None, help="the step's model FLOPs (for the MFU)")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--kernels", default=None, help="XLA's dump directory of the same compile (PTX, thunks)")
     args = parser.parse_args(argv)
     opener = gzip.open if args.hlo.endswith(".gz") else open
     with opener(args.hlo, "rt") as f:
         text = f.read()
     target = TARGETS[args.target]
-    print(report(estimate(text, target["peaks"], target["bandwidth"], args.top), args.flops, target["peaks"]["bf16"]))
+    issue = kernel_issue(args.kernels) if args.kernels else None
+    result = estimate(text, target["peaks"], target["bandwidth"], args.top, issue, target["issue_rate"])
+    print(report(result, args.flops, target["peaks"]["bf16"]))
 
 
 if __name__ == "__main__":
