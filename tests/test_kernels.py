@@ -99,16 +99,18 @@ def test_residual_layer_norm(dtype, with_bias, with_dropout, depth):
 
 
 @needs_kernels
-@pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate", [
-    (tf.float32, "content", True, 3, 0.1), (tf.float32, "content", False, None, 0.0),
-    (tf.float32, "query", True, 3, 0.1), (tf.float32, "content", True, 1, 0.0),
-    (tf.bfloat16, "content", True, 3, 0.1), (tf.bfloat16, "query", False, 1, 0.1),
-    (tf.float32, "keys", True, 3, 0.1), (tf.bfloat16, "keys", False, 1, 0.0)])
-def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
+@pytest.mark.parametrize("dtype,stream,with_segment,mask_batch,rate,with_values", [
+    (tf.float32, "content", True, 3, 0.1, False), (tf.float32, "content", False, None, 0.0, False),
+    (tf.float32, "query", True, 3, 0.1, False), (tf.float32, "content", True, 1, 0.0, False),
+    (tf.bfloat16, "content", True, 3, 0.1, False), (tf.bfloat16, "query", False, 1, 0.1, False),
+    (tf.float32, "keys", True, 3, 0.1, False), (tf.bfloat16, "keys", False, 1, 0.0, False),
+    (tf.float32, "content", True, 3, 0.1, True), (tf.bfloat16, "query", True, 1, 0.1, True)])
+def test_attention_probs(dtype, stream, with_segment, mask_batch, rate, with_values):
     """Relative shift or position gather, segment term, mask, softmax and dropout: N=2, B=3, K=37 (13 memory + 24
     current keys); the gradients of ac, bd (zero outside each row's shifted window; with key positions, several
     keys may read one column) and ef. 'keys': keys at explicit positions, permuted and with duplicates (UniLMv2's
-    appended copies sit at the positions of the tokens they copy)."""
+    appended copies sit at the positions of the tokens they copy). With values: the attention vectors (the C++
+    probabilities times the values against the plain definition's own backward)."""
     rng = np.random.default_rng(5)
     n, b, mlen, qlen = 2, 3, 13, 24
     klen = mlen + qlen
@@ -133,13 +135,17 @@ def test_attention_probs(dtype, stream, with_segment, mask_batch, rate):
         blocked[0, 1, :] = True  # a fully masked row: uniform, as TensorFlow's softmax gives it
         mask = tf.constant(np.where(blocked, -1e30, 0.0).astype(np.float32))
     seed = tf.constant([17, 23])
+    values = _normal(rng, (n, b, klen, 8), dtype) if with_values else None
 
     def fn(ac, bd, *ef):
-        return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed, key_pos)
+        return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed, key_pos,
+                               values=values)
 
-    fast, plain = _compare(fn, inputs, _normal(rng, (n, b, q, klen), dtype), "XlnetAttentionProbs",
-                           ["prob", "d_ac", "d_bd", "d_ef"], 2 ** -7 if dtype == tf.bfloat16 else 1e-5)
-    if rate:  # the same elements dropped: the seed's mask is hashed inside the kernel
+    # bfloat16 with values: the plain backward's row sum reads the rounded attention vectors (one rounding more)
+    fast, plain = _compare(fn, inputs, _normal(rng, (n, b, q, 8 if with_values else klen), dtype),
+                           "XlnetAttentionProbs", ["out" if with_values else "prob", "d_ac", "d_bd", "d_ef"],
+                           (2 ** -6 if with_values else 2 ** -7) if dtype == tf.bfloat16 else 1e-5)
+    if rate and not with_values:  # the same elements dropped: the seed's mask is hashed inside the kernel
         np.testing.assert_array_equal(fast[0] == 0, plain[0] == 0)
         assert (fast[0] == 0).mean() > 0.05
 

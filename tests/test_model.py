@@ -585,6 +585,49 @@ def test_attention_probabilities_under_xla_equal_those_outside(dtype):
     assert 0.05 < (outside[0] == 0).mean() and ((inside[0] == 0) == (outside[0] == 0)).all()  # one mask
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_attention_vectors_back_propagate_like_probabilities_times_values(dtype):
+    """``attention_probs(..., values=v)`` back-propagates with the attention vector's row sum (``d_out . out``)
+    where the probabilities' gradient takes ``sum(p * d_p)`` over the keys: the same vectors and gradients (scores,
+    values) as the probabilities times the values, under XLA and outside it, with masks, segments, dropout, a fully
+    masked row and the query stream's gathered positions."""
+    from xlnet_tf.layers.attention import attention_probs
+
+    rng = np.random.default_rng(17)
+    n, b, q, klen, h = 2, 3, 6, 10, 4
+    ac = tf.constant(rng.normal(size=(n, b, q, klen)) * 3, dtype)
+    values = tf.constant(rng.normal(size=(n, b, klen, h)), dtype)
+    ef = tf.constant(rng.normal(size=(n, b, q, 1)), dtype)
+    segment_diff = tf.constant(rng.random((b, q, klen)) < 0.5)
+    blocked = rng.random((1, q, klen)) < 0.3
+    blocked[0, 2] = True
+    mask = tf.constant(np.where(blocked, -1e30, 0.0).astype(np.float32))
+    d_out = tf.constant(rng.normal(size=(n, b, q, h)), dtype)
+    seed = tf.constant([5, 6])
+    for query_pos, rlen in ((None, klen + q), (tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32), klen + 1)):
+        bd = tf.constant(rng.normal(size=(n, b, q, rlen)) * 3, dtype)
+
+        def step(ac, bd, ef, values, fused):
+            with tf.GradientTape() as tape:
+                tape.watch([ac, bd, ef, values])
+                if fused:
+                    out = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, 0.2, seed, values=values)
+                else:
+                    out = tf.matmul(attention_probs(ac, bd, ef, segment_diff, mask, query_pos, 0.2, seed), values)
+                loss = tf.reduce_sum(tf.cast(out, tf.float32) * tf.cast(d_out, tf.float32))
+            return [out] + tape.gradient(loss, [ac, bd, ef, values])
+
+        with kernels.use("plain"):
+            for jit in (False, True):
+                run = tf.function(step, jit_compile=jit)
+                fused, apart = ([t.numpy().astype(np.float32) for t in run(ac, bd, ef, values, f)]
+                                for f in (True, False))
+                tolerance = 1e-5 if dtype == tf.float32 else 2 ** -6
+                for name, a, b_ in zip(["out", "d_ac", "d_bd", "d_ef", "d_values"], fused, apart):
+                    np.testing.assert_allclose(a, b_, rtol=tolerance, atol=tolerance * np.abs(b_).max(),
+                                               err_msg=f"{name}, jit {jit}, query_pos {query_pos is not None}")
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_two_stream_attention_under_xla_equals_outside(policy):
     """Both streams of one attention layer with memory, masks and segments, under XLA and outside it: the same

@@ -59,7 +59,7 @@ def matmul(rows, weight, transpose_weight: bool = False):
     return product(rows, weight)
 
 
-def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None):
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None, values=None):
     if ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4 or not _native(ops.attention_probs):
         return NotImplemented
     forward, backward = ops.attention_probs()
@@ -90,7 +90,8 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=No
             return (d.d_ac, d.d_bd) + ((d.d_ef,) if ef_arg else ())
         return prob, grad
 
-    return probs(ac, bd, *([] if ef is None else [ef]))
+    prob = probs(ac, bd, *([] if ef is None else [ef]))
+    return prob if values is None else tf.matmul(prob, values)
 
 
 def residual_layer_norm(out, x, gamma, beta, epsilon, rate=0.0, seed=None, bias=None):

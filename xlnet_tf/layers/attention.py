@@ -72,8 +72,10 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
 
 
 @kernels.fast_path(fast=fast.attention_probs)
-def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None):
-    """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` over the keys: [N, B, Q, K] in ac's dtype.
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None,
+                    values=None):
+    """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` over the keys: [N, B, Q, K] in ac's dtype;
+    with ``values`` [N, B, K, H], the attention vectors: those probabilities times the values, [N, B, Q, H].
 
     ac [N, B, Q, K] content scores; bd [N, B, Q, R] position scores against every encoding row, shifted by
     ``rel_shift`` (``query_pos`` None: rows are the last Q of K consecutive positions) or gathered at
@@ -88,12 +90,13 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0
         score += tf.cast(ef, tf.float32) * tf.cast(segment_diff, tf.float32)
     if mask is not None:
         score += mask
-    return _softmax_dropout(score, rate, seed, ac.dtype)
+    return _softmax_dropout(score, rate, seed, ac.dtype, values)
 
 
-def _softmax_dropout(score, rate, seed, dtype):
-    """``dropout(softmax(score))`` in ``dtype`` (score: float32 [..., K]), back-propagated from the probabilities
-    kept in ``dtype``: ``d_score = p * (d_p - sum(p * d_p))``, ``d_p`` the incoming gradient through the same mask.
+def _softmax_dropout(score, rate, seed, dtype, values=None):
+    """``dropout(softmax(score))`` in ``dtype`` (score: float32 [..., K]), or that times ``values`` [..., K, H],
+    back-propagated from the probabilities kept in ``dtype``: ``d_score = p * (d_p - sum(p * d_p))``, ``d_p`` the
+    incoming gradient through the same mask.
 
     Under XLA with 16-bit activations the kept probabilities are written once (an optimisation barrier); else XLA
     recomputes the softmax from ac and bd inside each reader (the forward's two outputs, the backward's two
@@ -101,20 +104,43 @@ def _softmax_dropout(score, rate, seed, dtype):
     barrier saves bytes and memory (bench/reports/gpu.md). In float32 the recomputation costs less than the kept
     probabilities' bytes, so XLA keeps its choice. Float32: the values and gradient of ``dropout(softmax(score))``;
     16-bit: the probabilities are rounded to ``dtype`` before the dropout's scale and for the backward (one
-    rounding each, as the matmuls that read them round them anyway)."""
+    rounding each, as the matmuls that read them round them anyway).
 
-    @tf.custom_gradient
-    def probs(score):
+    With the values, ``sum(p * d_p)`` is the attention vector's own dot product with its gradient (FlashAttention's
+    row sum: ``sum_j kept_j (d_out . v_j) = d_out . out``), read from [..., H] instead of a pass over the [..., K]
+    probabilities and their gradient: under XLA the backward is then one kernel over them, not two."""
+
+    def forward(score):
         prob = tf.cast(tf.nn.softmax(score, axis=-1), dtype)
         if dtype != tf.float32 and ops.in_xla_context():
             prob, = ops.optimization_barrier(prob)
+        return prob, tf.cast(dropout(tf.cast(prob, tf.float32), rate, seed), dtype)
 
-        def grad(d_out):  # reads the kept ``prob`` (16-bit outside XLA too), not a float32 copy of it
-            p = tf.cast(prob, tf.float32)
-            d_prob = dropout(tf.cast(d_out, tf.float32), rate, seed)
-            return p * (d_prob - tf.reduce_sum(p * d_prob, axis=-1, keepdims=True))
-        return tf.cast(dropout(tf.cast(prob, tf.float32), rate, seed), dtype), grad
-    return probs(score)
+    def d_score(prob, d_kept, row_sum=None):  # reads the kept ``prob`` (16-bit outside XLA too), not a float32 copy
+        p = tf.cast(prob, tf.float32)
+        d_prob = dropout(tf.cast(d_kept, tf.float32), rate, seed)
+        if row_sum is None:
+            row_sum = tf.reduce_sum(p * d_prob, axis=-1, keepdims=True)
+        return p * (d_prob - row_sum)
+
+    if values is None:
+        @tf.custom_gradient
+        def probs(score):
+            prob, kept = forward(score)
+            return kept, lambda d_out: d_score(prob, d_out)
+        return probs(score)
+
+    @tf.custom_gradient
+    def attend(score, values):
+        prob, kept = forward(score)
+        out = tf.matmul(kept, values)
+
+        def grad(d_out):
+            row_sum = tf.reduce_sum(tf.cast(d_out, tf.float32) * tf.cast(out, tf.float32), axis=-1, keepdims=True)
+            d_kept = tf.matmul(d_out, values, transpose_b=True)
+            return d_score(prob, d_kept, row_sum), tf.matmul(kept, d_out, transpose_a=True)
+        return out, grad
+    return attend(score, values)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -229,9 +255,8 @@ class RelativeAttention(keras.layers.Layer):
             # constant along row i): only the difference column is added where the segments differ.
             seg = tf.transpose(biases["seg_embed"], [1, 0, 2])  # [N, 2, H]
             ef = tf.einsum("nbqh,nh->nbq", scaled_query("r_s"), seg[:, 1] - seg[:, 0])[..., None]
-        prob = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, self.dropatt,
-                               self._attention_dropout.call_seed(training), key_pos=key_pos)
-        attn = tf.matmul(prob, v)  # [N, B, Lq, H]
+        attn = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, self.dropatt,
+                               self._attention_dropout.call_seed(training), key_pos=key_pos, values=v)  # [N, B, Lq, H]
         if weight is not None:
             attn *= tf.cast(weight, attn.dtype)[None, :, :, None]
         shape = tf.shape(x)
