@@ -234,7 +234,7 @@ def estimate(hlo_text: str, peaks: dict, bandwidth: float, top: int = 25, issue=
         moved = read + _size(shape)
         matmul_s = sum(f / peaks["bf16" if dtype in ("bf16", "f16") else "tf32"] for dtype, f in flops.items())
         memory_s = moved / bandwidth
-        issue_s = (issue or {}).get(_kernel_name(name, rest), 0) / issue_rate if issue else 0.0
+        issue_s = issue.get(_kernel_name(name, rest), 0) / issue_rate if issue else 0.0
         bound = max((matmul_s, "matmul"), (memory_s, "memory"), (issue_s, "issue"), key=lambda b: b[0])
         kernels.append({"name": name, "kind": kernel_kind(opcode, rest, sum(flops.values())),
                         "shape": re.sub(r"\{[^}]*\}", "", shape)[:100], "flops": sum(flops.values()),
