@@ -82,8 +82,8 @@ def _bits(shape, seed):
 
 def random_bits(shape, seed):
     """Uniform int16 values of ``shape`` (int [rank]) from ``seed`` (int [2]): two per 32-bit word, in order
-    (``tf.bitcast`` of the words to int16 gives the same values). Refused past 2^32 elements, where the counter would
-    wrap and the bits repeat (checked where the shape is known when traced)."""
+    (``tf.bitcast`` of the words to int16 gives the same values). Refused past 2^32 elements, the C++ kernels' limit
+    per call, so every path draws the same masks (checked where the shape is known when traced)."""
     static = tf.get_static_value(shape)
     count = None if static is None else int(np.prod(static, dtype=np.int64))
     if count is not None and count > 2 ** 32:
