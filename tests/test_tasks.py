@@ -38,6 +38,7 @@ def release(tmp_path_factory):
     with open(folder / "xlnet_config.json", "w") as f:
         json.dump(MICRO_CONFIG, f)
     shutil.copy(SPIECE, folder / "spiece.model")
+    keras.utils.set_random_seed(0)  # the same weights whichever tests ran before in the process
     network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG))
     network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})
     tensors = {name: v.numpy() for name, v in network.tf1_variables().items()}
@@ -574,7 +575,9 @@ def test_squad_fit_under_two_replicas_equals_one_device(release, tokenizer, squa
     assert two.distribute_strategy.num_replicas_in_sync == 2
     _assert_same_updates(two.get_weights(), one.get_weights(), initial, 1e-4)
     np.testing.assert_allclose(two_history, one_history, rtol=1e-5)
-    np.testing.assert_allclose(two_loss, one_loss, rtol=1e-5)
+    # evaluated at the trained weights, which agree to 1e-4 of their change (above: what a weighting error fails),
+    # so the loss to 1e-4 too (2.4e-5 apart was seen, from other initial weights: round-off grown over the steps)
+    np.testing.assert_allclose(two_loss, one_loss, rtol=1e-4)
     xla, xla_history, _ = trained(jit_compile=True, evaluate=False)
     assert xla.jit_compile
     _assert_same_updates(xla.get_weights(), one.get_weights(), initial, 1e-3)  # XLA's fusions, not C++ kernels
