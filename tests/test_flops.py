@@ -58,24 +58,37 @@ def xla_flops(built) -> int:
     return live_matmul_flops(compiled(stage="hlo"))
 
 
-@pytest.mark.parametrize("kind, what, rel", [
-    ("pretrain", "plm", 2e-3),
-    ("pretrain", "mpnet", 2e-3),
-    ("pretrain", "pmlm", 2e-3),
-    ("finetune", "clf", 5e-3),  # the classifier's one-row head left out: 0.2% of this tiny step
-    ("infer", None, 2e-3),
+# Three chunks of 64 content-stream queries: the position term computed chunk by chunk (layers/attention.py).
+CHUNKED = dataclasses.replace(CFG, seq_len=192, reuse_len=96, num_predict=8)
+
+
+@pytest.mark.parametrize("kind, what, rel, cfg", [
+    ("pretrain", "plm", 2e-3, CFG),
+    ("pretrain", "mpnet", 2e-3, CFG),
+    ("pretrain", "pmlm", 2e-3, CFG),
+    ("finetune", "clf", 5e-3, CFG),  # the classifier's one-row head left out: 0.2% of this tiny step
+    ("infer", None, 2e-3, CFG),
+    ("pretrain", "plm", 2e-3, CHUNKED),
+    ("pretrain", "pmlm", 2e-3, CHUNKED),
+    ("pretrain", "mpnet", 2e-3, CHUNKED),  # explicit positions: not chunked
+    ("finetune", "clf", 5e-3, CHUNKED),
 ])
-def test_model_flops_are_the_matmuls_xla_runs(kind, what, rel):
+def test_model_flops_are_the_matmuls_xla_runs(kind, what, rel, cfg):
     """Each step's model FLOPs (what its MFU divides by) against the dots XLA runs: the last layer's
     content stream counted only where the head reads it, the position encodings' gradient not counted, the
-    position projection shared by the replica's batch, no LM head in the forward. What is left (the segment-bias
-    einsums, the heads' few rows) is a fraction of a percent."""
+    position projection shared by the replica's batch, no LM head in the forward, the content stream's position
+    scores chunk by chunk where its length allows. What is left (the segment-bias einsums, the heads' few rows) is
+    a fraction of a percent."""
     import keras
 
+    from xlnet_tf import flops
+    from xlnet_tf.layers import attention
+
+    assert flops.POSITION_CHUNK == attention.POSITION_CHUNK
     keras.utils.set_random_seed(0)
-    built = (export.build_pretrain(CFG, what, "float32") if kind == "pretrain" else
-             export.build_finetune(CFG, what, "float32") if kind == "finetune" else
-             export.build_infer(CFG, "float32"))
+    built = (export.build_pretrain(cfg, what, "float32") if kind == "pretrain" else
+             export.build_finetune(cfg, what, "float32") if kind == "finetune" else
+             export.build_infer(cfg, "float32"))
     measured = xla_flops(built)
     assert built["flops"] == pytest.approx(measured, rel=rel), (built["flops"], measured)
     assert built["flops"] <= measured  # nothing counted that XLA does not run

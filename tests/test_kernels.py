@@ -104,18 +104,20 @@ def test_residual_layer_norm(dtype, with_bias, with_dropout, depth):
     (tf.float32, "query", True, 3, 0.1, False), (tf.float32, "content", True, 1, 0.0, False),
     (tf.bfloat16, "content", True, 3, 0.1, False), (tf.bfloat16, "query", False, 1, 0.1, False),
     (tf.float32, "keys", True, 3, 0.1, False), (tf.bfloat16, "keys", False, 1, 0.0, False),
-    (tf.float32, "content", True, 3, 0.1, True), (tf.bfloat16, "query", True, 1, 0.1, True)])
+    (tf.float32, "content", True, 3, 0.1, True), (tf.bfloat16, "query", True, 1, 0.1, True),
+    (tf.float32, "aligned", True, 3, 0.1, False), (tf.bfloat16, "aligned", False, 1, 0.1, True)])
 def test_attention_probs(dtype, stream, with_segment, mask_batch, rate, with_values):
     """Relative shift or position gather, segment term, mask, softmax and dropout: N=2, B=3, K=37 (13 memory + 24
     current keys); the gradients of ac, bd (zero outside each row's shifted window; with key positions, several
     keys may read one column) and ef. 'keys': keys at explicit positions, permuted and with duplicates (UniLMv2's
-    appended copies sit at the positions of the tokens they copy). With values: the attention vectors (the C++
-    probabilities times the values against the plain definition's own backward)."""
+    appended copies sit at the positions of the tokens they copy). 'aligned': position scores already shifted
+    ([N, B, Q, K], as chunks compute them under XLA). With values: the attention vectors (the C++ probabilities
+    times the values against the plain definition's own backward)."""
     rng = np.random.default_rng(5)
     n, b, mlen, qlen = 2, 3, 13, 24
     klen = mlen + qlen
-    if stream == "content":
-        q, rlen, query_pos = qlen, klen + qlen, None
+    if stream in ("content", "aligned"):
+        q, rlen, query_pos = qlen, klen if stream == "aligned" else klen + qlen, None
     else:  # the query stream: 5 target rows at random positions; a table shorter than the reach (clamped)
         q, rlen = 5, klen + 1
         query_pos = tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32)
@@ -139,7 +141,7 @@ def test_attention_probs(dtype, stream, with_segment, mask_batch, rate, with_val
 
     def fn(ac, bd, *ef):
         return attention_probs(ac, bd, ef[0] if ef else None, segment_diff, mask, query_pos, rate, seed, key_pos,
-                               values=values)
+                               values=values, aligned=stream == "aligned")
 
     # bfloat16 with values: the plain backward's row sum reads the rounded attention vectors (one rounding more)
     fast, plain = _compare(fn, inputs, _normal(rng, (n, b, q, 8 if with_values else klen), dtype),

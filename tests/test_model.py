@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from reference_xlnet import random_weights, reference_forward
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, kernels
-from xlnet_tf.layers.attention import gather_relative, rel_shift
+from xlnet_tf.layers.attention import (POSITION_CHUNK, RelativeAttention, attention_probs, gather_relative,
+                                       rel_shift, shifted_position_scores)
 from xlnet_tf.layers.position import RelativePositionEncoding
 
 TINY = dict(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20, ff_activation="gelu", untie_r=True,
@@ -100,6 +101,83 @@ def test_rel_shift_is_the_transformer_xl_skew():
     mlen = klen - qlen
     pos = np.tile(mlen + np.arange(qlen), (2, 1))
     np.testing.assert_array_equal(gather_relative(tf.constant(x), tf.constant(pos, tf.int32), klen).numpy(), out)
+
+
+def test_position_scores_chunk_by_chunk_are_the_skew():
+    """``shifted_position_scores`` (the content stream's position term under XLA and on GPUs) is the skew of the
+    scores against every encoding row, computed a chunk of queries at a time: the same values and gradients (the
+    queries', the encoding's), with bi_data's two tables, inside XLA and outside; ``attention_probs`` reads it
+    aligned as it reads the unshifted scores."""
+    rng = np.random.default_rng(3)
+    n, b, h, mlen, qlen, chunk = 2, 4, 8, 5, 12, 4
+    klen = mlen + qlen
+    for x in (1, 2):
+        q = tf.constant(rng.normal(size=(n, b, qlen, h)), tf.float32)
+        k_r = tf.constant(rng.normal(size=(n, x, klen + qlen, h)), tf.float32)
+        d_out = tf.constant(rng.normal(size=(n, b, qlen, klen)), tf.float32)
+
+        def step(q, k_r, chunked):
+            with tf.GradientTape() as tape:
+                tape.watch([q, k_r])
+                if chunked:
+                    out = shifted_position_scores(q, k_r, chunk)
+                else:  # every row's scores against every encoding row (its table by batch half), then the skew
+                    tables = tf.repeat(k_r, b // x, axis=1)  # [N, B, R, H]
+                    out = rel_shift(tf.matmul(q, tables, transpose_b=True), klen)
+                loss = tf.reduce_sum(out * d_out)
+            return [out] + tape.gradient(loss, [q, k_r])
+
+        for jit in (False, True):
+            run = tf.function(step, jit_compile=jit)
+            for name, a, c in zip(["scores", "d_q", "d_k_r"], run(q, k_r, True), run(q, k_r, False)):
+                np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-6, atol=1e-6 * np.abs(c).max(),
+                                           err_msg=f"{name}, bi_data {x == 2}, jit {jit}")
+    ac, bd = (tf.constant(rng.normal(size=(n, b, qlen, width)), tf.float32) for width in (klen, klen + qlen))
+    with kernels.use("plain"):
+        np.testing.assert_array_equal(attention_probs(ac, rel_shift(bd, klen), None, None, None, None, aligned=True),
+                                      attention_probs(ac, bd, None, None, None, None))
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_content_stream_under_xla_computes_its_position_term_in_chunks(policy):
+    """A content stream long enough for chunks (three of ``POSITION_CHUNK`` queries), with memory, bi_data's two
+    tables, masks and segments, under XLA (chunked: the dot of each chunk against its window is in the
+    module) and outside it on this CPU (every encoding row, then the skew): the same outputs and gradients."""
+    rng = np.random.default_rng(13)
+    b, m, length, d, n, h = 2, 8, 3 * POSITION_CHUNK, 16, 2, 8
+    klen = m + length
+    layer = RelativeAttention(d, n, h, dtype=policy)
+    layer.build()
+
+    def normal(*shape):
+        return tf.constant(rng.normal(size=shape), tf.float32)
+
+    content, memory = normal(b, length, d), normal(b, m, d)
+    position = RelativePositionEncoding(d_model=d, bi_data=True)(qlen=length, klen=klen)
+    biases = {"r_w": normal(n, h), "r_r": normal(n, h), "r_s": normal(n, h), "seg_embed": normal(2, n, h)}
+    mask = tf.constant(np.where(rng.random((1, length, klen)) < 0.2, -1e30, 0.0).astype(np.float32))
+    segment_diff = tf.constant(rng.random((b, length, klen)) < 0.5)
+    d_h = normal(b, length, d)
+
+    def step(content):
+        with tf.GradientTape() as tape:
+            tape.watch(content)
+            h_out, _ = layer(content, position, biases, memory=memory, content_mask=mask, segment_diff=segment_diff,
+                             training=True)
+            loss = tf.reduce_sum(tf.cast(h_out, tf.float32) * d_h)
+        return [h_out] + tape.gradient(loss, [content] + layer.trainable_variables)
+
+    with kernels.use("plain"):
+        outside = [np.asarray(t, np.float32) for t in tf.function(step)(content)]
+        compiled = tf.function(step, jit_compile=True)
+        inside = [np.asarray(t, np.float32) for t in compiled(content)]
+        hlo = compiled.experimental_get_compiler_ir(content)(stage="hlo")
+    # [N, X, chunks, B/X * chunk, K + chunk]: each chunk's queries against its window of the encoding
+    dtype = "f32" if policy == "float32" else "bf16"
+    assert re.search(rf"= {dtype}\[{n},2,3,{POSITION_CHUNK},{klen + POSITION_CHUNK}\]\S* dot\(", hlo)
+    tolerance = 2e-5 if policy == "float32" else 2 ** -6
+    for i, (a, c) in enumerate(zip(inside, outside)):
+        np.testing.assert_allclose(a, c, rtol=tolerance, atol=tolerance * np.abs(c).max(), err_msg=str(i))
 
 
 def _identity_layer_weights(cfg):

@@ -1,13 +1,16 @@
 """Model FLOPs of a training step or a forward, for model-FLOPs utilisation (MFU).
 
-Matmul FLOPs only (2 per multiply-add), counting what this implementation computes: the query stream on its own
-rows (not on every position, as the original's ``target_mapping`` einsums do), the relative-position projection
-once per step, and the position scores against every encoding row. Per sequence and layer, with S content-stream
-tokens, M memory, K = S + M keys, R = 2S + M relative-position rows (XLNet's ``bi`` attention), P query-stream rows,
-d = ``d_model``, f = ``d_inner``, a = ``d_attn`` = n_head x d_head (the heads' width, d in the released models):
+Matmul FLOPs only (2 per multiply-add), counting what this implementation computes under XLA and on GPUs: the
+query stream on its own rows (not on every position, as the original's ``target_mapping`` einsums do), the
+relative-position projection once per step, and the position scores against the encoding rows each chunk of 64
+content-stream queries reads. Per sequence and layer, with S content-stream tokens, M memory, K = S + M keys,
+R = 2S + M relative-position rows (XLNet's ``bi`` attention), P query-stream rows, d = ``d_model``, f = ``d_inner``,
+a = ``d_attn`` = n_head x d_head (the heads' width, d in the released models):
 
 * content stream: Q and O projections 4Sda, K and V projections 4Kda (memory is projected again every step),
-  feed-forward 4Sdf, attention scores, position scores and values 2SKa + 2SRa + 2SKa;
+  feed-forward 4Sdf, attention scores, position scores and values 2SKa + 2SR'a + 2SKa, where R' = K + 64 when
+  S is a multiple of 64 above 64 at consecutive positions (``shifted_position_scores``), else R (the C++ CPU
+  kernels compute R, so a CPU step without XLA runs a little more than counted there);
 * position projection: 2Rda per direction (two with ``bi_data``), once per step, so spread over the batch;
 * query stream: Q and O 4Pda (and K, V 4Pda where its rows are keys too), feed-forward 4Pdf, attention
   2PK'a + 2PRa + 2PK'a, with K' = K (+ P where its rows are keys);
@@ -30,6 +33,8 @@ docs/objectives.md ("Cost").
 from __future__ import annotations
 
 from xlnet_tf.objectives import get_objective
+
+POSITION_CHUNK = 64  # layers/attention.py's (tests/test_flops.py holds them equal), without importing TensorFlow
 
 
 def forward_flops_per_sequence(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token,
@@ -78,9 +83,12 @@ def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, ba
     s, p = layout.content, layout.query
     k = s + m  # keys
     r = 2 * s + m  # relative-position rows ('bi')
+    # The content stream's position scores, chunk by chunk at consecutive positions (layers/attention.py)
+    chunked = s > POSITION_CHUNK and s % POSITION_CHUNK == 0 and "position_ids" not in spec.model_inputs
+    r_content = k + POSITION_CHUNK if chunked else r
     directions = 2 if bi_data else 1
     keys_values = 4 * k * d * a
-    content = _rows(s, k, r, d, f, a)
+    content = _rows(s, k, r_content, d, f, a)
     position = 2 * r * d * a * directions / batch_size
     query = 0
     if p:
@@ -91,6 +99,6 @@ def _flops(n_layer, d_model, d_inner, seq_len, mem_len, num_predict, n_token, ba
     head = 2 * layout.head_rows * d * n_token
     # With lm_positions, the head's rows are picked from [content ; query] by a one-hot matmul.
     pick = 2 * layout.head_rows * (s + p) * d if n_token and "lm_positions" in spec.model_inputs else 0
-    forward = (n_layer * (keys_values + position + query) + (n_layer - 1) * content + _rows(last_rows, k, r, d, f, a)
-               + head + pick)
+    last = _rows(last_rows, k, r_content if output_rows is None else r, d, f, a)  # output_rows: gathered rows
+    forward = n_layer * (keys_values + position + query) + (n_layer - 1) * content + last + head + pick
     return forward, n_layer * (position + 4 * m * d * a) + pick

@@ -59,13 +59,16 @@ def matmul(rows, weight, transpose_weight: bool = False):
     return product(rows, weight)
 
 
-def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None, values=None):
+def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate=0.0, seed=None, key_pos=None, values=None,
+                    aligned=False):
     if ac.dtype not in (tf.float32, tf.bfloat16) or ac.shape.rank != 4 or not _native(ops.attention_probs):
         return NotImplemented
     forward, backward = ops.attention_probs()
     shape = tf.shape(ac)
     klen = shape[3]
-    if query_pos is None:  # the content stream: row i is key coordinate klen - qlen + i
+    if aligned:  # column j is key j's: queries at coordinate klen read column klen - (klen - j) of consecutive keys
+        query_pos, key_pos = tf.fill(shape[1:3], klen), None
+    elif query_pos is None:  # the content stream: row i is key coordinate klen - qlen + i
         query_pos = tf.range(klen - shape[2], klen)[None, :]
     query_pos = tf.cast(tf.broadcast_to(query_pos, shape[1:3]), tf.int32)
     if key_pos is None:  # empty: the consecutive keys 0..klen-1 (a contiguous window of each row of bd)

@@ -73,18 +73,20 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
 
 @kernels.fast_path(fast=fast.attention_probs)
 def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None,
-                    values=None):
+                    values=None, aligned: bool = False):
     """``dropout(softmax(ac + shift(bd) + ef * segment_diff + mask))`` over the keys: [N, B, Q, K] in ac's dtype;
     with ``values`` [N, B, K, H], the attention vectors: those probabilities times the values, [N, B, Q, H].
 
     ac [N, B, Q, K] content scores; bd [N, B, Q, R] position scores against every encoding row, shifted by
     ``rel_shift`` (``query_pos`` None: rows are the last Q of K consecutive positions) or gathered at
-    ``query_pos`` [B, Q] against keys at ``key_pos`` [B, K] (None: consecutive); ef [N, B, Q, 1] and segment_diff
+    ``query_pos`` [B, Q] against keys at ``key_pos`` [B, K] (None: consecutive), or with ``aligned`` already
+    [N, B, Q, K], column j the term against key j (``shifted_position_scores``); ef [N, B, Q, 1] and segment_diff
     bool [B, Q, K], or both None; mask: additive float32 [B|1, Q, K] or None. The sum and the softmax run in
     float32. Attention dropout at ``rate`` with ``seed`` (None: off).
     """
     klen = tf.shape(ac)[-1]
-    bd = rel_shift(bd, klen) if query_pos is None else gather_relative(bd, query_pos, klen, key_pos)
+    if not aligned:
+        bd = rel_shift(bd, klen) if query_pos is None else gather_relative(bd, query_pos, klen, key_pos)
     score = tf.cast(ac, tf.float32) + tf.cast(bd, tf.float32)
     if ef is not None:
         score += tf.cast(ef, tf.float32) * tf.cast(segment_diff, tf.float32)
@@ -248,7 +250,11 @@ class RelativeAttention(keras.layers.Layer):
             return (q + biases[bias][:, None, None, :]) * scale  # [N, H] bias broadcast over [N, B, Lq, H]
 
         ac = tf.matmul(scaled_query("r_w"), k, transpose_b=True)
-        bd = _position_scores(scaled_query("r_r"), k_r)
+        chunk = _position_chunk(ac, k_r) if query_pos is None and key_pos is None else None
+        if chunk:
+            bd = shifted_position_scores(scaled_query("r_r"), k_r, chunk)
+        else:
+            bd = _position_scores(scaled_query("r_r"), k_r)
         ef = None
         if segment_diff is not None:
             # (q + r_s_bias) . seg_embed[s_ij] = e_0[i] + s_ij (e_1[i] - e_0[i]), and softmax ignores e_0[i] (it is
@@ -256,7 +262,8 @@ class RelativeAttention(keras.layers.Layer):
             seg = tf.transpose(biases["seg_embed"], [1, 0, 2])  # [N, 2, H]
             ef = tf.einsum("nbqh,nh->nbq", scaled_query("r_s"), seg[:, 1] - seg[:, 0])[..., None]
         attn = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, self.dropatt,
-                               self._attention_dropout.call_seed(training), key_pos=key_pos, values=v)  # [N, B, Lq, H]
+                               self._attention_dropout.call_seed(training), key_pos=key_pos, values=v,
+                               aligned=chunk is not None)  # [N, B, Lq, H]
         if weight is not None:
             attn *= tf.cast(weight, attn.dtype)[None, :, :, None]
         shape = tf.shape(x)
@@ -284,6 +291,48 @@ def _not_merged(k, v):
     if k.dtype == tf.float32 or not ops.in_xla_context():
         return k, v
     return ops.optimization_barrier(k, v)
+
+
+# Queries per chunk of the content stream's position term (``shifted_position_scores``): a chunk of c queries
+# reads K + c encoding rows of the K + Lq, so smaller chunks compute fewer unread scores, but each reads its own
+# window of the encoding (why 64: bench/reports/gpu.md, the seventh change).
+POSITION_CHUNK = 64
+
+
+def _position_chunk(ac, k_r):
+    """The chunk size for the content stream's position term (ac [N, B, Lq, K], k_r [N, X, R, H]), or None for
+    all rows at once: chunks where the C++ attention kernel does not run (under XLA, on GPUs: it reads the
+    unshifted scores in place, without the skew's copy) and the shapes are known when traced, with at least two
+    chunks of queries at the consecutive positions of XLNet's ``bi`` table (R = K + Lq)."""
+    lq, klen = ac.shape[2], ac.shape[3]
+    if ops.cpu_process() and not ops.in_xla_context():
+        return None
+    if None in (ac.shape[0], lq, klen, *k_r.shape[1:]) or k_r.shape[2] != klen + lq:
+        return None
+    if lq % POSITION_CHUNK or lq <= POSITION_CHUNK:
+        return None
+    return POSITION_CHUNK
+
+
+def shifted_position_scores(q, k_r, chunk: int):
+    """``rel_shift(position scores, K)`` computed ``chunk`` queries at a time: q [N, B, Lq, H] (the content
+    stream's rows, consecutive), k_r [N, X, K + Lq, H] -> [N, B, Lq, K] (``aligned`` position scores).
+
+    Query ``i`` reads encoding rows ``Lq - i .. Lq - i + K - 1``, so all of its chunk's queries read a window of
+    K + chunk consecutive rows: each chunk multiplies its queries by its window and is skewed within it. The one
+    matmul over every row computes Lq x (K + Lq) scores, of which the skew reads Lq x K (base-512: 1408 columns
+    for 896 read); here Lq x (K + chunk) (960), and the skew's copy, which XLA writes anyway, reads that much less.
+    """
+    n, _, lq, h = q.shape
+    x, rlen = k_r.shape[1], k_r.shape[2]
+    klen, chunks, width = rlen - lq, lq // chunk, rlen - lq + chunk
+    start = lq - chunk * (tf.range(chunks) + 1)  # chunk m's queries are m * chunk + i, i < chunk
+    windows = tf.gather(k_r, start[:, None] + tf.range(width)[None, :], axis=2)  # [N, X, C, W, H]
+    # [N, B, Lq, H] viewed as [N, X, B/X, C, chunk, H] (the batch halves of bi_data) -> [N, X, C, B/X * chunk, H]
+    q = tf.transpose(tf.reshape(q, [n, x, -1, chunks, chunk, h]), [0, 1, 3, 2, 4, 5])
+    scores = tf.matmul(tf.reshape(q, [n, x, chunks, -1, h]), windows, transpose_b=True)
+    scores = rel_shift(tf.reshape(scores, [n, x, chunks, -1, chunk, width]), klen)  # [N, X, C, B/X, chunk, K]
+    return tf.reshape(tf.transpose(scores, [0, 1, 3, 2, 4, 5]), [n, -1, lq, klen])
 
 
 def _position_scores(q, k_r):
