@@ -300,10 +300,10 @@ POSITION_CHUNK = 64
 
 
 def _position_chunk(ac, k_r):
-    """The chunk size for the content stream's position term (ac [N, B, Lq, K], k_r [N, X, R, H]), or None for
-    all rows at once: chunks where the C++ attention kernel does not run (under XLA, on GPUs: it reads the
-    unshifted scores in place, without the skew's copy) and the shapes are known when traced, with at least two
-    chunks of queries at the consecutive positions of XLNet's ``bi`` table (R = K + Lq)."""
+    """The chunk size for the content stream's position term (ac [N, B, Lq, K], k_r [N, X, R, H]), or None to
+    score all rows at once. Chunks only where the C++ attention kernel does not run, under XLA or in a process with
+    a GPU or TPU (that kernel reads the unshifted scores in place: there is no skew's copy to save), with the
+    shapes known when traced, at least two chunks of queries, and XLNet's ``bi`` table (R = K + Lq)."""
     lq, klen = ac.shape[2], ac.shape[3]
     if ops.cpu_process() and not ops.in_xla_context():
         return None
