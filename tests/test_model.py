@@ -631,8 +631,6 @@ def test_attention_probabilities_under_xla_equal_those_outside(dtype):
     kept behind an optimisation barrier for their backward, which XLA would otherwise recompute from the scores in
     each reader: the same probabilities and score gradients as outside XLA (float32 to round-off, bfloat16 to a
     rounding), with the mask, the segment term and dropout."""
-    from xlnet_tf.layers.attention import attention_probs
-
     rng = np.random.default_rng(7)
     n, b, q, klen = 2, 3, 6, 10
     ac = tf.constant(rng.normal(size=(n, b, q, klen)) * 3, dtype)
@@ -669,8 +667,6 @@ def test_attention_vectors_back_propagate_like_probabilities_times_values(dtype)
     where the probabilities' gradient takes ``sum(p * d_p)`` over the keys: the same vectors and gradients (scores,
     values) as the probabilities times the values, under XLA and outside it, with masks, segments, dropout, a fully
     masked row and the query stream's gathered positions."""
-    from xlnet_tf.layers.attention import attention_probs
-
     rng = np.random.default_rng(17)
     n, b, q, klen, h = 2, 3, 6, 10, 4
     ac = tf.constant(rng.normal(size=(n, b, q, klen)) * 3, dtype)
@@ -712,8 +708,6 @@ def test_two_stream_attention_under_xla_equals_outside(policy):
     outputs and gradients (inputs and weights). Under XLA with 16-bit activations the query stream reads the
     content's keys and values behind a barrier that keeps XLA from merging the two streams' matmuls (identity
     values and gradient)."""
-    from xlnet_tf.layers.attention import RelativeAttention
-
     rng = np.random.default_rng(11)
     b, m, length, p, d, n, h = 2, 3, 5, 2, 16, 2, 8
     klen = m + length
@@ -763,7 +757,6 @@ def test_dropout_inside_the_block_functions(backend):
     probabilities keep 1 - rate, scaled by 1 / keep, and back-propagate through the same mask; the residual
     LayerNorm drops entries of ``out + bias`` before the sum."""
     from xlnet_tf.kernels.dropout_mask import keep_probability
-    from xlnet_tf.layers.attention import attention_probs
     from xlnet_tf.layers.feedforward import bias_activation_dropout
     from xlnet_tf.layers.normalization import residual_layer_norm
 

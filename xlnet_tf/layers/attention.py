@@ -250,9 +250,9 @@ class RelativeAttention(keras.layers.Layer):
             return (q + biases[bias][:, None, None, :]) * scale  # [N, H] bias broadcast over [N, B, Lq, H]
 
         ac = tf.matmul(scaled_query("r_w"), k, transpose_b=True)
-        chunk = _position_chunk(ac, k_r) if query_pos is None and key_pos is None else None
-        if chunk:
-            bd = shifted_position_scores(scaled_query("r_r"), k_r, chunk)
+        aligned = query_pos is None and key_pos is None and _chunks_apply(ac, k_r)
+        if aligned:
+            bd = shifted_position_scores(scaled_query("r_r"), k_r, POSITION_CHUNK)
         else:
             bd = _position_scores(scaled_query("r_r"), k_r)
         ef = None
@@ -263,7 +263,7 @@ class RelativeAttention(keras.layers.Layer):
             ef = tf.einsum("nbqh,nh->nbq", scaled_query("r_s"), seg[:, 1] - seg[:, 0])[..., None]
         attn = attention_probs(ac, bd, ef, segment_diff, mask, query_pos, self.dropatt,
                                self._attention_dropout.call_seed(training), key_pos=key_pos, values=v,
-                               aligned=chunk is not None)  # [N, B, Lq, H]
+                               aligned=aligned)  # [N, B, Lq, H]
         if weight is not None:
             attn *= tf.cast(weight, attn.dtype)[None, :, :, None]
         shape = tf.shape(x)
@@ -299,19 +299,18 @@ def _not_merged(k, v):
 POSITION_CHUNK = 64
 
 
-def _position_chunk(ac, k_r):
-    """The chunk size for the content stream's position term (ac [N, B, Lq, K], k_r [N, X, R, H]), or None to
-    score all rows at once. Chunks only where the C++ attention kernel does not run, under XLA or in a process with
-    a GPU or TPU (that kernel reads the unshifted scores in place: there is no skew's copy to save), with the
-    shapes known when traced, at least two chunks of queries, and XLNet's ``bi`` table (R = K + Lq)."""
+def _chunks_apply(ac, k_r) -> bool:
+    """Whether the content stream's position term (ac [N, B, Lq, K], k_r [N, X, R, H]) is scored in chunks of
+    ``POSITION_CHUNK`` queries rather than all rows at once: only where the C++ attention kernel does not run,
+    under XLA or in a process with a GPU or TPU (that kernel reads the unshifted scores in place: there is no
+    skew's copy to save), with the shapes known when traced, at least two chunks of queries, and XLNet's ``bi``
+    table (R = K + Lq)."""
     lq, klen = ac.shape[2], ac.shape[3]
     if ops.cpu_process() and not ops.in_xla_context():
-        return None
+        return False
     if None in (ac.shape[0], lq, klen, *k_r.shape[1:]) or k_r.shape[2] != klen + lq:
-        return None
-    if lq % POSITION_CHUNK or lq <= POSITION_CHUNK:
-        return None
-    return POSITION_CHUNK
+        return False
+    return lq > POSITION_CHUNK and lq % POSITION_CHUNK == 0
 
 
 def shifted_position_scores(q, k_r, chunk: int):
@@ -326,8 +325,8 @@ def shifted_position_scores(q, k_r, chunk: int):
     n, _, lq, h = q.shape
     x, rlen = k_r.shape[1], k_r.shape[2]
     klen, chunks, width = rlen - lq, lq // chunk, rlen - lq + chunk
-    start = lq - chunk * (tf.range(chunks) + 1)  # chunk m's queries are m * chunk + i, i < chunk
-    windows = tf.gather(k_r, start[:, None] + tf.range(width)[None, :], axis=2)  # [N, X, C, W, H]
+    # Chunk m (queries m * chunk + i, i < chunk) reads rows from Lq - (m + 1) * chunk: the m-th window from the end
+    windows = tf.reverse(tf.signal.frame(k_r, width, chunk, axis=2), axis=[2])  # [N, X, C, W, H]
     # [N, B, Lq, H] viewed as [N, X, B/X, C, chunk, H] (the batch halves of bi_data) -> [N, X, C, B/X * chunk, H]
     q = tf.transpose(tf.reshape(q, [n, x, -1, chunks, chunk, h]), [0, 1, 3, 2, 4, 5])
     scores = tf.matmul(tf.reshape(q, [n, x, chunks, -1, h]), windows, transpose_b=True)
