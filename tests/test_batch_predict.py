@@ -304,21 +304,25 @@ runpy.run_module("xlnet_tf.cli.predict", run_name="__main__", alter_sys=True)
 @pytest.mark.slow
 def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     """3 shards x 2k rows: a job SIGKILLed while it writes its second shard and then rerun gives files
-    byte-identical to an uninterrupted run's (here the same engine in this process, to spare a TensorFlow start);
-    the rerun skips the finished shard, does not rewrite it, and removes the killed shard's temporary file."""
+    byte-identical to an uninterrupted run's (here the same engine in this process, to spare a TensorFlow start,
+    while the killed job runs); the rerun skips the finished shard, does not rewrite it, and removes the killed
+    shard's temporary file."""
     export = fine_tuned[1]
     pattern = write_shards(tmp_path / "in", shards=3, rows=2000)
-    bp.predict_shards(bp.SavedModelPredictor(export, max_seq_length=32), pattern, str(tmp_path / "whole"),
-                      bp.Fields.parse("sentence", "id"), batch_size=64)
     args = [f"--saved_model={export}", f"--input_glob={pattern}", "--max_seq_length=32", "--batch_size=64",
             "--id_field=id", "--progress_every_s=0.5"]
-
     out = tmp_path / "killed"
     first = out / "part-00.tsv.predictions.jsonl"
-    killed = subprocess.run([sys.executable, "-c", _KILLED_IN_SECOND_SHARD, *args, f"--output_dir={out}"],
-                            cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=300)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    killed = subprocess.Popen([sys.executable, "-c", _KILLED_IN_SECOND_SHARD, *args, f"--output_dir={out}"],
+                              cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        bp.predict_shards(bp.SavedModelPredictor(export, max_seq_length=32), pattern, str(tmp_path / "whole"),
+                          bp.Fields.parse("sentence", "id"), batch_size=64)
+        stderr = killed.communicate(timeout=300)[1]
+    finally:
+        killed.kill()
+    assert killed.returncode == -signal.SIGKILL, stderr[-3000:]
     summary = json.loads((out / bp.SUMMARY_FILE).read_text())
     assert [shard["output"] for shard in summary["shards"]] == [str(first)] and not summary["complete"]
     assert [n for n in os.listdir(out) if n.startswith(".part-01.tsv.predictions.jsonl.tmp-")], os.listdir(out)

@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.data.ops import iterator_ops
 
 import xlnet_tf
 from xlnet_tf import kernels
@@ -68,6 +69,23 @@ def _softmax(logits):
 
 
 @pytest.mark.slow
+@contextlib.contextmanager
+def _iterators_made():
+    """The datasets this thread starts reading inside the block (a list that grows): iterators made of a dataset,
+    not those tracing makes of a function's arguments."""
+    made, init, thread = [], iterator_ops.OwnedIterator.__init__, threading.get_ident()
+
+    def counted(self, dataset=None, *args, **kwargs):
+        if dataset is not None and threading.get_ident() == thread:  # not the background tests' (background.py)
+            made.append(dataset)
+        init(self, dataset, *args, **kwargs)
+    iterator_ops.OwnedIterator.__init__ = counted
+    try:
+        yield made
+    finally:
+        iterator_ops.OwnedIterator.__init__ = init
+
+
 def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     folder, tensors = release
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
@@ -91,7 +109,9 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     np.testing.assert_array_equal(mask_emb.numpy(), tensors["model/transformer/mask_emb/mask_emb"])
 
     examples, texts, labels = _sentiment("dev", 12)
-    eager = model.predict(texts, batch_size=5, verbose=0)  # a Python list of strings
+    with _iterators_made() as made:
+        eager = model.predict(texts, batch_size=5, verbose=0)  # a Python list of strings
+    assert len(made) == 1  # read once: each iterator instantiates the preprocessor's graph again
     probabilities = _softmax(eager)
     expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
@@ -108,8 +128,9 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
               "'label': [l.decode() for l in out['label'].numpy()]}))")
     serving = subprocess.Popen([sys.executable, "-c", client, version, json.dumps(texts)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
-    assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss)
+    with _iterators_made() as made:
+        loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
+    assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss) and len(made) == 1
 
     # Pairs: a tuple of two batches, laid out as encode_example lays out text_a/text_b.
     pairs = [classifier_data.read_examples(classifier_data.get_task("mrpc"), os.path.join(FIXTURES, "glue", "MRPC"),

@@ -258,6 +258,18 @@ def end_of_data_expected(steps):
         yield
 
 
+def read_once(dataset: tf.data.Dataset, steps) -> tuple:
+    """``(dataset, steps)`` for a loop that reads its data once (evaluate, predict). When an epoch of known length
+    ends, Keras makes the next epoch's iterator at once, and each iterator instantiates the pipeline's functions
+    anew (the preprocessor's graph: most of a predict call on a few strings), for an epoch that never comes. Given
+    the length as ``steps``, of a dataset that does not know it, Keras makes one iterator and reads the same
+    batches."""
+    batches = int(dataset.cardinality())
+    if steps is not None or batches <= 0:
+        return dataset, steps
+    return dataset.filter(lambda *_: True), batches
+
+
 def checked_class_labels(y, num_classes: Optional[int] = None, what: str = "class labels"):
     """``y`` as a classification loss may take it: Keras would truncate 1.7 to class 1 and train on it, so labels
     that are not whole numbers in [0, num_classes) are refused (arrays: a ValueError now; in a pipeline: an error
@@ -428,14 +440,15 @@ class TextTaskModel(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
+        dataset, read_steps = read_once(self._dataset(x, y, sample_weight, batch_size), steps)
         with end_of_data_expected(steps):
-            return super().evaluate(self._dataset(x, y, sample_weight, batch_size), verbose=verbose, steps=steps,
-                                    callbacks=callbacks, return_dict=return_dict, **kwargs)
+            return super().evaluate(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks,
+                                    return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
+        dataset, read_steps = read_once(self._dataset(x, batch_size=batch_size), steps)
         with end_of_data_expected(steps):
-            return super().predict(self._dataset(x, batch_size=batch_size), verbose=verbose, steps=steps,
-                                   callbacks=callbacks)
+            return super().predict(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks)
 
     # Keras' one-batch steps take raw strings too (keras-hub's task models do): the batch goes through fit's or
     # predict's pipeline, all its rows in one step.
