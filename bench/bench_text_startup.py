@@ -1,13 +1,15 @@
 """Start-up cost of the in-graph raw-text preprocessing: what a user waits for before the first batch, not per batch.
 
-    python bench/bench_text_startup.py [--repeats=3]     # ~1 min on 2 cores; prints one JSON object
+    python bench/bench_text_startup.py [--repeats=3] [--calls=10]    # ~1.5 min on 2 cores; prints one JSON object
 
 For the classifier's sentence pairs and SQuAD's windows (``XLNetPreprocessor`` of ``data/spiece.model``, the
 layouts ``fit``/``evaluate``/``predict`` and the raw-text exports run): the ops of the traced graph, the time to
 trace it, the time to start a ``tf.data`` iterator over it (each Keras ``fit``/``evaluate``/``predict`` call and
 epoch starts one: TensorFlow instantiates the graph's function then), and a SavedModel holding it: written, then
 loaded in a fresh process importing only tensorflow and tensorflow_text (TF Serving's view). Medians of
-``--repeats``. The report quoting it: bench/reports/serving.md ("Start-up of the raw-text graphs").
+``--repeats``. Then what one call of ``XLNetTextClassifier`` (configs/tiny.json, random weights, seq 64) costs on
+8 sentences (and ``predict`` on 64), compute included: medians of ``--calls`` after 3 warm-up calls. The report
+quoting it: bench/reports/serving.md ("Start-up of the raw-text graphs").
 """
 
 import argparse
@@ -71,9 +73,50 @@ def measure(name: str, preprocessor, function, inputs: tuple, repeats: int, tmp:
                 **{k: round(statistics.median(v), 2) for k, v in times.items()})
 
 
+def keras_calls(calls: int, tmp: str) -> dict:
+    """Milliseconds per call of the Keras text classifier's loops on raw strings (medians)."""
+    import keras
+    import numpy as np
+    import xlnet_tf
+    from xlnet_tf.checkpoint import write_tf1_checkpoint
+
+    release = os.path.join(tmp, "release")
+    os.makedirs(release)
+    with open(os.path.join(ROOT, "configs", "tiny.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(release, "xlnet_config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(ROOT, "data", "spiece.model"), "rb") as src, \
+            open(os.path.join(release, "spiece.model"), "wb") as dst:
+        dst.write(src.read())
+    keras.utils.set_random_seed(0)
+    network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(config))
+    network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})
+    write_tf1_checkpoint({n: v.numpy() for n, v in network.tf1_variables().items()},
+                         os.path.join(release, "xlnet_model.ckpt"))
+    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(release, num_labels=2, seq_length=64)
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    sentences, labels = ["a fine film", "dull and long"] * 4, np.array([1, 0] * 4)
+    loops = {"predict": lambda: model.predict(sentences, verbose=0),
+             "predict_on_batch": lambda: model.predict_on_batch(sentences),
+             "train_on_batch": lambda: model.train_on_batch(sentences, labels),
+             "evaluate": lambda: model.evaluate(sentences, labels, verbose=0),
+             "predict_64_rows": lambda: model.predict(sentences * 8, verbose=0)}
+    result = {}
+    for name, call in loops.items():
+        times = []
+        for _ in range(3 + calls):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        result[name] = round(1000 * statistics.median(times[3:]), 1)
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=10)
     args = parser.parse_args()
     from xlnet_tf.preprocessing import XLNetPreprocessor
 
@@ -87,7 +130,8 @@ def main():
         report = dict(cpu=cpu_name(), date=time.strftime("%Y-%m-%d %H:%M"), commit=commit,
                       pairs=measure("pairs", pair, lambda a, b: pair(a, b), (questions, contexts), args.repeats, tmp),
                       squad=measure("squad", squad, lambda q, c: squad.squad(q, c), (questions, contexts), args.repeats,
-                                    tmp))
+                                    tmp),
+                      text_classifier_calls_ms=keras_calls(args.calls, tmp))
     print(json.dumps(report, indent=1))
 
 

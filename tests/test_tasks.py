@@ -86,6 +86,11 @@ def _iterators_made():
         iterator_ops.OwnedIterator.__init__ = init
 
 
+def _reads_text(dataset) -> bool:
+    """Whether the pipeline holds the preprocessor (its SentencePiece op)."""
+    return b"Sentencepiece" in dataset._as_serialized_graph().numpy()
+
+
 def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     folder, tensors = release
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
@@ -111,7 +116,10 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     examples, texts, labels = _sentiment("dev", 12)
     with _iterators_made() as made:
         eager = model.predict(texts, batch_size=5, verbose=0)  # a Python list of strings
-    assert len(made) == 1  # read once: each iterator instantiates the preprocessor's graph again
+    assert len(made) == 1 and _reads_text(made[0])  # read once: each iterator instantiates the preprocessor anew
+    with _iterators_made() as made:  # rows of one batch: encoded without a pipeline
+        np.testing.assert_array_equal(model.predict(texts, verbose=0), eager)
+    assert len(made) == 1 and not _reads_text(made[0])
     probabilities = _softmax(eager)
     expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
@@ -130,7 +138,10 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     with _iterators_made() as made:
         loss, accuracy = model.evaluate(texts, labels, batch_size=6, verbose=0)
-    assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss) and len(made) == 1
+    assert 0.0 <= accuracy <= 1.0 and np.isfinite(loss) and len(made) == 1 and _reads_text(made[0])
+    with _iterators_made() as made:  # one batch, encoded without a pipeline: the same numbers
+        np.testing.assert_allclose(model.evaluate(texts, labels, verbose=0), [loss, accuracy], rtol=1e-5)
+    assert len(made) == 1 and not _reads_text(made[0])
 
     # Pairs: a tuple of two batches, laid out as encode_example lays out text_a/text_b.
     pairs = [classifier_data.read_examples(classifier_data.get_task("mrpc"), os.path.join(FIXTURES, "glue", "MRPC"),
@@ -214,8 +225,9 @@ def test_text_classifier_trains_with_xla(release, tokenizer):
 
 
 def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
-    """Keras' train_on_batch / test_on_batch / predict_on_batch on raw strings: the batch through fit's pipeline
-    in one step, the numbers of the same step on the preprocessor's token ids (and of evaluate / predict)."""
+    """Keras' train_on_batch / test_on_batch / predict_on_batch on raw strings: the batch encoded as fit's
+    pipeline encodes it (without one) in one step, the numbers of the same step on the preprocessor's token ids
+    (and of evaluate / predict)."""
     folder, _ = release
     examples, texts, labels = _sentiment("dev", 6)
     models = [xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
@@ -230,10 +242,13 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
     def same(a, b):  # loss and accuracy, or weights
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
-    loss_and_accuracy = raw.test_on_batch(texts, labels)
+    with _iterators_made() as made:  # encoded by the pipeline's function, without a pipeline
+        loss_and_accuracy = raw.test_on_batch(texts, labels)
+        predicted = raw.predict_on_batch(texts)
+    assert made == []
     same(loss_and_accuracy, ids.test_on_batch(encoded, labels))
     same(loss_and_accuracy, raw.evaluate(texts, labels, verbose=0))
-    same(raw.predict_on_batch(texts), raw.predict(texts, verbose=0))
+    same(predicted, raw.predict(texts, batch_size=4, verbose=0))  # two batches, through the pipeline
     same(raw.train_on_batch(texts, labels), ids.train_on_batch(encoded, labels))
     same(raw.network.logit.kernel.numpy(), ids.network.logit.kernel.numpy())
     assert abs(raw.test_on_batch(texts, labels)[0] - loss_and_accuracy[0]) > 1e-3  # it trained
@@ -339,6 +354,9 @@ def test_multiple_choice_on_raw_strings(release, tokenizer):
                 enumerate([("input_ids", np.int32), ("segment_ids", np.int32), ("padding_mask", np.float32)])}
     assert logits.shape == (len(examples), race_data.NUM_CHOICES)
     np.testing.assert_allclose(logits, model.network(features)["logits"].numpy(), atol=1e-5)
+    # one batch (above: no pipeline) and several (through it) alike
+    np.testing.assert_allclose(model.predict((articles, questions, options), batch_size=2, verbose=0), logits,
+                               atol=1e-6)
 
 
 def test_multiple_choice_refuses_labels_and_options_of_the_wrong_kind(release):

@@ -132,9 +132,9 @@ def _rows(data) -> int:
     return int(tf.nest.flatten(data)[0].shape[0])
 
 
-def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
-    """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
-    rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
+def array_parts(x, y=None, sample_weight=None) -> tuple:
+    """``(x, y, sample_weight)`` as tensors (see ``_tensors``; None stays None), each with the rows of ``x``, at
+    least one."""
     parts = {"x": _tensors(x), "y": _tensors(y), "sample_weight": _tensors(sample_weight)}
     rows = {name: [int(t.shape[0]) for t in tf.nest.flatten(part)] for name, part in parts.items() if part is not None}
     if not rows.get("x") or rows["x"][0] == 0:
@@ -142,10 +142,16 @@ def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False)
     for name, counts in rows.items():
         if any(count != rows["x"][0] for count in counts):
             raise ValueError(f"{name}: {', '.join(map(str, counts))} rows for the {rows['x'][0]} examples of x")
-    data = keras.utils.pack_x_y_sample_weight(parts["x"], parts["y"], parts["sample_weight"])
-    dataset = tf.data.Dataset.from_tensor_slices(data)
+    return parts["x"], parts["y"], parts["sample_weight"]
+
+
+def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
+    """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
+    rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
+    parts = array_parts(x, y, sample_weight)
+    dataset = tf.data.Dataset.from_tensor_slices(keras.utils.pack_x_y_sample_weight(*parts))
     if shuffle:
-        dataset = dataset.shuffle(rows["x"][0], reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(_rows(parts[0]), reshuffle_each_iteration=True)
     return dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
 
 
@@ -293,12 +299,13 @@ def checked_class_labels(y, num_classes: Optional[int] = None, what: str = "clas
 
 class TextTaskModel(keras.Model):
     """A task network on token ids with the ``XLNetPreprocessor`` that makes them from strings, keras-hub's way:
-    ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` (and Keras'
-    ``*_on_batch``, the batch in one step) on raw strings run the preprocessor in the tf.data pipeline
-    (``dataset.map`` on batches, on the host) and hand the encoded batches to Keras. Token ids (a dict with
-    ``input_ids``) are taken as they are. The step functions hold the network only, so they compile with
-    ``jit_compile=True`` (XLA) and distribute like any Keras model; exports join preprocessor and network in one
-    graph (``finetuning/serving.py``'s ``ServingModule``).
+    ``call`` takes the preprocessor's output (token ids), and ``fit``/``evaluate``/``predict`` on raw strings run
+    the preprocessor in the tf.data pipeline (``dataset.map`` on batches, on the host) and hand the encoded
+    batches to Keras; Keras' ``*_on_batch`` (the batch in one step), and ``evaluate``/``predict`` on rows of one
+    batch, encode them with the same function without a pipeline (whose start is most of a call on a few rows).
+    Token ids (a dict with ``input_ids``) are taken as they are. The step functions hold the network only, so
+    they compile with ``jit_compile=True`` (XLA) and distribute like any Keras model; exports join preprocessor and
+    network in one graph (``finetuning/serving.py``'s ``ServingModule``).
 
     Inputs of ``fit``/``evaluate``/``predict``: Python lists, numpy arrays or tf.string tensors (tuples or dicts
     of them, per task), batched ``batch_size`` rows at a time (default 32; ``shuffle`` and ``validation_split``
@@ -440,18 +447,28 @@ class TextTaskModel(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
-        dataset, read_steps = read_once(self._dataset(x, y, sample_weight, batch_size), steps)
+        dataset, read_steps = self._loop_data(x, y, sample_weight, batch_size, steps)
         with end_of_data_expected(steps):
             return super().evaluate(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks,
                                     return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
-        dataset, read_steps = read_once(self._dataset(x, batch_size=batch_size), steps)
+        dataset, read_steps = self._loop_data(x, None, None, batch_size, steps)
         with end_of_data_expected(steps):
             return super().predict(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks)
 
-    # Keras' one-batch steps take raw strings too (keras-hub's task models do): the batch goes through fit's or
-    # predict's pipeline, all its rows in one step.
+    def _loop_data(self, x, y, sample_weight, batch_size, steps) -> tuple:
+        """evaluate's and predict's ``(dataset, steps)`` (see ``read_once``): rows of one batch encoded without a
+        pipeline (``_encoded_batch``), others through it."""
+        encoded = None
+        if steps is None and not yields_batches(x) and not is_encoded(x):
+            encoded = self._encoded_batch(x, y, sample_weight, max_rows=batch_size or DEFAULT_BATCH_SIZE)
+        if encoded is None:
+            return read_once(self._dataset(x, y, sample_weight, batch_size), steps)
+        return read_once(tf.data.Dataset.from_tensors(keras.utils.pack_x_y_sample_weight(*encoded)), steps)
+
+    # Keras' one-batch steps take raw strings too (keras-hub's task models do): the batch encoded as fit's or
+    # predict's pipeline encodes it (through the pipeline only where its rows make windows), all in one step.
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         x, y, sample_weight = self._one_step(x, y, sample_weight)
         return super().train_on_batch(x, y, sample_weight, class_weight=class_weight, return_dict=return_dict)
@@ -465,7 +482,10 @@ class TextTaskModel(keras.Model):
             raise ValueError(f"x: a {_kind(x)} goes to predict; predict_on_batch takes one batch")
         if is_encoded(x):
             return super().predict_on_batch(x)
-        return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
+        encoded = self._encoded_batch(x)
+        if encoded is None:
+            return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
+        return super().predict_on_batch(encoded[0])
 
     def _batch_rows(self, x) -> int:
         return _rows(_tensors(self._arrays(x)[0]))
@@ -477,12 +497,30 @@ class TextTaskModel(keras.Model):
         if yields_batches(x):
             raise ValueError(f"x: a {_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
                              "batch")
+        encoded = self._encoded_batch(x, y, sample_weight)
+        if encoded is not None:
+            return encoded
         rows = self._batch_rows(x)
         steps = list(self._dataset(x, y, sample_weight, batch_size=rows))
         if len(steps) != 1:  # SQuAD and tagging: a long text is several windows
             raise ValueError(f"x: these {rows} rows make {len(steps)} steps of windows; give train_on_batch/"
                              "test_on_batch fewer rows, or use fit/evaluate")
         return keras.utils.unpack_x_y_sample_weight(steps[0])
+
+    def _encoded_batch(self, x, y=None, sample_weight=None, max_rows=None) -> Optional[tuple]:
+        """Arrays of one batch as ``(x, y, sample_weight)``, ``x`` encoded and ``y`` checked as the pipeline does
+        it to each batch (``_encode_dataset``, the same traced function), but without a tf.data pipeline: each of
+        its iterators instantiates the pipeline's functions anew (the preprocessor's graph), which took most of a
+        call on a few strings. None for more than ``max_rows`` rows, and where this model's pipeline is not one
+        step per batch of rows (a subclass with its own ``_dataset`` or ``_encode_dataset``: SQuAD's and tagging's
+        windows)."""
+        if (type(self)._dataset is not TextTaskModel._dataset
+                or type(self)._encode_dataset is not TextTaskModel._encode_dataset):
+            return None
+        x, y, sample_weight = array_parts(*self._arrays(x, y), sample_weight)
+        if max_rows is not None and _rows(x) > max_rows:
+            return None
+        return self._preprocessed(x), self._checked_labels(y), sample_weight
 
     def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False, *,
                format: str = "tf_saved_model") -> str:
