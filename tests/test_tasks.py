@@ -68,7 +68,6 @@ def _softmax(logits):
     return tf.nn.softmax(logits).numpy()
 
 
-@pytest.mark.slow
 @contextlib.contextmanager
 def _iterators_made():
     """The datasets this thread starts reading inside the block (a list that grows): iterators made of a dataset,
@@ -91,6 +90,7 @@ def _reads_text(dataset) -> bool:
     return b"Sentencepiece" in dataset._as_serialized_graph().numpy()
 
 
+@pytest.mark.slow
 def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     folder, tensors = release
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=2, seq_length=SEQ, dropout=0.0,
@@ -117,8 +117,8 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     with _iterators_made() as made:
         eager = model.predict(texts, batch_size=5, verbose=0)  # a Python list of strings
     assert len(made) == 1 and _reads_text(made[0])  # read once: each iterator instantiates the preprocessor anew
-    with _iterators_made() as made:  # rows of one batch: encoded without a pipeline
-        np.testing.assert_array_equal(model.predict(texts, verbose=0), eager)
+    with _iterators_made() as made:  # rows of one batch: encoded without a pipeline (batches of other sizes)
+        np.testing.assert_allclose(model.predict(texts, verbose=0), eager, atol=1e-5)
     assert len(made) == 1 and not _reads_text(made[0])
     probabilities = _softmax(eager)
     expected = _softmax(model.network(_encoded(tokenizer, examples))["logits"])
@@ -248,7 +248,8 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
     assert made == []
     same(loss_and_accuracy, ids.test_on_batch(encoded, labels))
     same(loss_and_accuracy, raw.evaluate(texts, labels, verbose=0))
-    same(predicted, raw.predict(texts, batch_size=4, verbose=0))  # two batches, through the pipeline
+    # two batches, through the pipeline (other batch sizes: the same to round-off)
+    np.testing.assert_allclose(predicted, raw.predict(texts, batch_size=4, verbose=0), atol=1e-5)
     same(raw.train_on_batch(texts, labels), ids.train_on_batch(encoded, labels))
     same(raw.network.logit.kernel.numpy(), ids.network.logit.kernel.numpy())
     assert abs(raw.test_on_batch(texts, labels)[0] - loss_and_accuracy[0]) > 1e-3  # it trained
@@ -356,7 +357,7 @@ def test_multiple_choice_on_raw_strings(release, tokenizer):
     np.testing.assert_allclose(logits, model.network(features)["logits"].numpy(), atol=1e-5)
     # one batch (above: no pipeline) and several (through it) alike
     np.testing.assert_allclose(model.predict((articles, questions, options), batch_size=2, verbose=0), logits,
-                               atol=1e-6)
+                               atol=1e-5)
 
 
 def test_multiple_choice_refuses_labels_and_options_of_the_wrong_kind(release):
