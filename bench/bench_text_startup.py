@@ -15,6 +15,7 @@ quoting it: bench/reports/serving.md ("Start-up of the raw-text graphs").
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,9 +87,7 @@ def keras_calls(calls: int, tmp: str) -> dict:
         config = json.load(f)
     with open(os.path.join(release, "xlnet_config.json"), "w") as f:
         json.dump(config, f)
-    with open(os.path.join(ROOT, "data", "spiece.model"), "rb") as src, \
-            open(os.path.join(release, "spiece.model"), "wb") as dst:
-        dst.write(src.read())
+    shutil.copyfile(os.path.join(ROOT, "data", "spiece.model"), os.path.join(release, "spiece.model"))
     keras.utils.set_random_seed(0)
     network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(config))
     network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})

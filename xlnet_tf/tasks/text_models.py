@@ -460,12 +460,12 @@ class TextTaskModel(keras.Model):
     def _loop_data(self, x, y, sample_weight, batch_size, steps) -> tuple:
         """evaluate's and predict's ``(dataset, steps)`` (see ``read_once``): rows of one batch encoded without a
         pipeline (``_encoded_batch``), others through it."""
-        encoded = None
-        if steps is None and not yields_batches(x) and not is_encoded(x):
-            encoded = self._encoded_batch(x, y, sample_weight, max_rows=batch_size or DEFAULT_BATCH_SIZE)
-        if encoded is None:
-            return read_once(self._dataset(x, y, sample_weight, batch_size), steps)
-        return read_once(tf.data.Dataset.from_tensors(keras.utils.pack_x_y_sample_weight(*encoded)), steps)
+        if steps is None and not yields_batches(x) and not is_encoded(x) and self._encodes_batches():
+            x, y, sample_weight = array_parts(*self._arrays(x, y), sample_weight)  # tensors once, for either path
+            if _rows(x) <= (batch_size or DEFAULT_BATCH_SIZE):
+                encoded = keras.utils.pack_x_y_sample_weight(*self._encoded_batch(x, y, sample_weight))
+                return read_once(tf.data.Dataset.from_tensors(encoded), steps)
+        return read_once(self._dataset(x, y, sample_weight, batch_size), steps)
 
     # Keras' one-batch steps take raw strings too (keras-hub's task models do): the batch encoded as fit's or
     # predict's pipeline encodes it (through the pipeline only where its rows make windows), all in one step.
@@ -482,10 +482,9 @@ class TextTaskModel(keras.Model):
             raise ValueError(f"x: a {_kind(x)} goes to predict; predict_on_batch takes one batch")
         if is_encoded(x):
             return super().predict_on_batch(x)
-        encoded = self._encoded_batch(x)
-        if encoded is None:
+        if not self._encodes_batches():
             return self.predict(x, batch_size=self._batch_rows(x), verbose=0)
-        return super().predict_on_batch(encoded[0])
+        return super().predict_on_batch(self._encoded_batch(x)[0])
 
     def _batch_rows(self, x) -> int:
         return _rows(_tensors(self._arrays(x)[0]))
@@ -497,9 +496,8 @@ class TextTaskModel(keras.Model):
         if yields_batches(x):
             raise ValueError(f"x: a {_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
                              "batch")
-        encoded = self._encoded_batch(x, y, sample_weight)
-        if encoded is not None:
-            return encoded
+        if self._encodes_batches():
+            return self._encoded_batch(x, y, sample_weight)
         rows = self._batch_rows(x)
         steps = list(self._dataset(x, y, sample_weight, batch_size=rows))
         if len(steps) != 1:  # SQuAD and tagging: a long text is several windows
@@ -507,19 +505,18 @@ class TextTaskModel(keras.Model):
                              "test_on_batch fewer rows, or use fit/evaluate")
         return keras.utils.unpack_x_y_sample_weight(steps[0])
 
-    def _encoded_batch(self, x, y=None, sample_weight=None, max_rows=None) -> Optional[tuple]:
+    def _encodes_batches(self) -> bool:
+        """Whether this model's pipeline makes one step of each batch of rows (``_encoded_batch`` may stand in for
+        it): not for a subclass with its own ``_dataset`` or ``_encode_dataset`` (SQuAD's and tagging's windows)."""
+        return (type(self)._dataset is TextTaskModel._dataset
+                and type(self)._encode_dataset is TextTaskModel._encode_dataset)
+
+    def _encoded_batch(self, x, y=None, sample_weight=None) -> tuple:
         """Arrays of one batch as ``(x, y, sample_weight)``, ``x`` encoded and ``y`` checked as the pipeline does
         it to each batch (``_encode_dataset``, the same traced function), but without a tf.data pipeline: each of
         its iterators instantiates the pipeline's functions anew (the preprocessor's graph), which took most of a
-        call on a few strings. None for more than ``max_rows`` rows, and where this model's pipeline is not one
-        step per batch of rows (a subclass with its own ``_dataset`` or ``_encode_dataset``: SQuAD's and tagging's
-        windows)."""
-        if (type(self)._dataset is not TextTaskModel._dataset
-                or type(self)._encode_dataset is not TextTaskModel._encode_dataset):
-            return None
+        call on a few strings. Only where ``_encodes_batches``."""
         x, y, sample_weight = array_parts(*self._arrays(x, y), sample_weight)
-        if max_rows is not None and _rows(x) > max_rows:
-            return None
         return self._preprocessed(x), self._checked_labels(y), sample_weight
 
     def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False, *,
