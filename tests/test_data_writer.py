@@ -51,6 +51,10 @@ def read_records(path):
     return out
 
 
+def raw_records(path):
+    return [raw.numpy() for raw in tf.data.TFRecordDataset(path)]
+
+
 def shard_bytes(save_dir):
     d = os.path.join(save_dir, "tfrecords")
     return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d)) if n.endswith(".tfrecord")}
@@ -161,7 +165,7 @@ runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
-    """Kill a real 2-worker CLI run mid-way, rerun: shards are byte-identical to an uninterrupted run."""
+    """Kill a real 2-worker CLI run mid-way, rerun: its records are byte-identical to an uninterrupted run's."""
     reference_dir, manifest = written
     out = tmp_path / "killed"
     args = [f"--input_glob={corpus}/*.txt", f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32",
@@ -175,13 +179,14 @@ def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     finished = [n for n in os.listdir(out / "tfrecords") if n.endswith(".tfrecord")]
     m = cpd.run(config(corpus / "*.txt", out, batches_per_shard=4))
     assert 2 <= len(finished) < len(m["shards"]) == 85, (len(finished), len(m["shards"]))
-    got = [r for s in m["shards"] for r in read_records(os.path.join(out, s["file"]))]
-    ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in read_records(s["path"])]
+    # Record for record, byte for byte: the killed run's shards were written by other processes than the reference
+    # (this one), whose hash seeds differ (an Example's map of features is serialized in a fixed order).
+    got = [r for s in m["shards"] for r in raw_records(os.path.join(out, s["file"]))]
+    ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in raw_records(s["path"])]
     assert len(got) == len(ref) == m["num_records"]
     assert not any(n.startswith(".") for n in os.listdir(out / "tfrecords")), "no temporary file left"
-    for a, b in zip(got, ref):
-        for k in a:
-            np.testing.assert_array_equal(a[k], b[k])
+    differ = [i for i, (a, b) in enumerate(zip(got, ref)) if a != b]
+    assert not differ, f"{len(differ)} of {len(ref)} records differ in their bytes (the first: {differ[:5]})"
 
 
 def test_bad_input_is_reported_and_skipped(tmp_path):

@@ -57,7 +57,7 @@ def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
             for feature in features:
                 example = tf.train.Example(features=tf.train.Features(
                     feature={k: _feature(tf, v) for k, v in feature.items()}))
-                writer.write(example.SerializeToString())
+                writer.write(example.SerializeToString(deterministic=True))  # (the same bytes in any process)
                 count += 1
     meta = dict(meta, num_records=count)
     write_json_atomic(path + ".json", meta)
