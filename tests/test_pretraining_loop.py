@@ -216,3 +216,22 @@ def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatc
     monkeypatch.setattr(progress.tf.config, "list_logical_devices", lambda kind: [])
     monkeypatch.setattr(progress.tf.config, "list_physical_devices", lambda kind: [])
     assert progress.device_peak_flops(TwoHosts(), "float32") == (8e10, "measured CPU matmul")
+
+
+def test_the_training_step_is_traced_as_written(tmp_path, monkeypatch):
+    """Autograph rewrites the code a tf.function calls unless told not to, and tracing the rewritten step takes
+    longer (bench/reports/performance.md, "Time to the first step"); the step branches on Python values only, so
+    the training loop traces it as written: the objective's loss, for one, runs its own code."""
+    import inspect
+
+    from xlnet_tf.objectives import get_objective
+
+    files, objective = [], type(get_objective("plm"))
+    loss = objective.loss
+
+    def loss_noting_its_code(self, *args, **kwargs):
+        files.append(inspect.currentframe().f_code.co_filename)  # autograph's rewrite lives in a file of its own
+        return loss(self, *args, **kwargs)
+    monkeypatch.setattr(objective, "loss", loss_noting_its_code)
+    train(tmp_path, "run", create_strategy("one_device"), per_replica_batch=2, steps=2, iterations=2)
+    assert files and set(files) == {__file__}, set(files)

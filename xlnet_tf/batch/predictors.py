@@ -74,7 +74,7 @@ class KerasPredictor(Predictor):
         step = make_predict_step(model, (), jit_compile)
 
         @tf.function(input_signature=[tf.TensorSpec([self.batch_size, max_seq_length], s.dtype)
-                                      for s in spec.values()])
+                                      for s in spec.values()], autograph=False)
         def forward(*features):
             features = dict(zip(names, features))
 

@@ -62,7 +62,7 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
 
     replica_step = make_replica_step(model, optimizer, model_and_loss.loss_fn, s.clip)
     if s.jit_compile:  # XLA: traced inside, the layers take their plain definitions (xlnet_tf.kernels)
-        replica_step = tf.function(replica_step, jit_compile=True)
+        replica_step = tf.function(replica_step, jit_compile=True, autograph=False)  # (see Training.train)
 
     n = model_and_loss.sequences_per_example
     flops = n * finetune_flops_per_sequence(model.config, s.max_seq_length,
@@ -152,7 +152,7 @@ def make_predict_step(model, keep: tuple[str, ...] = (), jit_compile: bool = Fal
         outputs = dict(model(features, training=False))
         outputs.update({k: features[k] for k in keep})
         return outputs
-    return tf.function(fn, jit_compile=True) if jit_compile else fn
+    return tf.function(fn, jit_compile=True, autograph=False) if jit_compile else fn
 
 
 def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, keep: tuple[str, ...] = (),
@@ -164,7 +164,7 @@ def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, k
     dist = strategy.experimental_distribute_dataset(dataset)
     fn = make_predict_step(model, keep, jit_compile)
 
-    @tf.function
+    @tf.function(autograph=False)  # the model branches on Python values only (see Training.train)
     def step(features):
         return strategy.run(fn, args=(features,))
 

@@ -120,7 +120,7 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
     per_replica = s.train_batch_size // strategy.num_replicas_in_sync
     replica_step = make_replica_step(model, training.optimizer, s.clip, objective.name)
     if s.jit_compile:
-        replica_step = tf.function(replica_step, jit_compile=True)
+        replica_step = tf.function(replica_step, jit_compile=True, autograph=False)  # (see Training.train)
     flops = train_flops_per_sequence(c.n_layer, c.d_model, c.d_inner, s.seq_len, c.mem_len, s.num_predict, c.n_token,
                                      per_replica, c.bi_data, objective=objective.name, d_attn=c.n_head * c.d_head)
     # Memory restarts at every host loop (see the module docstring).

@@ -112,6 +112,10 @@ class Training:
         replicas and the host loop's steps (e.g. the accuracy over all targets).
         """
         s, strategy = self.settings, self.strategy
+        # Autograph rewrites all the host loop calls unless told not to. The step (model, loss, optimizer) branches
+        # on Python values only: left as written, as Keras leaves its own steps, it traces faster
+        # (bench/reports/performance.md, "Time to the first step").
+        replica_step = tf.autograph.experimental.do_not_convert(replica_step)
         iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: dataset_fn(ctx, self.start_step)))
 
         def next_inputs():
