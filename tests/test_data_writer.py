@@ -180,7 +180,8 @@ def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     m = cpd.run(config(corpus / "*.txt", out, batches_per_shard=4))
     assert 2 <= len(finished) < len(m["shards"]) == 85, (len(finished), len(m["shards"]))
     # Record for record, byte for byte: the killed run's shards were written by other processes than the reference
-    # (this one), whose hash seeds differ (an Example's map of features is serialized in a fixed order).
+    # (this one), with other hash seeds, which set the order of an Example's features unless it is serialized
+    # deterministically.
     got = [r for s in m["shards"] for r in raw_records(os.path.join(out, s["file"]))]
     ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in raw_records(s["path"])]
     assert len(got) == len(ref) == m["num_records"]
