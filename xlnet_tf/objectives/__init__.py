@@ -92,7 +92,8 @@ class Objective(abc.ABC):
         """``{term: (sum of losses, number correct, number of targets)}`` (float32 scalars) of the model's
         ``outputs`` on ``batch``: cross-entropy and accuracy of the LM logits [B, P, V] against ``target``,
         weighted by ``target_mask``, per ``loss_terms`` part of the P rows. The sums (not means) make the mean
-        over the global batch exact under any replica split."""
+        over the global batch exact under any replica split. Traced as written, without autograph: a branch on a
+        tensor's value is a ``tf.where`` or ``tf.cond``, not a Python ``if``."""
         from xlnet_tf.objectives.losses import prediction_terms
 
         return prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"], self.loss_terms)

@@ -283,7 +283,8 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def loss(self, features: dict, outputs: dict) -> tuple:
         """(sum of per-example losses, number of examples) of a per-replica batch (the loop divides by the global
-        count)."""
+        count). Traced as written, without autograph: a branch on a tensor's value is a ``tf.where`` or
+        ``tf.cond``, not a Python ``if``."""
 
     def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
         """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
