@@ -78,9 +78,11 @@ def host_loops(tree: str, argv: list, model_dir: str) -> tuple[float, float]:
     done = subprocess.run([sys.executable, "-c", _CHILD, tree, *argv, f"--model_dir={model_dir}"], cwd=tree,
                           capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     if done.returncode != 0:
-        raise RuntimeError(f"{tree}: {' '.join(argv[:1])} failed:\n{done.stderr[-3000:]}")
-    first, second = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("HOST_LOOPS "))
-    return float(first), float(second)
+        raise RuntimeError(f"{tree}: {argv[0]} failed:\n{done.stderr[-3000:]}")
+    timed = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("HOST_LOOPS ")]
+    if not timed:
+        raise RuntimeError(f"{tree}: {argv[0]} ran fewer than two host loops:\n{done.stderr[-3000:]}")
+    return float(timed[0][0]), float(timed[0][1])
 
 
 def main(argv=None) -> dict:
