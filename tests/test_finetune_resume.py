@@ -3,6 +3,7 @@ ends with the checkpoint an uninterrupted run ends with (every variable: weights
 seed states), dropout on, for classification, multiple choice (RACE) and SQuAD; changed order flags are refused."""
 
 import os
+import pathlib
 import random
 import subprocess
 import sys
@@ -78,6 +79,16 @@ def variables_by_path(model_dir: str) -> dict:
     return values
 
 
+def assert_same_feature_bytes(straight_dir: str, killed_dir: str):
+    """The training features cached by the run in this process and by the killed one (another process, with
+    another hash seed) are the same bytes: an Example is serialized deterministically."""
+    straight, killed = pathlib.Path(straight_dir), pathlib.Path(killed_dir)
+    names = sorted(str(p.relative_to(straight)) for p in straight.rglob("*.tf_record"))
+    assert names and names == sorted(str(p.relative_to(killed)) for p in killed.rglob("*.tf_record"))
+    for name in names:
+        assert (straight / name).read_bytes() == (killed / name).read_bytes(), name
+
+
 def assert_same_checkpoints(straight_dir: str, resumed_dir: str):
     straight, resumed = variables_by_path(straight_dir), variables_by_path(resumed_dir)
     assert straight["/global_step/VARIABLE_VALUE"] == TRAIN_STEPS
@@ -101,6 +112,7 @@ def test_killed_classifier_run_resumes_exactly(tmp_path, task):
     runner.run(ClassifierSettings.from_values(values))
     killed = resume_killed(started, ClassifierSettings)
     assert_same_checkpoints(values["model_dir"], killed)
+    assert_same_feature_bytes(os.path.join(values["model_dir"], "features"), os.path.join(killed, "features"))
     if task["task_name"] != "race":
         one_batch_off_is_caught(values, tmp_path)
         return
@@ -146,6 +158,7 @@ def test_killed_squad_run_resumes_exactly(tmp_path):
     runner.run(SquadSettings.from_values(values))
     killed = resume_killed(started, SquadSettings)
     assert_same_checkpoints(values["model_dir"], killed)
+    assert_same_feature_bytes(values["output_dir"], str(tmp_path / "killed_features"))
 
 
 def _write_ids(path: str, ids) -> None:
