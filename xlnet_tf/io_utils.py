@@ -545,3 +545,10 @@ def write_json_atomic(path: str, obj, indent: int = 2, sort_keys: bool = False) 
     """The one JSON writer of the package: atomic (see ``atomic_write``), in insertion order unless ``sort_keys``
     (prediction files list examples in input order, as the original)."""
     return write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=False) + "\n")
+
+
+def example_bytes(tf, features: dict) -> bytes:
+    """``features`` (name -> ``tf.train.Feature``) as a serialized ``tf.train.Example`` (``tf``: the tensorflow
+    module), the same bytes in every process: a map's entries are otherwise written in an order that follows the
+    process's hash seed, and a rerun's or another worker's records would differ in their bytes from the first's."""
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString(deterministic=True)

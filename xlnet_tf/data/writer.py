@@ -236,9 +236,7 @@ def serialize_example(tf, e: ex.Example) -> bytes:
         "seg_id": _int64_feature(tf, e.seg_id.tolist()),
         "label": _int64_feature(tf, [int(e.label)]),
     }
-    # deterministic: a map's entries are otherwise written in an order that follows the process's hash seed, and
-    # a rerun's shards would differ in their bytes from the first run's.
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+    return io_utils.example_bytes(tf, feature)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,9 +55,7 @@ def write_records(path: str, features: Iterable[dict], meta: dict) -> dict:
     with atomic_path(path) as tmp:
         with tf.io.TFRecordWriter(tmp) as writer:
             for feature in features:
-                example = tf.train.Example(features=tf.train.Features(
-                    feature={k: _feature(tf, v) for k, v in feature.items()}))
-                writer.write(example.SerializeToString(deterministic=True))  # (the same bytes in any process)
+                writer.write(io_utils.example_bytes(tf, {k: _feature(tf, v) for k, v in feature.items()}))
                 count += 1
     meta = dict(meta, num_records=count)
     write_json_atomic(path + ".json", meta)

@@ -347,8 +347,7 @@ def _tf_example(f: SquadFeature) -> bytes:
                    p_mask=floats(f.p_mask), segment_ids=ints(f.segment_ids), cls_index=ints([f.cls_index]),
                    start_positions=ints([f.start_position]), end_positions=ints([f.end_position]),
                    is_impossible=floats([float(f.is_impossible)]))
-    # (deterministic: the same bytes in any process, whatever its hash seed)
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+    return io_utils.example_bytes(tf, feature)
 
 
 def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, num_proc: int = 1, proc_id: int = 0,
