@@ -329,11 +329,27 @@ def user_error_message(error: BaseException) -> Optional[str]:
     return None
 
 
+def _remove_autograph_files() -> None:
+    """Deletes the source files autograph wrote for the functions it converted in this process (tf.data's map
+    functions among them). TensorFlow deletes them in an exit handler, which os._exit skips; each is the file of a
+    module it keeps in sys.modules under this prefix."""
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) if name.startswith("__autograph_generated_file") else None
+        if path:
+            try:
+                os.remove(path)
+            except OSError:  # already gone ($TMPDIR cleaned under us): nothing left to remove
+                pass
+
+
 def _exit_now(code: int = 0) -> None:
     """Ends a finished run's process at once. Everything is written by now (checkpoints synchronously, TensorBoard
     flushed after every report); what is skipped is the interpreter's teardown, where each tf.data iterator still
     alive can block for up to a minute (TensorFlow 2.20: its autotuning thread may miss the cancellation and
-    sleep out its period; measured 11-197 s for one MirroredStrategy iterator)."""
+    sleep out its period; measured 11-197 s for one MirroredStrategy iterator). The one exit handler that matters
+    runs here: autograph's removal of the temporary files it wrote (each would otherwise stay in $TMPDIR, a dozen
+    files a run)."""
+    _remove_autograph_files()
     logging.flush()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
