@@ -1,6 +1,8 @@
-"""``python tests/killed_at.py [--group] [--once=MARKER] STEP SCRIPT ARGS...``: runs the entry point ``SCRIPT ARGS``
-(run_pretrain.py, run_classifier.py, run_squad.py) and SIGKILLs it once a host loop ends at or after ``STEP``. Nothing
-is saved at that step (the kill comes before the checkpoint of a save step); the checkpoints before it are.
+"""``python tests/killed_at.py [--group] [--once=MARKER] [--signal=NAME] STEP SCRIPT ARGS...``: runs the entry point
+``SCRIPT ARGS`` (run_pretrain.py, run_classifier.py, run_squad.py) and SIGKILLs it once a host loop ends at or after
+``STEP``. Nothing is saved at that step (the kill comes before the checkpoint of a save step); the checkpoints before
+it are. ``--signal=INT`` (or TERM) sends that signal instead, once, as a user's Ctrl-C or a preemption would: the run
+handles it.
 
 ``--group`` kills the process group instead (a job runner and its run, as a scheduler ending the job would);
 ``--once=MARKER`` kills only while the file MARKER does not exist, creating it first (a job's rerun of the same
@@ -45,29 +47,32 @@ def main(argv):
     parser = argparse.ArgumentParser(prog="killed_at.py")
     parser.add_argument("--group", action="store_true")
     parser.add_argument("--once", metavar="MARKER")
+    parser.add_argument("--signal", default="KILL", choices=["KILL", "INT", "TERM"])
     parser.add_argument("step", type=int)
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)  # the script's, flags included
     parsed = parser.parse_args(argv)
     kill_at, group, once, script = parsed.step, parsed.group, parsed.once, os.path.abspath(parsed.script)
+    signum = signal.Signals["SIG" + parsed.signal]
     sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` would have it
 
     def patch(setup):
         run_host_loops = setup.run_host_loops
 
         def killing(host_loop, **kwargs):
-            step = kwargs["start_step"]
+            step, sent = kwargs["start_step"], False
 
             def loop(steps, state):
-                nonlocal step
+                nonlocal step, sent
                 out = host_loop(steps, state)
                 step += int(steps)
-                if step >= kill_at and not (once and os.path.exists(once)):
+                if step >= kill_at and not sent and not (once and os.path.exists(once)):
+                    sent = True
                     if once:
                         open(once, "w").close()
                     if group:
-                        os.killpg(0, signal.SIGKILL)
-                    os.kill(os.getpid(), signal.SIGKILL)
+                        os.killpg(0, signum)
+                    os.kill(os.getpid(), signum)
                 return out
 
             return run_host_loops(loop, **kwargs)

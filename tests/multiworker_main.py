@@ -36,7 +36,7 @@ def main(model_dir, out_path, train_steps=3, iterations=3, save_steps=None):
         sys.exit(1)
     with open(out_path, "w") as f:
         json.dump({"step": metrics["step"], "loss": metrics["loss"], "replicas": strategy.num_replicas_in_sync,
-                   "preempted": metrics.get("preempted", False)}, f)
+                   "preempted": metrics.get("preempted", False), "stopped_by": metrics.get("stopped_by")}, f)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README_LIMIT = 10_000  # bytes
-DOCS_LIMIT = 74_500  # bytes, docs/ in all: reference only; measurements live in bench/reports/
+DOCS_LIMIT = 75_000  # bytes, docs/ in all: reference only; measurements live in bench/reports/
 
 # Every Markdown file a reader is sent to from the README.
 MARKDOWN = sorted([ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").rglob("*.md"),

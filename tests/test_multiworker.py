@@ -106,6 +106,7 @@ def test_killed_or_preempted_workers_stop_together_and_a_rerun_resumes(tmp_path)
         assert f"resumed from {model / f'xlnet_model-{resume}'} at step {resume}" in out, out[-3000:]
     results = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(3)]
     assert all(r["preempted"] for r in results) and len({r["step"] for r in results}) == 1, results
+    assert [r["stopped_by"] for r in results] == ["another worker", "SIGTERM", "another worker"], results
     preempted = results[0]["step"]
     assert preempted >= resume + 4 and (model / f"xlnet_model-{preempted}.index").exists()
 

@@ -104,9 +104,40 @@ def test_sigterm_checkpoints_and_stops(tmp_path, monkeypatch):
     before = signal.getsignal(signal.SIGTERM)
     metrics, _ = train(tmp_path, "preempted", create_strategy("one_device"), per_replica_batch=2, steps=8,
                        iterations=2, save_steps=8)
-    assert metrics["preempted"] and metrics["step"] == 2
+    assert metrics["preempted"] and metrics["stopped_by"] == "SIGTERM" and metrics["step"] == 2
     assert tf.train.latest_checkpoint(str(tmp_path / "preempted")).endswith("xlnet_model-2")
     assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is restored
+
+
+def test_ctrl_c_is_a_stop_request_and_a_second_one_stops_at_once(monkeypatch):
+    """SIGINT (Ctrl-C) is what SIGTERM is to the host loops: a request to stop at the next host loop's end, with a
+    checkpoint (the command line: test_finetune_resume). The same Ctrl-C twice (a terminal's, and a launcher's
+    forwarded copy) is one request; one more, later, raises KeyboardInterrupt at once. An ignored SIGINT stays
+    ignored; the handlers are restored."""
+    import time
+
+    from xlnet_tf.training import loop
+
+    def deliver(signum):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.01)  # the handler runs in this (the main) thread at its next bytecode
+
+    before = signal.getsignal(signal.SIGINT)
+    assert before is signal.default_int_handler
+    with loop._StopSignals() as stop:
+        deliver(signal.SIGINT)
+        deliver(signal.SIGINT)
+        assert stop.received == signal.SIGINT
+        monkeypatch.setattr(loop._StopSignals, "SAME_CTRL_C", 0.0)
+        with pytest.raises(KeyboardInterrupt):
+            deliver(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is before
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with loop._StopSignals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_first_report_comes_after_one_step(tmp_path, monkeypatch):

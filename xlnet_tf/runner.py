@@ -14,6 +14,7 @@ import dataclasses
 from typing import Optional
 
 import tensorflow as tf
+from absl import logging
 
 from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
@@ -24,7 +25,8 @@ from xlnet_tf.training.setup import checkpoint_step, start_run
 
 def run(settings) -> Optional[dict]:
     """Runs the stages the settings ask for; returns {'train': ..., 'eval': ..., 'predict': [...], 'export': ...}
-    (None for a data-preparation-only run, run_squad.py --do_prepro)."""
+    (None for a data-preparation-only run, run_squad.py --do_prepro). Training stopped by a signal (SIGTERM,
+    Ctrl-C: ``result['train']['stopped_by']``) ends the run there."""
     s = settings.validate()
     family = s.family()
     task = family.task(s)
@@ -49,6 +51,15 @@ def run(settings) -> Optional[dict]:
                                 task.sequences_per_example)
         model, train_metrics = train(strategy, finetune, s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
+        if train_metrics.get("preempted"):
+            # Stopped by a signal before its last step (checkpointed): evaluating, predicting or exporting now would
+            # publish a model half trained (an export is a new version TF Serving loads) while the machine goes
+            # down. The rerun that finishes training does them.
+            later = [flag for flag, asked in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict),
+                                              ("--export_dir", s.export_dir)) if asked]
+            if later:
+                logging.warning("%s: not run; the rerun that finishes training runs them", ", ".join(later))
+            return result
 
     def inference_model(checkpoint_path=None):
         with strategy.scope():

@@ -278,14 +278,16 @@ def attempt(model_dir: str, script: str, forward: "_Forward", echo: bool = False
         log.seek(offset)
         new_log = log.read()
     seconds = round(time.monotonic() - started, 1)
-    # A run stopped by a forwarded SIGTERM checkpoints and may still exit 0 (preemption): not done.
+    # A run stopped by a forwarded signal checkpoints and exits 128 + its number (a run of an older version: 0):
+    # not done.
     if returncode == 0 and not forward.received:
         write_json_atomic(os.path.join(model_dir, DONE_FILE), dict(finished=_now(), seconds=seconds))
         return dict(status="done", reason=None, seconds=seconds)
     reason = failure_reason(new_log, returncode)
-    if forward.received:  # exit 0: it checkpointed and stopped (preemption)
+    if forward.received:
+        stopped = returncode in (0, 128 + forward.received)  # it checkpointed and stopped
         reason = (f"interrupted by signal {signal.Signals(forward.received).name}"
-                  + ("" if returncode == 0 else f" ({reason})"))
+                  + ("" if stopped else f" ({reason})"))
     status = "interrupted" if forward.received else "failed"
     write_json_atomic(os.path.join(model_dir, FAILED_FILE), dict(status=status, reason=reason, finished=_now(),
                                                                  seconds=seconds))

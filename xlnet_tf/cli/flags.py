@@ -49,6 +49,8 @@ A tool is a settings dataclass and a function that takes it::
     ``user_error_message``).
 
   Anything else is a bug and keeps its traceback (and a non-zero exit).
+* **Stopping.** A training run stopped by SIGTERM or Ctrl-C checkpoints after its current host loop and exits
+  143 or 130 (``exit_status``), as a process that signal ended; Ctrl-C anywhere else prints one line and exits 130.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import errno
 import importlib
 import os
 import re
+import signal
 import sys
 import types
 import typing
@@ -272,14 +275,18 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
                 result = function(settings, given)
             else:
                 result = function(settings)
+        except KeyboardInterrupt:  # Ctrl-C outside the training loop (which stops at a checkpoint instead)
+            sys.stdout.flush()
+            sys.stderr.write(f"{_program()[0]}: stopped by Ctrl-C\n")
+            _exit_now(128 + signal.SIGINT)
         except Exception as e:  # noqa: BLE001 (what is not the user's is raised again, with its traceback)
             message = user_error_message(e)
             if message is None:
                 raise
             usage_error(e if isinstance(e, USER_ERRORS) else message)
         if isinstance(result, dict):
-            logging.info("done: %s", summary(result))
-        _exit_now(result if isinstance(result, int) and not isinstance(result, bool) else 0)
+            logging.info("%s: %s", "ended" if stopped_by(result) else "done", summary(result))
+        _exit_now(exit_status(result))
 
     app.run(main, flags_parser=parse)
 
@@ -356,6 +363,24 @@ def _exit_now(code: int = 0) -> None:
     os._exit(code)
 
 
+def stopped_by(result) -> Optional[str]:
+    """The signal that stopped a run's training before its last step (``run_host_loops``), or None."""
+    train = result.get("train", result) if isinstance(result, dict) else {}
+    return train.get("stopped_by") if isinstance(train, dict) else None
+
+
+def exit_status(result) -> int:
+    """A target's result as the process's exit status: an int as it is; a run stopped by a signal (checkpointed,
+    to be resumed) 128 + the signal's number, as the shell reports a process that signal ended, so that a scheduler
+    does not count it done (a Kubernetes Job counts exit 0 as success); else 0."""
+    if isinstance(result, int) and not isinstance(result, bool):
+        return result
+    by = stopped_by(result)
+    if by is None:
+        return 0
+    return 128 + (signal.SIGINT if by == "SIGINT" else signal.SIGTERM)  # "another worker": its preemption
+
+
 def summary(result: dict) -> str:
     """What a run did, for its last log line: ``result`` is pretraining's last metrics, or fine-tuning's stages
     (``train``, ``eval``, ``predict``, ``export``)."""
@@ -365,8 +390,9 @@ def summary(result: dict) -> str:
     if "train" in result:
         train = result["train"]
         loss = f" (loss {train['loss']:.4g})" if "loss" in train else " (nothing left to train)"
-        parts.append(f"{'stopped for preemption at' if train.get('preempted') else 'trained to'} step "
-                     f"{train.get('step')}{loss}")
+        by = train.get("stopped_by")
+        parts.append(f"{f'stopped by {by} at' if by else 'trained to'} step {train.get('step')}{loss}"
+                     + ("; rerun the same command to resume" if by else ""))
     if "eval" in result:
         report = result["eval"]
         metrics = ", ".join(f"{k} {v:.4g}" for k, v in report["metrics"].items())

@@ -5,34 +5,53 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 
-class _Preemption:
-    """Turns SIGTERM into a flag checked between host loops (restoring the previous handler afterwards)."""
+class _StopSignals:
+    """SIGTERM (a preemption) and SIGINT (Ctrl-C) turned into a request to stop, checked between host loops: the run
+    saves a checkpoint there and returns. A second SIGINT stops at once (Python's KeyboardInterrupt), unless it comes
+    within ``SAME_CTRL_C`` seconds of the first: a terminal's Ctrl-C reaches a launcher's or job runner's workers
+    both directly and forwarded. SIGINT is taken only where Python's own handler has it (an ignored SIGINT stays
+    ignored). The previous handlers are restored on exit."""
+
+    SAME_CTRL_C = 2.0
 
     def __init__(self):
-        self.requested = False
-        self._previous = None
+        self.received = None  # the first signal's number
+        self._first_at = 0.0
+        self._previous = {}
 
     def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: preemption is the caller's business
-            self._previous = None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            if signum == signal.SIGINT and signal.getsignal(signum) is not signal.default_int_handler:
+                continue
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread: stopping is the caller's business
+                break
         return self
 
     def _handle(self, signum, frame):
-        del signum, frame
-        logging.warning("SIGTERM received: checkpointing after the current host loop")
-        self.requested = True
+        del frame
+        if self.received is None:
+            self.received, self._first_at = signum, time.monotonic()
+            if signum == signal.SIGINT:
+                logging.warning("Ctrl-C (SIGINT): stopping after the current host loop, with a checkpoint; Ctrl-C "
+                                "again stops at once, without one")
+            else:
+                logging.warning("%s received: checkpointing after the current host loop",
+                                signal.Signals(signum).name)
+        elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.SAME_CTRL_C:
+            raise KeyboardInterrupt
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
@@ -44,9 +63,10 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
     The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
-    over), so the starting loss is seen at once. SIGTERM finishes the current host loop, checkpoints and returns
-    (``preempted``: True); ``agree(requested)`` makes that decision common to every worker of a multi-worker job
-    (any worker's SIGTERM stops all of them at the same step, each saving). A non-finite loss raises
+    over), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host loop, checkpoints and
+    returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``); ``agree(requested)``
+    makes that decision common to every worker of a multi-worker job (any worker's signal stops all of them at the
+    same step, each saving). A non-finite loss raises
     ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
     report's metrics.
     """
@@ -68,7 +88,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                                                            "grad_norm": float(norm.numpy())}))
         return state
 
-    with _Preemption() as preemption:
+    with _StopSignals() as stop:
         while step < train_steps:
             next_save = (step // save_steps + 1) * save_steps
             steps = min(iterations, next_save - step, train_steps - step)
@@ -77,13 +97,14 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                 state = run(1, state)
                 steps -= 1
             run(steps, state)
-            preempted = agree(preemption.requested)
+            preempted = agree(stop.received is not None)
             if step % save_steps == 0 or step == train_steps or preempted:
                 logging.info("saved %s", manager.save(checkpoint_number=step))
             if preempted:
-                logging.warning("stopped for preemption at step %d; rerun the same command (every worker's) to "
-                                "resume", step)
-                metrics["preempted"] = True
+                by = signal.Signals(stop.received).name if stop.received else "another worker"
+                logging.warning("stopped by %s at step %d of %d; rerun the same command (every worker's) to resume",
+                                by, step, train_steps)
+                metrics.update(preempted=True, stopped_by=by)
                 break
     return metrics
 

@@ -16,9 +16,9 @@ Structure (what keeps TPUs busy and makes resuming exact):
 * ``model_dir`` holds the network's ``xlnet_config.json`` (the release's keys) and ``spiece.model``, as a release
   directory does, so its checkpoints load by the directory alone (``load_network``, the text models'
   ``from_checkpoint``); a rerun with another model config or SentencePiece model is refused.
-* SIGTERM (preemption) finishes the current host loop, writes a checkpoint and returns; ``iterations`` bounds
-  how long that takes. A non-finite loss stops the run with an error before anything is saved, so the last
-  checkpoint on disk is the last good one.
+* SIGTERM (preemption) or SIGINT (Ctrl-C) finishes the current host loop, writes a checkpoint and returns;
+  ``iterations`` bounds how long that takes. A non-finite loss stops the run with an error before anything is
+  saved, so the last checkpoint on disk is the last good one.
 """
 
 from __future__ import annotations
