@@ -241,6 +241,13 @@ def test_input_pipelines_get_contiguous_shards(data_dir):
     bad = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=4)
     with pytest.raises(ValueError, match="num_core_per_host=4"):
         _dataset(data_dir, input_context=bad)
+    # Each pipeline reads shards of its own: fewer shards than pipelines is refused, saying how to write them.
+    shards, batches = len(m["shards"]), m["num_batches"]
+    many = tf.distribute.InputContext(num_input_pipelines=shards + 1, input_pipeline_id=0,
+                                      num_replicas_in_sync=CORES * (shards + 1))
+    with pytest.raises(ValueError, match=rf"{shards} non-empty shards \({batches} host batches\) for {shards + 1} "
+                                         rf"input pipelines.* --batches_per_shard={batches // (shards + 1)} or less"):
+        _dataset(data_dir, input_context=many)
 
 
 def test_replica_c_gets_core_c_rows(data_dir):

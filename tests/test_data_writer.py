@@ -123,6 +123,20 @@ def test_deterministic_rerun_skips_done_shards_and_refuses_other_settings(writte
         cpd.run(config(corpus / "*.txt", save_dir, seed=1))
 
 
+def test_min_shards_splits_the_same_records_into_a_shard_per_input_pipeline(written, corpus, tmp_path):
+    """Data that run_pretrain.py writes for N input pipelines (workers) has N shards at least, each pipeline reading
+    its own: the same records in the same order as any other split of the stream."""
+    save_dir, manifest = written
+    pipelines = len(manifest["shards"]) + 3  # more than --batches_per_shard (40 here) makes
+    split = cpd.run(config(corpus / "*.txt", tmp_path / "split", min_shards=pipelines))
+    assert len(split["shards"]) >= pipelines and split["num_batches"] == manifest["num_batches"]
+    assert split["writer"]["batches_per_shard"] == manifest["num_batches"] // pipelines
+
+    def stream(d):
+        return [r for name, data in shard_bytes(d).items() for r in raw_records(os.path.join(d, "tfrecords", name))]
+    assert stream(tmp_path / "split") == stream(save_dir)
+
+
 def test_resume_after_simulated_crash(written, corpus, tmp_path):
     save_dir, manifest = written
     reference = shard_bytes(save_dir)

@@ -130,3 +130,26 @@ def _latest_step(model_dir) -> int:
     """The step of the checkpoint the manager's state file names (what a rerun resumes from)."""
     text = (model_dir / "checkpoint").read_text()
     return int(re.search(r'^model_checkpoint_path: ".*-(\d+)"$', text, re.M).group(1))
+
+
+@pytest.mark.alone  # two workers' heartbeats, as above
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_workers_pretraining_from_raw_text_train_on_the_data_the_chief_writes(tmp_path):
+    """run_pretrain.py on two workers from raw text (--input_glob), as docs/pretraining.md starts them: the chief
+    writes the data, with a shard for each worker's input pipeline, while the other waits; both train on it. (Each
+    worker used to write the same shards into the shared --data_dir at once, and the bundled corpus made one shard:
+    too few for two pipelines.)"""
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=2", "--", sys.executable,
+                           "run_pretrain.py", "--config_file=configs/pretrain_tiny.yaml", "--strategy=multi_worker",
+                           f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path / 'data'}", "--train_steps=2",
+                           "--iterations=1", "--save_steps=2", "--warmup_steps=1"],
+                          capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE),
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    writing = [line[:len("[worker 0]")] for line in out.splitlines() if "writing pretraining data" in line]
+    assert writing == ["[worker 0]"] and "[worker 1]" in out and "waiting for the chief" in out, out[-3000:]
+    assert out.count("done: trained to step 2") == 2, out[-3000:]
+    shards = json.loads((tmp_path / "data" / "manifest.json").read_text())["shards"]
+    assert len(shards) >= 2, shards

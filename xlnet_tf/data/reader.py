@@ -95,8 +95,11 @@ def pretrain_dataset(data_dir: str, per_replica_batch_size: int, seq_len: int, r
 
     shards = [s for s in manifest["shards"] if s["num_records"] > 0]
     if len(shards) < num_pipelines:
-        raise InputError(f"{data_dir}: {len(shards)} non-empty shards for {num_pipelines} input pipelines; write "
-                         "the data with a smaller --batches_per_shard")
+        batches = sum(s["num_batches"] for s in shards)
+        fix = (f"`python -m xlnet_tf.cli.create_data` with --batches_per_shard={batches // num_pipelines} or less"
+               if batches >= num_pipelines else "more text (or a smaller batch size)")
+        raise InputError(f"{data_dir}: {len(shards)} non-empty shards ({batches} host batches) for {num_pipelines} "
+                         f"input pipelines, each of which reads shards of its own: write the data again with {fix}")
     # Contiguous blocks of shards per pipeline (as the original's per-host file ranges): each pipeline's stream
     # stays consecutive within its block.
     lo = pipeline_id * len(shards) // num_pipelines

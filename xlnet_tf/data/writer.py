@@ -65,6 +65,7 @@ class WriterConfig:
     num_workers: int = 1
     batches_per_shard: int = 500
     max_line_bytes: int = 200_000
+    min_shards: int = 1  # fewer batches per shard where the task's batches would fill fewer (input pipelines)
 
     def errors(self) -> list:
         """Every reason these settings cannot work, each naming the flag."""
@@ -77,6 +78,8 @@ class WriterConfig:
             errors.append(f"--num_workers={self.num_workers} must be >= 1")
         if self.batches_per_shard < 1:
             errors.append(f"--batches_per_shard={self.batches_per_shard} must be >= 1")
+        if self.min_shards < 1:
+            errors.append(f"min_shards={self.min_shards} must be >= 1")
         if self.max_line_bytes < 1:
             errors.append(f"--max_line_bytes={self.max_line_bytes} must be >= 1")
         if not self.sp_path or io_utils.probe(self.sp_path) is False:  # a URI: checked once TensorFlow loads
@@ -361,9 +364,6 @@ def run(cfg: WriterConfig) -> dict:
                   num_core_per_host=s.num_core_per_host, bi_data=s.bi_data, mask_alpha=s.mask_alpha,
                   mask_beta=s.mask_beta, num_predict=s.num_predict, uncased=cfg.uncased, use_eod=cfg.use_eod,
                   vocab_size=tokenizer.vocab_size, sp_sha256=tokenizer.fingerprint())
-    writer_info = dict(seed=cfg.seed, original_span_bug=s.original_span_bug, batches_per_shard=cfg.batches_per_shard,
-                       split=cfg.split, pass_id=cfg.pass_id, task=cfg.task, max_line_bytes=cfg.max_line_bytes,
-                       input_glob=cfg.input_glob, sp_path=cfg.sp_path)
     io_utils.makedirs(io_utils.join(cfg.save_dir, "tfrecords"))
     log.info("task %d/%d, pass %d: %d of %d input files", cfg.task, cfg.num_task, cfg.pass_id, len(task_files),
              len(files))
@@ -411,13 +411,19 @@ def run(cfg: WriterConfig) -> dict:
         if cfg.num_task == 1:
             raise InputError(_no_records_message(cfg, report))
         log.warning("task %d: %s", cfg.task, _no_records_message(cfg, report))
+    # Each input pipeline of a training run reads whole shards of its own: at least min_shards where there are
+    # that many host batches (a function of the input, so a rerun plans the same shards).
+    per_shard = max(1, min(cfg.batches_per_shard, total_batches // cfg.min_shards))
+    writer_info = dict(seed=cfg.seed, original_span_bug=s.original_span_bug, batches_per_shard=per_shard,
+                       split=cfg.split, pass_id=cfg.pass_id, task=cfg.task, max_line_bytes=cfg.max_line_bytes,
+                       input_glob=cfg.input_glob, sp_path=cfg.sp_path)
     input_sha = hashlib.sha256("".join(t.sha256 for t in tokenized).encode()).hexdigest()
     identity = dict(params=params, seed=cfg.seed, original_span_bug=s.original_span_bug, input_sha256=input_sha,
-                    batches_per_shard=cfg.batches_per_shard, num_task=cfg.num_task)
+                    batches_per_shard=per_shard, num_task=cfg.num_task)
     jobs = []
-    for k, first in enumerate(range(0, total_batches, cfg.batches_per_shard)):
+    for k, first in enumerate(range(0, total_batches, per_shard)):
         name = f"tfrecords/{cfg.split}-pass{cfg.pass_id}-task{cfg.task}-{k:05d}.tfrecord"
-        end = min(first + cfg.batches_per_shard, total_batches)
+        end = min(first + per_shard, total_batches)
         jobs.append(ShardJob(k, first, end, name, dict(identity, first_batch=first, end_batch=end)))
     _remove_stale_temps(cfg)
     todo = [j for j in jobs if not _shard_is_done(cfg.save_dir, j)]

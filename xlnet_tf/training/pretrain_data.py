@@ -24,9 +24,11 @@ def has_pretraining_data(s: PretrainSettings) -> bool:
     return False
 
 
-def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_per_host: int) -> dict:
+def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_per_host: int,
+                            min_shards: int = 1) -> dict:
     """Returns the manifest of ``s.data_dir`` after checking it against the training settings (the data layout:
-    ``bsz_per_host`` sequences per host batch, for ``num_core_per_host`` replicas).
+    ``bsz_per_host`` sequences per host batch, for ``num_core_per_host`` replicas; data written here has at least
+    ``min_shards`` shards where the text fills that many host batches: one per input pipeline).
 
     Data is written only if ``data_dir`` has none yet and ``input_glob`` is given (the demo config does this on
     its first run; an interrupted write resumes); that is logged. Mismatched data is a ``SettingsError`` naming
@@ -44,7 +46,7 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
                         "first", s.data_dir, s.input_glob)
         writer.run(writer.WriterConfig(
             input_glob=s.input_glob, sp_path=s.spiece_model_file, save_dir=s.data_dir, uncased=s.uncased,
-            settings=ExampleSettings(**masking, **shape), num_workers=1))
+            settings=ExampleSettings(**masking, **shape), num_workers=1, min_shards=min_shards))
     manifest = load_manifest(s.data_dir)
     try:
         check_manifest(manifest, uncased=s.uncased, **shape, **masking)

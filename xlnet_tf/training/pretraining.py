@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Callable
 
 import tensorflow as tf
+from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
@@ -37,7 +38,7 @@ from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
 from xlnet_tf.training.setup import load_model_config, setup_training, start_run
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
 # accelerator as uint8: a quarter of float32, exact for 0/1 (the model only tests ``> 0``, in the step), and a plain
@@ -61,8 +62,17 @@ def pretrain(settings: PretrainSettings) -> dict:
     if s.bi_data and per_replica % 2:
         raise SettingsError(f"--bi_data needs an even batch per replica, got {per_replica}")
     hosts = num_hosts(strategy)
-    manifest = ensure_pretraining_data(s, bsz_per_host=s.train_batch_size // hosts,
-                                       num_core_per_host=s.num_core_per_host or replicas // hosts)
+    layout = dict(bsz_per_host=s.train_batch_size // hosts, num_core_per_host=s.num_core_per_host or replicas // hosts,
+                  min_shards=hosts)
+    if hosts > 1 and getattr(strategy, "cluster_resolver", None) is not None and not has_pretraining_data(s):
+        # The workers share --data_dir: the chief writes the data, the others wait for it in a collective (which
+        # fails, as training's do, if the chief is lost).
+        if worker_checkpoint_dir(strategy, s.model_dir)[1]:
+            ensure_pretraining_data(s, **layout)
+        else:
+            logging.info("waiting for the chief to write the pretraining data into --data_dir=%s", s.data_dir)
+        all_workers_here(strategy, f"while the chief wrote the pretraining data into --data_dir={s.data_dir}")
+    manifest = ensure_pretraining_data(s, **layout)
     model_config = load_model_config(s, manifest["params"]["vocab_size"], "the data's SentencePiece vocabulary",
                                      mem_len=s.mem_len, reuse_len=s.reuse_len, bi_data=s.bi_data,
                                      same_length=s.same_length)
@@ -82,6 +92,16 @@ def pretrain(settings: PretrainSettings) -> dict:
         raise InputError(f"{s.data_dir}: damaged pretraining data ({error.message.splitlines()[0]}):\n  "
                          + "\n  ".join(damaged or ["(no shard fails on its own: check the storage)"])
                          + "\nRewrite the damaged shards: delete them and rerun the data writer.") from None
+
+
+def all_workers_here(strategy: tf.distribute.Strategy, doing: str) -> None:
+    """Returns once every worker of ``strategy`` has called it (one all-reduce); a worker lost meanwhile is a
+    ``WorkerLostError`` saying what it was ``doing``."""
+    try:
+        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.function(lambda: tf.ones([]))), axis=None)
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as error:
+        raise WorkerLostError(f"another worker stopped {doing} ({type(error).__name__}); its output says why. "
+                              "Rerun every worker") from None
 
 
 def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig, settings: PretrainSettings,
