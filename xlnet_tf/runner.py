@@ -58,7 +58,7 @@ def run(settings) -> Optional[dict]:
             later = [flag for flag, asked in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict),
                                               ("--export_dir", s.export_dir)) if asked]
             if later:
-                logging.warning("%s: not run; the rerun that finishes training runs them", ", ".join(later))
+                logging.warning("not run: %s (left to the rerun that finishes training)", ", ".join(later))
             return result
 
     def inference_model(checkpoint_path=None):
