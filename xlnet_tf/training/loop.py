@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -14,16 +13,14 @@ from absl import logging
 
 class _StopSignals:
     """SIGTERM (a preemption) and SIGINT (Ctrl-C) turned into a request to stop, checked between host loops: the run
-    saves a checkpoint there and returns. A second SIGINT stops at once (Python's KeyboardInterrupt), unless it comes
-    within ``SAME_CTRL_C`` seconds of the first: a terminal's Ctrl-C reaches a launcher's or job runner's workers
-    both directly and forwarded. SIGINT is taken only where Python's own handler has it (an ignored SIGINT stays
-    ignored). The previous handlers are restored on exit."""
-
-    SAME_CTRL_C = 2.0
+    saves a checkpoint there and returns. Python runs a signal's handler once the host loop in progress returns
+    (TensorFlow holds the main thread until then), so more signals add nothing (a terminal's Ctrl-C reaches a
+    launcher's workers twice, directly and forwarded); SIGKILL stops at once, without a checkpoint. SIGINT is taken
+    only where Python's own handler has it (an ignored SIGINT stays ignored). The previous handlers are restored on
+    exit."""
 
     def __init__(self):
         self.received = None  # the first signal's number
-        self._first_at = 0.0
         self._previous = {}
 
     def __enter__(self):
@@ -39,15 +36,9 @@ class _StopSignals:
     def _handle(self, signum, frame):
         del frame
         if self.received is None:
-            self.received, self._first_at = signum, time.monotonic()
-            if signum == signal.SIGINT:
-                logging.warning("Ctrl-C (SIGINT): stopping after the current host loop, with a checkpoint; Ctrl-C "
-                                "again stops at once, without one")
-            else:
-                logging.warning("%s received: checkpointing after the current host loop",
-                                signal.Signals(signum).name)
-        elif signum == signal.SIGINT and time.monotonic() - self._first_at >= self.SAME_CTRL_C:
-            raise KeyboardInterrupt
+            self.received = signum
+            logging.warning("%s: checkpointing after the current host loop, then stopping",
+                            "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name)
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
