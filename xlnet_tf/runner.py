@@ -51,10 +51,10 @@ def run(settings) -> Optional[dict]:
                                 task.sequences_per_example)
         model, train_metrics = train(strategy, finetune, s, dataset_fn)
         result["train"] = dict(train_metrics, **summary)
-        if train_metrics.get("preempted"):
-            # Stopped by a signal before its last step (checkpointed): evaluating, predicting or exporting now would
-            # publish a model half trained (an export is a new version TF Serving loads) while the machine goes
-            # down. The rerun that finishes training does them.
+        if train_metrics.get("stopped_by"):
+            # Stopped by a signal (checkpointed): evaluating, predicting or exporting now would publish a model half
+            # trained (an export is a new version TF Serving loads) while the machine goes down. The rerun that
+            # finishes training does them.
             later = [flag for flag, asked in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict),
                                               ("--export_dir", s.export_dir)) if asked]
             if later:

@@ -364,7 +364,7 @@ def _exit_now(code: int = 0) -> None:
 
 
 def stopped_by(result) -> Optional[str]:
-    """The signal that stopped a run's training before its last step (``run_host_loops``), or None."""
+    """The signal that stopped a run's training (``run_host_loops``: a checkpoint, then the run ends), or None."""
     train = result.get("train", result) if isinstance(result, dict) else {}
     return train.get("stopped_by") if isinstance(train, dict) else None
 
