@@ -77,6 +77,9 @@ def test_submit_writes_each_schedulers_files_for_the_runs_not_done(tmp_path):
     spec = manifest["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == (
         "Indexed", 5, 2, 2)
+    # a preempted or evicted pod (its run checkpointed on SIGTERM) is not one of the retries
+    assert spec["podFailurePolicy"] == {"rules": [{"action": "Ignore",
+                                                   "onPodConditions": [{"type": "DisruptionTarget"}]}]}
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and len(pod["containers"]) == 1
     (container,) = pod["containers"]

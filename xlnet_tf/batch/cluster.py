@@ -128,9 +128,13 @@ def kubernetes_manifest(s, job: job_runner.Job, task: tuple, runs: list, done: l
     metadata = dict(name=name, labels=labels)
     if s.namespace:
         metadata["namespace"] = s.namespace
+    # A pod evicted or preempted (a drained node, a reclaimed spot VM) gets SIGTERM: its run checkpoints and stops,
+    # and the pod that replaces it resumes; such a disruption is not one of the run's --retries.
+    disrupted = dict(rules=[dict(action="Ignore", onPodConditions=[dict(type="DisruptionTarget")])])
     manifest = dict(apiVersion="batch/v1", kind="Job", metadata=metadata, spec=dict(
         completionMode="Indexed", completions=len(runs), parallelism=min(s.parallelism or len(runs), len(runs)),
-        backoffLimitPerIndex=s.retries, template=dict(metadata=dict(labels=dict(labels)), spec=pod)))
+        backoffLimitPerIndex=s.retries, podFailurePolicy=disrupted,
+        template=dict(metadata=dict(labels=dict(labels)), spec=pod)))
     return (_header(job, runs, done, f"Submit: kubectl apply -f {path}")
             + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=1000))
 
