@@ -18,7 +18,9 @@ the file a reader takes as "this directory is complete" — ``saved_model.pb`` o
 of a converted checkpoint directory (training checkpoints are TensorFlow's: ``CheckpointManager`` writes the
 ``checkpoint`` state file after the bundle). A directory replaced on an object store is removed
 before the new one is moved in (local disks swap it in one rename). Writers of one path are not locked against
-each other here: each export takes a fresh version number and refuses one that appeared meanwhile.
+each other here: each export takes a fresh version number and refuses one that appeared meanwhile. Where a second
+writer of a directory would mix its files with the first's (a training run's checkpoints, a batch prediction's
+outputs), the writer holds ``directory_lock``.
 
 Unreachable URIs. A URI that cannot be read or written (no network, no credentials, permission denied, a filesystem
 TensorFlow lacks) raises an ``InputError`` naming the path and the cause in one line (``uri_error_message``), from
@@ -552,3 +554,119 @@ def example_bytes(tf, features: dict) -> bytes:
     module), the same bytes in every process: a map's entries are otherwise written in an order that follows the
     process's hash seed, and a rerun's or another worker's records would differ in their bytes from the first's."""
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString(deterministic=True)
+
+
+# -- one writer per directory ---------------------------------------------------------------------------------------
+
+LOCK_RENEW_S = 60.0  # a holder rewrites its lock this often, from a thread of its own
+LOCK_EXPIRES_S = 300.0  # a lock not rewritten for this long is a lost holder's (a host elsewhere cannot be asked)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _lock_holder(path: str) -> Optional[dict]:
+    """The lock file's holder (host, pid, started, renewed), {} while unreadable (being written), None if none."""
+    if is_uri(path) and not exists(path):
+        return None
+    try:
+        holder = json.loads(read_text(path) or "{}")
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _lock_lost(holder: dict, host: str, now: float) -> Optional[str]:
+    """Why the lock of ``holder`` may be taken over, or None: its process is gone (on this host), or it was not
+    renewed for ``LOCK_EXPIRES_S`` (a holder killed on another host; locks written without renewal never expire)."""
+    pid = holder.get("pid")
+    if holder.get("host") == host and isinstance(pid, int) and not _process_alive(pid):
+        return f"process {pid}, which is gone"
+    renewed = holder.get("renewed")
+    if isinstance(renewed, (int, float)) and now - renewed > LOCK_EXPIRES_S:
+        return f"process {pid} on {holder.get('host')}, not renewed for {now - renewed:.0f} s"
+    return None
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str, name: str, refusal, *, clock=None):
+    """Holds ``<directory>/<name>`` (JSON: host, pid, started, renewed) while the caller writes into ``directory``:
+    a second holder is refused with ``InputError(refusal(holder, path))``. The lock of a process gone from this host,
+    or one not renewed for ``LOCK_EXPIRES_S`` (its holder renews it every ``LOCK_RENEW_S``), is taken over with a
+    warning, so a rerun after a crash needs no hand. Local disks: created exclusively (``O_EXCL``). Object stores:
+    there is no create-if-absent, so two holders starting in the same instant could both pass."""
+    import socket
+    import threading
+    import time
+
+    from absl import logging
+
+    from xlnet_tf.errors import InputError
+
+    clock = clock or time.time
+    path = join(directory, name)
+    host = socket.gethostname()
+    me = dict(host=host, pid=os.getpid(), started=time.strftime("%Y-%m-%d %H:%M:%S"), renewed=clock())
+
+    def write(holder: dict) -> None:
+        if is_uri(path):
+            with _gfile().GFile(path, "w") as f:
+                f.write(json.dumps(holder))
+        else:
+            write_text_atomic(path, json.dumps(holder))
+
+    for _ in range(3):
+        holder = _lock_holder(path)
+        if holder is None:
+            if is_uri(path):
+                write(me)
+                break
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                continue  # taken meanwhile: read who holds it
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(me))
+            break
+        lost = _lock_lost(holder, host, clock())
+        if lost is None:
+            raise InputError(refusal(holder, path))
+        logging.warning("%s: taking over the lock of %s", path, lost)
+        remove(path)
+    else:
+        raise InputError(f"{path}: could not take this lock")
+
+    def mine() -> bool:
+        held = _lock_holder(path) or {}
+        return (held.get("host"), held.get("pid"), held.get("started")) == (host, me["pid"], me["started"])
+
+    stop = threading.Event()
+
+    def renew():
+        while not stop.wait(LOCK_RENEW_S):
+            try:
+                if not mine():
+                    logging.warning("%s: this process's lock was taken over; no longer renewed", path)
+                    return
+                write(dict(me, renewed=clock()))
+            except Exception as error:  # noqa: BLE001 (storage hiccup: the next renewal tries again)
+                logging.warning("%s: could not renew the lock (%s)", path, error)
+
+    renewer = threading.Thread(target=renew, name=f"lock {name}", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        if mine():
+            remove(path)

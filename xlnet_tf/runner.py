@@ -10,6 +10,7 @@ here depends on which family it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -20,7 +21,7 @@ from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import ModelAndLoss, check_data_order, train
 from xlnet_tf.training.xla import check_jit_compile
-from xlnet_tf.training.setup import checkpoint_step, start_run
+from xlnet_tf.training.setup import checkpoint_step, start_run, training_lock
 
 
 def run(settings) -> Optional[dict]:
@@ -34,6 +35,14 @@ def run(settings) -> Optional[dict]:
         return None
     strategy = start_run(s)
     check_jit_compile(strategy, s.jit_compile)  # before the data is encoded
+    # One training run at a time in a model_dir (two would interleave their checkpoints); evaluating, predicting
+    # or exporting from it meanwhile is allowed.
+    with training_lock(strategy, s.model_dir) if s.do_train else contextlib.nullcontext():
+        return _stages(s, family, task, strategy)
+
+
+def _stages(s, family, task, strategy) -> dict:
+    """``run``'s stages, once the strategy is up (and the training lock held)."""
     result, model = {}, None
 
     if s.do_train:

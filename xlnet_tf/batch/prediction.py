@@ -36,13 +36,11 @@ engine of one machine (shards in turn, resumable, one job per output directory) 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import socket
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -55,6 +53,7 @@ from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, 
 from xlnet_tf.batch.predictors import KerasPredictor, Predictor, SavedModelPredictor, resolve_saved_model
 from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, output_name, stack_inputs, with_id
 from xlnet_tf.errors import InputError
+from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
 __all__ = ["DEFAULT_MAX_SEQ_LENGTH", "FORMATS", "SIGNATURES", "SUMMARY_FILE", "Fields", "KerasPredictor", "LOCK_FILE",
@@ -190,63 +189,14 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
 LOCK_FILE = ".predict.lock"
 
 
-@contextlib.contextmanager
 def output_lock(output_dir: str):
-    """Holds ``<output_dir>/.predict.lock`` (host, pid, start time) while a job writes there; a second job is
-    refused with a message naming the first. Local disks: created exclusively (``O_EXCL``); a lock left by a dead
-    process of this host is taken over. Object stores (a URI): tf.io.gfile has no create-if-absent, so the check
-    and the write are two steps and two jobs starting in the same instant could both pass."""
-    path = os.path.join(output_dir, LOCK_FILE)
-    me = dict(host=socket.gethostname(), pid=os.getpid(), started=time.strftime("%Y-%m-%d %H:%M:%S"))
-    for _ in range(2):
-        holder = _lock_holder(path)
-        if holder is None:
-            if "://" in path:
-                with tf.io.gfile.GFile(path, "w") as f:
-                    f.write(json.dumps(me))
-                break
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-            except FileExistsError:
-                continue  # taken meanwhile: read who holds it
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(me))
-            break
-        if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
-            logging.warning("%s: taking over the lock of process %d, which is gone", path, holder["pid"])
-            tf.io.gfile.remove(path)
-            continue
-        raise InputError(f"--output_dir={output_dir}: another batch prediction is writing there (pid "
-                         f"{holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}); wait for it "
-                         f"or use another --output_dir (if that job is gone, delete {path})")
-    else:
-        raise InputError(f"--output_dir={output_dir}: could not take {path}")
-    try:
-        yield
-    finally:
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.remove(path)
-
-
-def _lock_holder(path: str) -> Optional[dict]:
-    if not tf.io.gfile.exists(path):
-        return None
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            holder = json.loads(f.read() or "{}")
-        return holder if isinstance(holder, dict) else {}
-    except (ValueError, tf.errors.NotFoundError):  # being written, or removed meanwhile
-        return {}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+    """Holds ``<output_dir>/.predict.lock`` while a job writes there (``io_utils.directory_lock``): a second job is
+    refused with a message naming the first; a lock left by a dead or lost job is taken over."""
+    def refusal(holder: dict, path: str) -> str:
+        return (f"--output_dir={output_dir}: another batch prediction is writing there (pid {holder.get('pid')} on "
+                f"{holder.get('host')}, since {holder.get('started')}); wait for it or use another --output_dir (if "
+                f"that job is gone, delete {path})")
+    return io_utils.directory_lock(output_dir, LOCK_FILE, refusal)
 
 
 def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_dir: str, fields: Fields,

@@ -37,7 +37,7 @@ from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
-from xlnet_tf.training.setup import load_model_config, setup_training, start_run
+from xlnet_tf.training.setup import load_model_config, setup_training, start_run, training_lock
 from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
@@ -49,14 +49,22 @@ PERM_MASK_WIRE_DTYPE = tf.uint8
 def pretrain(settings: PretrainSettings) -> dict:
     """What run_pretrain.py does: checks the settings, the strategy and the data in ``data_dir`` (writing it from
     ``input_glob`` first if it has none), then pretrains; returns the last host loop's metrics."""
-    from xlnet_tf.data.reader import pretrain_dataset
-    from xlnet_tf.training.distribute import num_hosts
-    from xlnet_tf.training.pretrain_data import ensure_pretraining_data, has_pretraining_data
+    from xlnet_tf.training.pretrain_data import has_pretraining_data
 
     s = settings.validate()
     has_pretraining_data(s)  # before connecting to the devices (a TPU takes minutes)
     strategy = start_run(s)
     check_jit_compile(strategy, s.jit_compile)  # before any data is written
+    with training_lock(strategy, s.model_dir):  # one run at a time in a model_dir
+        return _pretrain(s, strategy)
+
+
+def _pretrain(s: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
+    """``pretrain`` once the strategy is up and the training lock held."""
+    from xlnet_tf.data.reader import pretrain_dataset
+    from xlnet_tf.training.distribute import num_hosts
+    from xlnet_tf.training.pretrain_data import ensure_pretraining_data, has_pretraining_data
+
     replicas = strategy.num_replicas_in_sync
     per_replica = s.train_batch_size // replicas
     if s.bi_data and per_replica % 2:

@@ -5,6 +5,7 @@
 * ``setup_training``: model, optimizer and checkpoint under the strategy, the checkpoint manager, and the restore
   (resume from ``model_dir`` > warm start from ``init_checkpoint`` > random weights); ``Training.train`` then
   runs the host loops with progress lines, TensorBoard scalars, checkpoints and preemption handling.
+* ``training_lock``: one training run at a time in a checkpoint directory.
 * ``checkpoint_step`` for evaluation, prediction and export (which restore through ``xlnet_tf.checkpoint``:
   every model-from-checkpoint read is there; this module resumes a run's whole training state).
 """
@@ -19,6 +20,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import checkpoint_reader, warm_start
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import WorkerLostError
@@ -46,6 +48,24 @@ def start_run(settings: RunSettings) -> tf.distribute.Strategy:
                                 f"--strategy={settings.strategy} (batch sizes are global)")
     keras.utils.set_random_seed(settings.seed)
     return strategy
+
+
+TRAIN_LOCK = ".train.lock"
+
+
+def training_lock(strategy: tf.distribute.Strategy, model_dir: str):
+    """Holds this worker's checkpoint directory (``worker_checkpoint_dir``) while a run trains into it: a second
+    run there would interleave its checkpoints and summaries with the first's, so it is refused, naming the first
+    (``io_utils.directory_lock``: a crashed run's lock is taken over by the rerun)."""
+    directory, _ = worker_checkpoint_dir(strategy, model_dir)
+    io_utils.makedirs(directory)
+
+    def refusal(holder: dict, path: str) -> str:
+        return (f"--model_dir={model_dir}: another run is training there (pid {holder.get('pid')} on "
+                f"{holder.get('host')}, since {holder.get('started')}); wait for it, or train in another --model_dir "
+                f"(if that run is gone, its lock expires {io_utils.LOCK_EXPIRES_S:.0f} s after its last renewal, "
+                f"or delete {path})")
+    return io_utils.directory_lock(directory, TRAIN_LOCK, refusal)
 
 
 def _make_deterministic() -> None:
