@@ -52,14 +52,35 @@ def test_a_second_holder_is_refused_and_a_lost_holders_lock_is_taken_over(tmp_pa
         with io_utils.directory_lock(directory, ".lock", refusal):
             assert json.loads(io_utils.read_text(path))["pid"] == os.getpid()
         assert not io_utils.exists(path)
-    # alive elsewhere (renewed lately), or of an older version that never renews: refused
-    for holder in (dict(host="elsewhere", pid=1, started="earlier", renewed=now),
-                   dict(host="elsewhere", pid=1, started="earlier")):
-        io_utils.write_text_atomic(path, json.dumps(holder))
-        with pytest.raises(InputError, match=r"held by pid 1 on elsewhere"):
-            with io_utils.directory_lock(directory, ".lock", refusal):
-                pass
-        assert json.loads(io_utils.read_text(path)) == holder  # a refused holder leaves the lock as it was
+    # Held elsewhere and renewed lately: watched. Renewed again meanwhile (alive): refused, the lock left as it was;
+    # not renewed until it expires (a crashed run, a scheduler's rerun elsewhere): taken over. (A clock and a sleep
+    # of the test's: 100 s a wait.)
+    for renewing in (True, False):
+        clock = [now]
+
+        def sleep(seconds, renewing=renewing, clock=clock):
+            clock[0] += 100
+            if renewing:
+                io_utils.write_text_atomic(path, json.dumps(dict(host="elsewhere", pid=1, started="earlier",
+                                                                 renewed=clock[0])))
+        io_utils.write_text_atomic(path, json.dumps(dict(host="elsewhere", pid=1, started="earlier", renewed=now)))
+        lock = io_utils.directory_lock(directory, ".lock", refusal, clock=lambda clock=clock: clock[0], sleep=sleep)
+        if renewing:
+            with pytest.raises(InputError, match=r"held by pid 1 on elsewhere"):
+                with lock:
+                    pass
+            assert json.loads(io_utils.read_text(path))["pid"] == 1
+        else:
+            with lock:
+                assert json.loads(io_utils.read_text(path))["pid"] == os.getpid()
+                assert clock[0] - now > io_utils.LOCK_EXPIRES_S
+    # Written by a version that never renews: refused at once.
+    holder = dict(host="elsewhere", pid=1, started="earlier")
+    io_utils.write_text_atomic(path, json.dumps(holder))
+    with pytest.raises(InputError, match=r"held by pid 1 on elsewhere"):
+        with io_utils.directory_lock(directory, ".lock", refusal, sleep=lambda s: pytest.fail("waited")):
+            pass
+    assert json.loads(io_utils.read_text(path)) == holder
 
 
 def test_a_holder_renews_its_lock(tmp_path, monkeypatch):

@@ -598,12 +598,14 @@ def _lock_lost(holder: dict, host: str, now: float) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def directory_lock(directory: str, name: str, refusal, *, clock=None):
+def directory_lock(directory: str, name: str, refusal, *, clock=None, sleep=None):
     """Holds ``<directory>/<name>`` (JSON: host, pid, started, renewed) while the caller writes into ``directory``:
-    a second holder is refused with ``InputError(refusal(holder, path))``. The lock of a process gone from this host,
-    or one not renewed for ``LOCK_EXPIRES_S`` (its holder renews it every ``LOCK_RENEW_S``), is taken over with a
-    warning, so a rerun after a crash needs no hand. Local disks: created exclusively (``O_EXCL``). Object stores:
-    there is no create-if-absent, so two holders starting in the same instant could both pass."""
+    a second holder is refused with ``InputError(refusal(holder, path))``. The holder renews its lock every
+    ``LOCK_RENEW_S``. The lock of a process gone from this host, or one not renewed for ``LOCK_EXPIRES_S``, is taken
+    over with a warning; one held on another host and renewed lately is watched until it is renewed again (a live
+    holder: refused) or expires (a crashed one: taken over, so that a scheduler's rerun elsewhere needs no hand).
+    Local disks: created exclusively (``O_EXCL``). Object stores: there is no create-if-absent, so two holders
+    starting in the same instant could both pass."""
     import socket
     import threading
     import time
@@ -612,7 +614,7 @@ def directory_lock(directory: str, name: str, refusal, *, clock=None):
 
     from xlnet_tf.errors import InputError
 
-    clock = clock or time.time
+    clock, sleep = clock or time.time, sleep or time.sleep
     path = join(directory, name)
     host = socket.gethostname()
     me = dict(host=host, pid=os.getpid(), started=time.strftime("%Y-%m-%d %H:%M:%S"), renewed=clock())
@@ -624,26 +626,44 @@ def directory_lock(directory: str, name: str, refusal, *, clock=None):
         else:
             write_text_atomic(path, json.dumps(holder))
 
-    for _ in range(3):
+    def create() -> bool:
+        if is_uri(path):
+            write(me)
+            return True
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            return False  # taken meanwhile: read who holds it
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(me))
+        return True
+
+    watched, races = None, 0
+    while True:
         holder = _lock_holder(path)
-        if holder is None:
-            if is_uri(path):
-                write(me)
+        if holder is None or not holder:  # none, or being written (by a holder that just took it)
+            if holder is None and create():
                 break
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-            except FileExistsError:
-                continue  # taken meanwhile: read who holds it
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(me))
-            break
+            races += 1
+            if races > 50:
+                raise InputError(f"{path}: could not take this lock (remove it if no run holds it)")
+            sleep(0.1)
+            continue
         lost = _lock_lost(holder, host, clock())
-        if lost is None:
-            raise InputError(refusal(holder, path))
-        logging.warning("%s: taking over the lock of %s", path, lost)
-        remove(path)
-    else:
-        raise InputError(f"{path}: could not take this lock")
+        if lost is not None:
+            logging.warning("%s: taking over the lock of %s", path, lost)
+            remove(path)
+            continue
+        renewed = holder.get("renewed")
+        if (holder.get("host") == host or not isinstance(renewed, (int, float))
+                or (watched is not None and renewed != watched)):
+            raise InputError(refusal(holder, path))  # a live holder
+        if watched is None:
+            watched = renewed
+            logging.warning("%s: held by pid %s on %s, renewed %.0f s ago; waiting to see it renewed (then this run "
+                            "is refused) or expire after %.0f s (a crashed run's: taken over)", path,
+                            holder.get("pid"), holder.get("host"), clock() - renewed, LOCK_EXPIRES_S)
+        sleep(LOCK_RENEW_S / 4)
 
     def mine() -> bool:
         held = _lock_holder(path) or {}
