@@ -103,7 +103,8 @@ def test_a_second_training_run_in_a_model_dir_is_refused(tmp_path):
     finetune = make_flags(tmp_path, task_name="sst-2", do_train=True, data_dir=os.path.join(FIXTURES, "glue", "SST-2"))
     pretrain = PretrainSettings(model_dir=finetune.model_dir, model_config_path=finetune.model_config_path,
                                 spiece_model_file=SPIECE, input_glob=BROWN, data_dir=str(tmp_path / "data"),
-                                train_batch_size=4, seq_len=32, reuse_len=16, perm_size=16, num_predict=6, train_steps=2)
+                                train_batch_size=4, seq_len=32, reuse_len=16, perm_size=16, num_predict=6,
+                                train_steps=2)
     os.makedirs(finetune.model_dir)
     with open(os.path.join(finetune.model_dir, TRAIN_LOCK), "w") as f:  # a live run: this process
         json.dump(dict(host=socket.gethostname(), pid=os.getpid(), started="2026-11-30 05:00:00",
