@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from typing import Callable, Optional
@@ -57,6 +58,9 @@ def training_lock(strategy: tf.distribute.Strategy, model_dir: str):
     """Holds this worker's checkpoint directory (``worker_checkpoint_dir``) while a run trains into it: a second
     run there would interleave its checkpoints and summaries with the first's, so it is refused, naming the first
     (``io_utils.directory_lock``: a crashed run's lock is taken over by the rerun)."""
+    if isinstance(strategy, tf.distribute.TPUStrategy) and num_hosts(strategy) > 1:
+        # Every host of a pod slice runs the program and writes model_dir together (not run here): no lock.
+        return contextlib.nullcontext()
     directory, _ = worker_checkpoint_dir(strategy, model_dir)
     io_utils.makedirs(directory)
 
