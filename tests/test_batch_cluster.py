@@ -4,8 +4,10 @@ for the Slurm script; the manifests' container commands with their index variabl
 ``run_classifier.py`` (it writes an evaluation report; no TensorFlow): the real end-to-end run, a model trained by
 a generated Slurm task, is in test_batch_jobs.py."""
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -126,6 +128,38 @@ def _task(command, cwd, **env):
     """A task's command as its node runs it: its own process, the scheduler's index variable set."""
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
+
+
+PREEMPTED = '''"""Stand-in for run_classifier.py: trains until SIGTERM, then checkpoints and exits as the entry points do."""
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+print("training", flush=True)
+time.sleep(120)
+'''
+
+
+def test_a_preempted_task_forwards_sigterm_and_exits_as_its_run_did(tmp_path):
+    """A pod's SIGTERM (a preemption): the task forwards it to its run, which checkpoints and exits 143; the run is
+    recorded as interrupted (not failed, not done) and the task exits 143 too, so the scheduler reruns it."""
+    path = six_runs(tmp_path)
+    (tmp_path / "run_classifier.py").write_text(PREEMPTED)
+    job = jobs.load_job(path)
+    run = job.runs[0]
+    jobs.prepare_run(run)
+    task = subprocess.Popen([sys.executable, "-m", "xlnet_tf.cli.jobs", "run", f"--script={job.script}",
+                             run.model_dir], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in task.stdout:  # the run's output, echoed: it is training
+            if line.startswith("training"):
+                break
+        task.send_signal(signal.SIGTERM)
+        out = task.communicate(timeout=60)[0]
+    finally:
+        task.kill()
+    assert task.returncode == 143 and "interrupted: interrupted by signal SIGTERM (" in out, out
+    failed = json.loads(open(os.path.join(run.model_dir, jobs.FAILED_FILE)).read())
+    assert (failed["status"], failed["reason"]) == ("interrupted", "interrupted by signal SIGTERM")
+    assert not os.path.exists(os.path.join(run.model_dir, jobs.DONE_FILE))
 
 
 def test_tasks_in_separate_processes_and_gather_give_the_local_runners_table(tmp_path):

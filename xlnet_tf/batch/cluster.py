@@ -218,7 +218,8 @@ def pick(model_dirs: list, index_env: str) -> str:
 
 def run_task(model_dirs: list, script: str, index_env: str = "") -> int:
     """One run on a cluster (what the generated files run): done before → exit 0 at once; else the local runner's
-    attempt, its output echoed. Exit status 0 done, 1 failed, 130 stopped by a signal (it checkpointed)."""
+    attempt, its output echoed. Exit status 0 done, 1 failed, 128 + the signal's number stopped by a signal (it
+    checkpointed: 143 for a preemption's SIGTERM, 130 for Ctrl-C)."""
     model_dir = pick(model_dirs, index_env)
     if not io_utils.exists(os.path.join(model_dir, FLAGS_FILE)):
         raise JobError(f"{model_dir}: no {FLAGS_FILE} (`python -m xlnet_tf.cli.jobs submit` writes it)")
@@ -235,4 +236,4 @@ def run_task(model_dirs: list, script: str, index_env: str = "") -> int:
             signal.signal(sig, handler)
     print(f"[jobs] {model_dir}: {outcome['status']}" + (f": {outcome['reason']}" if outcome["reason"] else "")
           + f" ({outcome['seconds']:.0f}s)", flush=True)
-    return {"done": 0, "failed": 1}.get(outcome["status"], 130)
+    return {"done": 0, "failed": 1}.get(outcome["status"], 128 + (forward.received or signal.SIGINT))
