@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import gc
 import importlib
 import os
 import re
@@ -252,6 +253,7 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
             usage_error(e)
 
     def main(argv):
+        interrupted = False
         try:
             applied = apply_config_file(FLAGS, FLAGS.config_file)
             for name, value in (defaults_for(FLAGS) if defaults_for else {}).items():
@@ -276,14 +278,19 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
             else:
                 result = function(settings)
         except KeyboardInterrupt:  # Ctrl-C outside the training loop (which stops at a checkpoint instead)
-            sys.stdout.flush()
-            sys.stderr.write(f"{_program()[0]}: stopped by Ctrl-C\n")
-            _exit_now(128 + signal.SIGINT)
+            interrupted = True
         except Exception as e:  # noqa: BLE001 (what is not the user's is raised again, with its traceback)
             message = user_error_message(e)
             if message is None:
                 raise
             usage_error(e if isinstance(e, USER_ERRORS) else message)
+        if interrupted:
+            # Out of the except block, its traceback's frames are freed (and with them, say, a process pool's
+            # semaphores, which the quick exit would otherwise leave to multiprocessing's tracker to warn about).
+            gc.collect()
+            sys.stdout.flush()
+            sys.stderr.write(f"{_program()[0]}: stopped by Ctrl-C\n")
+            _exit_now(128 + signal.SIGINT)
         if isinstance(result, dict):
             logging.info("%s: %s", "ended" if stopped_by(result) else "done", summary(result))
         _exit_now(exit_status(result))

@@ -32,6 +32,7 @@ import hashlib
 import logging as _pylogging
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 from typing import Optional
@@ -345,7 +346,13 @@ def list_input_files(input_glob: str) -> list[str]:
 
 def _spawn_pool(n: int, initializer, initargs):
     # "spawn": TensorFlow (already loaded in a test or training process) is not fork-safe.
-    return multiprocessing.get_context("spawn").Pool(n, initializer=initializer, initargs=initargs)
+    return multiprocessing.get_context("spawn").Pool(n, initializer=_start_worker, initargs=(initializer, *initargs))
+
+
+def _start_worker(initializer, *initargs):
+    # A terminal's Ctrl-C reaches the workers too: the writer stops them (the pool's exit) and says so once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    initializer(*initargs)
 
 
 def run(cfg: WriterConfig) -> dict:
