@@ -397,7 +397,7 @@ def summary(result: dict) -> str:
     if "train" in result:
         train = result["train"]
         loss = f" (loss {train['loss']:.4g})" if "loss" in train else " (nothing left to train)"
-        by = train.get("stopped_by")
+        by = stopped_by(result)
         parts.append(f"{f'stopped by {by} at' if by else 'trained to'} step {train.get('step')}{loss}"
                      + ("; rerun the same command to resume" if by else ""))
     if "eval" in result:

@@ -37,7 +37,8 @@ from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
-from xlnet_tf.training.setup import load_model_config, setup_training, start_run, training_lock
+from xlnet_tf.training.setup import (WORKER_LOST, load_model_config, setup_training, start_run, sum_over_workers,
+                                    training_lock)
 from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
@@ -103,11 +104,11 @@ def _pretrain(s: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
 
 
 def all_workers_here(strategy: tf.distribute.Strategy, doing: str) -> None:
-    """Returns once every worker of ``strategy`` has called it (one all-reduce); a worker lost meanwhile is a
-    ``WorkerLostError`` saying what it was ``doing``."""
+    """Returns once every worker of ``strategy`` has called it; a worker lost meanwhile is a ``WorkerLostError``
+    saying what it was ``doing``."""
     try:
-        strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.function(lambda: tf.ones([]))), axis=None)
-    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as error:
+        sum_over_workers(strategy)(1)
+    except WORKER_LOST as error:
         raise WorkerLostError(f"another worker stopped {doing} ({type(error).__name__}); its output says why. "
                               "Rerun every worker") from None
 

@@ -174,24 +174,34 @@ class Training:
                                     peak_measured=peak_source.startswith("measured"))
         agree = bool
         if num_hosts(strategy) > 1:
-            # A SIGTERM reaches one worker; every worker must save at the same step and stop (a worker that stopped
+            # A signal reaches one worker; every worker must save at the same step and stop (a worker that stopped
             # alone would leave the others waiting in a collective). One all-reduce of the flags per host loop.
-            @tf.function
-            def anyone(requested):
-                flags = strategy.run(tf.identity, args=(requested,))
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None)
+            workers_asking = sum_over_workers(strategy)
 
             def agree(requested: bool) -> bool:
-                return int(anyone(tf.constant(int(requested))).numpy()) > 0
+                return workers_asking(int(requested)) > 0
         try:
             return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
                                   train_steps=s.train_steps, iterations=s.steps_per_loop,
                                   save_steps=s.checkpoint_every, manager=self.manager, reporter=reporter,
                                   optimizer=self.optimizer, agree=agree)
-        except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError) as error:
+        except WORKER_LOST as error:
             if num_hosts(strategy) < 2:
                 raise
             raise WorkerLostError(lost_worker_message(error, self.manager.latest_checkpoint)) from None
+
+
+# What a collective raises when a peer of a multi-worker job stopped answering.
+WORKER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError)
+
+
+def sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[int], int]:
+    """A function summing an int over every worker of ``strategy`` (one all-reduce: it returns once every worker
+    has called it; ``WORKER_LOST`` if a worker is lost meanwhile)."""
+    @tf.function
+    def total(value):
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(value,)), axis=None)
+    return lambda value: int(total(tf.constant(value)).numpy())
 
 
 def lost_worker_message(error: tf.errors.OpError, checkpoint: Optional[str]) -> str:
