@@ -69,7 +69,8 @@ def resume_killed(started, settings_cls) -> str:
     else:
         # Ctrl-C: the host loop it came in ends, is checkpointed, and the run stops there, exit 130, without
         # evaluating or exporting the half-trained model (the rerun does, once trained).
-        stop = re.search(rf"stopped by SIGINT at step (\d+) of {TRAIN_STEPS}", text)
+        stop = re.search(rf"stopped by SIGINT at step (\d+) of {TRAIN_STEPS}; rerun the same command to "
+                         "resume", text)
         assert proc.returncode == 130 and stop and int(stop.group(1)) >= kill_at, (kill_at, text[-3000:])
         assert saved and saved.endswith(f"-{stop.group(1)}"), (kill_at, saved)
         assert "not run: --do_eval, --export_dir (left to the rerun" in text and "Traceback" not in text, text[-3000:]

@@ -47,7 +47,7 @@ class _StopSignals:
 
 def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
                    save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer,
-                   agree=bool) -> dict:
+                   agree=None) -> dict:
     """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm, {name: metric})`` until ``train_steps``
     (the metrics are reported with the loss), in host loops of
     at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
@@ -56,8 +56,8 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
     over), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host loop, checkpoints and
     returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``); ``agree(requested)``
-    makes that decision common to every worker of a multi-worker job (any worker's signal stops all of them at the
-    same step, each saving). A non-finite loss raises
+    (None: one process) makes that decision common to every worker of a multi-worker job (any worker's signal
+    stops all of them at the same step, each saving). A non-finite loss raises
     ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
     report's metrics.
     """
@@ -88,13 +88,14 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                 state = run(1, state)
                 steps -= 1
             run(steps, state)
-            preempted = agree(stop.received is not None)
+            requested = stop.received is not None
+            preempted = agree(requested) if agree else requested
             if step % save_steps == 0 or step == train_steps or preempted:
                 logging.info("saved %s", manager.save(checkpoint_number=step))
             if preempted:
                 by = signal.Signals(stop.received).name if stop.received else "another worker"
-                logging.warning("stopped by %s at step %d of %d; rerun the same command (every worker's) to resume",
-                                by, step, train_steps)
+                logging.warning("stopped by %s at step %d of %d; rerun the same command%s to resume", by, step,
+                                train_steps, " on every worker" if agree else "")
                 metrics.update(preempted=True, stopped_by=by)
                 break
     return metrics

@@ -172,7 +172,7 @@ class Training:
         reporter = ProgressReporter(self.checkpoint_dir, s.train_steps, global_batch * seq_len,
                                     global_batch * flops_per_sequence, peak * replicas, self.start_step,
                                     peak_measured=peak_source.startswith("measured"))
-        agree = bool
+        agree = None
         if num_hosts(strategy) > 1:
             # A signal reaches one worker; every worker must save at the same step and stop (a worker that stopped
             # alone would leave the others waiting in a collective). One all-reduce of the flags per host loop.
