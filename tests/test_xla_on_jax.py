@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from background import resource
-from needs import require
+from needs import require, skip_unless_ci
 
 require("jax")
 pytestmark = pytest.mark.slow  # an export and a jax compile: ~20 s on 2 cores
@@ -244,6 +244,7 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
     (this test environment) the runner says what to install."""
     import importlib.util
 
+    import deviceless
     import gpu_target
 
     monkeypatch.setenv("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # what compile_only_device sets, undone after
@@ -254,10 +255,10 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
     %10 = mhlo.copy %arg1 : tensor<2xi64> loc(#loc7)
     return %1, %10 : tensor<4xf32>, tensor<2xi64> loc(#loc)
   }"""
-    stripped = gpu_target.without_copies(mlir)
+    stripped = deviceless.without_copies(mlir)
     assert "mhlo.copy" not in stripped and "return %0, %arg1 : tensor<4xf32>, tensor<2xi64>" in stripped
     assert "%0 = stablehlo.add %arg0, %arg0" in stripped
-    assert gpu_target.without_copies(stripped) == stripped
+    assert deviceless.without_copies(stripped) == stripped
     assert 'device_description_str: "NVIDIA H200 141GB HBM3e"' in gpu_target.target_config("h200")
     # a GPU run's device, named as jax does: its roofline beside the measured step (an H100 PCIe has other figures)
     assert [gpu_target.target_of(k) for k in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "cpu")] \
@@ -274,6 +275,61 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
         assert "Traceback" not in proc.stderr, proc.stderr
     else:  # an environment with the plugin: the described device, compile-only
         assert gpu_target.compile_only_device("h200").device_kind == "NVIDIA H200 141GB HBM3e"
+
+
+def test_every_step_compiles_for_a_tpu_chip_without_one(exported, tmp_path):
+    """``runner.py --target tpu-v5e``: libtpu (the TPU compiler, in the test extra) compiles each exported step
+    (pretraining plm with memory and pmlm, the classifier's and SQuAD's fine-tuning steps) for a TPU v5e chip,
+    none present. Each compiles, fits the chip's memory, computes at least the model's FLOPs, and gets XLA's TPU
+    cost-model time, whose matmul rate for the chip is its published bf16 peak (the MFU's denominator)."""
+    import importlib.util
+
+    import tpu_target
+
+    if importlib.util.find_spec("libtpu") is None:
+        skip_unless_ci("libtpu is not installed; it is in the 'test' extra (jax[tpu]): pip install -e '.[test]'")
+    out, _ = exported
+    path = tmp_path / "tpu.json"
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--target",
+                           "tpu-v5e", "--json", str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "runner: 4 workloads" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(path.read_text())
+    assert result["info"]["device"] == "TPU v5 lite" and not result["tensorflow_imported"]
+    rows = {w["name"]: w for w in result["workloads"]}
+    assert sorted(rows) == ["clf-16_f32_b2", "squad-16_f32_b2", "tiny_plm_f32_b2", "tiny_pmlm_f32_b2"]
+    for name, row in rows.items():
+        assert "error" not in row, (name, row["error"])
+        est = row["estimate"]
+        assert est["fits"] and 0 < row["compiled_memory_gib"] * 2 ** 30 < 16e9, (name, row)
+        assert est["xla_flops"] >= row["flops_per_step"], (name, est)
+        # the step counter and dropout seeds are int64: unpriced calls, taken out of the cost model's sum
+        assert est["unpriced_calls"] > 0 and est["ms"] > 0 and 0 < est["mfu"] < 1, (name, est)
+        assert est["cost_model_peak_flops"] == pytest.approx(197e12, rel=1e-3)
+    table = tpu_target.table([result])
+    assert table.count("| TPU v5e |") == 4 and "does not compile" not in table
+
+
+def test_tpu_cost_model_time_takes_out_the_unpriced_calls():
+    """XLA's TPU cost model counts -1 s for each call that splits or joins an int64's halves or joins slices in
+    place; the step's time is what remains (libtpu 0.0.42: a matmul beside n such calls gives its time minus n)."""
+    import tpu_target
+
+    class Compiled:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def cost_analysis(self):
+            return {"optimal_seconds": self.seconds, "flops": 1.0}
+
+    calls = '%c.1 = s64[] custom-call(%a, %b), custom_call_target="X64Combine"\n' \
+            '%c.2 = u32[] custom-call(%c.1), custom_call_target="X64SplitLow"\n' \
+            '%c.3 = u32[] custom-call(%c.1), custom_call_target="X64SplitHigh"\n' \
+            '%c.4 = f32[8,4] custom-call(%s.1, %s.2), custom_call_target="ConcatBitcast"\n' \
+            '%c.5 = s32[4] custom-call(%i), custom_call_target="AssumeGatherIndicesInBound"\n'  # priced
+    assert tpu_target.cost_model_seconds(Compiled(-3.99999), calls) == (pytest.approx(1e-5, rel=1e-3), 4)
+    assert tpu_target.cost_model_seconds(Compiled(0.25), "") == (0.25, 0)
+    with pytest.raises(RuntimeError, match="no time"):
+        tpu_target.cost_model_seconds(Compiled(-4.5), calls)  # another unpriced kind: not a time to report
 
 
 def test_profile_of_a_gpu_trace_counts_each_kernel_once(tmp_path):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 
 # The devices the lent machines have. Hardware facts (NVIDIA's specifications: SXM parts), as XLA's own target
 # descriptions give them; the dense matmul peaks, the bandwidth and the warp instructions issued per second (four
@@ -86,32 +85,3 @@ def compile_only_device(target: str):
         raise RuntimeError("compiling for a GPU without one needs jax's CUDA plugin (pip install "
                            f"'jax[cuda13]'; no GPU or driver needed): {e}") from e
     return topology.devices[0]
-
-
-_COPY = re.compile(r"^\s*(%[\w#.]+) = mhlo\.copy (%[\w#.]+) : .*\n", re.M)
-
-
-def without_copies(mlir_text: str) -> str:
-    """The module with its ``mhlo.copy`` ops removed (their results renamed to their operands).
-
-    TensorFlow's bridge returns each updated variable through a copy; the MLIR a compile-only client takes is
-    legalised to StableHLO first, which has no copy op (the text path of a device client converts it to HLO
-    directly and keeps them). A copy is the identity, and XLA adds the copies the outputs' buffers need itself.
-    """
-    renamed = {m.group(1): m.group(2) for m in _COPY.finditer(mlir_text)}
-    if not renamed:
-        return mlir_text
-    text = _COPY.sub("", mlir_text)
-    return re.sub(r"%[\w#.]+\b", lambda m: renamed.get(m.group(0), m.group(0)), text)
-
-
-def compile_for(device, xla_client, mlir_text: str):
-    """Compiles MLIR text for the compile-only ``device``: an executable with ``hlo_modules()`` and
-    ``get_compiled_memory_stats()`` that cannot run."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
-
-    with mlir.make_ir_context():  # the compile-only client takes a parsed module, not text
-        module = ir.Module.parse(without_copies(mlir_text))
-        return device.client.compile(module, executable_devices=xla_client.DeviceList((device,)),
-                                     compile_options=xla_client.CompileOptions())

@@ -6,6 +6,8 @@ MFU (the model FLOPs ``xlnet_tf.flops`` gave the exporter, over the matmul peak 
         [--dump_hlo DIR] [--profile GLOBS]   # the optimised modules; where the named steps' device time goes
     python3 bench/xla/runner.py --bundle DIR --target h200   # compiled for a GPU on a machine without one: its
         # memory and a roofline estimate of where its time would go (gpu_target.py, roofline.py)
+    python3 bench/xla/runner.py --bundle DIR --target tpu-v5e   # compiled for a TPU chip by libtpu, none present:
+        # does it compile, does it fit the chip's memory, XLA's TPU cost-model time (tpu_target.py)
 
 Runs on jax 0.10.2 (Python 3.11, this project's test extra) and 0.11.2 (the GPU machines, Python 3.12). The
 entry points it needs are jaxlib's own, behind the public API (``xla_client.XlaComputation``, the MLIR conversion,
@@ -49,7 +51,9 @@ if HERE not in sys.path:
 import numpy as np  # noqa: E402
 
 import bundle as fmt  # noqa: E402
+import deviceless  # noqa: E402
 import gpu_target  # noqa: E402
+import tpu_target  # noqa: E402
 
 TOLERANCE = {
     "float32": {"loss": 1e-4, "grad_norm": 1e-3, "update_norm": 1e-3, "output_norm": 1e-4},
@@ -67,9 +71,9 @@ class JaxlibXla:
         from jax._src.lib import xla_client
 
         self.jax, self.xc, self.target = jax, xla_client, target
-        if target:  # compile-only: a described GPU, none present (gpu_target)
-            self.device = gpu_target.compile_only_device(target)
-            self.platform = "cuda"
+        if target:  # compile-only: a described GPU or TPU, none present (deviceless)
+            self.device = deviceless.device(target)
+            self.platform = deviceless.platform(target)
             return
         self.backend = xla_bridge.get_backend(platform_name)
         self.device = self.backend.local_devices()[0]
@@ -88,7 +92,7 @@ class JaxlibXla:
 
     def compile(self, mlir_text: str):
         if self.target:
-            return gpu_target.compile_for(self.device, self.xc, mlir_text)
+            return deviceless.compile_for(self.device, self.xc, mlir_text)
         devices = [self.device]
         device_list = getattr(self.xc, "DeviceList", None)
         if device_list is not None:
@@ -259,7 +263,7 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         json_path=None, compile_only=False, profile=(), profile_steps=5, target=None) -> dict:
     start = time.perf_counter()
     xla = JaxlibXla(platform_name, target)
-    compile_only = compile_only or bool(target)  # a described GPU compiles, it cannot run
+    compile_only = compile_only or bool(target)  # a described device compiles, it cannot run
     peaks = peaks and not target
     manifest = fmt.read_manifest(bundle)
     workloads = select(manifest["workloads"], names, bundle)
@@ -326,7 +330,10 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
                     f"{row['compiled_memory_gib']:.2f} GiB (temporaries {row['temp_memory_gib']:.2f}), "
                     f"{spec['flops_per_step'] / 1e12:.2f} TFLOP/step")
                 hlo_text = _dump(executable, dump_hlo, spec["name"], row) if dump_hlo else None
-                if target:
+                if tpu_target.is_tpu(target):  # the TPU compiler's own cost model
+                    row["estimate"] = tpu_target.estimate(executable, target, spec,
+                                                          row["compiled_memory_gib"] * 2 ** 30, log)
+                elif target:
                     row["estimate"] = _estimate(hlo_text or _hlo_text(executable) or "", target, spec, log)
                 result["workloads"].append(row)
                 if json_path:
@@ -472,9 +479,10 @@ def main(argv=None):
     parser.add_argument("--no_time", action="store_true", help="verify only")
     parser.add_argument("--compile_only", action="store_true",
                         help="compile and report the step's device memory (XLA's) and FLOPs; run nothing")
-    parser.add_argument("--target", default=None, choices=sorted(gpu_target.TARGETS),
-                        help="compile for this GPU on a machine without one, with jax's CUDA plugin (no GPU or "
-                             "driver needed): --compile_only, and a roofline estimate (roofline.py)")
+    parser.add_argument("--target", default=None, choices=deviceless.TARGETS,
+                        help="compile for this GPU or TPU on a machine without one (--compile_only): a GPU with "
+                             "jax's CUDA plugin, and a roofline estimate (roofline.py); a TPU chip with libtpu, "
+                             "and XLA's TPU cost model (tpu_target.py). No device or driver needed")
     parser.add_argument("--no_peaks", action="store_true")
     parser.add_argument("--peak_size", type=int, default=None)
     parser.add_argument("--deadline", type=float, default=None, help="seconds; later workloads are skipped")
@@ -497,8 +505,8 @@ def main(argv=None):
         parser.error(str(e))
     if args.target:
         try:
-            gpu_target.compile_only_device(args.target)
-        except RuntimeError as e:  # no CUDA plugin: say what to install, in one line
+            deviceless.device(args.target)
+        except RuntimeError as e:  # no CUDA plugin or libtpu: say what to install, in one line
             parser.error(f"--target {args.target}: {e}")
     result = run(args.bundle, args.platform, names, args.steps, args.warmup, peaks=not args.no_peaks,
                  peak_size=args.peak_size, deadline_s=args.deadline, dump_hlo=args.dump_hlo,
