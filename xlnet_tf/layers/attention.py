@@ -52,8 +52,12 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
     ``query_pos`` [B, Q] and ``key_pos`` [B, klen] are key coordinates (``mlen + i`` for position ``i`` of the
     segment, memory at ``0..mlen-1``); ``key_pos`` None: the consecutive keys ``0..klen-1``. Key ``j`` of query
     ``i`` reads column ``klen - (query_pos[i] - key_pos[j])``. Columns past the table (future keys of 'uni'
-    attention, which its mask blocks) are clamped.
+    attention, which its mask blocks) are clamped. Under XLA, consecutive keys are a window of each row
+    (``_relative_windows``).
     """
+    window = tf.get_static_value(klen)
+    if key_pos is None and window is not None and scores.shape.is_fully_defined() and ops.in_xla_context():
+        return _relative_windows(scores, query_pos, int(window))
     shape = tf.shape(scores)
     rlen = shape[-1]
     if key_pos is None:
@@ -71,6 +75,18 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
     return tf.gather(tf.reshape(scores, [-1]), index)
 
 
+def _relative_windows(scores, query_pos, klen: int):
+    """``gather_relative`` for consecutive keys under XLA: query ``i`` reads the ``klen`` consecutive columns from
+    ``klen - query_pos[i]``, a window of its row, taken with one start per row (``ops.row_windows``). XLA's TPU
+    backend prices a gather with an index per element at ~300x the bytes this one moves (bench/reports/gpu.md).
+    Query positions are key coordinates (>= 0), so a window ends at most at column 2 * klen - 1: a table shorter
+    than that (``attn_type='uni'``, or memory) is extended by copies of its last column, the clamp above."""
+    rlen = scores.shape[-1]
+    if rlen < 2 * klen:
+        scores = tf.concat([scores, tf.repeat(scores[..., -1:], 2 * klen - rlen, axis=-1)], axis=-1)
+    return ops.row_windows(scores, klen - query_pos, klen)
+
+
 @kernels.fast_path(fast=fast.attention_probs)
 def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0, seed=None, key_pos=None,
                     values=None, aligned: bool = False):
@@ -84,7 +100,7 @@ def attention_probs(ac, bd, ef, segment_diff, mask, query_pos, rate: float = 0.0
     bool [B, Q, K], or both None; mask: additive float32 [B|1, Q, K] or None. The sum and the softmax run in
     float32. Attention dropout at ``rate`` with ``seed`` (None: off).
     """
-    klen = tf.shape(ac)[-1]
+    klen = ac.shape[-1] or tf.shape(ac)[-1]  # static where known (gather_relative's windows need it)
     if not aligned:
         bd = rel_shift(bd, klen) if query_pos is None else gather_relative(bd, query_pos, klen, key_pos)
     score = tf.cast(ac, tf.float32) + tf.cast(bd, tf.float32)

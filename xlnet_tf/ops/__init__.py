@@ -199,6 +199,35 @@ def optimization_barrier(*tensors) -> tuple:
     return barrier(*tensors)
 
 
+def row_windows(x, start, size: int):
+    """x [N, B, Q, L], start int32 [B, Q] -> [N, B, Q, size]: row (n, b, q)'s entries ``start[b, q]`` to
+    ``start[b, q] + size - 1``, each window inside its row (XLA would shift one that is not). One XLA gather
+    with a start per row; its gradient is the same gather on the padded gradient, which puts each row's window back
+    at its start. For ops XLA compiles (``in_xla_context()``), with static shapes; TensorFlow has no public op for a
+    gather of windows, this is its XLA bridge's own."""
+    import tensorflow as tf
+    from tensorflow.compiler.tf2xla.python import xla
+    from tensorflow.compiler.xla import xla_data_pb2
+
+    numbers = xla_data_pb2.GatherDimensionNumbers(offset_dims=[3], collapsed_slice_dims=[0, 1, 2],
+                                                  start_index_map=[0, 1, 2, 3], index_vector_dim=3)
+    n, b, q, width = x.shape
+
+    def windows(operand, first, length):  # the row's coordinates (n, b, q) and its window's first column
+        rows = tf.meshgrid(tf.range(n), tf.range(b), tf.range(q), indexing="ij")
+        first = tf.broadcast_to(tf.cast(first, tf.int32)[None], [n, b, q])
+        return xla.gather(operand, tf.stack(rows + [first], axis=-1), numbers, [1, 1, 1, length],
+                          indices_are_sorted=True)
+
+    @tf.custom_gradient
+    def gather(x):
+        def grad(dy):  # column c of row (n, b, q) gets dy[..., c - start] inside the window, else 0
+            padded = tf.pad(dy, [[0, 0], [0, 0], [0, 0], [width, width]])
+            return windows(padded, width - start, width)
+        return windows(x, start, size), grad
+    return gather(x)
+
+
 def cpu_process() -> bool:
     """Whether this process places ops on CPU by default (no GPU or TPU devices)."""
     import tensorflow as tf
