@@ -300,7 +300,7 @@ def test_every_step_compiles_for_a_tpu_chip_without_one(exported, tmp_path):
     for name, row in rows.items():
         assert "error" not in row, (name, row["error"])
         est = row["estimate"]
-        assert est["fits"] and 0 < row["compiled_memory_gib"] * 2 ** 30 < 16e9, (name, row)
+        assert 0 < row["compiled_memory_gib"] * 2 ** 30 < 16e9, (name, row)
         assert est["xla_flops"] >= row["flops_per_step"], (name, est)
         # the step counter and dropout seeds are int64: unpriced calls, taken out of the cost model's sum
         assert est["unpriced_calls"] > 0 and est["ms"] > 0 and 0 < est["mfu"] < 1, (name, est)
@@ -330,6 +330,21 @@ def test_tpu_cost_model_time_takes_out_the_unpriced_calls():
     assert tpu_target.cost_model_seconds(Compiled(0.25), "") == (0.25, 0)
     with pytest.raises(RuntimeError, match="no time"):
         tpu_target.cost_model_seconds(Compiled(-4.5), calls)  # another unpriced kind: not a time to report
+
+
+def test_tpu_table_says_which_steps_do_not_fit_the_chip():
+    """A step too large for the chip's HBM is refused by the TPU compiler: its row says so, with the sizes, not
+    "does not compile"; any other error is a step that does not compile."""
+    import tpu_target
+
+    row = {"config": "base-512", "objective": "plm", "workload": "pretrain", "dtype": "mixed_bfloat16", "batch": 32,
+           "seq_len": 512}
+    oom = ("JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+           "temporaries (16.37G) exceeds available HBM (15.75G).")
+    rows = [dict(row, error=oom), dict(row, error="JaxRuntimeError: UNIMPLEMENTED: x")]
+    table = tpu_target.table([{"info": {"compile_only_target": "tpu-v5e"}, "workloads": rows}])
+    assert "| base-512 plm | mixed bf16 | 32 x 512 | TPU v5e | needs 16.37G, 15.75G available | **no** |" in table
+    assert "| TPU v5e | does not compile: JaxRuntimeError: UNIMPLEMENTED: x |" in table
 
 
 def test_profile_of_a_gpu_trace_counts_each_kernel_once(tmp_path):

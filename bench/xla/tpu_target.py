@@ -96,25 +96,24 @@ def cost_model_seconds(executable, hlo_text: str) -> tuple[float, int]:
 
 
 def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None) -> dict:
-    """What the TPU compiler says of a step compiled for ``target``: whether the step's memory fits the chip's HBM,
-    the compiled program's FLOPs and bytes accessed, and XLA's cost-model time for the step with the tokens/s and
-    MFU (of the published bf16 peak, and of the cost model's own) it implies (``cost_model_error`` instead where
-    the cost model gives no time: the step still compiled)."""
+    """What the TPU compiler says of a step compiled for ``target`` (so fitting the chip's HBM: the compiler
+    refuses a program that does not, ``out_of_memory``): the compiled program's FLOPs and bytes accessed, and XLA's
+    cost-model time for the step with the tokens/s and MFU (of the published bf16 peak, and of the cost model's
+    own) it implies (``cost_model_error`` instead where the cost model gives no time: the step still compiled)."""
     chip = TARGETS[target]
     cost = _cost(executable)
     est = {"source": "XLA TPU cost model (optimal_seconds)", "device": chip["name"], "peak_flops": chip["peak_bf16"],
            "xla_flops": float(cost.get("flops", 0.0)), "xla_bytes_accessed": float(cost.get("bytes accessed", 0.0)),
            # the bytes the program reads and writes at the chip's bandwidth: how memory-bound its estimate is
            "bytes_ms": float(cost.get("bytes accessed", 0.0)) / chip["bandwidth"] * 1e3,
-           "memory_bytes": chip["memory_bytes"], "fits": memory_bytes <= chip["memory_bytes"]}
-    fits = (f"step memory {memory_bytes / 1e9:.1f} GB of {chip['memory_bytes'] / 1e9:.0f} GB "
-            + ("(fits)" if est["fits"] else "(DOES NOT FIT: lower the batch per chip)"))
+           "memory_bytes": chip["memory_bytes"]}
+    memory = f"step memory {memory_bytes / 1e9:.1f} GB (the chip has {chip['memory_bytes'] / 1e9:.0f} GB)"
     try:
         seconds, unpriced = cost_model_seconds(executable, executable.hlo_modules()[0].to_string())
     except RuntimeError as e:
         est["cost_model_error"] = str(e)
         if log:
-            log(f"[{spec['name']}] on a {chip['name']}: {fits}; no time: {e}")
+            log(f"[{spec['name']}] on a {chip['name']}: {memory}; no time: {e}")
         return est
     model_peak = cost_model_peak(target)
     est.update(ms=seconds * 1e3, unpriced_calls=unpriced, tokens_per_s=spec["tokens_per_step"] / seconds,
@@ -123,9 +122,22 @@ def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None)
     if log:
         log(f"[{spec['name']}] on a {chip['name']} (XLA's TPU cost model, not run): {est['ms']:.2f} ms/step, "
             f"{est['tokens_per_s']:,.0f} tokens/s, MFU {est['mfu']:.1%} of the {chip['peak_bf16'] / 1e12:.0f} "
-            f"TFLOP/s bf16 peak; {fits}")
+            f"TFLOP/s bf16 peak; {memory}")
     return est
 
+
+
+_OOM = re.compile(r"RESOURCE_EXHAUSTED: .*\bHBM\b")
+
+
+def out_of_memory(error: str):
+    """The TPU compiler's refusal of a step too large for the chip's HBM, in a few words, or None for any other
+    error (libtpu 0.0.42: "Ran out of memory on HBM, the total memory required for HLO temporaries (16.37G)
+    exceeds available HBM (15.75G)")."""
+    if not _OOM.search(error or ""):
+        return None
+    sizes = re.findall(r"\(([\d.]+G)\)", error)
+    return f"needs {sizes[0]}, {sizes[1]} available" if len(sizes) >= 2 else "more than the chip's HBM"
 
 
 def table(results: list) -> str:
@@ -134,19 +146,22 @@ def table(results: list) -> str:
              "| MFU (bf16 peak) |", "|---|---|---|---|---:|---|---:|---:|---:|"]
     for result in results:
         for row in result["workloads"]:
-            name = f"{row['config']} {row.get('objective') or row['workload']}"
+            name = (f"{row['config']} {row['objective']}" if row["workload"] == "pretrain" else
+                    {"clf": "classifier", "squad": "SQuAD"}.get(row.get("objective"), "forward"))
             precision = "mixed bf16" if row["dtype"] == "mixed_bfloat16" else row["dtype"]
             chip = TARGETS[result["info"]["compile_only_target"]]["name"]
             est = row.get("estimate")
             if "error" in row or not est:
+                oom = out_of_memory(row.get("error"))
                 lines.append(f"| {name} | {precision} | {row['batch']} x {row['seq_len']} | {chip} | "
-                             f"does not compile: {row.get('error', 'no estimate')[:80]} | | | | |")
+                             + (f"{oom} | **no** | | | |" if oom else
+                                f"does not compile: {row.get('error', 'no estimate')[:80]} | | | | |"))
                 continue
             memory = row["compiled_memory_gib"] * 2 ** 30 / 1e9
             timed = (f"{est['ms']:.1f} | {est['tokens_per_s']:,.0f} | {est['mfu']:.1%}" if "ms" in est
                      else "no estimate | |")
             lines.append(f"| {name} | {precision} | {row['batch']} x {row['seq_len']} | {chip} | {memory:.1f} | "
-                         f"{'yes' if est['fits'] else '**no**'} | {timed} |")
+                         f"yes | {timed} |")
     return "\n".join(lines)
 
 
