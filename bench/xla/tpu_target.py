@@ -107,7 +107,7 @@ def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None)
            # the bytes the program reads and writes at the chip's bandwidth: how memory-bound its estimate is
            "bytes_ms": float(cost.get("bytes accessed", 0.0)) / chip["bandwidth"] * 1e3,
            "memory_bytes": chip["memory_bytes"]}
-    memory = f"step memory {memory_bytes / 1e9:.1f} GB (the chip has {chip['memory_bytes'] / 1e9:.0f} GB)"
+    memory = f"step memory {memory_bytes / 2 ** 30:.2f} GiB"
     try:
         seconds, unpriced = cost_model_seconds(executable, executable.hlo_modules()[0].to_string())
     except RuntimeError as e:
@@ -142,7 +142,7 @@ def out_of_memory(error: str):
 
 def table(results: list) -> str:
     """Markdown: a row per workload and chip, from ``runner.py --target tpu-* --json`` results."""
-    lines = ["| workload | precision | batch x seq | chip | step memory (GB) | fits | estimated ms/step | tokens/s "
+    lines = ["| workload | precision | batch x seq | chip | step memory (GiB) | fits | estimated ms/step | tokens/s "
              "| MFU (bf16 peak) |", "|---|---|---|---|---:|---|---:|---:|---:|"]
     for result in results:
         for row in result["workloads"]:
@@ -157,7 +157,7 @@ def table(results: list) -> str:
                              + (f"{oom} | **no** | | | |" if oom else
                                 f"does not compile: {row.get('error', 'no estimate')[:80]} | | | | |"))
                 continue
-            memory = row["compiled_memory_gib"] * 2 ** 30 / 1e9
+            memory = row["compiled_memory_gib"]
             timed = (f"{est['ms']:.1f} | {est['tokens_per_s']:,.0f} | {est['mfu']:.1%}" if "ms" in est
                      else "no estimate | |")
             lines.append(f"| {name} | {precision} | {row['batch']} x {row['seq_len']} | {chip} | {memory:.1f} | "
