@@ -81,8 +81,10 @@ def _cost(executable) -> dict:
 # Calls XLA's TPU cost model does not price: it adds -1 s for each (libtpu 0.0.42, measured: n of them beside a
 # matmul give the matmul's time minus n). The X64 calls split and join an int64's two 32-bit halves (a TPU has no
 # 64-bit integers; our step's int64s: the step counter and the dropout seeds); ConcatBitcast joins slices in place
-# (base-512 plm: 1,182 of them and 156 X64 calls, -1337.56 s: 0.44 s once they are taken out).
-_UNPRICED = re.compile(r'custom_call_target="(?:X64SplitLow|X64SplitHigh|X64Combine|ConcatBitcast)"')
+# (base-512 plm on a v5e: 1,182 of them and 156 X64 calls, -1337.56 s: 0.44 s once they are taken out); a v6e
+# program also has a PrepareAsyncCall pair (the tiny plm step: 24 X64 calls and the pair, -25.99998 s).
+_UNPRICED = re.compile(r'custom_call_target="(?:X64SplitLow|X64SplitHigh|X64Combine|ConcatBitcast|'
+                       r'PrepareAsyncCallStart|PrepareAsyncCallDone)"')
 
 
 def cost_model_seconds(executable, hlo_text: str) -> tuple[float, int]:
