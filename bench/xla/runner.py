@@ -294,11 +294,7 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
     # bundle's order; each workload waits for its own.
     pool = None
     if compile_threads > 1:
-        import threading
         from concurrent.futures import ThreadPoolExecutor
-        # XLA's TPU compiler recurses deep: a v6e compile of the tiny classifier step overflowed a thread's default
-        # 8 MiB stack (SIGSEGV), which the main thread's did not.
-        threading.stack_size(max(threading.stack_size(), 256 << 20))
         pool = ThreadPoolExecutor(compile_threads)
     compiled = {}
     for spec in workloads:

@@ -5,9 +5,9 @@ runtime that ``jax[tpu]`` installs from PyPI, compiles for a described slice whe
 own passes, layouts and fusions, and its buffer assignment, so whether a step compiles and whether it fits a chip's
 memory are the TPU compiler's answers, not a model of them. The compiled program also carries XLA's TPU cost
 model's estimate of its run time (``cost_analysis()["optimal_seconds"]``): an estimate, not a measurement (no TPU
-has run it). For an 8192^3 bf16 product it gives v5e's and v6e's published peaks exactly, 86% of v5p's.
+has run it). For an 8192^3 bf16 product it gives v5e's published peak exactly, 86% of v5p's.
 
-``runner.py --target tpu-v5e`` (``tpu-v5p``, ``tpu-v6e``) uses it. Needs jax with libtpu of the same release:
+``runner.py --target tpu-v5e`` (``tpu-v5p``) uses it. Needs jax with libtpu of the same release:
 ``pip install 'jax[tpu]==0.10.2'`` (libtpu 0.0.42, 213 MB; no TPU needed). On a host without a TPU libtpu logs at
 start-up that it found none; jax then runs on the CPU as before.
 """
@@ -18,16 +18,16 @@ import functools
 import os
 import re
 
-# Google's published figures per chip (cloud.google.com/tpu/docs/v5e, v5p, v6e): the bf16 matmul peak, HBM
-# capacity and bandwidth. A v5p chip's two TensorCores are one device (megacore); v5e and v6e have one each.
-# ``topology``: the smallest slice libtpu describes (a host's 2x2 chips); the step compiles for one chip of it.
+# Google's published figures per chip (cloud.google.com/tpu/docs/v5e, v5p): the bf16 matmul peak, HBM capacity
+# and bandwidth. A v5p chip's two TensorCores are one device (megacore); a v5e has one. ``topology``: the smallest
+# slice libtpu describes (a host's 2x2 chips); the step compiles for one chip of it. Not a v6e (Trillium): libtpu
+# 0.0.42's compiler for it crashed here (SIGSEGV, a stack overflow in one of its own threads) in 3 of 4 compiles
+# of the tiny steps and in every compile of base-512 pretraining, this tree's and the one before it alike.
 TARGETS = {
     "tpu-v5e": {"name": "TPU v5e", "device_kind": "TPU v5 lite", "topology": "v5e:2x2", "peak_bf16": 197e12,
                 "memory_bytes": 16e9, "bandwidth": 819e9},
     "tpu-v5p": {"name": "TPU v5p", "device_kind": "TPU v5", "topology": "v5p:2x2x1", "peak_bf16": 459e12,
                 "memory_bytes": 95e9, "bandwidth": 2765e9},
-    "tpu-v6e": {"name": "TPU v6e (Trillium)", "device_kind": "TPU v6 lite", "topology": "v6e:2x2",
-                "peak_bf16": 918e12, "memory_bytes": 32e9, "bandwidth": 1638e9},
 }
 
 
@@ -81,8 +81,8 @@ def _cost(executable) -> dict:
 # Calls XLA's TPU cost model does not price: it adds -1 s for each (libtpu 0.0.42, measured: n of them beside a
 # matmul give the matmul's time minus n). The X64 calls split and join an int64's two 32-bit halves (a TPU has no
 # 64-bit integers; our step's int64s: the step counter and the dropout seeds); ConcatBitcast joins slices in place
-# (base-512 plm on a v5e: 1,182 of them and 156 X64 calls, -1337.56 s: 0.44 s once they are taken out); a v6e
-# program also has a PrepareAsyncCall pair (the tiny plm step: 24 X64 calls and the pair, -25.99998 s).
+# (base-512 plm on a v5e: 1,182 of them and 156 X64 calls, -1337.56 s: 0.44 s once they are taken out); v5p and
+# v6e programs also have PrepareAsyncCall pairs (SQuAD's base step on a v5p: 159 calls and two pairs, -162.96 s).
 _UNPRICED = re.compile(r'custom_call_target="(?:X64SplitLow|X64SplitHigh|X64Combine|ConcatBitcast|'
                        r'PrepareAsyncCallStart|PrepareAsyncCallDone)"')
 
