@@ -316,22 +316,18 @@ def test_tpu_cost_model_time_takes_out_the_unpriced_calls():
     place; the step's time is what remains (libtpu 0.0.42: a matmul beside n such calls gives its time minus n)."""
     import tpu_target
 
-    class Compiled:
-        def __init__(self, seconds):
-            self.seconds = seconds
-
-        def cost_analysis(self):
-            return {"optimal_seconds": self.seconds, "flops": 1.0}
+    def cost(seconds):  # what cost_analysis() gives for a compiled program
+        return {"optimal_seconds": seconds, "flops": 1.0}
 
     calls = '%c.1 = s64[] custom-call(%a, %b), custom_call_target="X64Combine"\n' \
             '%c.2 = u32[] custom-call(%c.1), custom_call_target="X64SplitLow"\n' \
             '%c.3 = u32[] custom-call(%c.1), custom_call_target="X64SplitHigh"\n' \
             '%c.4 = f32[8,4] custom-call(%s.1, %s.2), custom_call_target="ConcatBitcast"\n' \
             '%c.5 = s32[4] custom-call(%i), custom_call_target="AssumeGatherIndicesInBound"\n'  # priced
-    assert tpu_target.cost_model_seconds(Compiled(-3.99999), calls) == (pytest.approx(1e-5, rel=1e-3), 4)
-    assert tpu_target.cost_model_seconds(Compiled(0.25), "") == (0.25, 0)
+    assert tpu_target.cost_model_seconds(cost(-3.99999), calls) == (pytest.approx(1e-5, rel=1e-3), 4)
+    assert tpu_target.cost_model_seconds(cost(0.25), "") == (0.25, 0)
     with pytest.raises(RuntimeError, match="no time"):
-        tpu_target.cost_model_seconds(Compiled(-4.5), calls)  # another unpriced kind: not a time to report
+        tpu_target.cost_model_seconds(cost(-4.5), calls)  # another unpriced kind: not a time to report
 
 
 def test_tpu_table_says_which_steps_do_not_fit_the_chip():

@@ -68,7 +68,7 @@ def cost_model_peak(target: str) -> float:
     n = 8192
     spec = jax.ShapeDtypeStruct((n, n), jnp.bfloat16, sharding=SingleDeviceSharding(compile_only_device(target)))
     compiled = jax.jit(lambda a, b: a @ b).lower(spec, spec).compile()
-    return 2 * n ** 3 / cost_model_seconds(compiled, compiled.as_text())[0]
+    return 2 * n ** 3 / cost_model_seconds(_cost(compiled), compiled.as_text())[0]
 
 
 def _cost(executable) -> dict:
@@ -87,9 +87,9 @@ _UNPRICED = re.compile(r'custom_call_target="(?:X64SplitLow|X64SplitHigh|X64Comb
                        r'PrepareAsyncCallStart|PrepareAsyncCallDone)"')
 
 
-def cost_model_seconds(executable, hlo_text: str) -> tuple[float, int]:
+def cost_model_seconds(cost: dict, hlo_text: str) -> tuple[float, int]:
     """XLA's TPU cost-model time of a compiled program, and the number of unpriced calls taken out of it."""
-    value = _cost(executable).get("optimal_seconds")
+    value = cost.get("optimal_seconds")
     unpriced = len(_UNPRICED.findall(hlo_text))
     if value is None or value + unpriced <= 0:
         raise RuntimeError(f"libtpu's cost model gave no time for this program (optimal_seconds {value}, with "
@@ -111,7 +111,7 @@ def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None)
            "memory_bytes": chip["memory_bytes"]}
     memory = f"step memory {memory_bytes / 2 ** 30:.2f} GiB"
     try:
-        seconds, unpriced = cost_model_seconds(executable, executable.hlo_modules()[0].to_string())
+        seconds, unpriced = cost_model_seconds(cost, executable.hlo_modules()[0].to_string())
     except RuntimeError as e:
         est["cost_model_error"] = str(e)
         if log:
