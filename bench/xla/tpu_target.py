@@ -5,7 +5,8 @@ runtime that ``jax[tpu]`` installs from PyPI, compiles for a described slice whe
 own passes, layouts and fusions, and its buffer assignment, so whether a step compiles and whether it fits a chip's
 memory are the TPU compiler's answers, not a model of them. The compiled program also carries XLA's TPU cost
 model's estimate of its run time (``cost_analysis()["optimal_seconds"]``): an estimate, not a measurement (no TPU
-has run it). For an 8192^3 bf16 product it gives v5e's published peak exactly, 86% of v5p's.
+has run it). For an 8192^3 bf16 product it gives v5e's published peak exactly, 86% of v5p's. It prices a loop's
+body once, whatever its trip count; ``loop_seconds`` adds the other iterations.
 
 ``runner.py --target tpu-v5e`` (``tpu-v5p``) uses it. Needs jax with libtpu of the same release:
 ``pip install 'jax[tpu]==0.10.2'`` (libtpu 0.0.42, 213 MB; no TPU needed). On a host without a TPU libtpu logs at
@@ -23,11 +24,13 @@ import re
 # slice libtpu describes (a host's 2x2 chips); the step compiles for one chip of it. Not a v6e (Trillium): libtpu
 # 0.0.42's compiler for it crashed here (SIGSEGV, a stack overflow in one of its own threads) in 3 of 4 compiles
 # of the tiny steps and in every compile of base-512 pretraining, this tree's and the one before it alike.
+# ``clock_hz``: the TensorCore clock the peak implies (peak / (MXUs x 128 x 128 x 2): a v5e chip has 4 MXUs, a v5p
+# chip 2 x 4), which turns the compiler's cycle estimates into seconds (``loop_seconds``).
 TARGETS = {
     "tpu-v5e": {"name": "TPU v5e", "device_kind": "TPU v5 lite", "topology": "v5e:2x2", "peak_bf16": 197e12,
-                "memory_bytes": 16e9, "bandwidth": 819e9},
+                "memory_bytes": 16e9, "bandwidth": 819e9, "clock_hz": 1.50e9},
     "tpu-v5p": {"name": "TPU v5p", "device_kind": "TPU v5", "topology": "v5p:2x2x1", "peak_bf16": 459e12,
-                "memory_bytes": 95e9, "bandwidth": 2765e9},
+                "memory_bytes": 95e9, "bandwidth": 2765e9, "clock_hz": 1.75e9},
 }
 
 
@@ -97,6 +100,67 @@ def cost_model_seconds(cost: dict, hlo_text: str) -> tuple[float, int]:
     return float(value) + unpriced, unpriced
 
 
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
+_CYCLES = re.compile(r'"estimated_cycles":"?(\d+)')
+_WHILE = re.compile(r"\bwhile\(.*\bcondition=%([\w.\-]+), body=%([\w.\-]+)")
+_BOUND = re.compile(r"= [su](?:32|64)\[\](?:\{[^}]*\})? constant\((\d+)\)")
+
+
+def loop_seconds(hlo_text: str, target: str) -> tuple[float, list]:
+    """The time XLA's TPU cost model leaves out of a program's loops, and the loops as (trip count, op name).
+
+    The cost model prices a while loop's body once, whatever its trip count (libtpu 0.0.42, measured: a loop of 10
+    matmuls and one of 100 cost the same), and XLA's TPU backend runs some ops as loops: a gather of row windows
+    is one iteration per row (``ops.row_windows``, bench/reports/gpu.md). The iterations beyond the first are added
+    here from the compiler's own cycle estimates of each kernel in the body and condition (``estimated_cycles``),
+    at the chip's clock. The trip count is read from the condition (``counter < N``); a loop whose count is not
+    found is added once more, and its count reported as None."""
+    comps, current = {}, None
+    for line in hlo_text.splitlines():
+        match = _COMPUTATION.match(line)
+        if match:
+            current = comps.setdefault(match.group(1), [])
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            current.append(line)
+    entry = re.search(r"^ENTRY %([\w.\-]+)", hlo_text, re.M)
+    loops, memo = [], {}
+
+    def cycles(name: str) -> tuple[int, int]:  # (every iteration, each loop's first only) of a computation
+        if name not in memo:
+            every = once = 0
+            for line in comps.get(name, []):
+                loop = _WHILE.search(line)
+                if loop:
+                    cond, body = loop.groups()
+                    trip = _trip_count(comps.get(cond, []))
+                    (c_every, c_once), (b_every, b_once) = cycles(cond), cycles(body)
+                    op = re.search(r'op_name="([^"]+)"', line)
+                    loops.append((trip, op.group(1) if op else "?"))
+                    every += (trip or 2) * (b_every + c_every)
+                    once += b_once + c_once
+                    continue
+                found = _CYCLES.search(line)
+                if found:
+                    every += int(found.group(1))
+                    once += int(found.group(1))
+            memo[name] = (every, once)
+        return memo[name]
+
+    if not entry:
+        return 0.0, []
+    every, once = cycles(entry.group(1))
+    return (every - once) / TARGETS[target]["clock_hz"], loops
+
+
+def _trip_count(condition: list):
+    bounds = [int(m) for line in condition for m in _BOUND.findall(line)]
+    if len(bounds) == 1 and any("direction=LT" in line for line in condition):
+        return bounds[0]
+    return None
+
+
 def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None) -> dict:
     """What the TPU compiler says of a step compiled for ``target`` (so fitting the chip's HBM: the compiler
     refuses a program that does not, ``out_of_memory``): the compiled program's FLOPs and bytes accessed, and XLA's
@@ -110,21 +174,26 @@ def estimate(executable, target: str, spec: dict, memory_bytes: float, log=None)
            "bytes_ms": float(cost.get("bytes accessed", 0.0)) / chip["bandwidth"] * 1e3,
            "memory_bytes": chip["memory_bytes"]}
     memory = f"step memory {memory_bytes / 2 ** 30:.2f} GiB"
+    hlo_text = executable.hlo_modules()[0].to_string()
     try:
-        seconds, unpriced = cost_model_seconds(cost, executable.hlo_modules()[0].to_string())
+        seconds, unpriced = cost_model_seconds(cost, hlo_text)
     except RuntimeError as e:
         est["cost_model_error"] = str(e)
         if log:
             log(f"[{spec['name']}] on a {chip['name']}: {memory}; no time: {e}")
         return est
+    in_loops, loops = loop_seconds(hlo_text, target)
+    seconds += in_loops
     model_peak = cost_model_peak(target)
-    est.update(ms=seconds * 1e3, unpriced_calls=unpriced, tokens_per_s=spec["tokens_per_step"] / seconds,
+    est.update(ms=seconds * 1e3, unpriced_calls=unpriced, loops=len(loops), loop_ms=in_loops * 1e3,
+               loop_trips=sorted({trip or 0 for trip, _ in loops}), tokens_per_s=spec["tokens_per_step"] / seconds,
                mfu=spec["flops_per_step"] / seconds / chip["peak_bf16"],
                mfu_of_cost_model_peak=spec["flops_per_step"] / seconds / model_peak, cost_model_peak_flops=model_peak)
     if log:
         log(f"[{spec['name']}] on a {chip['name']} (XLA's TPU cost model, not run): {est['ms']:.2f} ms/step, "
             f"{est['tokens_per_s']:,.0f} tokens/s, MFU {est['mfu']:.1%} of the {chip['peak_bf16'] / 1e12:.0f} "
-            f"TFLOP/s bf16 peak; {memory}")
+            f"TFLOP/s bf16 peak; {memory}"
+            + (f"; {len(loops)} loops, {in_loops * 1e3:.1f} ms of it beyond their first iteration" if loops else ""))
     return est
 
 
@@ -160,7 +229,8 @@ def table(results: list) -> str:
                                 f"does not compile: {row.get('error', 'no estimate')[:80]} | | | | |"))
                 continue
             memory = row["compiled_memory_gib"]
-            timed = (f"{est['ms']:.1f} | {est['tokens_per_s']:,.0f} | {est['mfu']:.1%}" if "ms" in est
+            loops = f" ({est['loop_ms']:.1f} of it in loops)" if est.get("loop_ms") else ""
+            timed = (f"{est['ms']:.1f}{loops} | {est['tokens_per_s']:,.0f} | {est['mfu']:.1%}" if "ms" in est
                      else "no estimate | |")
             lines.append(f"| {name} | {precision} | {row['batch']} x {row['seq_len']} | {chip} | {memory:.1f} | "
                          f"yes | {timed} |")
