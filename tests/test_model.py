@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from reference_xlnet import random_weights, reference_forward
-from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, kernels
+from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, kernels, ops
 from xlnet_tf.layers.attention import (POSITION_CHUNK, RelativeAttention, attention_probs, gather_relative,
                                        rel_shift, shifted_position_scores)
 from xlnet_tf.layers.position import RelativePositionEncoding
@@ -138,11 +138,12 @@ def test_position_scores_chunk_by_chunk_are_the_skew():
                                       attention_probs(ac, bd, None, None, None, None))
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-def test_content_stream_under_xla_computes_its_position_term_in_chunks(policy):
+@pytest.mark.parametrize("policy,tpu", [("float32", False), ("mixed_bfloat16", False), ("mixed_bfloat16", True)])
+def test_content_stream_under_xla_computes_its_position_term_in_chunks(policy, tpu):
     """A content stream long enough for chunks (three of ``POSITION_CHUNK`` queries), with memory, bi_data's two
     tables, masks and segments, under XLA (chunked: the dot of each chunk against its window is in the
-    module) and outside it on this CPU (every encoding row, then the skew): the same outputs and gradients."""
+    module; for a TPU not chunked) and outside it on this CPU (every encoding row, then the skew): the same outputs
+    and gradients."""
     rng = np.random.default_rng(13)
     b, m, length, d, n, h = 2, 8, 3 * POSITION_CHUNK, 16, 2, 8
     klen = m + length
@@ -170,11 +171,12 @@ def test_content_stream_under_xla_computes_its_position_term_in_chunks(policy):
     with kernels.use("plain"):
         outside = [np.asarray(t, np.float32) for t in tf.function(step)(content)]
         compiled = tf.function(step, jit_compile=True)
-        inside = [np.asarray(t, np.float32) for t in compiled(content)]
-        hlo = compiled.experimental_get_compiler_ir(content)(stage="hlo")
+        with ops.building_for_tpu(tpu):
+            inside = [np.asarray(t, np.float32) for t in compiled(content)]
+            hlo = compiled.experimental_get_compiler_ir(content)(stage="hlo")
     # [N, X, chunks, B/X * chunk, K + chunk]: each chunk's queries against its window of the encoding
     dtype = "f32" if policy == "float32" else "bf16"
-    assert re.search(rf"= {dtype}\[{n},2,3,{POSITION_CHUNK},{klen + POSITION_CHUNK}\]\S* dot\(", hlo)
+    assert bool(re.search(rf"= {dtype}\[{n},2,3,{POSITION_CHUNK},{klen + POSITION_CHUNK}\]\S* dot\(", hlo)) != tpu
     tolerance = 2e-5 if policy == "float32" else 2 ** -6
     for i, (a, c) in enumerate(zip(inside, outside)):
         np.testing.assert_allclose(a, c, rtol=tolerance, atol=tolerance * np.abs(c).max(), err_msg=str(i))
@@ -882,6 +884,11 @@ def test_dropout_random_words_follow_their_definition_and_are_uniform():
     # An odd count takes the low half of its last word.
     odd = dropout.random_bits(tf.constant([3, 5]), seed).numpy().ravel()
     np.testing.assert_array_equal(odd, expected[:8].view(np.int16)[:15])
+    # A TPU's form counts each element's index in the tensor's own shape: the same bits, odd sizes on every axis.
+    with ops.building_for_tpu():
+        for shape in ([n], [3, 5], [2, 3, 7, 9]):
+            bits = dropout.random_bits(tf.constant(shape), seed).numpy().ravel()
+            np.testing.assert_array_equal(bits, expected.view(np.int16)[:bits.size])
 
     bit_means = ((words[:, None] >> np.arange(32, dtype=np.uint32)) & 1).mean(axis=0)
     assert np.abs(bit_means - 0.5).max() < 5 * 0.5 / math.sqrt(words.size)

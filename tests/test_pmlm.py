@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig, XLNetPretrainer
+from xlnet_tf import XLNetConfig, XLNetPretrainer, kernels, ops
 from xlnet_tf.data.factorization import blockwise_steps, corrupt, eligible_for_masking, max_masked
 from xlnet_tf.layers.attention import gather_relative, rel_shift
 from xlnet_tf.objectives import OBJECTIVES, BatchShape
@@ -255,11 +255,45 @@ def test_gather_relative_on_permuted_and_duplicated_positions_matches_numpy():
     np.testing.assert_allclose(tape.gradient(total, scores_t).numpy(), want_grad, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("rlen", [24, 13])  # the encoding's rows: 2 klen; shorter, columns past it clamped
+def test_gather_relative_for_a_tpu_takes_the_key_columns_of_each_window(rlen):
+    """For a TPU (which runs a gather with an index per element at ~300x its bytes), keys at explicit positions
+    (UniLMv2, MPNet) read the columns of each row's window at their positions, by a product with a one-hot matrix
+    at HIGHEST precision: the same float32 numbers as the element gather, and its gradient, which adds up where
+    several keys read one column (duplicated positions, the clamped edge)."""
+    rng = np.random.default_rng(4)
+    n, b, q, klen = 2, 3, 5, 12
+    scores = tf.constant(rng.normal(size=(n, b, q, rlen)).astype(np.float32))
+    key_pos = np.stack([rng.permutation(klen) for _ in range(b)]).astype(np.int32)
+    key_pos[:, -4:] = key_pos[:, :4]  # duplicated positions (appended copies)
+    key_pos = tf.constant(key_pos)
+    query_pos = tf.constant(rng.integers(0, klen, size=(b, q)), tf.int32)
+    weight = tf.constant(rng.normal(size=(n, b, q, klen)).astype(np.float32))
+
+    def step(scores):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            out = gather_relative(scores, query_pos, klen, key_pos)
+            total = tf.reduce_sum(weight * out)
+        return out, tape.gradient(total, scores)
+
+    want, want_grad = step(scores)  # outside XLA: the element gather
+    compiled = tf.function(step, jit_compile=True)
+    with ops.building_for_tpu():
+        out, grad = compiled(scores)
+        hlo = compiled.experimental_get_compiler_ir(scores)(stage="hlo")
+    np.testing.assert_array_equal(out.numpy(), want.numpy())
+    np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), rtol=1e-6, atol=1e-6)
+    assert " gather(" not in hlo and "operand_precision={highest,highest}" in hlo
+
+
 @pytest.mark.parametrize("rlen", [24, 13, 9])  # 'bi' without memory; with memory; 'uni' (klen + 1 rows)
-def test_gather_relative_under_xla_takes_a_window_of_each_row(rlen):
+@pytest.mark.parametrize("tpu", [False, True], ids=["gather", "tpu"])
+def test_gather_relative_under_xla_takes_a_window_of_each_row(rlen, tpu):
     """Under XLA (jit_compile, TPUs), queries against consecutive keys read a window of their row, gathered with
-    one start per row (XLA's TPU backend prices an index per element at ~300x the bytes): the same numbers as the
-    element gather outside XLA and its gradient, columns past a short table clamped to its last."""
+    one start per row (an index per element costs a GPU 8x the scores' bytes, a TPU ~300x), or for a TPU, which
+    runs that gather as a loop over rows, by whole-row shifts: the same numbers as the element gather outside XLA
+    and its gradient, columns past a short table clamped to its last."""
     rng = np.random.default_rng(2)
     n, b, q, klen = 2, 3, 5, 8
     scores = tf.constant(rng.normal(size=(n, b, q, rlen)).astype(np.float32))
@@ -277,11 +311,13 @@ def test_gather_relative_under_xla_takes_a_window_of_each_row(rlen):
     for h, bb, i, j in np.ndindex(*want.shape):
         want[h, bb, i, j] = scores.numpy()[h, bb, i, min(klen - int(query_pos[bb, i]) + j, rlen - 1)]
     compiled = tf.function(step, jit_compile=True)
-    out, grad = compiled(scores, query_pos)
+    with ops.building_for_tpu(tpu):  # traced here
+        out, grad = compiled(scores, query_pos)
+        hlo = compiled.experimental_get_compiler_ir(scores, query_pos)(stage="hlo")
     np.testing.assert_array_equal(out.numpy(), want)
     np.testing.assert_allclose(grad.numpy(), step(scores, query_pos)[1].numpy(), rtol=1e-6, atol=1e-6)
-    hlo = compiled.experimental_get_compiler_ir(scores, query_pos)(stage="hlo")
-    assert f"slice_sizes={{1,1,1,{klen}}}" in hlo  # the windows, not an index per element
+    assert (f"slice_sizes={{1,1,1,{klen}}}" in hlo) != tpu  # the windows, not an index per element
+    assert (" gather(" in hlo) != tpu  # for a TPU no gather at all
 
 
 def test_explicit_consecutive_positions_leave_xlnet_unchanged():
@@ -355,6 +391,41 @@ def test_mpnet_query_predictions_ignore_their_own_and_later_originals():
         changed = {key: value.copy() for key, value in batch.items()}
         changed["input_ids"][b, position[i:len(valid)]] = (changed["input_ids"][b, position[i:len(valid)]] + 1) % VOCAB
         np.testing.assert_allclose(_logits(model, changed, "mpnet")[b, i], base[b, i], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("objective", ["plm", "pmlm", "mpnet"])
+def test_each_objective_as_a_tpu_runs_it_computes_the_same_numbers(objective):
+    """The model compiled as a TPU runs it (the query stream's windows by row shifts, the key columns of UniLMv2
+    and MPNet by one-hot products: ``ops.for_tpu``) gives the logits and weight gradients of the plain ops outside
+    XLA, to float32 round-off."""
+    builder = {"plm": None, "pmlm": make_pmlm_batch, "mpnet": make_mpnet_batch}[objective]
+    if builder is None:
+        rng = np.random.default_rng(6)
+        ids, seg = random_records(rng, 2, 16)
+        batch = make_pretraining_batch(tf.constant(ids), tf.constant(rng.random((2, 16)) < 0.3), tf.constant(seg),
+                                       16, 8, 8, 5, tf.constant([1, 1], tf.int64))
+        batch = {k: np.asarray(v) for k, v in batch.items()}
+    else:
+        batch = built(builder, 3, 40, seed=6, draw=5)[1]
+    model = XLNetPretrainer(TINY)
+    inputs = {k: tf.constant(batch[k]) for k in OBJECTIVES[objective].model_inputs}
+
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            logits = model(inputs)["lm_logits"]
+            total = tf.reduce_sum(tf.sin(logits))
+        return [logits] + tape.gradient(total, model.trainable_variables)
+
+    with kernels.use("plain"):
+        want = [t.numpy() for t in step(inputs)]
+        compiled = tf.function(step, jit_compile=True)
+        with ops.building_for_tpu():
+            got = [t.numpy() for t in compiled(inputs)]
+            hlo = compiled.experimental_get_compiler_ir(inputs)(stage="hlo")
+    # no gather in the attention (the embedding's rows and the masks' are gathers a TPU takes without a loop)
+    assert not [line for line in hlo.splitlines() if " gather(" in line and "rel_attn" in line]
+    for i, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5 * np.abs(b).max(), err_msg=str(i))
 
 
 def test_pmlm_split_attention_equals_one_dense_stream_with_position_ids():

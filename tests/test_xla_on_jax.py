@@ -277,24 +277,31 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
         assert gpu_target.compile_only_device("h200").device_kind == "NVIDIA H200 141GB HBM3e"
 
 
-def test_every_step_compiles_for_a_tpu_chip_without_one(exported, tmp_path):
-    """``runner.py --target tpu-v5e``: libtpu (the TPU compiler, in the test extra) compiles each exported step
-    (pretraining plm with memory and pmlm, the classifier's and SQuAD's fine-tuning steps) for a TPU v5e chip, none
-    present, two at a time. Each compiles, fits the chip's memory, computes at least the model's FLOPs, and gets
-    XLA's TPU cost-model time (every call it does not price taken out), whose matmul rate for the chip is its
-    published bf16 peak (the MFU's denominator)."""
+def test_every_step_compiles_for_a_tpu_chip_without_one(tmp_path):
+    """``export.py --for_tpu`` then ``runner.py --target tpu-v5e``: libtpu (the TPU compiler, in the test extra)
+    compiles each step as a TPU runs it (pretraining plm with memory and pmlm, the classifier's and SQuAD's
+    fine-tuning steps) for a TPU v5e chip, none present, two at a time. Each compiles, fits the chip's memory,
+    computes at least the model's FLOPs, runs no loop (a gather of row windows is one iteration per row on a
+    TPU: ``ops.row_windows``), and gets XLA's TPU cost-model time (every call it does not price taken out), whose
+    matmul rate for the chip is its published bf16 peak (the MFU's denominator)."""
     import importlib.util
 
     import tpu_target
 
     if importlib.util.find_spec("libtpu") is None:
         skip_unless_ci("libtpu is not installed; it is in the 'test' extra (jax[tpu]): pip install -e '.[test]'")
-    out, _ = exported
+    out = str(tmp_path / "bundle")
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "export.py"), "--out", out, "--config", "tiny",
+                           "--set", "n_layer=1,seq_len=16,reuse_len=8,mem_len=8,num_predict=4", "--batch", "2",
+                           "--objectives", "plm,pmlm", "--dtypes", "float32", "--finetune", "clf,squad",
+                           "--ref_steps", "0", "--for_tpu"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     path = tmp_path / "tpu.json"
     proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "runner.py"), "--bundle", out, "--target",
                            "tpu-v5e", "--compile_threads", "2", "--json", str(path)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "runner: 4 workloads" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "note:" not in proc.stdout  # each was exported for the device it was compiled for
     result = json.loads(path.read_text())
     assert result["info"]["device"] == "TPU v5 lite" and not result["tensorflow_imported"]
     rows = {w["name"]: w for w in result["workloads"]}
@@ -304,11 +311,47 @@ def test_every_step_compiles_for_a_tpu_chip_without_one(exported, tmp_path):
         est = row["estimate"]
         assert 0 < row["compiled_memory_gib"] * 2 ** 30 < 16e9, (name, row)
         assert est["xla_flops"] >= row["flops_per_step"], (name, est)
+        assert est["loops"] == 0 and est["loop_ms"] == 0, (name, est)
         # the step counter and dropout seeds are int64: unpriced calls, taken out of the cost model's sum
         assert est["unpriced_calls"] > 0 and est["ms"] > 0 and 0 < est["mfu"] < 1, (name, est)
         assert est["cost_model_peak_flops"] == pytest.approx(197e12, rel=1e-3)
     table = tpu_target.table([result])
     assert table.count("| TPU v5e |") == 4 and "does not compile" not in table
+
+
+def test_tpu_estimate_counts_every_iteration_of_a_loop():
+    """XLA's TPU cost model prices a loop's body once, whatever its trip count; the estimate adds the other
+    iterations from the compiler's cycle estimates of the body, at the chip's clock: a loop of 100 matmuls costs
+    11x one of 10 beyond their first iteration."""
+    import importlib.util
+
+    import tpu_target
+
+    if importlib.util.find_spec("libtpu") is None:
+        skip_unless_ci("libtpu is not installed; it is in the 'test' extra (jax[tpu]): pip install -e '.[test]'")
+    program = """if True:
+        import json, sys
+        import jax, jax.numpy as jnp
+        from jax.sharding import SingleDeviceSharding
+        import tpu_target
+        spec = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16,
+                                    sharding=SingleDeviceSharding(tpu_target.compile_only_device("tpu-v5e")))
+        found = {}
+        for trips in (10, 100):
+            loop = jax.jit(lambda x: jax.lax.fori_loop(0, trips, lambda i, y: jnp.tanh(y @ x), x)).lower(spec)
+            found[trips] = tpu_target.loop_seconds(loop.compile().as_text(), "tpu-v5e")
+        print(json.dumps(found))
+    """  # in a process of its own: libtpu stays out of the test process
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300, cwd=XLA_DIR)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (s10, loops10), (s100, loops100) = json.loads(proc.stdout.splitlines()[-1]).values()
+    assert [trip for trip, _ in loops10] == [10] and [trip for trip, _ in loops100] == [100]
+    assert s10 > 0 and s100 == pytest.approx(s10 * 99 / 9, rel=1e-6)
+    row = {"config": "base-512", "objective": "plm", "workload": "pretrain", "dtype": "mixed_bfloat16", "batch": 8,
+           "seq_len": 512, "compiled_memory_gib": 5.6,
+           "estimate": {"ms": 1153.3, "loop_ms": 972.9, "tokens_per_s": 3552, "mfu": 0.014}}
+    table = tpu_target.table([{"info": {"compile_only_target": "tpu-v5e"}, "workloads": [row]}])
+    assert "| 5.6 | yes | 1153.3 (972.9 of it in loops) | 3,552 | 1.4% |" in table  # the table says so
 
 
 def test_tpu_cost_model_time_takes_out_the_unpriced_calls():

@@ -554,8 +554,10 @@ def workload_name(cfg, kind: str, what, dtype: str) -> str:
 
 
 def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, log=print, manifest=None,
-           min_param_bytes=1 << 16):
+           min_param_bytes=1 << 16, for_tpu=False):
     import keras
+
+    from xlnet_tf import ops
 
     errors = config_errors(cfg, objectives, dtypes, finetune, infer)
     if errors:
@@ -572,12 +574,13 @@ def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, l
             raise ValueError(f"{out_dir} already has {name}")
         log(f"[{name}] {kind} {what or ''} {dtype}: {cfg}")
         keras.utils.set_random_seed(seed)
-        built = (build_pretrain(cfg, what, dtype) if kind == "pretrain" else
-                 build_finetune(cfg, what, dtype) if kind == "finetune" else build_infer(cfg, dtype))
         meta = dict(config=dataclasses.asdict(cfg), workload=kind, objective=what, dtype=dtype, batch=cfg.batch,
-                    seq_len=cfg.seq_len, tokens_per_step=cfg.batch * cfg.seq_len)
-        manifest["workloads"].append(export_workload(out_dir, name, built, meta, ref_steps, seed, log,
-                                                     min_param_bytes))
+                    seq_len=cfg.seq_len, tokens_per_step=cfg.batch * cfg.seq_len, for_tpu=for_tpu)
+        with ops.building_for_tpu(for_tpu):  # the step is traced here: ops take their TPU form (ops.for_tpu)
+            built = (build_pretrain(cfg, what, dtype) if kind == "pretrain" else
+                     build_finetune(cfg, what, dtype) if kind == "finetune" else build_infer(cfg, dtype))
+            manifest["workloads"].append(export_workload(out_dir, name, built, meta, ref_steps, seed, log,
+                                                         min_param_bytes))
         fmt.write_manifest(out_dir, manifest)
     return manifest
 
@@ -631,6 +634,9 @@ def main(argv=None):
     parser.add_argument("--finetune", default="", help="fine-tuning steps: clf, squad (comma list)")
     parser.add_argument("--infer", action="store_true", help="also the inference forward")
     parser.add_argument("--ref_steps", type=int, default=3, help="TF's reference steps (0: none)")
+    parser.add_argument("--for_tpu", action="store_true", help="the steps as a TPU runs them (ops.for_tpu: some "
+                                                               "ops take another form there), for runner.py --target "
+                                                               "tpu-*")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min_param_bytes", type=int, default=1 << 16,
                         help="the module's constants from this size on become parameters stored once per bundle")
@@ -697,7 +703,7 @@ def main(argv=None):
     else:
         manifest = export(args.out, cfg, split(args.objectives), split(args.dtypes), split(args.finetune),
                           args.infer, args.ref_steps, args.seed, manifest=manifest,
-                          min_param_bytes=args.min_param_bytes)
+                          min_param_bytes=args.min_param_bytes, for_tpu=args.for_tpu)
     size = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
     print(f"wrote {args.out}: {len(manifest['workloads'])} workloads, {size / 2**20:.1f} MiB, "
           f"{time.perf_counter() - t0:.0f} s")

@@ -318,7 +318,11 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
         row = {"name": spec["name"], "workload": spec["workload"], "objective": spec.get("objective"),
                "dtype": spec["dtype"], "config": spec["config"]["name"], "batch": spec["batch"],
                "seq_len": spec["seq_len"], "tokens_per_step": spec["tokens_per_step"],
-               "flops_per_step": spec["flops_per_step"], "verify": {"checked": False}}
+               "flops_per_step": spec["flops_per_step"], "verify": {"checked": False},
+               "for_tpu": bool(spec.get("for_tpu"))}
+        if target and tpu_target.is_tpu(target) != row["for_tpu"]:  # traced for the other kind of device
+            log(f"[{spec['name']}] note: exported {'for a TPU' if row['for_tpu'] else 'without --for_tpu'}, "
+                f"compiled for {target}: some ops take the other device's form (export.py --for_tpu)")
         try:
             if compile_only:  # "does it compile, and what memory does the step need": no state, no steps
                 executable, row["compile_s"] = executable_for(spec, False)

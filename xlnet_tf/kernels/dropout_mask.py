@@ -67,17 +67,36 @@ def _counter(count):
 # Compiled by XLA into one vectorised loop (inlined under whole-step XLA and on TPU); op by op, the ten uint32
 # passes would cost more than the rest of dropout.
 @tf.function(jit_compile=True, autograph=False)
-def _bits(shape, seed):
+def _bits(shape, seed, in_shape: bool = False):
     """Element e's 16 bits are half ``e % 2`` (the low one first) of word ``e // 2``. Each word is hashed once and
     split by shifts along a trailing axis of two: under XLA the hash runs inside each dropout's kernel (viewed as
     int16 pairs, the words were written by one kernel and read back: XLA on a GPU does not fuse a view that changes
     the element width), and XLA's generated code shares it between the two halves (hashed per element, each word
-    was hashed twice, and the hash, not memory, bounded the kernel; bench/reports/gpu.md)."""
+    was hashed twice, and the hash, not memory, bounded the kernel; bench/reports/gpu.md).
+
+    ``in_shape`` (a TPU's form): each element's index is counted in ``shape`` itself and its word hashed for it,
+    the same bits with no flat stream to lay out again: a TPU tiles the last two axes of an array by (8, 128), so
+    the trailing axis of two and the flat stream's reshape cost it copies of every word (bench/reports/gpu.md)."""
+    if in_shape:
+        return _bits_in_shape(shape, seed)
     count = tf.reduce_prod(shape)
     words = _hash(_counter((count + 1) // 2), seed)
     halves = tf.bitwise.right_shift(words[:, None], tf.constant([0, 16], tf.uint32))
     bits = tf.bitcast(tf.cast(halves, tf.uint16), tf.int16)
     return tf.reshape(tf.reshape(bits, [-1])[:count], shape)
+
+
+def _bits_in_shape(shape, seed):
+    rank = shape.shape[0]
+    ranges = ops.optimization_barrier(*[tf.range(tf.cast(shape[d], tf.int32)) for d in range(rank)])  # as _counter
+    sizes = tf.cast(shape, tf.uint32)
+    index = tf.zeros([], tf.uint32)
+    for d, values in enumerate(ranges):  # ((i0 * d1 + i1) * d2 + i2) ..., broadcast into ``shape``
+        values = tf.reshape(tf.cast(values, tf.uint32), [-1] + [1] * (rank - 1 - d))
+        index = index * sizes[d] + values
+    words = _hash(tf.bitwise.right_shift(index, tf.constant(1, tf.uint32)), seed)
+    half = tf.bitwise.left_shift(tf.bitwise.bitwise_and(index, tf.constant(1, tf.uint32)), tf.constant(4, tf.uint32))
+    return tf.bitcast(tf.cast(tf.bitwise.right_shift(words, half), tf.uint16), tf.int16)
 
 
 def random_bits(shape, seed):
@@ -88,7 +107,7 @@ def random_bits(shape, seed):
     count = None if static is None else int(np.prod(static, dtype=np.int64))
     if count is not None and count > 2 ** 32:
         raise ValueError(f"dropout's bits for {count} elements (shape {list(static)}): at most 2^32 in one tensor")
-    return _bits(tf.cast(shape, tf.int64), seed)
+    return _bits(tf.cast(shape, tf.int64), seed, ops.for_tpu())
 
 
 def keep_mask(x, rate: float, seed):

@@ -53,11 +53,14 @@ def gather_relative(scores, query_pos, klen, key_pos=None):
     segment, memory at ``0..mlen-1``); ``key_pos`` None: the consecutive keys ``0..klen-1``. Key ``j`` of query
     ``i`` reads column ``klen - (query_pos[i] - key_pos[j])``. Columns past the table (future keys of 'uni'
     attention, which its mask blocks) are clamped. Under XLA, consecutive keys are a window of each row
-    (``_relative_windows``).
+    (``_relative_windows``); for a TPU, keys at explicit positions are that window's columns (``_key_columns``).
     """
     window = tf.get_static_value(klen)
-    if key_pos is None and window is not None and scores.shape.is_fully_defined() and ops.in_xla_context():
-        return _relative_windows(scores, query_pos, int(window))
+    if window is not None and scores.shape.is_fully_defined() and ops.in_xla_context():
+        if key_pos is None:
+            return _relative_windows(scores, query_pos, int(window))
+        if ops.for_tpu():
+            return _key_columns(_relative_windows(scores, query_pos, int(window)), key_pos)
     shape = tf.shape(scores)
     rlen = shape[-1]
     if key_pos is None:
@@ -85,6 +88,30 @@ def _relative_windows(scores, query_pos, klen: int):
     if rlen < 2 * klen:
         scores = tf.concat([scores, tf.repeat(scores[..., -1:], 2 * klen - rlen, axis=-1)], axis=-1)
     return ops.row_windows(scores, klen - query_pos, klen)
+
+
+def _key_columns(windows, key_pos):
+    """``windows`` [N, B, Q, T] (column t: the term against a key at coordinate t) at ``key_pos`` [B, K] ->
+    [N, B, Q, K], for a TPU: a product with a one-hot [B, T, K] matrix, which its matrix units take, where XLA's
+    TPU backend prices a gather with an index per element at ~300x the bytes it moves (UniLMv2's and MPNet's
+    position terms, bench/reports/gpu.md). Exact: one term per sum, at HIGHEST precision (a float32 product at
+    TensorFlow's default would round to bfloat16 there). Key positions are key coordinates, below T (the number
+    of keys); one outside reads 0, not the table's edge."""
+    from tensorflow.compiler.tf2xla.python import xla
+    from tensorflow.compiler.xla import xla_data_pb2
+
+    one_hot = tf.one_hot(tf.cast(key_pos, tf.int32), windows.shape[-1], axis=1, dtype=windows.dtype)  # [B, T, K]
+    highest = xla_data_pb2.PrecisionConfig(operand_precision=[xla_data_pb2.PrecisionConfig.HIGHEST] * 2)
+
+    def times_one_hot(x, axis):  # x [N, B, Q, .] contracted with the one-hot's ``axis``, batched over B
+        numbers = xla_data_pb2.DotDimensionNumbers(lhs_contracting_dimensions=[3], rhs_contracting_dimensions=[axis],
+                                                   lhs_batch_dimensions=[1], rhs_batch_dimensions=[0])
+        return tf.transpose(xla.dot_general(x, one_hot, numbers, highest), [1, 0, 2, 3])  # [B, N, Q, .] -> [N, B..]
+
+    @tf.custom_gradient
+    def columns(windows):
+        return times_one_hot(windows, 1), lambda dy: times_one_hot(dy, 2)
+    return columns(windows)
 
 
 @kernels.fast_path(fast=fast.attention_probs)
@@ -320,9 +347,10 @@ def _chunks_apply(ac, k_r) -> bool:
     ``POSITION_CHUNK`` queries rather than all rows at once: only where the C++ attention kernel does not run,
     under XLA or in a process with a GPU or TPU (that kernel reads the unshifted scores in place: there is no
     skew's copy to save), with the shapes known when traced, at least two chunks of queries, and XLNet's ``bi``
-    table (R = K + Lq)."""
+    table (R = K + Lq). Not for a TPU, where the skew is a copy that lays its rows out again either way, and the
+    chunks' windows and skews cost more than the unread scores they save (bench/reports/gpu.md)."""
     lq, klen = ac.shape[2], ac.shape[3]
-    if ops.cpu_process() and not ops.in_xla_context():
+    if (ops.cpu_process() and not ops.in_xla_context()) or ops.for_tpu():
         return False
     if None in (ac.shape[0], lq, klen, *k_r.shape[1:]) or k_r.shape[2] != klen + lq:
         return False

@@ -27,6 +27,7 @@ TensorFlow ops run instead (logged once): the same math, slower on CPU.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import os
@@ -201,11 +202,17 @@ def optimization_barrier(*tensors) -> tuple:
 
 def row_windows(x, start, size: int):
     """x [N, B, Q, L], start int32 [B, Q] -> [N, B, Q, size]: row (n, b, q)'s entries ``start[b, q]`` to
-    ``start[b, q] + size - 1``, each window inside its row (XLA would shift one that is not). One XLA gather
-    with a start per row; its gradient is the same gather on the padded gradient, which puts each row's window back
-    at its start. For ops XLA compiles (``in_xla_context()``), with static shapes; TensorFlow has no public op for a
-    gather of windows, this is its XLA bridge's own."""
+    ``start[b, q] + size - 1``, each window inside its row (a start past ``L - size`` is taken as ``L - size``, as
+    XLA's gather takes it). For ops XLA compiles (``in_xla_context()``), with static shapes.
+
+    One XLA gather with a start per row; its gradient is the same gather on the padded gradient, which puts each
+    row's window back at its start. TensorFlow has no public op for a gather of windows, this is its XLA bridge's
+    own. For a TPU (``for_tpu()``) the rows are shifted instead (``_shifted_windows``): XLA's TPU backend runs this
+    gather as a loop with one iteration per row (base-512: 8,160 a layer, bench/reports/gpu.md)."""
     import tensorflow as tf
+
+    if for_tpu():
+        return _shifted_windows(x, start, size)
     from tensorflow.compiler.tf2xla.python import xla
     from tensorflow.compiler.xla import xla_data_pb2
 
@@ -219,6 +226,8 @@ def row_windows(x, start, size: int):
         return xla.gather(operand, tf.stack(rows + [first], axis=-1), numbers, [1, 1, 1, length],
                           indices_are_sorted=True)
 
+    start = tf.clip_by_value(tf.cast(start, tf.int32), 0, width - size)
+
     @tf.custom_gradient
     def gather(x):
         def grad(dy):  # column c of row (n, b, q) gets dy[..., c - start] inside the window, else 0
@@ -226,6 +235,63 @@ def row_windows(x, start, size: int):
             return windows(padded, width - start, width)
         return windows(x, start, size), grad
     return gather(x)
+
+
+def _shifted_windows(x, start, size: int):
+    """``row_windows`` by whole-row shifts, no gather: bit k of a row's start shifts the row by 2^k or not (a select
+    between two slices), one pass per bit of the largest start (base-512's query stream: 10), the largest shifts
+    first, so that the later passes read narrower rows. Each pass reads and writes the rows, which a gather does
+    once, so it is the TPU's form only (a GPU gathers in parallel). The gradient shifts back the same way, one
+    select a pass (the slices' own gradients would pad and add two tensors a pass)."""
+    import tensorflow as tf
+
+    span = x.shape[-1] - size  # the largest start
+    bits = span.bit_length()
+    pad = (1 << bits) - 1 - span  # every pass drops 2^k columns, size + 2^bits - 1 in all; the added ones are unread
+    start = tf.clip_by_value(tf.cast(start, tf.int32), 0, span)[None, ..., None]
+    steps = [1 << k for k in reversed(range(bits))]
+    edges = [[0, 0]] * (x.shape.rank - 1)
+
+    @tf.custom_gradient
+    def shift(x):
+        y = tf.pad(x, edges + [[0, pad]]) if pad else x
+        for step in steps:
+            y = tf.where(tf.bitwise.bitwise_and(start, step) != 0, y[..., step:], y[..., :y.shape[-1] - step])
+
+        def grad(dy):  # each pass undone, the last first: the row moves back right by 2^k or stays, zeros beside
+            for step in reversed(steps):
+                dy = tf.where(tf.bitwise.bitwise_and(start, step) != 0, tf.pad(dy, edges + [[step, 0]]),
+                              tf.pad(dy, edges + [[0, step]]))
+            return dy[..., :dy.shape[-1] - pad]
+        return y, grad
+    return shift(x)
+
+
+_FOR_TPU = threading.local()
+
+
+@contextlib.contextmanager
+def building_for_tpu(on: bool = True):
+    """Ops built inside are for a TPU (``for_tpu()``) wherever they are traced: for a program compiled on one host
+    for a TPU (``bench/xla/export.py --for_tpu``). A run on a TPU needs none of it."""
+    previous = getattr(_FOR_TPU, "on", False)
+    _FOR_TPU.on = on
+    try:
+        yield
+    finally:
+        _FOR_TPU.on = previous
+
+
+def for_tpu() -> bool:
+    """Whether ops built now run on a TPU: under ``TPUStrategy`` (what a TPU run uses), in a process whose devices
+    are TPUs, or inside ``building_for_tpu()``. XLA lowers some ops differently there (``row_windows``)."""
+    import tensorflow as tf
+
+    if getattr(_FOR_TPU, "on", False):
+        return True
+    if tf.distribute.has_strategy() and isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy):
+        return True
+    return bool(tf.config.list_logical_devices("TPU"))
 
 
 def cpu_process() -> bool:
