@@ -255,6 +255,18 @@ def test_gather_relative_on_permuted_and_duplicated_positions_matches_numpy():
     np.testing.assert_allclose(tape.gradient(total, scores_t).numpy(), want_grad, rtol=1e-6, atol=1e-6)
 
 
+def test_ops_are_for_a_tpu_where_one_runs_them_or_as_the_caller_says():
+    """``ops.for_tpu()``: False in this process (no TPU, no TPUStrategy); ``building_for_tpu`` says otherwise
+    either way (an export for a TPU; a TPU run timing the other devices' forms), nested, and restores it."""
+    assert not ops.for_tpu()
+    with ops.building_for_tpu():
+        assert ops.for_tpu()
+        with ops.building_for_tpu(False):
+            assert not ops.for_tpu()
+        assert ops.for_tpu()
+    assert not ops.for_tpu()
+
+
 @pytest.mark.parametrize("rlen", [24, 13])  # the encoding's rows: 2 klen; shorter, columns past it clamped
 def test_gather_relative_for_a_tpu_takes_the_key_columns_of_each_window(rlen):
     """For a TPU (which runs a gather with an index per element at ~300x its bytes), keys at explicit positions

@@ -272,9 +272,10 @@ _FOR_TPU = threading.local()
 
 @contextlib.contextmanager
 def building_for_tpu(on: bool = True):
-    """Ops built inside are for a TPU (``for_tpu()``) wherever they are traced: for a program compiled on one host
-    for a TPU (``bench/xla/export.py --for_tpu``). A run on a TPU needs none of it."""
-    previous = getattr(_FOR_TPU, "on", False)
+    """Ops built inside are for a TPU (``on``) or for another device (False) wherever they are traced, whatever
+    ``for_tpu()`` would find: a program compiled on one host for a TPU (``bench/xla/export.py --for_tpu``), or a
+    TPU run timing the other devices' forms. A TPU run needs none of it."""
+    previous = getattr(_FOR_TPU, "on", None)
     _FOR_TPU.on = on
     try:
         yield
@@ -284,11 +285,11 @@ def building_for_tpu(on: bool = True):
 
 def for_tpu() -> bool:
     """Whether ops built now run on a TPU: under ``TPUStrategy`` (what a TPU run uses), in a process whose devices
-    are TPUs, or inside ``building_for_tpu()``. XLA lowers some ops differently there (``row_windows``)."""
+    are TPUs, or as ``building_for_tpu()`` says. XLA lowers some ops differently there (``row_windows``)."""
     import tensorflow as tf
 
-    if getattr(_FOR_TPU, "on", False):
-        return True
+    if getattr(_FOR_TPU, "on", None) is not None:
+        return _FOR_TPU.on
     if tf.distribute.has_strategy() and isinstance(tf.distribute.get_strategy(), tf.distribute.TPUStrategy):
         return True
     return bool(tf.config.list_logical_devices("TPU"))
