@@ -1,6 +1,8 @@
 """UniLMv2's pseudo-masked LM and MPNet on the XLNet backbone: the masks (one builder), the span sampling, the
 corruption, the generalised position term, and what the model can and cannot see."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -419,7 +421,7 @@ def test_each_objective_as_a_tpu_runs_it_computes_the_same_numbers(objective):
         batch = {k: np.asarray(v) for k, v in batch.items()}
     else:
         batch = built(builder, 3, 40, seed=6, draw=5)[1]
-    model = XLNetPretrainer(TINY)
+    model = XLNetPretrainer(dataclasses.replace(TINY, n_layer=1))  # every layer takes the same forms
     inputs = {k: tf.constant(batch[k]) for k in OBJECTIVES[objective].model_inputs}
 
     def step(inputs):
