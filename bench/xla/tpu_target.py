@@ -100,10 +100,8 @@ def cost_model_seconds(cost: dict, hlo_text: str) -> tuple[float, int]:
     return float(value) + unpriced, unpriced
 
 
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
 _CYCLES = re.compile(r'"estimated_cycles":"?(\d+)')
-_WHILE = re.compile(r"\bwhile\(.*\bcondition=%([\w.\-]+), body=%([\w.\-]+)")
-_BOUND = re.compile(r"= [su](?:32|64)\[\](?:\{[^}]*\})? constant\((\d+)\)")
+_LOOP = re.compile(r"\bcondition=%([\w.\-]+), body=%([\w.\-]+)")
 
 
 def loop_seconds(hlo_text: str, target: str) -> tuple[float, list]:
@@ -115,48 +113,41 @@ def loop_seconds(hlo_text: str, target: str) -> tuple[float, list]:
     here from the compiler's own cycle estimates of each kernel in the body and condition (``estimated_cycles``),
     at the chip's clock. The trip count is read from the condition (``counter < N``); a loop whose count is not
     found is added once more, and its count reported as None."""
-    comps, current = {}, None
-    for line in hlo_text.splitlines():
-        match = _COMPUTATION.match(line)
-        if match:
-            current = comps.setdefault(match.group(1), [])
-        elif line.startswith("}"):
-            current = None
-        elif current is not None:
-            current.append(line)
-    entry = re.search(r"^ENTRY %([\w.\-]+)", hlo_text, re.M)
+    import roofline
+
+    computations, entry = roofline.parse(hlo_text)
     loops, memo = [], {}
 
     def cycles(name: str) -> tuple[int, int]:  # (every iteration, each loop's first only) of a computation
         if name not in memo:
             every = once = 0
-            for line in comps.get(name, []):
-                loop = _WHILE.search(line)
+            for _, _, opcode, rest in computations.get(name, []):
+                loop = _LOOP.search(rest) if opcode == "while" else None
                 if loop:
                     cond, body = loop.groups()
-                    trip = _trip_count(comps.get(cond, []))
+                    trip = _trip_count(computations.get(cond, []))
                     (c_every, c_once), (b_every, b_once) = cycles(cond), cycles(body)
-                    op = re.search(r'op_name="([^"]+)"', line)
+                    op = re.search(r'op_name="([^"]+)"', rest)
                     loops.append((trip, op.group(1) if op else "?"))
                     every += (trip or 2) * (b_every + c_every)
                     once += b_once + c_once
                     continue
-                found = _CYCLES.search(line)
+                found = _CYCLES.search(rest)
                 if found:
                     every += int(found.group(1))
                     once += int(found.group(1))
             memo[name] = (every, once)
         return memo[name]
 
-    if not entry:
-        return 0.0, []
-    every, once = cycles(entry.group(1))
+    every, once = cycles(entry)
     return (every - once) / TARGETS[target]["clock_hz"], loops
 
 
 def _trip_count(condition: list):
-    bounds = [int(m) for line in condition for m in _BOUND.findall(line)]
-    if len(bounds) == 1 and any("direction=LT" in line for line in condition):
+    """N of a loop condition ``counter < N`` (an integer scalar constant and a compare LT), else None."""
+    bounds = [int(rest.split(")")[0]) for _, shape, opcode, rest in condition
+              if opcode == "constant" and re.match(r"[su](?:32|64)\[\]", shape)]
+    if len(bounds) == 1 and any(opcode == "compare" and "direction=LT" in rest for _, _, opcode, rest in condition):
         return bounds[0]
     return None
 
