@@ -181,6 +181,18 @@ def test_roofline_of_a_gpu_module_takes_the_larger_of_matmul_and_memory_time():
         roofline.estimate("HloModule m", {"bf16": 1.0, "tf32": 1.0}, 1.0)
 
 
+def test_roofline_prices_a_dot_by_the_type_it_reads():
+    """Mixed precision's weight gradients multiply bf16 operands into float32: a GPU runs them at the bf16 rate, so
+    the estimate must not price them at the TF32 one by their output."""
+    import roofline
+
+    text = GPU_HLO.replace("bf16[64,256]", "f32[64,256]")  # the Triton GEMM: bf16 x bf16 -> f32
+    est = roofline.estimate(text, {"bf16": 1e12, "tf32": 5e11}, 1e18)  # every kernel bound by its matmul
+    gemm, cublas = 2 * 64 * 256 * 128, 2 * 64 * 256 * 32
+    assert est["by_kind_ms"]["fusion:kCustom (matmul)"] == pytest.approx(gemm / 1e12 * 1e3)
+    assert est["by_kind_ms"]["custom-call:__cublas$gemm"] == pytest.approx(cublas / 5e11 * 1e3)  # f32 x f32: TF32
+
+
 # XLA's dump of that module's compile: the PTX of the loop fusion (straight through: 5 instructions per thread, the
 # parameter loads and the return not counted) and of the GEMM (a branch back: it loops), and their launches.
 PTX = """.visible .entry loop_exponential_fusion(

@@ -92,7 +92,7 @@ def _called(rest: str) -> list:
 
 
 def dot_flops(computations: dict, name: str, _memo=None) -> dict:
-    """FLOPs of the dots in computation ``name`` and those it calls, by the dots' output type: {"bf16": n, ...}."""
+    """FLOPs of the dots in computation ``name`` and those it calls, by the dots' operand type: {"bf16": n, ...}."""
     memo = {} if _memo is None else _memo
     if name in memo:
         return memo[name]
@@ -108,8 +108,10 @@ def dot_flops(computations: dict, name: str, _memo=None) -> dict:
 
 
 def _dot(opcode: str, shape: str, rest: str, shapes: dict) -> dict:
-    """{output dtype: 2 x multiply-adds} of a dot, or of a library matmul (cuBLAS: a custom call whose backend
-    config names the contracting dimensions; its output may be a tuple with a workspace); {} for anything else."""
+    """{operand dtype: 2 x multiply-adds} of a dot, or of a library matmul (cuBLAS: a custom call whose backend
+    config names the contracting dimensions; its output may be a tuple with a workspace); {} for anything else.
+    Keyed by what the dot reads, not what it writes: a GPU multiplies bf16 operands at the bf16 rate whatever
+    it accumulates into (mixed precision's weight gradients are bf16 x bf16 -> f32)."""
     if opcode == "dot":
         contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
     elif opcode == "custom-call" and re.search(r'custom_call_target="[^"]*(gemm|matmul)', rest, re.I):
@@ -123,7 +125,7 @@ def _dot(opcode: str, shape: str, rest: str, shapes: dict) -> dict:
     n = 1
     for d in out[0][1] + [lhs[0][1][int(d)] for d in re.findall(r"\d+", contracting.group(1))]:
         n *= d
-    return {out[0][0]: 2 * n}
+    return {lhs[0][0]: 2 * n}
 
 
 def _read_bytes(computations: dict, fused: str, index: int, full: int) -> int:
