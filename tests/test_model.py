@@ -752,6 +752,35 @@ def test_two_stream_attention_under_xla_equals_outside(policy):
         np.testing.assert_allclose(a, c, rtol=tolerance, atol=tolerance * np.abs(c).max(), err_msg=str(i))
 
 
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float32])
+def test_feed_forward_bias_gradient_sums_the_gradient_the_matmuls_read(dtype):
+    """The feed-forward bias's gradient is the sum over rows of h's gradient as the matmuls read it: in 16 bits
+    with 16-bit activations (a bf16 layer's bias gradient; under XLA the float32 gradient is then not written
+    between its two readers, bench/reports/gpu.md), inside XLA and outside."""
+    from xlnet_tf.layers.feedforward import bias_activation_dropout
+
+    rng = np.random.default_rng(5)
+    h = tf.constant(rng.normal(size=(3, 40, 48)) * 2, dtype)
+    bias = tf.constant(rng.normal(size=48), tf.float32)  # the layer's variable stays float32
+    dy = tf.constant(rng.normal(size=(3, 40, 48)), tf.float32)
+
+    def grads(h, bias, dy):
+        with tf.GradientTape() as tape:
+            tape.watch([h, bias])
+            y = bias_activation_dropout(h, bias, "gelu", 0.1, tf.constant([3, 4]))
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * dy)
+        return tape.gradient(loss, [h, bias])
+
+    with kernels.use("plain"):
+        results = [grads(h, bias, dy), tf.function(grads, jit_compile=True)(h, bias, dy)]
+    for d_h, d_bias in results:
+        assert d_h.dtype == dtype and d_bias.dtype == tf.float32
+        rows = tf.cast(d_h, tf.float32).numpy().reshape(-1, 48)
+        np.testing.assert_allclose(d_bias.numpy(), rows.sum(0), rtol=1e-5, atol=1e-5 * np.abs(rows).sum(0).max())
+    np.testing.assert_allclose(*[tf.cast(r[0], tf.float32).numpy() for r in results],
+                               rtol=2 ** -7 if dtype == tf.bfloat16 else 2e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", ["fast", "plain"])
 def test_dropout_inside_the_block_functions(backend):
     """The feed-forward bias is added before dropout, as the original's ``dropout(dense(x))`` (with zero
