@@ -334,6 +334,42 @@ def test_gather_relative_under_xla_takes_a_window_of_each_row(rlen, tpu):
     assert (" gather(" in hlo) != tpu  # for a TPU no gather at all
 
 
+@pytest.mark.parametrize("width,size,edge", [(70, 30, 0), (50, 30, 10), (37, 20, 3), (64, 63, 0), (20, 20, 5),
+                                             (1408, 896, 384)])  # the last: base-512's query stream
+def test_row_windows_for_a_tpu_by_base_4_shifts(width, size, edge):
+    """A TPU's row windows (base-4 shifts, every digit of the largest start, the top one below 3 too; columns past
+    the row's end read its last entry, the ``edge``): the entries a window starting at ``start`` (clamped to the
+    largest) reads, and their gradient, which adds up where several columns read one entry."""
+    rng = np.random.default_rng(width)
+    n, b, q = (1, 1, 8) if width > 1000 else (2, 2, 7)
+    x = rng.normal(size=(n, b, q, width)).astype(np.float32)
+    span = width + edge - size
+    start = rng.integers(0, span + 3, size=(b, q)).astype(np.int32)  # past the largest too
+    start[0, :3] = [0, span, span + 2]
+    weight = rng.normal(size=(n, b, q, size)).astype(np.float32)
+
+    extended = np.concatenate([x, np.repeat(x[..., -1:], edge, axis=-1)], axis=-1)
+    cols = np.minimum(start, span)[None, ..., None] + np.arange(size)  # [1, b, q, size] into the extended row
+    want = np.take_along_axis(extended, np.broadcast_to(cols, weight.shape), axis=-1)
+    want_grad = np.zeros_like(x)
+    rows = np.indices(weight.shape)
+    np.add.at(want_grad, (rows[0], rows[1], rows[2], np.minimum(np.broadcast_to(cols, weight.shape), width - 1)),
+              weight)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = ops.row_windows(x, tf.constant(start), size, edge=edge)
+            total = tf.reduce_sum(weight * out)
+        return out, tape.gradient(total, x)
+
+    compiled = tf.function(step, jit_compile=True)
+    with ops.building_for_tpu():
+        out, grad = compiled(tf.constant(x))
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-5, atol=1e-5)
+
+
 def test_explicit_consecutive_positions_leave_xlnet_unchanged():
     rng = np.random.default_rng(5)
     ids, seg = random_records(rng, 2, 16)

@@ -83,11 +83,9 @@ def _relative_windows(scores, query_pos, klen: int):
     ``klen - query_pos[i]``, a window of its row, taken with one start per row (``ops.row_windows``). XLA's TPU
     backend prices a gather with an index per element at ~300x the bytes this one moves (bench/reports/gpu.md).
     Query positions are key coordinates (>= 0), so a window ends at most at column 2 * klen - 1: a table shorter
-    than that (``attn_type='uni'``, or memory) is extended by copies of its last column, the clamp above."""
-    rlen = scores.shape[-1]
-    if rlen < 2 * klen:
-        scores = tf.concat([scores, tf.repeat(scores[..., -1:], 2 * klen - rlen, axis=-1)], axis=-1)
-    return ops.row_windows(scores, klen - query_pos, klen)
+    than that (``attn_type='uni'``, or memory) is taken as extended by copies of its last column, the clamp above
+    (``row_windows``' ``edge``)."""
+    return ops.row_windows(scores, klen - query_pos, klen, edge=max(0, 2 * klen - scores.shape[-1]))
 
 
 def _key_columns(windows, key_pos):

@@ -200,10 +200,11 @@ def optimization_barrier(*tensors) -> tuple:
     return barrier(*tensors)
 
 
-def row_windows(x, start, size: int):
+def row_windows(x, start, size: int, edge: int = 0):
     """x [N, B, Q, L], start int32 [B, Q] -> [N, B, Q, size]: row (n, b, q)'s entries ``start[b, q]`` to
-    ``start[b, q] + size - 1``, each window inside its row (a start past ``L - size`` is taken as ``L - size``, as
-    XLA's gather takes it). For ops XLA compiles (``in_xla_context()``), with static shapes.
+    ``start[b, q] + size - 1`` of the row extended by ``edge`` copies of its last entry, each window inside that
+    (a start past ``L + edge - size`` is taken as that, as XLA's gather takes it). For ops XLA compiles
+    (``in_xla_context()``), with static shapes.
 
     One XLA gather with a start per row; its gradient is the same gather on the padded gradient, which puts each
     row's window back at its start. TensorFlow has no public op for a gather of windows, this is its XLA bridge's
@@ -212,7 +213,9 @@ def row_windows(x, start, size: int):
     import tensorflow as tf
 
     if for_tpu():
-        return _shifted_windows(x, start, size)
+        return _shifted_windows(x, start, size, edge)
+    if edge:
+        x = tf.concat([x, tf.repeat(x[..., -1:], edge, axis=-1)], axis=-1)
     from tensorflow.compiler.tf2xla.python import xla
     from tensorflow.compiler.xla import xla_data_pb2
 
@@ -237,32 +240,54 @@ def row_windows(x, start, size: int):
     return gather(x)
 
 
-def _shifted_windows(x, start, size: int):
-    """``row_windows`` by whole-row shifts, no gather: bit k of a row's start shifts the row by 2^k or not (a select
-    between two slices), one pass per bit of the largest start (base-512's query stream: 10), the largest shifts
-    first, so that the later passes read narrower rows. Each pass reads and writes the rows, which a gather does
-    once, so it is the TPU's form only (a GPU gathers in parallel). The gradient shifts back the same way, one
-    select a pass (the slices' own gradients would pad and add two tensors a pass)."""
+def _shifted_windows(x, start, size: int, edge: int = 0):
+    """``row_windows`` by whole-row shifts, no gather: digit k of a row's start in base 4 shifts the row by 0 to 3
+    times 4^k (a select among slices), one pass per digit of the largest start (base-512's query stream: 5), the
+    largest shifts first, so that the later passes read narrower rows. Each pass reads and writes the rows, which
+    a gather does once, so it is the TPU's form only (a GPU gathers in parallel); of bases 2, 4 and 8, XLA's TPU
+    cost model prices 4 the lowest (bench/reports/gpu.md). The gradient shifts back the same way, one select a
+    pass (the slices' own gradients would pad and add a tensor a slice). Columns past the row's end read its last
+    entry, selected after the shifts and summed into it in the gradient's last pass: the ``edge`` copies are never
+    written (a TPU copies a concatenation, and every pass would read it)."""
     import tensorflow as tf
 
-    span = x.shape[-1] - size  # the largest start
-    bits = span.bit_length()
-    pad = (1 << bits) - 1 - span  # every pass drops 2^k columns, size + 2^bits - 1 in all; the added ones are unread
+    width = x.shape[-1]
+    span = width + edge - size  # the largest start
+    levels = list(reversed(range(-(-span.bit_length() // 2))))
+    top = {k: min(3, span >> 2 * k) for k in levels}  # a level's largest digit (the first's may be below 3)
+    pad = size + sum(d << 2 * k for k, d in top.items()) - width  # every pass drops its largest shift
     start = tf.clip_by_value(tf.cast(start, tf.int32), 0, span)[None, ..., None]
-    steps = [1 << k for k in reversed(range(bits))]
     edges = [[0, 0]] * (x.shape.rank - 1)
+
+    def digit(k):
+        return tf.bitwise.bitwise_and(tf.bitwise.right_shift(start, 2 * k), 3)
+
+    past_end = start + tf.range(size) >= width if edge else None  # [1, B, Q, size]: the extension's columns
 
     @tf.custom_gradient
     def shift(x):
         y = tf.pad(x, edges + [[0, pad]]) if pad else x
-        for step in steps:
-            y = tf.where(tf.bitwise.bitwise_and(start, step) != 0, y[..., step:], y[..., :y.shape[-1] - step])
+        for k in levels:
+            unit, rest = 1 << 2 * k, y.shape[-1] - (top[k] << 2 * k)
+            out = y[..., :rest]
+            for d in range(1, top[k] + 1):
+                out = tf.where(digit(k) == d, y[..., d * unit:d * unit + rest], out)
+            y = out
+        if edge:
+            y = tf.where(past_end, x[..., width - 1:], y)
 
-        def grad(dy):  # each pass undone, the last first: the row moves back right by 2^k or stays, zeros beside
-            for step in reversed(steps):
-                dy = tf.where(tf.bitwise.bitwise_and(start, step) != 0, tf.pad(dy, edges + [[step, 0]]),
-                              tf.pad(dy, edges + [[0, step]]))
-            return dy[..., :dy.shape[-1] - pad]
+        def grad(dy):  # each pass undone, the last first: the row moves back right by d 4^k, zeros beside
+            if edge:  # the extension's columns to the last entry, added in the last pass's kernel
+                last = tf.reduce_sum(tf.where(past_end, dy, tf.zeros_like(dy)), axis=-1, keepdims=True)
+                dy = tf.where(past_end, tf.zeros_like(dy), dy)
+            for k in reversed(levels):
+                unit = 1 << 2 * k
+                out = tf.pad(dy, edges + [[0, top[k] * unit]])
+                for d in range(1, top[k] + 1):
+                    out = tf.where(digit(k) == d, tf.pad(dy, edges + [[d * unit, (top[k] - d) * unit]]), out)
+                dy = out
+            dy = dy[..., :width]
+            return tf.where(tf.range(width) == width - 1, dy + last, dy) if edge else dy
         return y, grad
     return shift(x)
 
