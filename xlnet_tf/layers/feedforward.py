@@ -18,6 +18,7 @@ from xlnet_tf.layers.normalization import residual_layer_norm
 def bias_activation_dropout(h, bias, activation: str, rate: float = 0.0, seed=None):
     """``dropout(activation(h + bias))`` computed in float32, returned in h's dtype: h [..., F], bias [F];
     ``activation`` a name in ``ACTIVATIONS``; dropout at ``rate`` with ``seed`` (int [2]; None: off)."""
+    # The bias's value, not the variable: a variable read inside tf.custom_gradient must be declared to it.
     y = ACTIVATIONS[activation](_add_bias(h, tf.convert_to_tensor(bias)))
     return tf.cast(dropout(y, rate, seed), h.dtype)
 
