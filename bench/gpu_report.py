@@ -46,6 +46,15 @@ def headline(ours: dict, peer: dict) -> dict:
     return out
 
 
+def _exported_from(ours: dict) -> str:
+    source = ours.get("source") or {}
+    if not source.get("digest"):
+        return "bench/xla/export.py --preset gpu, sources not recorded"
+    at = f"commit {source['commit']}" if source.get("commit") else "a tree outside git"
+    return (f"bench/xla/export.py --preset gpu at {at}{' with local changes' if source.get('modified') else ''}, "
+            f"sources {source['digest'][:12]}")
+
+
 def tables(ours: dict, peer: dict) -> tuple[str, str]:
     """``(report, readme)``: the full tables for bench/reports/gpu.md, two lines for the README."""
     info, pinfo = ours.get("info", {}), peer.get("info", {})
@@ -53,7 +62,7 @@ def tables(ours: dict, peer: dict) -> tuple[str, str]:
     peaks = ours.get("peaks_flops", {})
     hpeaks = peer.get("peaks_flops", {})
     lines = [f"Measured {pinfo.get('date', '?')} on **{device}** in one call: ours = our real training steps "
-             f"exported by TensorFlow ({ours.get('bundle_info', 'bench/xla/export.py --preset gpu')}) and run by jax "
+             f"exported by TensorFlow ({_exported_from(ours)}) and run by jax "
              f"{info.get('jax', '?')} (Python {info.get('python', '?')}, no TensorFlow); HF = transformers "
              f"{pinfo.get('transformers', '?')} on torch {pinfo.get('torch', '?')} (CUDA {pinfo.get('cuda', '?')}).",
              "",

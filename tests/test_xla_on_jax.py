@@ -657,6 +657,38 @@ def test_merge_into_a_new_directory(tmp_path):
     assert (tmp_path / "all" / "w.hlo.pb.gz").read_bytes() == b"module"
 
 
+def test_a_bundle_holds_the_steps_of_one_tree(exported, tmp_path):
+    """A bundle records the digest of the sources its steps were built from; the runner's results and the GPU
+    table name them, and workloads from other sources are refused (an export resumed after a change to the model
+    would otherwise mix two trees' steps in one table), before anything is built."""
+    import export
+    import gpu_report
+
+    out, result = exported
+    source = bundle.read_manifest(out)["source"]
+    assert source["digest"] == export.source_stamp()["digest"] and result["source"] == source
+    assert source["digest"][:12] in gpu_report.tables(result, {})[0]
+
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    manifest = bundle.read_manifest(out)
+    manifest["source"] = dict(source, digest="0" * 64, commit="0123456789ab")
+    bundle.write_manifest(str(stale), manifest)
+    proc = subprocess.run([sys.executable, os.path.join(XLA_DIR, "export.py"), "--out", str(stale), "--config",
+                           "tiny", "--objectives", "mpnet"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "were exported from 0123456789ab" in proc.stderr and "--drop '*'" in proc.stderr
+    assert sorted(os.listdir(stale)) == ["manifest.json"]
+    current = tmp_path / "current"
+    current.mkdir()
+    bundle.write_manifest(str(current), {"format": bundle.FORMAT, "source": source, "workloads": [{"name": "w"}]})
+    with pytest.raises(export.ConfigError, match="exported from .*, this tree is 0123456789ab"):
+        export.merge(str(current), str(stale))
+    assert sorted(os.listdir(current)) == ["manifest.json"]
+    export.drop(str(stale), ["*"])
+    assert "source" not in bundle.read_manifest(str(stale))  # emptied, it takes the next export's sources
+
+
 def test_flops_count_the_heads_width():
     """n_head x d_head need not be d_model (3 heads of 20 in a 64-wide model): the attention's projections and
     products are that wide, the feed-forward and the LM head are not. MFU divides by these FLOPs."""

@@ -69,6 +69,58 @@ GPU_PRESET = [
 ]
 
 
+# What a bundle's steps are built from: a bundle records their digest (``source_stamp``), and workloads are added
+# only to a bundle from the same sources, so that a device run measures one tree, the one the report names.
+SOURCES = ("xlnet_tf", "bench/workload.py", "bench/xla/export.py", "bench/xla/bundle.py")
+
+
+def source_stamp() -> dict:
+    """``{"commit", "modified", "digest"}``: the checkout's commit (None outside git), whether these sources differ
+    from it, and a SHA-256 of their contents (every ``.py`` under ``SOURCES``, by path)."""
+    import subprocess
+
+    paths = []
+    for source in SOURCES:
+        full = os.path.join(ROOT, source)
+        if os.path.isfile(full):
+            paths.append(source)
+        for parent, dirs, files in os.walk(full):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            paths += [os.path.relpath(os.path.join(parent, f), ROOT) for f in files if f.endswith(".py")]
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        with open(os.path.join(ROOT, path), "rb") as f:
+            digest.update(path.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+
+    def git(*args):
+        try:
+            proc = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+    commit = git("rev-parse", "--short=12", "HEAD")
+    status = git("status", "--porcelain", "--", *SOURCES) if commit else None
+    return {"commit": commit, "modified": bool(status), "digest": digest.hexdigest()}
+
+
+def describe_source(source: dict | None) -> str:
+    if not source:
+        return "unknown sources (a bundle from before bundles were stamped)"
+    at = source.get("commit") or "a tree outside git"
+    return f"{at}{' with local changes' if source.get('modified') else ''} (sources {source['digest'][:12]})"
+
+
+def same_source_or_refuse(out_dir: str, manifest: dict | None, source: dict | None) -> None:
+    """Raises ``ConfigError`` when ``out_dir`` holds workloads exported from other sources."""
+    if not manifest or not manifest["workloads"]:
+        return
+    theirs = manifest.get("source")
+    if not theirs or not source or theirs.get("digest") != source.get("digest"):
+        raise ConfigError(f"{out_dir}: its {len(manifest['workloads'])} workloads were exported from "
+                          f"{describe_source(theirs)}, this tree is {describe_source(source)}: export into a new "
+                          f"--out, or empty this one first (--drop '*')")
+
+
 class ConfigError(ValueError):
     """A config or flag the exporter refuses up front: one line naming the field and why (``main`` prints it
     without a traceback), instead of a numpy or TensorFlow error deep inside a build, or a silently odd step."""
@@ -562,8 +614,11 @@ def export(out_dir, cfg, objectives, dtypes, finetune, infer, ref_steps, seed, l
     errors = config_errors(cfg, objectives, dtypes, finetune, infer)
     if errors:
         raise ConfigError(f"config {cfg.name}: " + "; ".join(errors))
+    source = source_stamp()
+    same_source_or_refuse(out_dir, manifest, source)
     os.makedirs(out_dir, exist_ok=True)
     manifest = manifest or {"format": fmt.FORMAT, "workloads": []}
+    manifest["source"] = source
     known = {w["name"] for w in manifest["workloads"]}
     jobs = [("pretrain", o, d) for o in objectives for d in dtypes]
     jobs += [("finetune", t, d) for t in finetune for d in dtypes]
@@ -597,7 +652,10 @@ def drop(out_dir: str, patterns: list) -> None:
                                                            if "file" in p.get("init", {})}
     kept = set().union(*(files(w) for w in manifest["workloads"])) if manifest["workloads"] else set()
     for name in set().union(*(files(w) for w in gone)) - kept - {None} if gone else set():
-        os.remove(os.path.join(out_dir, name))
+        if os.path.exists(os.path.join(out_dir, name)):  # (one already gone need not stop the drop)
+            os.remove(os.path.join(out_dir, name))
+    if not manifest["workloads"]:  # an empty bundle takes the next export's sources
+        manifest.pop("source", None)
     fmt.write_manifest(out_dir, manifest)
     print(f"dropped {len(gone)} workloads: {', '.join(w['name'] for w in gone)}")
 
@@ -614,6 +672,9 @@ def merge(out_dir: str, other: str) -> None:
     clash = sorted(names & {w["name"] for w in extra["workloads"]})
     if clash:
         raise ValueError(f"{out_dir} already has {', '.join(clash)}")
+    if extra["workloads"]:
+        same_source_or_refuse(out_dir, manifest, extra.get("source"))
+        manifest["source"] = extra.get("source")
     for name in os.listdir(other):
         if name != "manifest.json" and not os.path.exists(os.path.join(out_dir, name)):
             shutil.copy2(os.path.join(other, name), os.path.join(out_dir, name))
@@ -649,9 +710,18 @@ def main(argv=None):
     if args.drop:
         drop(args.out, [g for g in args.drop.split(",") if g])
         return
-    if args.merge:
-        merge(args.out, args.merge)
-        return
+    manifest = None
+    if os.path.exists(os.path.join(args.out, "manifest.json")):
+        manifest = fmt.read_manifest(args.out)
+    try:
+        if args.merge:
+            merge(args.out, args.merge)
+            return
+        source = source_stamp()
+        same_source_or_refuse(args.out, manifest, source)  # before anything is built
+    except ConfigError as e:
+        sys.exit(f"export.py: refused: {e}")
+    print(f"export.py: the steps of {describe_source(source)} into {args.out}", flush=True)
 
     from workload import set_thread_env
     set_thread_env(args.threads)  # (also quiets TensorFlow's start-up logs, should the checks below import it)
@@ -676,9 +746,6 @@ def main(argv=None):
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
-    manifest = None
-    if os.path.exists(os.path.join(args.out, "manifest.json")):
-        manifest = fmt.read_manifest(args.out)
     t0 = time.perf_counter()
     if args.preset == "gpu":  # one process per workload: TF's compiled reference steps are freed after each
         import subprocess

@@ -269,7 +269,8 @@ def run(bundle: str, platform_name=None, names=None, steps=20, warmup=3, peaks=T
     workloads = select(manifest["workloads"], names, bundle)
     info = xla.versions()
     log(f"runner: {info}; {len(workloads)} workloads from {bundle}")
-    result = {"info": info, "bundle": os.path.abspath(bundle), "workloads": [], "skipped": []}
+    result = {"info": info, "bundle": os.path.abspath(bundle), "source": manifest.get("source"), "workloads": [],
+              "skipped": []}
     if peaks:
         size = peak_size or (8192 if xla.platform != "cpu" else 1024)
         result["peaks_flops"] = matmul_peaks(xla, size)
