@@ -5,7 +5,8 @@ HF's modes (``bench/bench_gpu_peer.py``'s), side by side, never typed by hand.
     .venv/bin/python bench/gpu_report.py --ours OUT/ours.json --peer OUT/gpu_peer.json --update       # here, after
 
 ``--update`` writes the tables into bench/reports/gpu.md and a two-line summary into the README (between the
-``gpu_report.py`` markers), and both JSONs into bench/results_gpu.json. Standard library only.
+``gpu_report.py`` markers), and both JSONs into bench/results_gpu.json; refused when the run measured a bundle
+exported from other sources than this tree's (``export.source_stamp``). Standard library only on the device.
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def main(argv=None):
     parser.add_argument("--ours", required=True)
     parser.add_argument("--peer", default=None)
     parser.add_argument("--md", default=None, help="write the tables here")
-    parser.add_argument("--update", action="store_true", help="write them into bench/reports/gpu.md and README")
+    parser.add_argument("--update", action="store_true", help="write them into bench/reports/gpu.md and README "
+                                                               "(refused for a bundle of other sources)")
+    parser.add_argument("--other_sources", action="store_true", help="--update even so")
     args = parser.parse_args(argv)
     with open(args.ours) as f:
         ours = json.load(f)
@@ -179,6 +182,14 @@ def main(argv=None):
         with open(args.md, "w") as f:
             f.write(report)
     if args.update:
+        sys.path.insert(0, os.path.join(BENCH, "xla"))
+        import export  # (numpy: here, not on the device)
+
+        here, theirs = export.source_stamp(), ours.get("source")
+        if not args.other_sources and (theirs or {}).get("digest") != here["digest"]:
+            sys.exit(f"gpu_report.py: refused: {args.ours} measured the steps of {export.describe_source(theirs)}, "
+                     f"this tree is {export.describe_source(here)}: its tables would stand beside other code "
+                     f"(--other_sources writes them anyway, naming the sources they measured)")
         update_docs(report, readme, ours, peer)
 
 

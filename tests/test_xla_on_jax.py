@@ -657,7 +657,7 @@ def test_merge_into_a_new_directory(tmp_path):
     assert (tmp_path / "all" / "w.hlo.pb.gz").read_bytes() == b"module"
 
 
-def test_a_bundle_holds_the_steps_of_one_tree(exported, tmp_path):
+def test_a_bundle_holds_the_steps_of_one_tree(exported, tmp_path, monkeypatch):
     """A bundle records the digest of the sources its steps were built from; the runner's results and the GPU
     table name them, and workloads from other sources are refused (an export resumed after a change to the model
     would otherwise mix two trees' steps in one table), before anything is built."""
@@ -687,6 +687,20 @@ def test_a_bundle_holds_the_steps_of_one_tree(exported, tmp_path):
     assert sorted(os.listdir(current)) == ["manifest.json"]
     export.drop(str(stale), ["*"])
     assert "source" not in bundle.read_manifest(str(stale))  # emptied, it takes the next export's sources
+
+    # A device run's tables go into the README only beside the code they measured.
+    written = []
+    monkeypatch.setattr(gpu_report, "update_docs", lambda *args: written.append(args))
+    for run_source, extra, ok in ((source, [], True), (manifest["source"], [], False),
+                                  (manifest["source"], ["--other_sources"], True)):
+        ours = tmp_path / "ours.json"
+        ours.write_text(json.dumps(dict(result, source=run_source)))
+        if ok:
+            gpu_report.main(["--ours", str(ours), "--update", *extra])
+        else:
+            with pytest.raises(SystemExit, match="refused: .* measured the steps of 0123456789ab"):
+                gpu_report.main(["--ours", str(ours), "--update", *extra])
+    assert len(written) == 2
 
 
 def test_flops_count_the_heads_width():
