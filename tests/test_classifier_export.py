@@ -83,3 +83,100 @@ def test_versions_only_go_up_and_are_never_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr("time.time", lambda: 1_800_000_000.5)
     assert next_version(base, 0) == 1_800_000_000  # no global step: a timestamp
     assert existing_versions(base) == [300]
+
+
+@pytest.mark.slow
+def test_a_mixed_bfloat16_export_stores_what_it_casts_in_bfloat16_and_serves_the_same_bits(tmp_path):
+    """A mixed_bfloat16 model casts its projections' float32 kernels to bfloat16 at every call; its export stores
+    those in bfloat16 (no casts in the served graph, half their memory) and keeps float32 what the graph reads as
+    float32 (LayerNorm, the word embedding whose rows are gathered first). What a server loads (a fresh process,
+    TensorFlow and tensorflow-text's kernels only) answers with the model's own graph's numbers, to the bit."""
+    from export_helpers import serve, strings
+    from xlnet_tf import kernels
+    from xlnet_tf.finetuning.serving import ServingModule
+
+    model = XLNetClassifier(MICRO_CONFIG, num_labels=3, task_scope="t", dtype="mixed_bfloat16")
+    info = ServingInfo(kind="classification", task="t", max_seq_length=SEQ, labels=["a", "b", "c"], pair=True,
+                       global_step=5, family=tasks.for_kind("classification"))
+    path = export_serving(model, str(tmp_path / "serving"), info, SPIECE)
+
+    loaded = tf.saved_model.load(path)
+    assert len(loaded.weights_16bit) + len(loaded.weights_32bit) == len(model.weights)
+    assert not hasattr(loaded, "model")  # the float32 originals of the 16-bit weights are not saved
+    in_16_bits = {v.name.split(":")[0] for v in loaded.weights_16bit}
+    assert {v.dtype for v in loaded.weights_16bit} == {tf.bfloat16}
+    for v in model.weights:
+        name = v.path.replace("/", "_")
+        if v.path.endswith("kernel"):  # every projection
+            assert name in in_16_bits, v.path
+        if "LayerNorm" in v.path or v.path.endswith("word_embedding"):
+            assert name not in in_16_bits, v.path
+    module = ServingModule(model, info, 5)
+    casts = [op for op in module.serve_ids.get_concrete_function().graph.get_operations() if op.type == "Cast"]
+    with kernels.use("plain"):
+        plain = tf.function(lambda f: model(f, training=False)["logits"], autograph=False)
+        as_trained = plain.get_concrete_function(
+            {k: tf.TensorSpec([None, None], tf.float32 if k == "padding_mask" else tf.int32) for k in
+             ("input_ids", "segment_ids", "padding_mask")})
+        assert len(casts) <= len([op for op in as_trained.graph.get_operations() if op.type == "Cast"]) - 20
+
+        texts = TEXT["classification"]
+        features = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ)(*texts.values())
+        expected = plain(features).numpy()
+    reply = serve({"export": path, "calls": [
+        {"signature": "serve_ids", "inputs": {k: {"dtype": v.dtype.name, "value": v.numpy().tolist()}
+                                               for k, v in features.items()}},
+        {"signature": "serving_default", "inputs": {k: strings(v) for k, v in texts.items()}}]})
+    by_ids, by_text = (np.array(call["outputs"]["logits"]["value"], np.float32) for call in reply["calls"])
+    np.testing.assert_array_equal(by_ids, expected)
+    np.testing.assert_array_equal(by_text[[0, 2]], expected[[0, 2]])  # row 1 has no text: zeros
+
+
+@pytest.mark.parametrize("kind", ["squad", "multiple_choice", "tagging"])
+@pytest.mark.slow
+def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind, monkeypatch):
+    """Each task family's signatures (ids and raw text) give the same bits with the 16-bit weights as with the
+    model's float32 weights cast at every call (what exports stored before; forced here)."""
+    import keras
+
+    from xlnet_tf.finetuning import serving
+    from xlnet_tf.tasks.squad.squad_head import XLNetSquad
+    from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger
+
+    keras.utils.set_random_seed(0)
+    config = dict(MICRO_CONFIG, n_layer=2)
+    if kind == "squad":
+        model = XLNetSquad(config, start_n_top=3, end_n_top=2, dtype="mixed_bfloat16")
+        extra = dict(squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
+                                n_best_size=5))
+        texts = dict(question=["Who went?", "Why?"], context=["Tom went to the market and bought apples. " * 3,
+                                                              "Because."])
+    elif kind == "multiple_choice":
+        model = XLNetMultipleChoice(config, dtype="mixed_bfloat16")
+        extra = dict(labels=list("ABCD"), max_qa_length=10)
+        texts = TEXT[kind]
+    else:
+        model = XLNetTagger(config, num_labels=5, dtype="mixed_bfloat16")
+        extra = dict(labels=list("OABCD"), squad=dict(tag_scheme="bio", window_stride=8))
+        texts = dict(sentence=["Tom went to Paris .", "Hi"])
+    info = ServingInfo(kind=kind, task=kind, max_seq_length=SEQ, global_step=1, family=tasks.for_kind(kind),
+                       **extra)
+    pre = serving.preprocessor_for(info, SPIECE)
+    module = serving.ServingModule(model, info, 1, pre)
+    assert len(module.weights_16bit) >= 10
+    monkeypatch.setattr(serving, "read_in_16_bits", lambda *args: [])
+    cast_each_call = serving.ServingModule(model, info, 1, pre)
+    assert not hasattr(cast_each_call, "weights_16bit")
+
+    strings = [tf.constant(v) for v in texts.values()]
+    rng, ids = np.random.RandomState(0), []
+    for spec in module.serve_ids.input_signature:  # batch 3, choices 3, length SEQ
+        shape = [3 if d is None else d for d in spec.shape[:-1]] + [SEQ if spec.shape.rank > 1 else 3]
+        value = (rng.rand(*shape) > 0.2 if "mask" in spec.name else
+                 rng.randint(0, 2 if spec.name in ("segment_ids", "cls_index") else 100, size=shape))
+        ids.append(tf.constant(value, spec.dtype))
+    for call in (lambda m: m.serve_ids(*ids), lambda m: m.serve_text(*strings)):
+        got, want = call(module), call(cast_each_call)
+        assert set(got) == set(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)

@@ -25,16 +25,21 @@ Signatures (all traced with the plain kernels: stock TensorFlow ops only, no cus
   batch size and length.
 * ``metadata``: no inputs; ``kind``, ``task``, ``labels``, ``max_seq_length``, ``lower_case``, ``global_step``,
   ``version`` (and SQuAD's window and beam settings) as tensors, the same values as ``assets.extra/metadata.json``.
+
+A 16-bit model's export (``mixed_bfloat16``) stores in bfloat16 the weights its graph only reads in bfloat16
+(``ServingModule``): the same results, no casts at every call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
 from typing import Any, Optional
 
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -149,28 +154,103 @@ def next_version(export_dir: str, global_step: int) -> int:
     return wanted
 
 
+# -- 16-bit weights ---------------------------------------------------------------------------------------------
+class _Reads(keras.StatelessScope):
+    """Reads each variable of ``reads`` ((variable, tensor) pairs) as that tensor, of any dtype (``StatelessScope``
+    converts a value to its variable's dtype on the way in; this scope answers the read itself)."""
+
+    def __init__(self, reads: list):
+        super().__init__()
+        self._reads = {id(variable): tensor for variable, tensor in reads}
+
+    def get_current_value(self, variable):
+        return self._reads.get(id(variable))
+
+
+# Ops a variable's value may pass through on its way to a cast without the cast's place mattering.
+_DTYPE_FREE = ("Identity", "Reshape")
+
+
+def _cast_to_16_bits(tensor, dtype) -> bool:
+    """Whether every use of ``tensor`` reaches a cast to ``dtype``, through _DTYPE_FREE ops only."""
+    uses = tensor.consumers()
+    return bool(uses) and all(
+        (use.type == "Cast" and use.get_attr("DstT") == dtype)
+        or (use.type in _DTYPE_FREE and use.inputs[0] is tensor and _cast_to_16_bits(use.outputs[0], dtype))
+        for use in uses)
+
+
+def read_in_16_bits(model, forward) -> list:
+    """The float32 variables of ``model`` that ``forward`` (a concrete function calling the model) only ever reads
+    cast to the model's 16-bit compute dtype: stored in that dtype, they give the same graph less the casts, the
+    same results to the bit. [] for a float32 model, or when the graph holds control flow or function calls (reads
+    inside them are not seen here)."""
+    dtype = tf.as_dtype(model.compute_dtype)
+    if dtype not in (tf.bfloat16, tf.float16):
+        return []
+    graph = forward.graph
+    if any(op.type in ("While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall", "StatefulPartitionedCall")
+           for op in graph.get_operations()):
+        return []
+    outside = {id(inside): outside for outside, inside in graph.captures}
+    verdict = {}  # id(handle) -> every read so far casts
+    for op in graph.get_operations():
+        if op.type == "ReadVariableOp" and id(op.inputs[0]) in outside:
+            key = id(outside[id(op.inputs[0])])
+            verdict[key] = verdict.get(key, True) and _cast_to_16_bits(op.outputs[0], dtype)
+    return [v for v in model.weights if v.dtype == "float32" and verdict.get(id(v.value.handle))]
+
+
 # -- signatures -------------------------------------------------------------------------------------------------
 class ServingModule(tf.Module):
     """The exported object: ``model`` (inference mode), the ``preprocessor`` (an ``XLNetPreprocessor``, or None
     for an export without raw-text signature) and the metadata, with the three signature functions; what the
-    signatures take and return is the task family's (``info.family``)."""
+    signatures take and return is the task family's (``info.family``).
+
+    A model computing in 16 bits (``mixed_bfloat16``) reads most of its float32 weights cast to bfloat16 (every
+    projection's kernel) at every call: an export stores those in bfloat16 (``weights_16bit``; ``read_in_16_bits``
+    finds them), the rest as they are (``weights_32bit``), and its signatures read them so: the same results to the
+    bit, without the casts (a batch of one sentence waits for them: bench/reports/serving.md) and in less memory.
+    The model itself is then not saved as an object (its float32 copies of those weights would be)."""
 
     def __init__(self, model, info: ServingInfo, version: int, preprocessor=None):
         super().__init__(name="xlnet_serving")
-        self.model, self.preprocessor, self.info = model, preprocessor, info
+        self.preprocessor, self.info = preprocessor, info
         hooks = family_of(info).serving
-        # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
-        # (keyed by code object) can hand one module's traced branch to another's.
         ids = hooks.ids_spec(info)
         names = list(ids)
-        self.serve_ids = tf.function(lambda *t: hooks.outputs_from_ids(self.model, dict(zip(names, t)), info),
-                                     input_signature=list(ids.values()), autograph=False)
+
+        def reading(reads: list):  # the model's weights read as ``reads`` says ([]: as they are)
+            return _Reads(reads) if reads else contextlib.nullcontext()
+
+        def ids_outputs(values, reads):
+            with reading(reads):
+                return hooks.outputs_from_ids(model, dict(zip(names, values)), info)
+        # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
+        # (keyed by code object) can hand one module's traced branch to another's.
+        cast = []
+        if model.compute_dtype != model.variable_dtype:  # traced once as it reads its weights, to find the casts
+            with kernels.use("plain"):
+                traced = tf.function(lambda *t: ids_outputs(t, []), autograph=False)
+                cast = read_in_16_bits(model, traced.get_concrete_function(*ids.values()))
+        if cast:
+            self.weights_16bit = [tf.Variable(tf.cast(v.value, model.compute_dtype), trainable=False,
+                                              name=v.path.replace("/", "_")) for v in cast]
+            self.weights_32bit = [v for v in model.weights if all(v is not c for c in cast)]
+        else:
+            self.model = model
+
+        def read_16bit() -> list:
+            return [(v, w.read_value()) for v, w in zip(cast, self.weights_16bit)] if cast else []
+        self.serve_ids = tf.function(lambda *t: ids_outputs(t, read_16bit()), input_signature=list(ids.values()),
+                                     autograph=False)
         if preprocessor is not None:
             text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in hooks.text_inputs(info).items()}
             texts = list(text)
 
             def serve(*values):
-                return hooks.outputs_from_text(self.model, self.preprocessor, dict(zip(texts, values)), info)
+                with reading(read_16bit()):
+                    return hooks.outputs_from_text(model, self.preprocessor, dict(zip(texts, values)), info)
             self.serve_text = tf.function(self._checked(serve, text), input_signature=list(text.values()),
                                           autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
