@@ -3,7 +3,7 @@
 # GPU: no TensorFlow there), then HF PyTorch XLNet in every mode, then the tables. Sized for <= 6 minutes on an
 # H100/H200 so that a rerun fits in a 15-minute lease; each part has a deadline and writes its JSON as it goes.
 #
-# Here, first (once; ~50 min on 2 cores, the TF reference steps dominate; refused if the bundle there holds another
+# Here, first (once; ~20 min on 2 cores, the TF reference steps dominate; refused if the bundle there holds another
 # tree's steps: then --drop '*' first):
 #   .venv/bin/python bench/xla/export.py --out bench/gpu/bundle --preset gpu
 # Then, from a session with a GPU (the device tool; bench/gpu/bundle is git-ignored, so it is carried):
