@@ -32,7 +32,6 @@ A 16-bit model's export (``mixed_bfloat16``) stores in bfloat16 the weights its 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -180,15 +179,15 @@ def _cast_to_16_bits(tensor, dtype) -> bool:
         for use in uses)
 
 
-def read_in_16_bits(model, forward) -> list:
-    """The float32 variables of ``model`` that ``forward`` (a concrete function calling the model) only ever reads
-    cast to the model's 16-bit compute dtype: stored in that dtype, they give the same graph less the casts, the
-    same results to the bit. [] for a float32 model, or when the graph holds control flow or function calls (reads
-    inside them are not seen here)."""
+def read_in_16_bits(model, forward, signature: list) -> list:
+    """The float32 variables of ``model`` that ``forward`` (a function calling the model, traced here with
+    ``signature``'s inputs) only ever reads cast to the model's 16-bit compute dtype: stored in that dtype, they
+    give the same graph less the casts, the same results to the bit. [] for a float32 model (not traced), or when
+    the graph holds control flow or function calls (reads inside them are not seen here)."""
     dtype = tf.as_dtype(model.compute_dtype)
-    if dtype not in (tf.bfloat16, tf.float16):
+    if dtype not in (tf.bfloat16, tf.float16) or model.variable_dtype != "float32":
         return []
-    graph = forward.graph
+    graph = tf.function(forward, autograph=False).get_concrete_function(*signature).graph
     if any(op.type in ("While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall", "StatefulPartitionedCall")
            for op in graph.get_operations()):
         return []
@@ -220,39 +219,34 @@ class ServingModule(tf.Module):
         ids = hooks.ids_spec(info)
         names = list(ids)
 
-        def reading(reads: list):  # the model's weights read as ``reads`` says ([]: as they are)
-            return _Reads(reads) if reads else contextlib.nullcontext()
-
-        def ids_outputs(values, reads):
-            with reading(reads):
-                return hooks.outputs_from_ids(model, dict(zip(names, values)), info)
-        # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
-        # (keyed by code object) can hand one module's traced branch to another's.
-        cast = []
-        if model.compute_dtype != model.variable_dtype:  # traced once as it reads its weights, to find the casts
-            with kernels.use("plain"):
-                traced = tf.function(lambda *t: ids_outputs(t, []), autograph=False)
-                cast = read_in_16_bits(model, traced.get_concrete_function(*ids.values()))
+        def ids_outputs(*values):
+            return hooks.outputs_from_ids(model, dict(zip(names, values)), info)
+        with kernels.use("plain"):  # traced as the signatures are, to find the casts
+            cast = read_in_16_bits(model, ids_outputs, list(ids.values()))
         if cast:
             self.weights_16bit = [tf.Variable(tf.cast(v.value, model.compute_dtype), trainable=False,
                                               name=v.path.replace("/", "_")) for v in cast]
-            self.weights_32bit = [v for v in model.weights if all(v is not c for c in cast)]
+            copied = {id(v) for v in cast}
+            self.weights_32bit = [v for v in model.weights if id(v) not in copied]
         else:
             self.model = model
 
-        def read_16bit() -> list:
-            return [(v, w.read_value()) for v, w in zip(cast, self.weights_16bit)] if cast else []
-        self.serve_ids = tf.function(lambda *t: ids_outputs(t, read_16bit()), input_signature=list(ids.values()),
-                                     autograph=False)
+        def as_stored(fn):  # fn with the model's reads of the 16-bit weights answered by their copies
+            def call(*args):
+                with _Reads([(v, w.read_value()) for v, w in zip(cast, self.weights_16bit)]):
+                    return fn(*args)
+            return call if cast else fn
+        # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
+        # (keyed by code object) can hand one module's traced branch to another's.
+        self.serve_ids = tf.function(as_stored(ids_outputs), input_signature=list(ids.values()), autograph=False)
         if preprocessor is not None:
             text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in hooks.text_inputs(info).items()}
             texts = list(text)
 
             def serve(*values):
-                with reading(read_16bit()):
-                    return hooks.outputs_from_text(model, self.preprocessor, dict(zip(texts, values)), info)
-            self.serve_text = tf.function(self._checked(serve, text), input_signature=list(text.values()),
-                                          autograph=False)
+                return hooks.outputs_from_text(model, self.preprocessor, dict(zip(texts, values)), info)
+            self.serve_text = tf.function(self._checked(as_stored(serve), text),
+                                          input_signature=list(text.values()), autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
                          global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair,
