@@ -86,3 +86,18 @@ def test_generated_blocks_match_their_scripts():
     writers = {p.name for p in (ROOT / "bench").glob("*.py") if "replace_block(" in p.read_text(encoding="utf-8")}
     writers.discard("reporting.py")
     assert writers <= set(found), f"bench scripts whose generated block is in no file: {sorted(writers - set(found))}"
+
+
+def test_readme_claims_the_speed_its_table_measured():
+    """The README's headline ratios (best against best; float32 against HF's fastest float32 row) are the ones in
+    the benchmark's generated block, to the digit they are given: rewriting the table leaves no stale claim."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    claim = re.search(r"\*\*Fast\.\*\* A pretraining step runs ([\d.]+)x faster .*?\), ([\d.]+)x in float32", readme,
+                      re.S)
+    measured = re.search(r"\*\*Best against best:\*\* .*? ([\d.]+)x\. Same precision.*? float32 .*?HF ([\d.]+)x",
+                         readme)
+    assert claim and measured, "the README's speed claim or bench_pretrain.py's best-against-best line is missing"
+    for said, table in zip(claim.groups(), measured.groups()):
+        digits = len(said.partition(".")[2])
+        assert said == f"{float(table):.{digits}f}", (
+            f"README.md claims {said}x where its table measured {table}x: write the table's figure")
