@@ -97,6 +97,16 @@ def pytest_collection_modifyitems(session, config, items):
                 + [item for item in front if item.path in quiet])
 
 
+def pytest_sessionstart(session):
+    """$TMPDIR of the processes the tests start: a folder in this session's base temporary directory, set before any
+    test runs (a test may not change the environment: tests/background.py). Workers the tests kill (SIGKILL, or a
+    peer's failure) cannot remove autograph's files (~130 a suite run, which stayed in /tmp); pytest keeps the last
+    three sessions' directories and removes older ones with what they hold."""
+    path = session.config._tmp_path_factory.getbasetemp() / "started_processes_tmp"
+    path.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(path)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _background_tests(request, tmp_path_factory):
     def job(key, fn, name):
