@@ -17,6 +17,7 @@ import tensorflow as tf
 from classifier_helpers import REPO, SPIECE, make_flags
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
+from xlnet_tf.errors import InputError
 from xlnet_tf import runner
 from xlnet_tf.finetuning import serving as exporter
 
@@ -147,7 +148,11 @@ def test_saved_model_version_is_the_highest(tmp_path):
         (tmp_path / version / "saved_model.pb").write_bytes(b"")
     (tmp_path / "100.tmp").mkdir()  # not a version, nor is 7 (no saved_model.pb)
     assert bp.resolve_saved_model(str(tmp_path)) == (str(tmp_path / "12"), 12)
-    assert bp.resolve_saved_model(str(tmp_path / "3")) == (str(tmp_path / "3"), None)
+    assert bp.resolve_saved_model(str(tmp_path / "3")) == (str(tmp_path / "3"), 3)  # a version, named itself
+    assert bp.resolve_saved_model(str(tmp_path / "3") + "/") == (str(tmp_path / "3"), 3)
+    os.makedirs(tmp_path / "plain")
+    (tmp_path / "plain" / "saved_model.pb").write_bytes(b"")
+    assert bp.resolve_saved_model(str(tmp_path / "plain")) == (str(tmp_path / "plain"), None)
     with pytest.raises(FileNotFoundError, match="no saved_model.pb there nor in a numbered version"):
         bp.resolve_saved_model(str(tmp_path / "7"))
 
@@ -270,6 +275,33 @@ def test_raw_text_signature_of_the_versioned_export(fine_tuned, tmp_path):
         tmp_path / "ids" / "part-00.tsv.predictions.jsonl")
     assert len(a) == 24 and [r["id"] for r in a] == [r["id"] for r in b]
     np.testing.assert_allclose([r["probabilities"] for r in a], [r["probabilities"] for r in b], atol=2e-6)
+
+
+def test_a_rerun_names_the_model_either_way_and_reads_no_output_as_input(fine_tuned, tmp_path):
+    """The rerun of a job predicting next to its inputs (the glob matches its outputs) with the version directory
+    instead of the base path: the same model, nothing to predict again, and its outputs read as no input. Raw
+    text is cut inside the export's graph: its truncated rows are not counted (None), not reported as 0. A
+    damaged summary and settings that changed are refused in one line with the entry point's own flags."""
+    _, _, model, bundle = fine_tuned
+    version = exporter.export_serving(model, str(tmp_path / "export"), bundle.serving_info(5), SPIECE)
+    pattern = write_shards(tmp_path / "in", shards=1, rows=6)
+    fields, out = bp.Fields.parse("sentence", "id"), str(tmp_path / "in")
+    first = bp.predict_shards(bp.SavedModelPredictor(str(tmp_path / "export")), str(tmp_path / "in" / "*"), out,
+                              fields, batch_size=4)
+    again = bp.predict_shards(bp.SavedModelPredictor(version), str(tmp_path / "in" / "*"), out, fields,
+                              batch_size=4)
+    assert [s["input"] for s in again["shards"]] == [pattern.replace("*", "00")] and again["complete"]
+    assert first["settings"] == again["settings"] and first["rows"] == again["rows"] == 6
+    assert again["truncated"] is None and again["shards"][0]["truncated"] is None
+    with pytest.raises(InputError, match=r"--predict_dir=.* holds predictions made with other settings .*use "
+                                            r"another --predict_dir, or delete its predict_summary.json"):
+        bp.predict_shards(bp.SavedModelPredictor(version, signature="serve_ids"), pattern, out, fields,
+                          glob_flag="--predict_input_glob")
+    with open(os.path.join(out, bp.SUMMARY_FILE), "w") as f:
+        f.write("[1, 2]\n")
+    with pytest.raises(InputError, match=r"predict_summary.json: damaged \(a JSON list, not an object\); "
+                                            r"delete it"):
+        bp.predict_shards(bp.SavedModelPredictor(version), pattern, out, fields)
 
 
 def _cli(args):

@@ -180,3 +180,58 @@ def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind,
         assert set(got) == set(want)
         for name in want:
             np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)
+
+
+@pytest.mark.slow
+def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
+    """A sentence-pair run (RTE, two named classes): ``load_text_model(run).export()`` writes what
+    ``run_classifier.py --export_dir`` wrote (task, class names, pair, step; version = the step) and refuses to
+    serve the pair model on single sentences; a base path serving a model with other inputs or classes takes no
+    version of this one; a checkpoint of another task's run is refused by name (its head has the same shape and
+    would load)."""
+    import shutil
+
+    import xlnet_tf
+    from classifier_helpers import REPO, make_flags
+    from xlnet_tf import runner
+    from xlnet_tf.cli import export as cli_export
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.training.settings import SettingsError
+
+    s = make_flags(tmp_path, task_name="rte", data_dir=os.path.join(REPO, "tests", "fixtures", "glue", "RTE"),
+                   do_train=True, export_dir=str(tmp_path / "serving"))
+    runner.run(s)
+    with open(tmp_path / "serving" / "2" / "assets.extra" / "metadata.json") as f:
+        by_the_run = json.load(f)
+    assert (by_the_run["task"], by_the_run["pair"], by_the_run["labels"]) == (
+        "rte", True, ["entailment", "not_entailment"])
+    model = xlnet_tf.load_text_model(s.model_dir)
+    path = model.export(str(tmp_path / "by_keras"))
+    with open(os.path.join(path, "assets.extra", "metadata.json")) as f:
+        by_keras = json.load(f)
+    # max_qa_length is RACE's budget: a classifier's preprocessor holds it cut to its sequence, unread
+    assert {k: v for k, v in by_keras.items() if k != "max_qa_length"} == {
+        k: v for k, v in by_the_run.items() if k != "max_qa_length"}
+    with pytest.raises(ValueError, match="pair=False: this model was fine-tuned on sentence pairs"):
+        model.export(str(tmp_path / "single"), pair=False)
+    assert model.export(str(tmp_path / "serving")) == str(tmp_path / "serving" / "3")  # the same model: a version
+
+    single = ServingInfo(kind="classification", task="sst-2", max_seq_length=SEQ, labels=["0", "1"],
+                         global_step=9, family=tasks.for_kind("classification"))
+    with pytest.raises(InputError, match=r"serving serves another model: its version 3 has pair True where this "
+                                         r"export has False, labels \['entailment', 'not_entailment'\] where"):
+        export_serving(XLNetClassifier(MICRO_CONFIG, num_labels=2), str(tmp_path / "serving"), single, SPIECE)
+    assert existing_versions(str(tmp_path / "serving")) == [2, 3]
+
+    other = tmp_path / "qnli_run"  # another run's directory: a QNLI model (two classes, the same names)
+    shutil.copytree(s.model_dir, other)
+    record = json.loads((other / "finetune_settings.json").read_text())
+    record["settings"]["task_name"] = "qnli"
+    (other / "finetune_settings.json").write_text(json.dumps(record))
+    refused = rf"--predict_ckpt={other}/model-2 is a checkpoint of the run in {other}, fine-tuned on qnli"
+    with pytest.raises(SettingsError, match=refused):
+        cli_export.export(cli_export.ExportSettings(model_dir=s.model_dir, predict_ckpt=f"{other}/model-2",
+                                                    export_dir=str(tmp_path / "crossed")))
+    with pytest.raises(SettingsError, match=refused):
+        xlnet_tf.load_text_model(s.model_dir, checkpoint=f"{other}/model-2")
+    assert not os.path.exists(tmp_path / "crossed")

@@ -47,7 +47,7 @@ from xlnet_tf import tasks
 from xlnet_tf.batch import FORMATS, SUMMARY_FILE
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import SavedModelPredictor
-from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, stack_inputs, with_id
+from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, stack_inputs, totals, with_id
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import Row
 
@@ -160,6 +160,11 @@ class ReadShard(beam.DoFn):
                 yield path, row.line, (row.id if ids else None), row.text_a, row.text_b
 
 
+def _add(count: Optional[int], more: Optional[int]) -> Optional[int]:
+    """Truncated rows so far plus ``more``; None (not counted: raw text) stays None."""
+    return None if count is None or more is None else count + more
+
+
 class SummaryFn(beam.CombineFn):
     """Per input file: rows predicted, skipped, truncated, and the first ``MAX_LISTED_SKIPS`` skipped rows by line;
     from ``("row", file, truncated)`` and ``("bad", file, line, reason)`` events. Counted from the data (not the
@@ -172,7 +177,7 @@ class SummaryFn(beam.CombineFn):
         entry = acc.setdefault(event[1], [0, 0, 0, []])
         if event[0] == "row":
             entry[0] += 1
-            entry[2] += event[2]
+            entry[2] = _add(entry[2], event[2])
         else:
             entry[1] += 1
             entry[3] = heapq.nsmallest(MAX_LISTED_SKIPS, entry[3] + [(event[2], event[3])])
@@ -185,7 +190,7 @@ class SummaryFn(beam.CombineFn):
                 entry = merged.setdefault(path, [0, 0, 0, []])
                 entry[0] += rows
                 entry[1] += skipped
-                entry[2] += truncated
+                entry[2] = _add(entry[2], truncated)
                 entry[3] = heapq.nsmallest(MAX_LISTED_SKIPS, entry[3] + listed)
         return merged
 
@@ -203,7 +208,7 @@ def _summary(counts: dict, plan: "Plan") -> str:
                            all_rows_bad=bool(skipped and not rows)))
     summary = dict(settings=plan.settings, input_glob=plan.input_glob, shards=shards, outputs_of_other_inputs=[],
                    complete=True, shards_total=len(shards),
-                   **{k: sum(s[k] for s in shards) for k in ("rows", "skipped", "truncated")},
+                   **totals(shards),
                    runner=plan.runner, predictions=os.path.join(plan.output_dir, f"{PREDICTIONS}-*.jsonl"),
                    dead_letters=os.path.join(plan.output_dir, f"{DEAD_LETTERS}-*.txt"))
     return json.dumps(summary, indent=2, ensure_ascii=False)
@@ -252,7 +257,8 @@ _predicted = Metrics.counter(NAMESPACE, "rows")
 
 def _line(result: PredictionResult) -> str:
     _predicted.inc()
-    _truncated.inc(result.inference[1])
+    if result.inference[1] is not None:  # counted (token ids; a raw-text export cuts unseen)
+        _truncated.inc(result.inference[1])
     return result.inference[0]
 
 

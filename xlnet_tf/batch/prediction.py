@@ -40,7 +40,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -51,7 +51,8 @@ from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_
 # The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import KerasPredictor, Predictor, SavedModelPredictor, resolve_saved_model
-from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, output_name, stack_inputs, with_id
+from xlnet_tf.batch.rows import (OUTPUT_SUFFIX, model_inputs, output_lines, output_name, stack_inputs, totals,
+                                 with_id)
 from xlnet_tf.errors import InputError
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
@@ -70,7 +71,7 @@ class ShardStats:
     """What one shard's pass saw; the generator fills it while tf.data reads ahead."""
     rows: int = 0
     skipped: int = 0
-    truncated: int = 0
+    truncated: Optional[int] = 0  # None: not counted (rows.model_inputs)
     skipped_rows: list = dataclasses.field(default_factory=list)
 
 
@@ -105,7 +106,7 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
                     stats.skipped_rows.append(f"{path}:{row.line}: {row.problem}")
                 continue
             item, cut = model_inputs(predictor, row, bool(fields.text_b))
-            stats.truncated += cut
+            stats.truncated = None if cut is None else stats.truncated + cut
             lines.append(row.line)
             ends.append(row.end)
             ids.append(row.id)
@@ -128,6 +129,20 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_ids: boo
 def _write_output(path: str, write_fn: Callable) -> None:
     """Atomic (``io_utils.atomic_write``: a temporary name in the same directory, renamed)."""
     atomic_write(path, write_fn)
+
+
+def _read_summary(path: str, flags: _Flags) -> dict:
+    """The summary a job in the output directory wrote (what it predicted, with which settings)."""
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            summary = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        summary = e
+    if not isinstance(summary, dict):
+        why = summary if isinstance(summary, Exception) else f"a JSON {type(summary).__name__}, not an object"
+        raise InputError(f"{path}: damaged ({why}); delete it (every shard in {flags.output_dir} is then "
+                         "predicted again)")
+    return summary
 
 
 def _remove_stale_temporaries(output_dir: str, names: list) -> None:
@@ -167,6 +182,22 @@ class Progress:
         self.done += shard_bytes
 
 
+@dataclasses.dataclass(frozen=True)
+class _Flags:
+    """The names a job's messages give: ``cli.predict``'s flags, or run_classifier.py ``--do_predict``'s."""
+    glob: str
+    text_fields: str = "--text_fields"
+    output_dir: str = "--output_dir"
+    redo: str = "--overwrite to predict every shard again"
+
+    @classmethod
+    def of(cls, glob_flag: str) -> "_Flags":
+        if glob_flag == "--predict_input_glob":
+            return cls(glob_flag, "--predict_text_fields", "--predict_dir",
+                       f"delete its {SUMMARY_FILE} to predict every shard again")
+        return cls(glob_flag)
+
+
 def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, fields: Fields, batch_size: int = 128,
                    input_format: str = "auto", overwrite: bool = False, progress_every_s: float = 30.0,
                    glob_flag: str = "--input_glob") -> dict:
@@ -175,63 +206,74 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     (``output_lock``)."""
     if input_format not in FORMATS:
         raise InputError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
+    flags = _Flags.of(glob_flag)
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
-        flag = "--predict_text_fields" if glob_flag == "--predict_input_glob" else "--text_fields"
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
-        raise InputError(f"{flag}: the model reads {wanted}")
-    shards = list_shards(input_glob, glob_flag)
+        raise InputError(f"{flags.text_fields}: the model reads {wanted}")
+    shards = [p for p in list_shards(input_glob, glob_flag) if not _written_by_a_job(p, output_dir)]
+    if not shards:
+        raise InputError(f"{glob_flag}={input_glob} matches only what batch prediction wrote in {flags.output_dir}="
+                         f"{output_dir}")
     tf.io.gfile.makedirs(output_dir)
-    with output_lock(output_dir):
+    with output_lock(output_dir, flags.output_dir):
         return _predict_shards(predictor, shards, input_glob, output_dir, fields, batch_size, input_format,
-                               overwrite, progress_every_s, glob_flag)
+                               overwrite, progress_every_s, flags)
 
 
 LOCK_FILE = ".predict.lock"
 
 
-def output_lock(output_dir: str):
+def _written_by_a_job(path: str, output_dir: str) -> bool:
+    """Whether ``path`` is a job's own file in ``output_dir`` (predictions, summary, lock, temporaries), which an
+    input glob matching the output directory would otherwise read as inputs on the rerun."""
+    folder, name = os.path.split(path)
+    same = (folder.rstrip("/") == output_dir.rstrip("/") if "://" in path + output_dir
+            else os.path.realpath(folder) == os.path.realpath(output_dir))
+    return same and (name.endswith(OUTPUT_SUFFIX) or name in (SUMMARY_FILE, LOCK_FILE) or name.startswith("."))
+
+
+def output_lock(output_dir: str, flag: str = "--output_dir"):
     """Holds ``<output_dir>/.predict.lock`` while a job writes there (``io_utils.directory_lock``): a second job is
     refused with a message naming the first; a lock left by a dead or lost job is taken over."""
     def refusal(holder: dict, path: str) -> str:
-        return (f"--output_dir={output_dir}: another batch prediction is writing there (pid {holder.get('pid')} on "
-                f"{holder.get('host')}, since {holder.get('started')}); wait for it or use another --output_dir (if "
+        return (f"{flag}={output_dir}: another batch prediction is writing there (pid {holder.get('pid')} on "
+                f"{holder.get('host')}, since {holder.get('started')}); wait for it or use another {flag} (if "
                 f"that job is gone, delete {path})")
     return io_utils.directory_lock(output_dir, LOCK_FILE, refusal)
 
 
 def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_dir: str, fields: Fields,
                     batch_size: int, input_format: str, overwrite: bool, progress_every_s: float,
-                    glob_flag: str) -> dict:
+                    flags: _Flags) -> dict:
     formats = {path: shard_format(path, input_format, predictor.family) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
     if clashes:
-        raise InputError(f"{glob_flag}: input files with the same name in different directories would write the "
-                         f"same output ({', '.join(clashes)}); predict them into separate --output_dir")
+        raise InputError(f"{flags.glob}: input files with the same name in different directories would write the "
+                         f"same output ({', '.join(clashes)}); predict them into separate {flags.output_dir}")
     settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
                     id_field=fields.id, **predictor.described)
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
     previous = {}
     if tf.io.gfile.exists(summary_path) and not overwrite:
-        with tf.io.gfile.GFile(summary_path) as f:
-            previous = json.load(f)
+        previous = _read_summary(summary_path, flags)
         if previous.get("runner"):  # a Beam job's (xlnet_tf.batch.beam): its summary is no resumable state
-            raise InputError(f"--output_dir={output_dir} holds the results of a Beam job (--runner="
+            raise InputError(f"{flags.output_dir}={output_dir} holds the results of a Beam job (--runner="
                              f"{previous['runner']}), which this run's summary would replace: use another "
-                             "--output_dir, or --overwrite")
+                             f"{flags.output_dir}, or {flags.redo}")
         if previous.get("settings") != settings and previous.get("shards"):  # no shard done: nothing to mix
             diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
                     if previous.get("settings", {}).get(k) != v}
-            raise InputError(f"--output_dir={output_dir} holds predictions made with other settings ("
+            raise InputError(f"{flags.output_dir}={output_dir} holds predictions made with other settings ("
                              + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
-                             + "): use another --output_dir, or --overwrite to predict every shard again")
+                             + f"): use another {flags.output_dir}, or {flags.redo}")
     _remove_stale_temporaries(output_dir, names)
     # Outputs of inputs no longer matched (a deleted or renamed shard): kept (they are the user's), but named in the
     # log and the summary, so that "complete" is not read as covering them.
     stale = sorted(n for n in tf.io.gfile.listdir(output_dir) if n.endswith(OUTPUT_SUFFIX) and n not in names)
     if stale:
         logging.warning("%s holds predictions of inputs %s does not match: %s (delete them, or use another "
-                        "--output_dir)", output_dir, glob_flag, ", ".join(stale))
+                        "%s)", output_dir, flags.glob, ", ".join(stale), flags.output_dir)
     done_before = {s["input"]: s for s in previous.get("shards", [])}
     stats_of = {p: tf.io.gfile.stat(p) for p in shards}
     sizes = {p: st.length for p, st in stats_of.items()}
@@ -254,8 +296,8 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     summary = dict(settings=settings, input_glob=input_glob, shards=records, outputs_of_other_inputs=stale)
 
     def write_summary():
-        totals = {k: sum(s[k] for s in summary["shards"]) for k in ("rows", "skipped", "truncated")}
-        summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards), **totals,
+        summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards),
+                       **totals(summary["shards"]),
                        examples_per_s_this_run=round(progress.rate(), 2))
         summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
         if "://" in summary_path:
@@ -290,7 +332,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
         summary["shards"].append(dict(input=path, input_identity=identity[path],
                                       output=os.path.join(output_dir, output_name(path)),
                                       format=formats[path], rows=stats.rows, skipped=stats.skipped,
-                                      truncated=stats.truncated if not predictor.takes_text else 0,
+                                      truncated=stats.truncated,
                                       skipped_rows=stats.skipped_rows,
                                       seconds=round(time.monotonic() - started, 2)))
         write_summary()

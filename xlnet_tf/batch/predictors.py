@@ -99,10 +99,14 @@ class KerasPredictor(Predictor):
 
 
 def resolve_saved_model(path: str) -> tuple:
-    """(SavedModel directory, version or None): ``path`` itself if it holds ``saved_model.pb``, else its highest
-    numbered version directory that does (TF Serving's ``<base>/<version>/``)."""
+    """(SavedModel directory, version or None): ``path`` itself if it holds ``saved_model.pb`` (its version if it
+    is a numbered directory), else its highest numbered version directory that does (TF Serving's
+    ``<base>/<version>/``). A version directory and its base path name the same model the same way (a job
+    resumed with either)."""
+    path = path.rstrip("/") or path
     if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
-        return path, None
+        name = os.path.basename(path)
+        return path, int(name) if name.isdigit() else None
     if not tf.io.gfile.isdir(path):
         raise FileNotFoundError(f"--saved_model={path}: no such directory")
     versions = sorted(int(name.rstrip("/")) for name in tf.io.gfile.listdir(path) if name.rstrip("/").isdigit()

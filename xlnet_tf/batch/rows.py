@@ -32,13 +32,22 @@ def with_id(fields: Fields, fmt: str) -> bool:
 def model_inputs(predictor, row: Row, pair: bool) -> tuple:
     """``(inputs, truncated)``: a usable ``row`` as ``predictor``'s inputs (``text_a``, ``text_b`` strings, or
     ``input_ids``, ``segment_ids`` int32 [L], ``padding_mask`` float32 [L] encoded here by the family, 1 in
-    ``truncated`` if its text was cut to ``max_seq_length``). ``pair``: the second text is used."""
+    ``truncated`` if its text was cut to ``max_seq_length``; None for raw text, which the export cuts inside its
+    graph). ``pair``: the second text is used."""
     if predictor.takes_text:
-        return dict(text_a=row.text_a, text_b=row.text_b), 0
+        return dict(text_a=row.text_a, text_b=row.text_b), None
     ids, segs, mask, cut = predictor.family.batch.encode_ids(predictor.tokenizer, row.text_a,
                                                              row.text_b if pair else None, predictor.max_seq_length)
     return dict(input_ids=np.asarray(ids, np.int32), segment_ids=np.asarray(segs, np.int32),
                 padding_mask=np.asarray(mask, np.float32)), int(cut)
+
+
+def totals(shards: Sequence[dict]) -> dict:
+    """A summary's ``rows``, ``skipped`` and ``truncated`` over its shards; ``truncated`` is None (not counted)
+    where a shard's is: a raw-text export cuts its text inside its graph, unseen here."""
+    cut = [s["truncated"] for s in shards]
+    return dict(rows=sum(s["rows"] for s in shards), skipped=sum(s["skipped"] for s in shards),
+                truncated=None if None in cut else sum(cut))
 
 
 def stack_inputs(items: Sequence[dict]) -> dict:

@@ -139,6 +139,33 @@ def existing_versions(export_dir: str) -> list:
                   if n.isdigit() and io_utils.isdir(io_utils.join(export_dir, n)))
 
 
+# What a client of a model name sees change between versions: its inputs (kind, a second sentence), its classes.
+_INTERFACE = ("kind", "pair", "labels")
+
+
+def check_same_interface(export_dir: str, info: ServingInfo) -> None:
+    """Refuses to add a version to a base path whose newest version (as its metadata says) takes other inputs or
+    answers with other classes: TF Serving would switch the model name's clients to it, and their requests or
+    label names would no longer fit. A base path of other SavedModels (no metadata of ours) is not judged."""
+    versions = existing_versions(export_dir)
+    path = versions and io_utils.join(export_dir, str(versions[-1]), "assets.extra", METADATA_FILE)
+    if not path or not io_utils.exists(path):
+        return
+    try:
+        with io_utils.open(path, encoding="utf-8") as f:
+            theirs = json.load(f)
+    except ValueError:
+        theirs = None
+    if not isinstance(theirs, dict):
+        return
+    changed = {k: (theirs.get(k), getattr(info, k)) for k in _INTERFACE if theirs.get(k) != getattr(info, k)}
+    if changed:
+        raise InputError(f"{export_dir} serves another model: its version {versions[-1]} has "
+                         + ", ".join(f"{k} {a!r} where this export has {b!r}" for k, (a, b) in changed.items())
+                         + "; TF Serving would switch that model name's clients to it. Export to a new base path "
+                           "(another model name), or move the old versions away first")
+
+
 def next_version(export_dir: str, global_step: int) -> int:
     """The version for a new export: the global step (a Unix timestamp when there is none), or one more than
     the newest existing version if that is not higher (versions only go up; none is overwritten)."""
@@ -289,6 +316,7 @@ def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_
     if io_utils.exists(io_utils.join(export_dir, "saved_model.pb")):
         logging.warning("%s holds a SavedModel in the old flat layout; TF Serving ignores it next to the numbered "
                         "versions written now", export_dir)
+    check_same_interface(export_dir, info)
     version = next_version(export_dir, info.global_step)
     target = os.path.join(export_dir, str(version))
     module = ServingModule(model, info, version, preprocessor)

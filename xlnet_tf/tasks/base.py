@@ -298,6 +298,8 @@ class Task(abc.ABC):
         from xlnet_tf.training.settings import SettingsError
 
         s = self.settings
+        if checkpoint_path:
+            self._check_run_of(checkpoint_path)
         release = tf.io.gfile.exists(os.path.join(s.model_dir, "xlnet_model.ckpt.index"))  # a release directory
         if checkpoint_path or tf.train.latest_checkpoint(s.model_dir) or release:
             return restore_for_inference(model, s.model_dir, checkpoint_path)
@@ -322,6 +324,29 @@ class Task(abc.ABC):
             except ValueError as e:
                 raise SettingsError(f"--init_checkpoint: not a fine-tuned checkpoint of this task: {e}") from None
         return prefix
+
+    def _check_run_of(self, checkpoint_path: str) -> None:
+        """Refuses a checkpoint of another fine-tuning run (``--predict_ckpt`` in another run's directory) that
+        was fine-tuned on another task, as its run record says: a head of the same shape would load, and this
+        run's export or predictions would give that task's classes under this one's names."""
+        from xlnet_tf import io_utils, tasks
+        from xlnet_tf.finetuning.serving import read_run_record
+        from xlnet_tf.training.settings import SettingsError
+
+        folder = checkpoint_path if io_utils.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
+        if not folder or os.path.normpath(folder) == os.path.normpath(self.settings.model_dir):
+            return
+        record = read_run_record(folder)
+        if record is None:  # a checkpoint copied on its own, a release, a TF1 run: nothing says what it is
+            return
+        family = tasks.family_of_record(record)
+        theirs = family.task_name_of(record["settings"]) or family.name
+        ours = self.family.task_name_of(dataclasses.asdict(self.settings)) or self.family.name
+        if family.name != self.family.name or theirs.lower() != ours.lower():
+            raise SettingsError(f"--predict_ckpt={checkpoint_path} is a checkpoint of the run in {folder}, "
+                                f"fine-tuned on {theirs} (its finetune_settings.json), but --model_dir="
+                                f"{self.settings.model_dir} is a run of {ours}: use that run's own directory "
+                                f"(--model_dir={folder})")
 
     def restored_model(self) -> tuple:
         """``(model, checkpoint)``: the task model restored for inference from ``--predict_ckpt`` (else as

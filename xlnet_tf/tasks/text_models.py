@@ -348,6 +348,11 @@ class TextTaskModel(keras.Model):
     def build_from_config(self, config):
         self.built = True  # see __init__
 
+    # What the fine-tuning run this model was loaded from records (``load_text_model``): its export keeps the
+    # run's task, class names, pair and step, as ``python -m xlnet_tf.cli.export`` of the run writes them.
+    run_info = None
+    _export_task = "custom"  # the task an export records when it is not loaded from a run and none is given
+
     @classmethod
     def from_run(cls, network: keras.Model, info, preprocessor: XLNetPreprocessor) -> "TextTaskModel":
         """The text model of a fine-tuning run's restored ``network`` with the run's ``preprocessor`` and
@@ -519,17 +524,21 @@ class TextTaskModel(keras.Model):
         x, y, sample_weight = array_parts(*self._arrays(x, y), sample_weight)
         return self._preprocessed(x), self._checked_labels(y), sample_weight
 
-    def export(self, export_dir: str, labels: Optional[list] = None, task: str = "custom", pair: bool = False, *,
-               format: str = "tf_saved_model") -> str:
+    def export(self, export_dir: str, labels: Optional[list] = None, task: Optional[str] = None,
+               pair: Optional[bool] = None, *, format: str = "tf_saved_model") -> str:
         """Writes this model for TF Serving at ``<export_dir>/<version>/`` and returns that directory: the
         ``serving_default`` signature takes raw text (this preprocessor is inside the graph), ``serve_ids`` the
         encoded inputs, ``metadata`` what a client must know; the same writer and layout as ``python -m
-        xlnet_tf.cli.export`` (docs/serving.md). The version is the optimizer's step count (a Unix timestamp before
-        any training), or one above the newest version already there: none is overwritten.
+        xlnet_tf.cli.export`` (docs/serving.md). The version is the step count (a run's checkpoint step, plus the
+        optimizer's steps since; a Unix timestamp before any training), or one above the newest version already
+        there: none is overwritten.
 
-        ``labels``: the class names of the ``label`` output (default "0", "1", ...); ``pair``: the signature also
-        takes ``sentence2``; ``task``: recorded in the metadata. ``format``: Keras' argument; raw text is served
-        by a ``tf_saved_model`` only (other formats: the network's own ``export``, on token ids)."""
+        ``labels``: the class names of the ``label`` output (default: the run's, else "0", "1", ...); ``pair``:
+        the signature also takes ``sentence2`` (default: as the run was fine-tuned, else False; a run is not
+        exported otherwise); ``task``: recorded in the metadata (default: the run's, else the model's kind: "custom" for a
+        classifier).
+        ``format``: Keras' argument; raw text is served by a ``tf_saved_model`` only (other formats: the network's
+        own ``export``, on token ids)."""
         from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
@@ -539,8 +548,16 @@ class TextTaskModel(keras.Model):
                              f"model.network.export(path, format={format!r})")
         pre = self.preprocessor
         kind = self._serving_kind()
+        run = self.run_info
+        if run is not None and pair is not None and bool(pair) != run.pair:
+            raise ValueError(f"pair={pair}: this model was fine-tuned on "
+                             + ("sentence pairs" if run.pair else "single sentences")
+                             + f" (task {run.task}); its export takes what it was trained on (leave pair unset)")
+        pair = run.pair if run is not None else bool(pair)
+        task = task or (run.task if run is not None else self._export_task)
         labels = self._serving_labels(labels)
         step = int(self.optimizer.iterations.numpy()) if getattr(self, "optimizer", None) is not None else 0
+        step += run.global_step if run is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
                            max_qa_length=pre.max_qa_length, squad=self._serving_squad(),
@@ -659,7 +676,8 @@ class XLNetTextClassifier(TextTaskModel):
         if self.network.regression:
             return super()._serving_labels(labels)
         if labels is None:
-            return [str(i) for i in range(self.network.num_labels)]
+            recorded = self.run_info.labels if self.run_info is not None else None
+            return list(recorded) if recorded else [str(i) for i in range(self.network.num_labels)]
         if isinstance(labels, (str, bytes)) or len(labels) != self.network.num_labels:
             raise ValueError(f"labels: one name for each of the {self.network.num_labels} classes, in order; got "
                              f"{labels!r}" + (" (Keras' export(path, format) is export(path, format=...) here)"

@@ -45,4 +45,6 @@ def load_text_model(model_dir: str, *, checkpoint: Optional[str] = None, dtype: 
     task = family.task(settings)
     network, restored = task.restored_model()
     info = task.export_info(checkpoint_step(restored))
-    return TEXT_MODELS[family.name].from_run(network, info, preprocessor_for(info, settings.spiece_model_file))
+    model = TEXT_MODELS[family.name].from_run(network, info, preprocessor_for(info, settings.spiece_model_file))
+    model.run_info = info
+    return model

@@ -327,7 +327,9 @@ class XLNetTextSquad(TextTaskModel):
             raise ValueError("x: the dataset is empty")
         return tuple(tf.concat([tf.reshape(as_strings(p[i]), [-1]) for p in parts], axis=0) for i in (0, 1))
 
-    def export(self, export_dir: str, task: str = "squad", *, format: str = "tf_saved_model") -> str:
+    _export_task = "squad"
+
+    def export(self, export_dir: str, task: Optional[str] = None, *, format: str = "tf_saved_model") -> str:
         """As ``XLNetTextClassifier.export``: the SQuAD layout (``serving_default`` takes ``question`` and
         ``context`` and answers as ``predict``; ``serve_ids`` gives the head's beam), as ``run_squad.py
         --export_dir`` writes it."""

@@ -186,14 +186,18 @@ class XLNetTextTagger(TextTaskModel):
                                            for v in values])
         return out
 
-    def export(self, export_dir: str, labels: Optional[list] = None, task: str = "tagging", pair: bool = False, *,
-               format: str = "tf_saved_model") -> str:
+    _export_task = "tagging"
+
+    def export(self, export_dir: str, labels: Optional[list] = None, task: Optional[str] = None,
+               pair: Optional[bool] = None, *, format: str = "tf_saved_model") -> str:
         """As ``XLNetTextClassifier.export``: ``serving_default`` takes ``text`` [B] and returns the words with
         their character offsets and tags (docs/tagging.md); the tags are the model's ``labels``."""
         if labels is not None and list(labels) != self.labels:
             raise ValueError(f"labels: the export's tags are the model's ({len(self.labels)}, in the head's order); "
                              "give none")
-        return super().export(export_dir, task=task, pair=False, format=format)
+        if pair:
+            raise ValueError("pair: a tagger reads one text a row")
+        return super().export(export_dir, task=task, format=format)
 
     def _serving_kind(self) -> str:
         return "tagging"
