@@ -67,6 +67,10 @@ def test_both_signatures_match_keras(tmp_path, kind):
         short = {k: v[:, -12:] for k, v in features.items()}
         np.testing.assert_allclose(loaded.signatures["serve_ids"](**short)["logits"].numpy(),
                                    model(short, training=False)["logits"].numpy(), rtol=1e-5, atol=1e-6)
+    # ids of two batch sizes: an error naming the inputs (not a ConcatOp's deep in the network)
+    first = next(iter(features))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"{first}, .* must have the same batch size"):
+        loaded.signatures["serve_ids"](**{k: v if k == first else v[:1] for k, v in features.items()})
     meta = {k: v.numpy() for k, v in loaded.signatures["metadata"]().items()}
     assert meta["kind"].decode() == kind and meta["max_seq_length"] == SEQ and meta["global_step"] == 5
     with open(os.path.join(path, "assets.extra", "labels.json")) as f:

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from classifier_helpers import SPIECE
 from xlnet_tf.checkpoint import load_original_checkpoint
+from xlnet_tf.cli import convert
+from xlnet_tf.errors import InputError
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
 from xlnet_tf.finetuning.serving import write_release
 from xlnet_tf.models.heads import XLNetClassifier
@@ -101,6 +103,20 @@ def test_release_round_trip(tmp_path, kind):
 
     with pytest.raises(FileExistsError, match="already holds a release"):
         write_release(model, release, CONFIG, SPIECE)
+    # python -m xlnet_tf.cli.convert: a pretrained release to the native layout; a fine-tuned one is refused by
+    # name (not reported as a release missing its LM bias)
+    native = str(tmp_path / "native")
+    prefix = os.path.join(release, "xlnet_model.ckpt")
+    config_path = os.path.join(release, "xlnet_config.json")
+    if kind == "pretrained":
+        convert.convert(prefix, config_path, native, os.path.join(release, "spiece.model"))
+        assert sorted(os.listdir(native)) == ["checkpoint", "spiece.model", "xlnet_config.json",
+                                              "xlnet_model-1.data-00000-of-00001", "xlnet_model-1.index"]
+    else:
+        with pytest.raises(InputError, match=rf"{prefix}: a fine-tuned checkpoint \(its head: .*\); convert "
+                                             "writes pretrained networks"):
+            convert.convert(prefix, config_path, native, os.path.join(release, "spiece.model"))
+        assert not os.path.exists(native)
 
 
 def test_a_release_layout_exports_as_hf_with_its_head(tmp_path):

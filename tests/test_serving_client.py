@@ -146,3 +146,15 @@ def test_rows_from_rest_refuses_a_reply_that_is_not_an_object():
     for reply in ([1, 2, 3], 42, None):
         with pytest.raises(InputError, match="not an object of outputs"):
             client.rows_from_rest(reply, 1)
+
+
+def test_a_url_as_server_and_a_reply_without_outputs_are_refused():
+    """``--server`` is host:port: a URL (http://host:port) is named at once, not tried as
+    http://http://host:port; a reply with no outputs (REST {"outputs": {}}, a gRPC response with none) is an error,
+    not a row of nothing each."""
+    s = client.ServingClientSettings(server="http://localhost:8501", model_name="m", texts=["x"])
+    assert any("--server=http://localhost:8501: expected host:port, no scheme or path" in e for e in s.errors())
+    assert not client.ServingClientSettings(server="localhost:8501", model_name="m", texts=["x"]).errors()
+    for reply in ({"outputs": {}}, {}):
+        with pytest.raises(InputError, match="the server's reply has no outputs"):
+            client.rows_from_rest(reply, 2)

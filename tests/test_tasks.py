@@ -665,6 +665,12 @@ def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_i
                                              "new_head=True"):
             build()
         assert build(new_head=True).network.xlnet is not None
+    # Another config (d_inner 64 for the checkpoint's 32): the network does not fit, which is said, not the head
+    wider = xlnet_tf.XLNetConfig.from_dict(dict(MICRO_CONFIG, d_inner=64))
+    with pytest.raises(ValueError, match=rf"{tuned}") as refused:
+        xlnet_tf.XLNetTextClassifier.from_checkpoint(str(tuned), num_labels=2, seq_length=SEQ, task_scope="sst-2",
+                                                     config=wider)
+    assert "new_head" not in str(refused.value) and "(32," in str(refused.value), str(refused.value)
     with pytest.raises(ValueError, match="x: no examples"):
         model.predict([])
     with pytest.raises(ValueError, match="x: no examples"):

@@ -397,12 +397,13 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
         return "fine-tuned"
     except ValueError as whole:
         reason = str(whole).strip().splitlines()[-1].strip()
+    # The network alone first: where it does not fit either (another config), that, not the head, is what to fix.
+    load_pretrained(network, prefix)  # raises, naming the checkpoint, if the network does not fit
     heads = head_variables(prefix)
     if heads and not new_head:
         raise InputError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
                          f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
                          f"({reason}); pass new_head=True to start a new head on its network")
-    load_pretrained(network, prefix)  # the network alone; raises (naming the checkpoint) if that does not fit
     logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
                  type(network).__name__, reason)
     return "pretrained"
@@ -424,13 +425,17 @@ def _load_hf_task_weights(network: keras.Model, checkpoint, new_head: bool) -> s
     return "pretrained"
 
 
+# The original run_race.py's and run_squad.py's head scopes, outside model/.
+_TF1_TOP_LEVEL_HEADS = ("logits/", "start_logits/", "end_logits/", "answer_class/")
+
+
 def head_variables(prefix: str) -> list:
     """The variables of a task head in the checkpoint ``prefix``: neither the network's (``transformer``) nor
     pretraining's (LM bias, objective), nor training state (optimizer, step, dropout seeds)."""
     names = [name for name, _ in tf.train.list_variables(prefix)]
-    if is_tf1_checkpoint(prefix):
-        return [n for n in names if n.startswith("model/") and not n.startswith(("model/transformer/",
-                                                                                   "model/lm_loss/"))]
+    if is_tf1_checkpoint(prefix):  # run_classifier.py's heads are under model/, run_race.py's and run_squad.py's not
+        return [n for n in names if (n.startswith(("model/",) + _TF1_TOP_LEVEL_HEADS)
+                                     and not n.startswith(("model/transformer/", "model/lm_loss/")))]
     # Native checkpoints: the model's weights are saved as "weights/<original name, - for />" (optimizer slots
     # repeat the names under them).
     found = (re.search(r"(?:^|/)(weights/(?!transformer-)[^/]+)", name) for name in names

@@ -14,8 +14,9 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
   What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch.row``).
 * **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
-  written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's. A rerun with another model or
-  other settings than ``predict_summary.json`` records is an error (``--overwrite`` predicts every shard again).
+  written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's.
+  A rerun with another model or other settings than ``predict_summary.json`` records is an error (``--overwrite``
+  predicts every shard again); the model is the same whether named by its base path or its version directory.
 * **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8) are skipped, counted and listed with
   file:line in the summary and the log; a missing field in a TSV header is an error naming the file.
 

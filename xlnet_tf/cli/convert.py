@@ -25,6 +25,7 @@ from absl import logging
 
 from xlnet_tf import hf, io_utils
 from xlnet_tf.cli import flags as cli
+from xlnet_tf.errors import InputError
 from xlnet_tf.training.settings import Settings, path_missing, setting
 
 
@@ -88,12 +89,21 @@ class ConvertSettings(Settings):
 def convert(checkpoint: str, config_path: str, output_dir: str, spiece_model: str | None = None) -> str:
     """Loads the TF1 checkpoint into an ``XLNetPretrainer`` and writes it in the native layout. Returns the
     checkpoint prefix written."""
-    from xlnet_tf.checkpoint import load_original_checkpoint
+    from xlnet_tf.checkpoint import head_variables, load_original_checkpoint, resolve_checkpoint
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models.xlnet import XLNetPretrainer
 
     if io_utils.exists(output_dir):
         raise FileExistsError(f"--output_dir {output_dir} already exists; refusing to overwrite it")
+    heads = head_variables(resolve_checkpoint(checkpoint))
+    if heads:  # XLNetPretrainer would name the LM bias missing, as if the release were damaged
+        raise InputError(f"{checkpoint}: a fine-tuned checkpoint (its head: {', '.join(heads[:2])}"
+                         f"{', ...' if len(heads) > 2 else ''}); convert writes pretrained networks. A fine-tuned "
+                         "release is read as it is: run_*.py --init_checkpoint or --predict_ckpt, "
+                         "XLNetText*.from_checkpoint")
+    if spiece_model and not io_utils.exists(spiece_model):
+        logging.warning("%s does not exist: the output has no spiece.model (give --spiece_model_file where it is "
+                        "used)", spiece_model)
     config = XLNetConfig.from_json(config_path)
     model = XLNetPretrainer(config)
     unused = load_original_checkpoint(model, checkpoint)

@@ -57,7 +57,7 @@ class ServingClientSettings(Settings):
     def errors(self) -> list:
         errors = super().errors()
         if self.server and not _host_port(self.server):
-            errors.append(f"--server={self.server}: expected host:port (e.g. localhost:8500)")
+            errors.append(f"--server={self.server}: expected host:port, no scheme or path (e.g. localhost:8500)")
         if bool(self.texts) == bool(self.input_file):
             errors.append("give texts as arguments or --input_file, one of the two")
         if self.timeout <= 0:
@@ -69,7 +69,7 @@ class ServingClientSettings(Settings):
 
 def _host_port(server: str) -> bool:
     host, _, port = server.rpartition(":")
-    return bool(host) and port.isdigit()
+    return bool(host) and port.isdigit() and "/" not in server  # not a URL: no scheme, no path
 
 
 # -- rows <-> requests and replies (no network) ---------------------------------------------------------------------
@@ -129,6 +129,8 @@ def _row_values(value, n: int) -> list:
 
 def rows_from_outputs(outputs: dict, n: int) -> list:
     """``{output: batched values}`` as ``n`` rows of ``{output: value}``."""
+    if not outputs:
+        raise InputError("the server's reply has no outputs")
     by_name = {name: _row_values(value, n) for name, value in sorted(outputs.items())}
     return [{name: values[i] for name, values in by_name.items()} for i in range(n)]
 

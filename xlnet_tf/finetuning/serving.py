@@ -265,7 +265,8 @@ class ServingModule(tf.Module):
             return call if cast else fn
         # autograph=False: nothing here branches on tensors, and autograph's cache of converted closures
         # (keyed by code object) can hand one module's traced branch to another's.
-        self.serve_ids = tf.function(as_stored(ids_outputs), input_signature=list(ids.values()), autograph=False)
+        self.serve_ids = tf.function(self._checked(as_stored(ids_outputs), ids), input_signature=list(ids.values()),
+                                     autograph=False)
         if preprocessor is not None:
             text = {n: tf.TensorSpec(shape, tf.string, n) for n, shape in hooks.text_inputs(info).items()}
             texts = list(text)
@@ -284,7 +285,7 @@ class ServingModule(tf.Module):
             return {k: tf.constant(v, tf.string) if k == "labels" else tf.constant(v) for k, v in constants.items()}
         self.metadata = tf.function(metadata, input_signature=[], autograph=False)
 
-    # -- from raw text (invalid UTF-8 is not an error: the preprocessor replaces bad bytes with U+FFFD) ------
+    # -- inputs checked (raw text: invalid UTF-8 is not an error, the preprocessor replaces bad bytes with U+FFFD) -
     @staticmethod
     def _checked(serve, specs: dict):
         """``serve`` after checking the inputs ``specs`` (name -> TensorSpec): each has its declared shape, and
@@ -294,15 +295,15 @@ class ServingModule(tf.Module):
         shape is the declared one."""
         names = list(specs)
 
-        def checked(*texts):
-            texts = [tf.ensure_shape(t, specs[name].shape, name=f"{name}_shape_as_declared")
-                     for name, t in zip(names, texts)]
-            first = tf.shape(texts[0])[0]
+        def checked(*values):
+            values = [tf.ensure_shape(v, specs[name].shape, name=f"{name}_shape_as_declared")
+                      for name, v in zip(names, values)]
+            first = tf.shape(values[0])[0]
             checks = [tf.debugging.assert_equal(
-                tf.shape(t)[0], first, message=f"{', '.join(names)} must have the same batch size (got "
-                                               f"{names[0]} and {name})") for name, t in zip(names[1:], texts[1:])]
+                tf.shape(v)[0], first, message=f"{', '.join(names)} must have the same batch size (got "
+                                               f"{names[0]} and {name})") for name, v in zip(names[1:], values[1:])]
             with tf.control_dependencies(checks):
-                return serve(*[tf.identity(t) for t in texts])
+                return serve(*[tf.identity(v) for v in values])
         return checked
 
 

@@ -535,10 +535,10 @@ class TextTaskModel(keras.Model):
 
         ``labels``: the class names of the ``label`` output (default: the run's, else "0", "1", ...); ``pair``:
         the signature also takes ``sentence2`` (default: as the run was fine-tuned, else False; a run is not
-        exported otherwise); ``task``: recorded in the metadata (default: the run's, else the model's kind: "custom" for a
-        classifier).
-        ``format``: Keras' argument; raw text is served by a ``tf_saved_model`` only (other formats: the network's
-        own ``export``, on token ids)."""
+        exported otherwise); ``task``: recorded in the metadata (default: the run's, else the model's kind:
+        "custom" for a classifier). ``format``: Keras' argument; raw text is served by a ``tf_saved_model`` only
+        (other formats: the network's own ``export``, on token ids). A base path already serving a model with
+        other inputs or classes takes no version of this one (``serving.check_same_interface``)."""
         from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
