@@ -395,5 +395,15 @@ def test_squad_questions_from_the_raw_text_export(squad_run, tmp_path):
     np.testing.assert_allclose([r["null_odds"] for r in rows], direct["null_odds"].numpy(), atol=2e-6)
     for (_, _, context), r in zip(questions, rows):
         assert context[r["start_char"]:r["end_char"]] == r["prediction"] if r["prediction"] else r["start_char"] == -1
+    # The same questions as JSONL, each context behind spaces and a newline: the offsets count them (the text
+    # goes to the model as written)
+    with open(tmp_path / "padded.jsonl", "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"id": i, "question": q, "context": "   \n  " + c}) + "\n" for i, q, c in questions))
+    bp.predict_shards(predictor, str(tmp_path / "padded.jsonl"), str(tmp_path / "padded"),
+                      bp.Fields.parse("question,context", "id"), batch_size=4)
+    padded = read_jsonl(tmp_path / "padded" / "padded.jsonl.predictions.jsonl")
+    assert [r["prediction"] for r in padded] == [r["prediction"] for r in rows]
+    answered = [r["start_char"] + 6 for r in rows if r["prediction"]]
+    assert [r["start_char"] for r in padded if r["prediction"]] == answered and answered
     with pytest.raises(ValueError, match="--text_fields: the model reads sentence pairs"):
         bp.predict_shards(predictor, squad_file, str(tmp_path / "x"), bp.Fields.parse("question"))

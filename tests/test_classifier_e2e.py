@@ -53,7 +53,7 @@ def test_task_end_to_end(tmp_path, name, monkeypatch):
     with open(os.path.join(flags.model_dir, "eval_results.dev.json")) as f:
         assert json.load(f)["metrics"] == metrics
     assert os.listdir(os.path.join(flags.model_dir, "eval_dev"))  # TensorBoard summaries
-    rows = _read_tsv(os.path.join(flags.model_dir, "predict", f"{task.submission}.tsv"))
+    rows = _read_tsv(os.path.join(flags.model_dir, "predict", f"{task.submission}.dev.tsv"))
     assert rows[0] == ["index", "prediction"] and len(rows) == n_dev + 1
     # One row per dev example, in the file's order, under its id, holding the prediction from the logits file
     # written beside it; those logits, paired with the labels by id, give eval's metrics (which scored the same

@@ -205,6 +205,17 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     s = make_flags(tmp_path, task_name="rte", data_dir=os.path.join(REPO, "tests", "fixtures", "glue", "RTE"),
                    do_train=True, export_dir=str(tmp_path / "serving"))
     runner.run(s)
+    record = (tmp_path / "model" / "finetune_settings.json").read_text()
+    # Training another task, or another shape, in this model_dir: refused before anything is written
+    glue = os.path.join(REPO, "tests", "fixtures", "glue")
+    for other, why in ((dict(task_name="qnli", data_dir=os.path.join(glue, "QNLI")), "the task rte, not qnli"),
+                       (dict(model_config_path=str(tmp_path / "wider.json")), "d_inner 32, not 64")):
+        (tmp_path / "wider.json").write_text(json.dumps(dict(MICRO_CONFIG, d_inner=64)))
+        with pytest.raises(SettingsError, match=rf"--model_dir={s.model_dir} holds the training of another model: "
+                                                rf"{why} \("):
+            runner.run(make_flags(tmp_path, **dict(dict(task_name="rte", data_dir=s.data_dir, do_train=True,
+                                                         train_steps=4), **other)))
+    assert (tmp_path / "model" / "finetune_settings.json").read_text() == record
     with open(tmp_path / "serving" / "2" / "assets.extra" / "metadata.json") as f:
         by_the_run = json.load(f)
     assert (by_the_run["task"], by_the_run["pair"], by_the_run["labels"]) == (
@@ -229,7 +240,7 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
 
     other = tmp_path / "qnli_run"  # another run's directory: a QNLI model (two classes, the same names)
     shutil.copytree(s.model_dir, other)
-    record = json.loads((other / "finetune_settings.json").read_text())
+    record = json.loads(record)
     record["settings"]["task_name"] = "qnli"
     (other / "finetune_settings.json").write_text(json.dumps(record))
     refused = rf"--predict_ckpt={other}/model-2 is a checkpoint of the run in {other}, fine-tuned on qnli"
@@ -239,3 +250,10 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     with pytest.raises(SettingsError, match=refused):
         xlnet_tf.load_text_model(s.model_dir, checkpoint=f"{other}/model-2")
     assert not os.path.exists(tmp_path / "crossed")
+
+    # A run recorded without --export_dir (every cli.jobs run) loads too; --task_name may be an alias of its task
+    record["settings"].update(task_name="sst-2", export_dir="")
+    (other / "finetune_settings.json").write_text(json.dumps(record))
+    assert tasks.run_settings(str(other), task_name="SST2").task_name == "sst-2"
+    loaded = xlnet_tf.load_text_model(str(other))
+    assert loaded.run_info.task == "sst-2" and loaded.predict(["A gripping film."], verbose=0).shape == (1, 2)

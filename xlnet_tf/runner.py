@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Optional
 
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import ModelAndLoss, check_data_order, train
@@ -41,12 +43,40 @@ def run(settings) -> Optional[dict]:
         return _stages(s, family, task, strategy)
 
 
+def _check_resumes_its_own_run(s, family, task) -> None:
+    """Refuses, before anything is written, to train in a ``--model_dir`` whose checkpoints are another task's or
+    another model shape's (its finetune_settings.json): resuming would train this task from that run's head,
+    optimizer state and step (a head of the same shape loads), or stop at a shape error naming neither."""
+    from xlnet_tf import tasks
+    from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
+    from xlnet_tf.finetuning.serving import RUN_RECORD, read_run_record
+    from xlnet_tf.training.settings import SettingsError
+
+    record = read_run_record(s.model_dir) if tf.train.latest_checkpoint(s.model_dir) else None
+    if record is None:
+        return
+    recorded, theirs = record["settings"], tasks.family_of_record(record)
+    task_of = (theirs.task_name_of(recorded) or theirs.name, family.task_name_of(dataclasses.asdict(s)) or family.name)
+    differ = [f"the task {task_of[0]}, not {task_of[1]}"] if (
+        theirs.name != family.name or task_of[0].lower() != task_of[1].lower()) else []
+    path = recorded.get("model_config_path")
+    if path and io_utils.exists(path):
+        before = XLNetConfig.from_json(path).to_dict()
+        now = task.model_config.to_dict()
+        differ += [f"{k} {before[k]}, not {now[k]}" for k in CHECKPOINT_KEYS if before.get(k) != now.get(k)]
+    if differ:
+        raise SettingsError(f"--model_dir={s.model_dir} holds the training of another model: "
+                            f"{', '.join(differ)} ({os.path.join(s.model_dir, RUN_RECORD)}): use a new --model_dir "
+                            "(warm-started from this one's checkpoint with --init_checkpoint, if that is the aim)")
+
+
 def _stages(s, family, task, strategy) -> dict:
     """``run``'s stages, once the strategy is up (and the training lock held)."""
     result, model = {}, None
 
     if s.do_train:
-        check_data_order(s, strategy)  # cheap checks first: a refused resume writes and encodes nothing
+        _check_resumes_its_own_run(s, family, task)  # cheap checks first: a refused resume writes and encodes nothing
+        check_data_order(s, strategy)
         if s.init_checkpoint and not tf.train.latest_checkpoint(s.model_dir):  # (a resumed run does not read it)
             # Seconds, before the minutes of encoding the data: a damaged checkpoint or one of another config.
             check_pretrained(s.init_checkpoint, task.model_config)

@@ -143,9 +143,10 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
                     yield Row(line_no, offset, problem=problem)
                     continue
                 values = {n: obj[n] if isinstance(obj[n], str) else str(obj[n]) for n in wanted}
-            text_a = values[fields.text_a].strip()
-            text_b = values[fields.text_b].strip() if fields.text_b else ""
-            if not text_a or (fields.text_b and not text_b):
+            # Texts go to the model as written: a tagger's or SQuAD's character offsets count their spaces.
+            text_a = values[fields.text_a]
+            text_b = values[fields.text_b] if fields.text_b else ""
+            if not text_a.strip() or (fields.text_b and not text_b.strip()):
                 yield Row(line_no, offset, problem="empty text")
                 continue
             yield Row(line_no, offset, text_a, text_b, values[fields.id].strip() if fields.id else "")

@@ -174,7 +174,8 @@ def run_settings(model_dir: str, values: Optional[dict] = None, *, task_name: Op
         load_module(recorded["task_module"], f"{os.path.join(model_dir, RUN_RECORD)}: task_module")
     family = family_of_record(record) if record else None
     recorded_task = family.task_name_of(recorded) if family else None
-    if task_name is not None and record and task_name.lower() != (recorded_task or "").lower():
+    if task_name is not None and record and (  # an alias (sst2) names its task (sst-2)
+            family.canonical_task(task_name) or task_name.lower()) != (recorded_task or "").lower():
         raise SettingsError(f"--task_name={task_name}, but --model_dir={model_dir} was fine-tuned on "
                             f"{recorded_task} (its finetune_settings.json)")
     task = recorded_task or task_name
@@ -184,7 +185,9 @@ def run_settings(model_dir: str, values: Optional[dict] = None, *, task_name: Op
         recorded.pop(name, None)
     recorded.update(values or {}, model_dir=model_dir, do_train=False, do_eval=False, do_predict=False)
     recorded.setdefault("dtype", "float32")
-    return (family or for_task(task)).settings_for_export(recorded, task).validate()
+    settings = (family or for_task(task)).settings_for_export(recorded, task)
+    settings.needs_a_stage = False  # it rebuilds the model, nothing to train, evaluate, predict or export
+    return settings.validate()
 
 
 def load_module(spec: Optional[str], flag: str = "--task_module"):

@@ -494,6 +494,9 @@ class FinetuneSettings(RunSettings):
 
     BATCH_SIZES: ClassVar[tuple] = ("train_batch_size", "predict_batch_size")
     STAGES: ClassVar[tuple] = ("do_train", "do_eval", "do_predict", "export_dir")
+    # A run does one of STAGES at least; settings that rebuild a run's model for another tool (tasks.run_settings:
+    # an export, load_text_model) run none, and set this False on their instance.
+    needs_a_stage: ClassVar[bool] = True
 
     def output_dirs(self) -> tuple:
         return ("model_dir", "output_dir", "predict_dir", "export_dir")
@@ -506,6 +509,6 @@ class FinetuneSettings(RunSettings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if not any(getattr(self, stage) for stage in self.STAGES):
+        if self.needs_a_stage and not any(getattr(self, stage) for stage in self.STAGES):
             errors.insert(0, f"nothing to do: set {', '.join('--' + stage for stage in self.STAGES)}")
         return errors

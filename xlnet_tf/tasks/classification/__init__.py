@@ -219,14 +219,17 @@ class ClassificationTask(RecordsTask):
 
     def write_prediction_files(self, outputs: dict, guids: list, split: str) -> list:
         """GLUE submission TSV (``index<TAB>prediction``; label strings, or the score for regression) and
-        ``{task}.{split}.logits.json``."""
+        ``{task}.{split}.logits.json``. The submission's name (e.g. ``SST-2.tsv``) is the test split's; another
+        split's predictions are ``SST-2.dev.tsv``, so that a dev run never replaces a submission."""
         from xlnet_tf.io_utils import write_text_atomic
 
         logits = outputs["logits"]
         predictions = self.predictions(logits)
         lines = ["index\tprediction"] + [f"{g}\t{p:.6f}" if isinstance(p, float) else f"{g}\t{p}"
                                          for g, p in zip(guids, predictions)]
-        return [write_text_atomic(os.path.join(self.predict_dir, f"{self.spec.submission or self.name}.tsv"),
+        name = self.spec.submission or self.name
+        return [write_text_atomic(os.path.join(self.predict_dir, f"{name}.tsv" if split == "test" else
+                                               f"{name}.{split}.tsv"),
                                   "\n".join(lines) + "\n"),
                 write_logits(self.predict_dir, self.name, split, guids, logits, predictions)]
 
