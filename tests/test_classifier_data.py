@@ -96,6 +96,47 @@ def test_malformed_rows_are_skipped_and_counted(tmp_path, tokenizer):
     assert "train.tsv:3" in meta["skipped"][0]
 
 
+def test_rows_of_files_without_a_header_have_exactly_the_tasks_columns(tmp_path):
+    """CoLA train/dev and Yelp have no header row: an extra column was read as a shorter text before."""
+    _write(str(tmp_path / "train.tsv"), "src\t1\t\tThe cat sat.\nsrc\t1\t\tThe cat sat\ton the mat today.\n")
+    data = cd.read_examples(cd.get_task("cola"), str(tmp_path), "train")
+    assert [ex.text_a for ex in data.examples] == ["The cat sat."]
+    assert data.skipped == [f"{tmp_path}/train.tsv:2: 5 columns, expected 4"]
+    _write(str(tmp_path / "train.csv"), '"1","good"\n"2","good, and "fine"",x\n')
+    data = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train")
+    assert [ex.text_a for ex in data.examples] == ["good"]
+    assert data.skipped == [f"{tmp_path}/train.csv:2: 3 columns, expected 2"]
+
+
+def test_a_csv_quote_left_open_skips_the_rows_it_swallowed_naming_their_lines(tmp_path, tokenizer):
+    rows = [f'"1","review {i}"\n' for i in range(20)]
+    rows[4] = '"2","He said it was great and then\n'
+    _write(str(tmp_path / "train.csv"), "".join(rows))
+    data = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train")
+    assert len(data.examples) == 18 and "review 5" not in {ex.text_a for ex in data.examples}
+    assert data.skipped == [f"{tmp_path}/train.csv:5: a quoted field runs on to line 6 (an unclosed quote?); "
+                            "the rows of lines 5-6 are skipped"]
+    _write(str(tmp_path / "train.csv"), "".join(rows[:5]) + "no closing quote at all\n")  # to the end of the file
+    data = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train")
+    assert len(data.examples) == 4 and data.skipped[0].startswith(f"{tmp_path}/train.csv:5: a quoted field runs on "
+                                                                   "to line 6")
+    meta = cd.prepare_features(cd.get_task("yelp2"), str(tmp_path), "train", tokenizer, 16, str(tmp_path / "o"))[1]
+    assert meta["num_examples"] == 4 and meta["num_skipped"] == 1 and "train.csv:5" in meta["skipped"][0]
+
+
+def test_imdb_names_a_review_that_is_not_utf8_and_skips_empty_ones(tmp_path):
+    for label, name, text in [("neg", "0_1.txt", b"Dull.<br />Long."), ("neg", "1_2.txt", b"  \n"),
+                              ("pos", "2_9.txt", b"Great fun.")]:
+        os.makedirs(tmp_path / "train" / label, exist_ok=True)
+        (tmp_path / "train" / label / name).write_bytes(text)
+    data = cd.read_examples(cd.get_task("imdb"), str(tmp_path), "train")
+    assert [(ex.text_a, ex.label) for ex in data.examples] == [("Dull. Long.", "neg"), ("Great fun.", "pos")]
+    assert data.skipped == [f"{tmp_path}/train/neg/1_2.txt: empty review"]
+    (tmp_path / "train" / "pos" / "3_8.txt").write_bytes(b"Fine.\nGood \xe9t\xe9 film.")
+    with pytest.raises(ValueError, match=r"train/pos/3_8\.txt:2: not UTF-8 text \(byte 6 of the line: "):
+        cd.read_examples(cd.get_task("imdb"), str(tmp_path), "train")
+
+
 def test_label_outside_the_label_set_names_file_and_line(tmp_path):
     _write(str(tmp_path / "dev.tsv"), "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tc\td\tmaybe\n")
     with pytest.raises(ValueError, match=r"dev\.tsv:3: label 'maybe' is not in task rte's label set"):

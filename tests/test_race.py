@@ -84,6 +84,12 @@ def test_bad_input(tmp_path):
         json.dump(data, f)
     with pytest.raises(ValueError, match=r"1\.txt question 0: answer 'E' is not one of"):
         race_data.read_examples(root, "dev")
+    data["answers"][0], data["article"], data["options"] = "A", None, {}
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(ValueError, match=r"high/1\.txt: 'article' is null, expected a string; 'options' is an "
+                                         r"object, expected a list$"):
+        race_data.read_examples(root, "dev")
     with open(path, "w") as f:
         f.write('{"article": "x", "questions": [')
     with pytest.raises(ValueError, match=r"high/1\.txt: not a RACE JSON file"):

@@ -122,6 +122,31 @@ def test_bad_input_is_reported_and_counted(tmp_path, tokenizer):
     assert [e.qas_id for e in squad_data.read_squad_file(path, is_training=False).examples] == ["ok", "offset", "long"]
 
 
+@pytest.mark.parametrize("value", ["false", 0, None])
+def test_is_impossible_must_be_a_json_boolean(tmp_path, value):
+    """bool("false") is True: a file written with strings made every question unanswerable, silently."""
+    qas = [{"id": "q1", "question": "What flows?", "answers": [{"text": "river", "answer_start": 4}],
+            "is_impossible": value}]
+    path = _write(tmp_path, "strings.json", {"data": [{"paragraphs": [{"context": "The river.", "qas": qas}]}]})
+    for training in (True, False):
+        with pytest.raises(squad_data.SquadFileError, match=rf"strings\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\] "
+                                                            rf"\(id q1\): 'is_impossible' is {value!r}, not true or "
+                                                            "false"):
+            squad_data.read_squad_file(path, training)
+
+
+def test_an_impossible_question_with_answers_is_skipped_in_training(tmp_path, caplog):
+    answer = [{"text": "river", "answer_start": 4}]
+    qas = [{"id": "ok", "question": "What flows?", "answers": answer, "is_impossible": False},
+           {"id": "both", "question": "What?", "answers": answer, "is_impossible": True},
+           {"id": "none", "question": "Who?", "answers": [], "is_impossible": True}]
+    path = _write(tmp_path, "both.json", {"data": [{"paragraphs": [{"context": "The river.", "qas": qas}]}]})
+    squad = squad_data.read_squad_file(path, is_training=True)
+    assert [e.qas_id for e in squad.examples] == ["ok", "none"]
+    assert squad.skipped == {"impossible with answers": ["both"]}
+    assert "both.json: skipping example both (data[0].paragraphs[0].qas[1]): impossible with answers" in caplog.text
+
+
 def test_invalid_utf8_and_huge_paragraphs(tmp_path, tokenizer):
     """Invalid UTF-8 names the file and line; a paragraph too long to align (memory quadratic in its length) is
     skipped and reported instead of exhausting memory."""

@@ -52,13 +52,43 @@ def test_conll_and_jsonl_readers(tmp_path):
     bad.write_text("a x\n\nb\n")
     with pytest.raises(InputError, match=r"bad.conll:3: 1 column\(s\)"):
         td.read_sentences(str(bad))
-    assert td.read_sentences(str(bad), labelled=False)[1].words == ["b"]
+    bad.write_text("a\n\nb\n")
+    assert td.read_sentences(str(bad), labelled=False)[1].words == ["b"]  # an unlabelled file needs no tags
     jsonl.write_text('{"tokens": ["a", "b"], "tags": ["x"]}\n')
     with pytest.raises(InputError, match=r"b.jsonl:1: 'tags' must be a list of 2"):
         td.read_sentences(str(jsonl))
 
 
 # -- alignment and windows ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("line, columns", [("New York\tnp", 3), ("emerge\tvb\textra", 3), ("alone", 1)])
+def test_a_conll_line_with_other_columns_than_the_file_names_its_line(tmp_path, line, columns):
+    """Columns are split on whitespace: a word with a space or a stray column would shift the word or the tag."""
+    conll = tmp_path / "train.conll"
+    conll.write_text(f"The\tat\ncity\tnn\n\n{line}\n")
+    with pytest.raises(InputError, match=rf"^{conll}:4: {columns} column\(s\), but line 1 has 2 "):
+        td.read_sentences(str(conll), labelled=columns != 1)
+
+
+def test_conll_bad_utf8_names_the_line_a_bom_is_dropped_and_any_line_break_is_one(tmp_path):
+    conll = tmp_path / "train.conll"
+    conll.write_bytes(b"\xef\xbb\xbfThe at\r\ncity nn\r\n\r\ncaf\xe9 nn\r\n")
+    with pytest.raises(InputError, match=rf"^{conll}:4: not UTF-8 text \(byte 0xe9 at character 4 of the line\)$"):
+        td.read_sentences(str(conll))
+    conll.write_bytes(b"\xef\xbb\xbfThe at\ncity nn\rsat vb\n")
+    assert td.read_sentences(str(conll))[0].words == ["The", "city", "sat"]
+
+
+def test_jsonl_empty_tokens_and_duplicate_ids_name_their_lines(tmp_path):
+    """An empty sentence was dropped silently (a prediction file gave fewer rows); predictions are keyed by id."""
+    jsonl = tmp_path / "test.jsonl"
+    jsonl.write_text('{"id": "a", "tokens": ["x"]}\n{"id": "b", "tokens": []}\n')
+    with pytest.raises(InputError, match=rf"^{jsonl}:2: 'tokens' is empty"):
+        td.read_sentences(str(jsonl), labelled=False)
+    jsonl.write_text('{"id": "a", "tokens": ["x"]}\n\n{"id": "b", "tokens": ["y"]}\n{"id": "a", "tokens": ["z"]}\n')
+    with pytest.raises(InputError, match=rf"^{jsonl}:4: id 'a' is also the id of line 1"):
+        td.read_sentences(str(jsonl), labelled=False)
+
+
 def test_windows_label_each_word_once_on_its_first_piece():
     # Words of 1, 3, 1, 2, 1, 2 pieces (10 pieces); windows of 4 pieces every 2: [0,4) [2,6) [4,8) [6,10).
     pieces = [[11], [12, 13, 14], [15], [16, 17], [18], [19, 20]]

@@ -2,13 +2,14 @@
 
 tf-models-official's GLUE processors (``official.nlp.data.classifier_data_lib``) now read TFDS, not the GLUE
 TSV files users download, and ``MnliProcessor`` even calls ``tfds.load`` (a download) when constructed. So the
-label sets, task names and ``InputExample`` come from the library, ``ImdbProcessor`` is used as is (it reads the
-aclImdb directory layout), and the TSV layouts are read here: column positions per task and split as in the
-official GLUE files (and BERT/XLNet's processors), with each row checked.
+label sets, task names and ``InputExample`` come from the library, and the files are read here: the TSV layouts
+with column positions per task and split as in the official GLUE files (and BERT/XLNet's processors), each row
+checked, and aclImdb's directory layout as ``ImdbProcessor`` reads it (which names no file that is not UTF-8).
 
-Row problems: a row with the wrong number of columns or an empty text is *skipped* and counted (with its file
-and line); a label outside the task's label set (or a regression label that is not a number) is an *error*
-naming the file and line, since it means wrong data or a wrong --task_name.
+Row problems: a row with the wrong number of columns (the header's; in a file without one, the layout's), a CSV
+row running over lines (an unclosed quote) or an empty text (IMDB: an empty review) is *skipped* and counted
+(with its file and line); text that is not UTF-8 or a label outside the task's label set (or a regression label
+that is not a number) is an *error* naming the file and line, since it means wrong data or a wrong --task_name.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def _decoded_lines(path: str, f):
 
 
 def _read_rows(path: str, delimiter: str):
-    """(line_number, row) for every row; the GLUE files are TSV without quoting (the official readers' csv
-    ``quotechar=None``); Yelp CSVs use standard quoting."""
+    """(first line, last line, row) for every row; the GLUE files are TSV without quoting (the official readers'
+    csv ``quotechar=None``); Yelp CSVs use standard quoting, so a row can run over lines (an unclosed quote)."""
     csv.field_size_limit(sys.maxsize)
     with io_utils.open(path, "rb") as f:
         lines = _decoded_lines(path, f)
@@ -157,9 +158,11 @@ def _read_rows(path: str, delimiter: str):
             reader = csv.reader(lines, delimiter="\t", quotechar=None)
         else:
             reader = csv.reader(lines)
+        last = 0
         try:
             for row in reader:
-                yield reader.line_num, row
+                yield last + 1, reader.line_num, row
+                last = reader.line_num
         except csv.Error as e:
             raise InputError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
                              f"({e})") from None
@@ -176,24 +179,28 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         raise FileNotFoundError(f"{path}: {task.name} {split} data not found (expected the official layout: "
                                 f"{', '.join(task.files.values())} under --data_dir)")
     if task.reader == "imdb":
-        examples = lib.ImdbProcessor()._create_examples(path)  # pylint: disable=protected-access
-        for i, ex in enumerate(examples):
-            ex.guid, ex.example_id = str(i), f"{path}#{i}"
-        return ExampleSet(examples, [], path)
+        return _read_imdb(path)
 
     labels = task.label_list()
     if task.reader == "jsonl":
         return _read_jsonl(path, labels, split != "test")
     columns = task.test if split == "test" else task.labeled
     labeled = split != "test"
-    examples, skipped, width = [], [], None
-    for line, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
+    needed = 1 + max(c for c in (columns.text_a, columns.text_b, columns.label, columns.index)
+                     if c is not None and c >= 0)
+    # Every data row must have the header's columns; a file without a header (CoLA train/dev, Yelp) has exactly
+    # the columns its layout names, so an extra tab or an unquoted comma is not read as a shorter text.
+    width = None if split in task.header else needed
+    examples, skipped = [], []
+    for line, end, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
         where = f"{path}:{line}"
         if split in task.header and width is None:
-            width = len(row)  # header row: every data row must have as many columns
+            width = len(row)  # the header row
             continue
-        needed = 1 + max(c for c in (columns.text_a, columns.text_b, columns.label, columns.index)
-                         if c is not None and c >= 0)
+        if end != line:  # Yelp CSVs write a review's newlines as \n: a real one is an unclosed quote's doing
+            skipped.append(f"{where}: a quoted field runs on to line {end} (an unclosed quote?); the rows of "
+                           f"lines {line}-{end} are skipped")
+            continue
         if (width is not None and len(row) != width) or len(row) < needed:
             skipped.append(f"{where}: {len(row)} columns, expected {width or needed}")
             continue
@@ -226,6 +233,33 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         examples.append(lib.InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label, example_id=where))
     if skipped:
         logging.warning("%s: skipped %d malformed row(s), e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
+    return ExampleSet(examples, skipped, path)
+
+
+def _read_imdb(path: str) -> ExampleSet:
+    """aclImdb's ``{neg,pos}/*.txt`` under ``path``, one review a file, as ``ImdbProcessor`` reads them (text
+    stripped, ``<br />`` a space), in file-name order. Its reader gave a bare UnicodeDecodeError naming no file and
+    kept empty reviews: here a file that is not UTF-8 is an error naming the file and line (as the TSV reader) and
+    an empty review is skipped and counted."""
+    from official.nlp.data import classifier_data_lib as lib
+
+    examples, skipped = [], []
+    for label in ("neg", "pos"):
+        folder = os.path.join(path, label)
+        for name in io_utils.listdir(folder):
+            review = os.path.join(folder, name)
+            if not name.endswith("txt"):
+                continue
+            with io_utils.open(review, "rb") as f:
+                text = "".join(_decoded_lines(review, f)).strip().replace("<br />", " ")
+            if not text:
+                skipped.append(f"{review}: empty review")
+                continue
+            i = len(examples)
+            examples.append(lib.InputExample(guid=str(i), text_a=text, text_b=None, label=label,
+                                             example_id=review))
+    if skipped:
+        logging.warning("%s: skipped %d empty review(s), e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
     return ExampleSet(examples, skipped, path)
 
 

@@ -7,8 +7,9 @@ the option is appended; the question+option part keeps its last ``max_qa_length`
 to fit. Each option's token list is built fresh (the original aliased the article list when no truncation was
 needed, so option k's sequence also held options 1..k-1 -- zihangdai/xlnet#204).
 
-A file that is not JSON or lacks a key is an error naming the file; a question with an empty text or not
-exactly four options is skipped and counted; an answer outside A-D is an error naming the file and question.
+A file that is not JSON, lacks a key or has one of another type (``"article": null``) is an error naming the file
+(and the key); a question with an empty text or not exactly four options is skipped and counted; an answer outside
+A-D is an error naming the file and question.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from xlnet_tf.errors import InputError
 NUM_CHOICES = 4
 LEVELS = ("middle", "high")
 ANSWERS = "ABCD"
+_JSON_TYPES = {type(None): "null", bool: "a boolean", str: "a string", list: "a list", dict: "an object"}
 
 
 @dataclasses.dataclass
@@ -69,6 +71,13 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
             missing = [k for k in ("article", "questions", "options", "answers") if k not in data]
             if missing:
                 raise InputError(f"{path}: missing key(s) {missing}")
+            # A null or mistyped value would fail later in the tokenizer or len(), naming no file.
+            wrong = [f"'{key}' is {_JSON_TYPES.get(type(data[key]), 'a number')}, expected {what}"
+                     for key, kind, what in (("article", str, "a string"), ("questions", list, "a list"),
+                                             ("options", list, "a list"), ("answers", list, "a list"))
+                     if not isinstance(data[key], kind)]
+            if wrong:
+                raise InputError(f"{path}: {'; '.join(wrong)}")
             questions, options, answers = data["questions"], data["options"], data["answers"]
             if not (len(questions) == len(options) == len(answers)):
                 raise InputError(f"{path}: {len(questions)} questions, {len(options)} option lists and "

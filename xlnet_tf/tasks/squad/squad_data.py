@@ -94,9 +94,10 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
     """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
 
     Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
-    or ``question``) raise ``SquadFileError`` naming the file and the place. Problems of single examples skip
-    them (and are listed in ``skipped`` by reason): empty question; in training also no answer, an answer that
-    is not at its ``answer_start`` in the context, and duplicate ids.
+    or ``question``, an ``is_impossible`` that is not a JSON boolean) raise ``SquadFileError`` naming the file and
+    the place. Problems of single examples skip them (and are listed in ``skipped`` by reason): empty question; in
+    training also no answer, an answer that is not at its ``answer_start`` in the context, an impossible question
+    with answers, and duplicate ids.
     """
     if not tf.io.gfile.exists(path):
         raise SquadFileError(f"{path}: file not found")
@@ -136,7 +137,10 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
                 if not isinstance(answers, list):
                     raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'answers' is not a list"))
                 version_2 |= "is_impossible" in qa
-                is_impossible = bool(qa.get("is_impossible", False))
+                is_impossible = qa.get("is_impossible", False)
+                if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
+                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'is_impossible' is "
+                                                      f"{is_impossible!r}, not true or false"))
                 has_answers |= bool(answers) or is_impossible
 
                 def skip(reason, detail=""):
@@ -154,6 +158,11 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
                     continue
                 example = SquadExample(qas_id, qa["question"], context, is_impossible=is_impossible)
                 if is_training:
+                    if is_impossible and answers:  # which one is wrong is not ours to guess
+                        skip("impossible with answers", f" (is_impossible is true and 'answers' has {len(answers)}; "
+                                                        "SQuAD 2.0 keeps those of an impossible one in "
+                                                        "'plausible_answers')")
+                        continue
                     if not is_impossible:
                         if not answers:
                             skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")

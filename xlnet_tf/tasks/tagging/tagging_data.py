@@ -1,9 +1,10 @@
 """Token classification data: the CoNLL and JSONL readers, word-to-piece alignment, windows, metrics.
 
 Files (``read_sentences``): ``*.jsonl`` holds one ``{"tokens": [...], "tags": [...]}`` object a line (an ``id`` is
-kept if present); any other file is the CoNLL layout: one word a line, columns split on whitespace, the word in
-``word_column`` and its tag in ``tag_column`` (default: the last), a blank line between sentences, ``-DOCSTART-``
-lines ignored. A sentence's id is ``<file name>:<line of its first word>`` (JSONL: its ``id``, else the line).
+kept if present; unique); any other file is the CoNLL layout: one word a line, columns split on whitespace (as
+many on every line), the word in ``word_column`` and its tag in ``tag_column`` (default: the last), a blank line
+between sentences, ``-DOCSTART-`` lines ignored. A sentence's id is ``<file name>:<line of its first word>``
+(JSONL: its ``id``, else the line).
 
 Alignment (the BERT/XLNet token-classification recipe): every word is encoded on its own
 (``XLNetTokenizer.encode_ids``, the in-graph ``XLNetPreprocessor.tokenize`` gives the same ids); its tag goes on
@@ -42,6 +43,7 @@ DOCSTART = "-DOCSTART-"
 IGNORE = -1  # label of a piece the loss and the metrics skip
 # A BIO-family tag: O, or a one-letter prefix (B, I, E, S and the L/U of BILOU), a dash and a type.
 _BIO_TAG = re.compile(r"^(O|[BIESLU]-.+)$")
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # the bytes errors="surrogateescape" could not decode
 
 
 @dataclasses.dataclass
@@ -54,14 +56,21 @@ class Sentence:
 def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list:
     sentences, words, tags, first = [], [], [], 0
     name = os.path.basename(path)
+    width = None  # (columns, line) of the file's first word line: a CoNLL file's layout is fixed
 
     def flush():
         if words:
             sentences.append(Sentence(f"{name}:{first}", list(words), list(tags)))
         words.clear(), tags.clear()
 
-    with io_utils.open(path, encoding="utf-8") as f:
+    # Bytes that are not UTF-8 are kept as surrogates and reported with their line (a decoding error would give a
+    # byte offset in the file); text mode keeps the line breaks \r\n and \r.
+    with io_utils.open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
         for n, line in enumerate(f, 1):
+            bad = _UNDECODABLE.search(line)
+            if bad:
+                raise InputError(f"{path}:{n}: not UTF-8 text (byte {ord(bad.group()) - 0xdc00:#04x} at character "
+                                 f"{bad.start() + 1} of the line)")
             fields = line.split()
             if not fields or fields[0] == DOCSTART:
                 flush()
@@ -71,6 +80,12 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
             if len(at) != len(columns):  # a missing column, or the word's column taken for the tag
                 raise InputError(f"{path}:{n}: {len(fields)} column(s), but the word is column {word_column} and "
                                  f"the tag column {tag_column} (--word_column, --tag_column)")
+            # A line with another column count would put another column in the word's or the tag's place (a word
+            # with a space, "New York np", would be the word "New"; a stray column the tag).
+            width = width or (len(fields), n)
+            if len(fields) != width[0]:
+                raise InputError(f"{path}:{n}: {len(fields)} column(s), but line {width[1]} has {width[0]} (columns "
+                                 "are split on whitespace: a word with a space, or a stray column?)")
             if not words:
                 first = n
             words.append(fields[word_column])
@@ -81,30 +96,34 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
 
 
 def _jsonl(path: str, labelled: bool) -> list:
-    sentences = []
+    sentences, ids = [], {}
     for n, obj in io_utils.read_jsonl(path):
         tokens = obj.get("tokens") if isinstance(obj, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, str) and t.strip() for t in tokens):
             raise InputError(f'{path}:{n}: expected {{"tokens": [non-empty strings], "tags": [...]}}')
+        if not tokens:  # was dropped silently: a prediction file then had fewer output rows than input rows
+            raise InputError(f"{path}:{n}: 'tokens' is empty (a sentence needs a word; remove the line)")
         tags = obj.get("tags") if labelled else []
         if labelled and (not isinstance(tags, list) or len(tags) != len(tokens)
                          or not all(isinstance(t, str) and t for t in tags)):
             raise InputError(f"{path}:{n}: 'tags' must be a list of {len(tokens)} non-empty strings, one per token")
-        if tokens:
-            sentences.append(Sentence(str(obj.get("id", f"{os.path.basename(path)}:{n}")), tokens, list(tags)))
+        guid = str(obj.get("id", f"{os.path.basename(path)}:{n}"))
+        if guid in ids:  # the predictions are keyed by id
+            raise InputError(f"{path}:{n}: id {guid!r} is also the id of line {ids[guid]} (ids must be unique)")
+        ids[guid] = n
+        sentences.append(Sentence(guid, tokens, list(tags)))
     return sentences
 
 
 def read_sentences(path: str, word_column: int = 0, tag_column: int = -1, labelled: bool = True) -> list:
-    """The sentences of a CoNLL or JSONL file (by its extension; see the module docstring)."""
+    """The sentences of a CoNLL or JSONL file (by its extension; see the module docstring). A line that is not
+    UTF-8, has other columns than the file's first word line, or (JSONL) no tokens or an id an earlier line has
+    is an InputError naming the file and line."""
     if not io_utils.exists(path):
         raise InputError(f"{path}: file not found")
-    try:
-        if path.endswith(".jsonl"):
-            return _jsonl(path, labelled)
-        return _conll(path, word_column, tag_column, labelled)
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e})") from None
+    if path.endswith(".jsonl"):
+        return _jsonl(path, labelled)
+    return _conll(path, word_column, tag_column, labelled)
 
 
 def detect_scheme(tags) -> str:
