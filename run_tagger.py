@@ -13,9 +13,10 @@ Data: ``--data_dir`` with ``train``/``dev``/``test`` files (``.conll``, ``.jsonl
 ``--train_file``/``--dev_file``/``--test_file``; the CoNLL layout (one word a line, the tag in ``--tag_column``,
 blank lines between sentences, ``-DOCSTART-`` ignored) or JSONL (``{"tokens": [...], "tags": [...]}``). The tags
 are those of the training file; BIO-family tags are detected (``--tag_scheme``) and scored by entity F1.
-run_classifier.py's flags otherwise (the same runner: training, ``--do_eval``, ``--do_predict``,
-``--predict_input_glob``, ``--export_dir``); a tagging entry point of its own because its data flags mean nothing
-to sentence tasks. docs/tagging.md.
+run_classifier.py's flags otherwise (the same runner: training, ``--do_eval``, ``--do_predict``, ``--export_dir``)
+but ``--predict_input_glob``: large inputs are tagged through the export (``python -m xlnet_tf.cli.predict
+--saved_model=<--export_dir> --input_glob=... --text_fields=text``); a tagging entry point of its own because its
+data flags mean nothing to sentence tasks. docs/tagging.md.
 """
 
 from xlnet_tf.cli import flags as cli

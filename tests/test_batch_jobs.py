@@ -68,6 +68,45 @@ def test_job_file_defaults_overrides_and_seeds(tmp_path):
         jobs.load_job(str(tmp_path / "twice.yaml"))
 
 
+def test_a_metric_or_a_value_no_run_could_use_is_refused_before_any_run(tmp_path):
+    """A job file's values of another YAML type, nulls for settings that cannot be unset and a metric its task does
+    not report are errors naming the file, the run entry and the key, before a run starts (the types were raw
+    tracebacks, the nulls failed each run after its data was encoded, a misspelt metric trained every run and
+    showed '-' in the table, exit 0)."""
+    def check(runs, **defaults):
+        job = jobs.load_job(write_job(tmp_path, runs, **defaults))
+        cli_jobs.check_flags(job)
+        cli_jobs.check_metrics(job)
+
+    check([{"name": "a", "train_steps": 10.0, "metric": "accuracy"}, {"name": "b", "task_name": "mrpc",
+                                                                     "metric": "f1"},
+           {"name": "c", "task_name": "sts-b", "metric": "spearman"}, {"name": "d", "task_name": "race",
+                                                                       "metric": "accuracy_high"}])
+    for runs, defaults, message in [
+            ([{"name": "a", "train_steps": 10.5}], {}, r"runs\[0\] \(a\): bad value for 'train_steps': 10.5 "
+                                                       r"\(expected an integer\)"),
+            ([{"name": "a", "learning_rate": [1, 2]}], {}, r"bad value for 'learning_rate': \[1, 2\] \(expected a "
+                                                           r"number\)"),
+            ([{"name": "a"}], {"predict_dir": 5}, r"defaults: bad value for 'predict_dir': 5 is a number"),
+            ([{"name": "a", "max_seq_length": None}], {}, r"runs\[0\] \(a\): bad value for 'max_seq_length': null "
+                                                          r"\(expected an integer: this setting cannot be unset\)"),
+            ([{"name": "a", "seeds": [1, 2], "metric": "acc"}, {"name": "b", "task_name": "mrpc", "metric": "F1"}],
+             {}, r"job.yaml: run 'a': metric 'acc': task sst-2 reports accuracy, loss; run 'b': metric 'F1': task "
+                 r"mrpc reports accuracy, f1, loss$")]:
+        with pytest.raises(jobs.JobError, match=message):
+            check(runs, **defaults)
+    # run_tagger.py's metrics: the entity F1 of each type is f1/<type>
+    tagging = dict(task_name="ner")
+    job = jobs.load_job(write_job(tmp_path, [dict(tagging, name="a", metric="f1/PER"), dict(tagging, name="b",
+                                                                                           metric="f1")],
+                                  script="run_tagger.py"))
+    cli_jobs.check_metrics(job)
+    job = jobs.load_job(write_job(tmp_path, [dict(tagging, name="a", metric="F1")], script="run_tagger.py"))
+    with pytest.raises(jobs.JobError, match=r"metric 'F1': task ner reports accuracy, precision, recall, f1, "
+                                            r"f1/<type>, num_words, loss"):
+        cli_jobs.check_metrics(job)
+
+
 def test_results_table_and_failure_reasons(tmp_path):
     rows = [dict(run=f"rte.seed{i}", group="rte", task="rte", metric="accuracy", value=v, best_step=100, seed=i,
                  status="done") for i, v in enumerate([0.70, 0.72, 0.74])]

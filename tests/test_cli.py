@@ -44,7 +44,7 @@ def test_every_field_is_one_flag_with_the_fields_default_help_and_choices(settin
     for field in dataclasses.fields(settings_cls):
         meta = cli.field_metadata(settings_cls, field.name)
         assert meta["help"], field.name
-        if field.name in positional:
+        if field.name in positional or field.name in settings_cls.NOT_FLAGS:
             assert field.name not in values
             continue
         flag = values[field.name]
@@ -119,6 +119,90 @@ def test_config_file_errors_name_the_file_and_the_key(tmp_path):
     with pytest.raises(flags.ValidationError, match="--config_file=.*missing.yaml: file not found"):
         cli.apply_config_file(values, str(tmp_path / "missing.yaml"))
     assert cli.apply_config_file(values, None) == {} and cli.apply_config_file(values, "") == {}
+
+
+def test_config_file_values_of_another_type_are_refused_naming_the_key_and_the_type(tmp_path):
+    """A YAML value of another type than the setting's is one line naming the file, the key and the type (they were
+    absl's TypeErrors with a traceback), every one at once; a whole number written as a float sets an integer
+    (YAML reads 1e3 as a string), a fraction does not."""
+    values, _ = parsed(ClassifierSettings)
+    path = tmp_path / "types.yaml"
+    path.write_text("train_steps: 10.5\nmodel_dir: 5\nlearning_rate: [1, 2]\ndo_train: maybe\nseed: true\n"
+                    "strategy: 1\n")
+    with pytest.raises(flags.ValidationError) as refused:
+        cli.apply_config_file(values, str(path))
+    assert str(refused.value) == (
+        f"{path}: bad value for 'train_steps': 10.5 (expected an integer); bad value for 'model_dir': 5 is a number "
+        "(expected a string; quote it if you mean the text '5'); bad value for 'learning_rate': [1, 2] (expected a "
+        "number); bad value for 'do_train': 'maybe' (expected true or false); bad value for 'seed': True (expected "
+        "an integer); bad value for 'strategy': 1 is a number (expected one of one_device, mirrored, multi_worker, "
+        "tpu; quote it if you mean the text '1')")
+    path.write_text("train_steps: 10.0\nsave_steps: 1e3\nwarmup_steps: 0x10\nlearning_rate: 3\n"
+                    "model_dir: '5'\n")
+    cli.apply_config_file(values, str(path))
+    assert (values.train_steps, values.save_steps, values.warmup_steps, values.learning_rate, values.model_dir) == \
+        (10, 1000, 16, 3.0, "5")
+    assert type(values.train_steps) is int and type(values.learning_rate) is float
+
+
+def test_a_null_is_refused_where_the_setting_cannot_be_unset(tmp_path):
+    """null unsets an Optional setting (a path); for one that cannot be unset it is refused by name before anything
+    runs (it passed, and the run failed in the optimizer after encoding its data); a training run's step count and
+    batch size, Optional for pretraining's sake, must be set when it trains."""
+    values, _ = parsed(ClassifierSettings)
+    path = tmp_path / "nulls.yaml"
+    path.write_text("learning_rate: null\nmax_seq_length: null\ndo_train: null\noutput_dir: null\n")
+    with pytest.raises(flags.ValidationError) as refused:
+        cli.apply_config_file(values, str(path))
+    assert str(refused.value) == (
+        f"{path}: bad value for 'learning_rate': null (expected a number: this setting cannot be unset); bad value "
+        "for 'max_seq_length': null (expected an integer: this setting cannot be unset); bad value for 'do_train': "
+        "null (expected true or false: this setting cannot be unset)")
+    path.write_text("init_checkpoint: null\ntrain_steps: null\ntrain_batch_size: null\ndo_train: true\n")
+    values, _ = parsed(ClassifierSettings)
+    assert cli.apply_config_file(values, str(path)) == dict(init_checkpoint=None, train_steps=None,
+                                                             train_batch_size=None, do_train=True)
+    errors = cli.settings_from_flags(ClassifierSettings, values).errors()
+    assert "--train_batch_size, --train_steps: unset (null), but the run trains: give them a value" in errors
+    values["do_train"].value = False  # evaluation only: no step count needed
+    assert not [e for e in cli.settings_from_flags(ClassifierSettings, values).errors() if "--train_" in e]
+
+
+def test_an_empty_path_flag_takes_the_file_beside_init_checkpoint(tmp_path):
+    """--model_config_path= (clearing a config file's value) is unset, as every empty path flag: the release's file
+    beside --init_checkpoint is used (it said the flag was missing, naming the file that was there)."""
+    release = tmp_path / "release"
+    release.mkdir()
+    for name in ("xlnet_config.json", "spiece.model", "xlnet_model.ckpt.index"):
+        (release / name).write_text("{}")
+    config = tmp_path / "run.yaml"
+    config.write_text("model_config_path: elsewhere/xlnet_config.json\nspiece_model_file: elsewhere/spiece.model\n")
+    values, _ = parsed(ClassifierSettings, f"--config_file={config}", "--model_config_path=", "--spiece_model_file=",
+                       f"--init_checkpoint={release / 'xlnet_model.ckpt'}")
+    cli.apply_config_file(values, str(config))
+    s = cli.settings_from_flags(ClassifierSettings, values)
+    assert (s.model_config_path, s.spiece_model_file) == (str(release / "xlnet_config.json"),
+                                                          str(release / "spiece.model"))
+    assert not [e for e in s.errors() if "model_config_path" in e or "spiece_model_file" in e]
+
+
+def test_a_flag_the_tool_refuses_is_not_defined_and_says_what_to_use(tmp_path):
+    """run_tagger.py lists none of run_classifier.py's batch-prediction flags (--help showed them, then the run
+    refused them): given anyway, on the command line or in a config file, the error says what tags large inputs."""
+    values, _ = parsed(TaggingSettings)
+    for name in ("predict_input_glob", "predict_text_fields", "predict_id_field"):
+        assert name not in values and name in TaggingSettings.NOT_FLAGS
+    assert cli.settings_from_flags(TaggingSettings, values).predict_input_glob is None
+    config = tmp_path / "tag.yaml"
+    config.write_text("predict_input_glob: big/*.jsonl\n")
+    with pytest.raises(flags.ValidationError, match=r"tag.yaml: unknown flag 'predict_input_glob' \(run_tagger.py "
+                                                     r"tags large inputs through its export: python -m xlnet_tf"):
+        cli.apply_config_file(values, str(config), TaggingSettings)
+    done = _run(["run_tagger.py"], "--predict_input_glob=big/*.jsonl")
+    assert_usage_error(done, "run_tagger.py", "Unknown command line flag 'predict_input_glob' (run_tagger.py tags "
+                                              "large inputs through its export: python -m xlnet_tf.cli.predict "
+                                              "--saved_model=<--export_dir> --input_glob=... --text_fields=text)")
+    assert "predict_input_glob" in parsed(ClassifierSettings)[0]  # run_classifier.py keeps them
 
 
 def test_original_flags_declared_by_the_settings_apply():
@@ -279,6 +363,15 @@ def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_p
     assert_usage_error(done, "xlnet_tf.cli.train_spm", f"--vocab_size=8000 does not fit the text of --input={corpus}: "
                                                  "Vocabulary size too high (8000)")
     assert not list(tmp_path.glob("sp*"))
+
+    # input without a line of text: SentencePiece's "[!sentences_.empty()]", named as the flag
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
+    glob = f"{tmp_path / 'empty.txt'},{tmp_path / 'blank.txt'}"
+    done = _run(["-m", "xlnet_tf.cli.train_spm"], f"--input={glob}", f"--model_prefix={tmp_path / 'sp'}",
+                "--vocab_size=100")
+    assert_usage_error(done, "xlnet_tf.cli.train_spm", f"--input={glob}: no text to train on (2 file(s), every one "
+                                                       "empty or blank)")
 
     tool = tmp_path / "tool.py"
     tool.write_text(textwrap.dedent('''

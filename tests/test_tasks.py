@@ -703,6 +703,13 @@ def test_data_of_the_wrong_shape_is_refused_naming_it(release):
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError, match="y: 2 rows for the 3 examples of x"):
         model.fit(["good", "bad", "fine"], np.array([0, 1]), epochs=1, verbose=0)
+    # a bare string is not a batch (it was an IndexError): arrays have rows, as Keras' do
+    with pytest.raises(ValueError, match=r"x: a single value, not a batch: pass a list of strings, e.g. \[text\] "
+                                         r"for one"):
+        model.predict("one string", verbose=0)
+    with pytest.raises(ValueError, match="y: a single value, not a batch: pass a list or array with one row per"):
+        model.fit(["good"], 1, epochs=1, verbose=0)
+    assert model.predict(["one string"], verbose=0).shape == (1, 2)
     with pytest.raises(ValueError, match="sample_weight: 1 rows for the 2 examples of x"):
         model.evaluate(["good", "bad"], np.array([0, 1]), sample_weight=np.array([1.0]), verbose=0)
     single = tf.data.Dataset.from_tensor_slices((["good", "bad"], [0, 1]))  # not batched

@@ -19,12 +19,16 @@ A tool is a settings dataclass and a function that takes it::
   changes a default inherits the help. Fields declared ``positional`` are command-line arguments after the flags
   (``python -m xlnet_tf.cli.jobs finetune JOB.yaml``), read from absl's remaining argv. Original flag names a
   tool keeps accepting are declared by the settings class in ``ORIGINAL_FLAGS``: ``Alias`` (sets another
-  setting) or ``Ignored`` (accepted, no effect). ``setting``, ``setting_of`` (a field shared by classes that do
-  not inherit it), ``Settings``, ``Alias`` and ``Ignored`` live in ``xlnet_tf.training.settings`` (the library's
-  settings declare their flags without depending on this module) and are re-exported here.
+  setting) or ``Ignored`` (accepted, no effect). Fields a tool inherits but refuses are its ``NOT_FLAGS`` (no flag,
+  the field keeps its default; given anyway, the error says what to use instead). ``setting``, ``setting_of`` (a
+  field shared by classes that do not inherit it), ``Settings``, ``Alias`` and ``Ignored`` live in
+  ``xlnet_tf.training.settings`` (the library's settings declare their flags without depending on this module)
+  and are re-exported here.
 * **``--config_file``** (every tool): a YAML mapping of flag names to values, applied after parsing to the flags
-  not given on the command line (the command line wins). An unknown key or a bad value is an error naming the
-  file and the key. No tool applies a config file the user did not name.
+  not given on the command line (the command line wins). Every unknown key and bad value is reported at once,
+  naming the file, the key and what it expects: a value of another YAML type (a list, a number for a path), and a
+  null for a setting that cannot be unset (its type is not ``Optional``), are refused; a whole number written
+  as a float (``10.0``, ``1e3``) sets an integer. No tool applies a config file the user did not name.
 * **``run``** is a tool's whole ``main``: parses the flags, applies the config file, builds and validates the
   settings (before TensorFlow is imported: settings modules never import it), calls the target (it returns None,
   an exit status, or a run's report, logged as the last line), and ends the process at once when it is done
@@ -86,6 +90,7 @@ USER_ERRORS = (InputError, WorkerLostError, FileNotFoundError, FileExistsError, 
                IsADirectoryError, PermissionError, flags.Error)
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
            str: flags.DEFINE_string}
+_ALLOWS_NONE = "xlnet_tf_allows_none"  # the attribute of a defined flag that says whether a file's null may set it
 
 
 # -- defining flags -------------------------------------------------------------------------------------------------
@@ -100,19 +105,27 @@ def _kind(annotation) -> type:
     return annotation
 
 
+def _allows_none(annotation) -> bool:
+    """Whether a field of this annotation may be None (``Optional``)."""
+    return typing.get_origin(annotation) in (Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
 def _define(flag_values: flags.FlagValues, kind: type, name: str, default, help: str,  # noqa: A002
-            choices=None) -> None:
+            choices=None, allows_none: Optional[bool] = None) -> None:
     if choices is not None:
         flags.DEFINE_enum(name, default, [str(c) for c in choices], help, flag_values=flag_values)
     else:
         _DEFINE[kind](name, default, help, flag_values=flag_values)
     # A key flag of the running program: --help lists it with the program's own.
     flag_values.register_key_flag_for_module(sys.argv[0], flag_values[name])
+    # absl's flags know no "unset": whether a file's null may set this one is the field's type (Optional), kept on
+    # the flag for apply_values (a null for an int or float setting passed every check and failed mid-run).
+    setattr(flag_values[name], _ALLOWS_NONE, default is None if allows_none is None else allows_none)
 
 
 def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> None:
-    """Defines ``--config_file``, one flag per field of ``settings_cls`` (positional fields excepted) and its
-    ``ORIGINAL_FLAGS``."""
+    """Defines ``--config_file``, one flag per field of ``settings_cls`` (positional fields and its ``NOT_FLAGS``
+    excepted) and its ``ORIGINAL_FLAGS``."""
     hints = typing.get_type_hints(settings_cls)
     _define(flag_values, str, "config_file", None, CONFIG_FILE_HELP)
     for field in dataclasses.fields(settings_cls):
@@ -121,9 +134,11 @@ def define_flags(settings_cls, flag_values: flags.FlagValues = FLAGS) -> None:
             continue
         if field.default is dataclasses.MISSING:
             raise TypeError(f"{settings_cls.__name__}.{field.name} has no default: a flag needs one")
+        if field.name in settings_cls.NOT_FLAGS:  # the tool takes no flag for it: it keeps its default
+            continue
         bounds = f" Must be {meta['bounds']}." if meta.get("bounds") else ""
         _define(flag_values, _kind(hints[field.name]), field.name, field.default, meta["help"] + bounds,
-                meta.get("choices"))
+                meta.get("choices"), _allows_none(hints[field.name]))
     for name, original in settings_cls.ORIGINAL_FLAGS.items():
         if isinstance(original, Alias):
             if original.value is not None:  # a switch: --use_tpu
@@ -144,11 +159,11 @@ def positional_fields(settings_cls) -> list:
 
 # -- from flags to settings -----------------------------------------------------------------------------------------
 
-def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dict:
+def apply_config_file(flag_values: flags.FlagValues, path: Optional[str], settings_cls=None) -> dict:
     """Sets every flag named in the YAML file ``path`` unless it was given on the command line.
 
     Relative paths in the file are relative to the working directory. Unknown keys and values of the wrong
-    type are errors that name the file and the key. Returns the values applied.
+    type are errors that name the file and the key (``apply_values``). Returns the values applied.
     """
     if not path:
         return {}
@@ -156,26 +171,89 @@ def apply_config_file(flag_values: flags.FlagValues, path: Optional[str]) -> dic
     # are checked (the file holds them).
     values = io_utils.read_mapping(path, label=f"--config_file={path}", expected="a mapping of flag names to values",
                                    empty=True, error=flags.ValidationError)
-    return apply_values(flag_values, values, path)
+    return apply_values(flag_values, values, path, settings_cls)
 
 
-def apply_values(flag_values: flags.FlagValues, values: dict, label: str) -> dict:
+def apply_values(flag_values: flags.FlagValues, values: dict, label: str, settings_cls=None) -> dict:
     """Sets the flags of ``values`` (a config file's, a job file's run) not given on the command line, each parsed
-    as its flag parses a command-line value; an unknown name or a value of the wrong type is a
-    ``flags.ValidationError`` naming ``label`` and the key. Returns the values applied."""
-    applied = {}
+    as its flag parses a command-line value (``_file_value``: YAML's types too). Every unknown name and every value
+    of the wrong type, a null included where the setting cannot be unset, is reported at once as one
+    ``flags.ValidationError`` naming ``label``, the key and what it expects. ``settings_cls`` (the flags' settings
+    class): its ``NOT_FLAGS`` say what to use instead of a key the tool takes no flag for. Returns the values
+    applied."""
+    applied, problems = {}, []
     for key, value in values.items():
         if key not in flag_values:
-            raise flags.ValidationError(f"{label}: unknown flag {key!r}")
+            instead = getattr(settings_cls, "NOT_FLAGS", {}).get(key)
+            problems.append(f"unknown flag {key!r}" + (f" ({instead})" if instead else ""))
+            continue
         if flag_values[key].present:  # the command line wins
             continue
         try:
-            flag_values[key].value = value if value is None else flag_values[key].parser.parse(
-                value if not isinstance(value, bool) else str(value).lower())
-        except (ValueError, flags.IllegalFlagValueError) as e:
-            raise flags.ValidationError(f"{label}: bad value for {key!r}: {e}") from None
+            flag_values[key].value = _file_value(flag_values[key], value)
+        except ValueError as e:
+            problems.append(f"bad value for {key!r}: {e}")
+            continue
         applied[key] = value
+    if problems:
+        raise flags.ValidationError(f"{label}: {'; '.join(problems)}")
     return applied
+
+
+def _expected(flag) -> str:
+    """What a flag takes, as an error says it."""
+    parser = flag.parser
+    if isinstance(parser, flags.BooleanParser):
+        return "true or false"
+    if isinstance(parser, flags.IntegerParser):
+        return "an integer"
+    if isinstance(parser, flags.FloatParser):
+        return "a number"
+    if isinstance(parser, flags.EnumParser):
+        return f"one of {', '.join(parser.enum_values)}"
+    return "a string"
+
+
+def _file_value(flag, value):
+    """``value`` as a YAML file gives it (None, bool, int, float, str, list, dict) as the value of ``flag``; a
+    ValueError saying what the flag expects. A whole number written as a float (``10.0``, ``1e3``: YAML reads the
+    latter as a string) sets an integer setting: it is that integer; ``10.5`` is refused. A number for a string
+    setting is refused, not converted: YAML has already changed it (``1.10`` is 1.1, ``010`` is 8), so the user
+    quotes what they mean."""
+    expected, parser = _expected(flag), flag.parser
+    if value is None:
+        if not getattr(flag, _ALLOWS_NONE, flag.default is None):
+            raise ValueError(f"null (expected {expected}: this setting cannot be unset)")
+        return None
+    if isinstance(parser, flags.BooleanParser):
+        value = str(value).lower() if isinstance(value, bool) else value
+    elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} (expected {expected})")
+    elif isinstance(parser, flags.IntegerParser):
+        whole = _whole_number(parser, value)
+        if whole is None:
+            raise ValueError(f"{value!r} (expected {expected})")
+        value = whole
+    elif not isinstance(value, str) and not isinstance(parser, flags.FloatParser):  # a string or enum setting
+        raise ValueError(f"{value!r} is a number (expected {expected}; quote it if you mean the text '{value}')")
+    try:
+        return parser.parse(value)
+    except (ValueError, TypeError, flags.IllegalFlagValueError):
+        raise ValueError(f"{value!r} (expected {expected})") from None
+
+
+def _whole_number(parser, value):
+    """The integer ``value`` (an int, a float, or a string of one: '12', '0x10', '1e3') is, or None."""
+    if isinstance(value, str):
+        try:
+            return parser.parse(value)  # absl's integers: 12, -3, 0x10, 0o17
+        except ValueError:
+            pass
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return int(value) if isinstance(value, int) or value.is_integer() else None
 
 
 def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, args=()):
@@ -204,7 +282,8 @@ def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, arg
         if choices is not None and value not in choices:
             raise SettingsError(f"{name.upper()}={value!r} must be one of {', '.join(choices)}")
         values[name] = value
-    unset = [f.name for f in dataclasses.fields(settings_cls) if f.name not in values]
+    unset = [f.name for f in dataclasses.fields(settings_cls) if f.name not in values and
+             f.name not in settings_cls.NOT_FLAGS]
     if unset:
         raise KeyError(f"{settings_cls.__name__} fields without a flag: {unset}")
     return settings_cls.from_values(values)
@@ -249,13 +328,16 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
     def parse(argv):
         try:
             return FLAGS(argv)
+        except flags.UnrecognizedFlagError as e:
+            instead = settings_cls.NOT_FLAGS.get(e.flagname)  # (not absl's "Did you mean" of a look-alike flag)
+            usage_error(f"Unknown command line flag {e.flagname!r} ({instead})" if instead else e)
         except flags.Error as e:
             usage_error(e)
 
     def main(argv):
         interrupted = False
         try:
-            applied = apply_config_file(FLAGS, FLAGS.config_file)
+            applied = apply_config_file(FLAGS, FLAGS.config_file, settings_cls)
             for name, value in (defaults_for(FLAGS) if defaults_for else {}).items():
                 if not FLAGS[name].present and name not in applied:
                     FLAGS[name].value = value

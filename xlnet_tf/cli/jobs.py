@@ -113,6 +113,7 @@ def main(s: JobsSettings, given: set = frozenset()) -> int:
     job = job_runner.load_job(s.job_file)
     if s.command in ("finetune", "submit"):
         check_flags(job)
+        check_metrics(job)
     only = s.selected
     if s.command == "submit":
         return submit(s, job)
@@ -155,7 +156,7 @@ def check_flags(job) -> None:
         flag_values = flags.FlagValues()
         cli.define_flags(settings_cls, flag_values)
         try:
-            cli.apply_values(flag_values, values, f"{job.path}: {where}")
+            cli.apply_values(flag_values, values, f"{job.path}: {where}", settings_cls)
         except flags.ValidationError as e:
             raise JobError(f"{e} ({os.path.basename(job.script)}'s flags)") from None
         for key in values:
@@ -163,6 +164,37 @@ def check_flags(job) -> None:
             if problem:
                 raise JobError(f"{job.path}: {where}: {key}={flag_values[key].value} {problem} "
                                f"({os.path.basename(job.script)}'s flags)")
+
+
+def check_metrics(job) -> None:
+    """Each run entry's ``metric:`` must be one its task's evaluation reports (``TaskFamily.metric_names``): a
+    misspelt one trained every run and showed '-' in the table. Tasks of a family of a ``--task_module`` (not
+    loaded here) and families that do not say their metrics are not checked."""
+    import importlib
+    import os
+
+    from xlnet_tf import tasks
+    from xlnet_tf.batch.job_runner import SCRIPT_SETTINGS, JobError
+
+    module, name = SCRIPT_SETTINGS[os.path.basename(job.script)].split(":")
+    settings_cls = getattr(importlib.import_module(module), name)
+    default_task = {f.name: f.default for f in dataclasses.fields(settings_cls)}.get("task_name")
+    problems = {}  # run entry -> what is wrong (its seeds' runs share it)
+    for run in job.runs:
+        task_name = run.flags.get("task_name", default_task)
+        if run.metric is None or not isinstance(task_name, str):
+            continue
+        try:
+            family = tasks.for_task(task_name)
+        except ValueError:  # a task of a --task_module, or a typo the run reports
+            continue
+        names = family.metric_names(family.canonical_task(task_name))
+        if names is None or any(run.metric == n or (n.endswith("/") and run.metric.startswith(n)) for n in names):
+            continue
+        shown = ", ".join(n + "<type>" if n.endswith("/") else n for n in names)
+        problems[run.group] = f"run {run.group!r}: metric {run.metric!r}: task {task_name} reports {shown}"
+    if problems:
+        raise JobError(f"{job.path}: {'; '.join(problems.values())}")
 
 
 def submit(s: JobsSettings, job) -> int:

@@ -57,9 +57,13 @@ def main(s: TrainSpmSettings) -> None:
         path = train_sentencepiece(files, s.model_prefix, s.vocab_size, s.character_coverage,
                                    s.input_sentence_size, lower=s.uncased)
     except RuntimeError as e:
-        # SentencePiece's trainer reports a vocabulary the text cannot fill (or one smaller than its characters)
-        # as an INTERNAL RuntimeError with a C++ traceback: the flag to change is ours.
+        # SentencePiece's trainer reports a vocabulary the text cannot fill (or one smaller than its characters),
+        # and input without a line of text, as an INTERNAL RuntimeError with a C++ traceback: the flag to change
+        # is ours.
         message = str(e)
+        if "sentences_.empty()" in message:
+            raise InputError(f"--input={s.input}: no text to train on ({len(files)} file(s), every one empty or "
+                             "blank)") from None
         if "Vocabulary size" not in message:
             raise
         detail = " ".join(message[message.index("Vocabulary size"):].split())

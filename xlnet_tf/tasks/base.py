@@ -179,6 +179,13 @@ class TaskFamily(abc.ABC):
         """What is wrong with ``settings`` for this family, as messages naming the flags (no TensorFlow here)."""
         return []
 
+    def metric_names(self, task_name: str) -> Optional[tuple]:
+        """The metrics an evaluation of ``task_name`` reports (the names in its ``eval_results.<split>.json``),
+        known before any run: a job file's ``metric:`` is checked against them. A name ending in "/" stands for
+        every name it starts (per-class metrics, e.g. tagging's ``f1/<entity type>``). None: only the evaluation
+        knows (nothing is checked)."""
+        return None
+
     def task_name_of(self, values: dict) -> Optional[str]:
         """The task a run record's settings ``values`` fine-tuned."""
         return values.get("task_name")

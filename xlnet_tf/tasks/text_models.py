@@ -136,6 +136,13 @@ def array_parts(x, y=None, sample_weight=None) -> tuple:
     """``(x, y, sample_weight)`` as tensors (see ``_tensors``; None stays None), each with the rows of ``x``, at
     least one."""
     parts = {"x": _tensors(x), "y": _tensors(y), "sample_weight": _tensors(sample_weight)}
+    # Arrays have rows, as Keras' do: a bare string is not taken as a batch of one (predict("text") would return
+    # a batch where the caller may expect one result), it is refused with what to pass.
+    for name, part in parts.items():
+        if part is not None and any(t.shape.rank == 0 for t in tf.nest.flatten(part)):
+            example = "a list of strings, e.g. [text] for one" if any(
+                t.dtype == tf.string for t in tf.nest.flatten(part)) else "a list or array with one row per example"
+            raise ValueError(f"{name}: a single value, not a batch: pass {example}")
     rows = {name: [int(t.shape[0]) for t in tf.nest.flatten(part)] for name, part in parts.items() if part is not None}
     if not rows.get("x") or rows["x"][0] == 0:
         raise ValueError("x: no examples (an empty batch)")

@@ -161,6 +161,9 @@ class Settings:
 
     # Original flag names the tool keeps accepting: {name: Alias | Ignored}.
     ORIGINAL_FLAGS: ClassVar[Mapping] = {}
+    # Fields the tool inherits but takes no flag for (they keep their defaults): {name: what to use instead}, said
+    # when the flag is given anyway (on the command line or in a config file).
+    NOT_FLAGS: ClassVar[Mapping] = {}
 
     @classmethod
     def from_values(cls, values: Mapping):
@@ -290,16 +293,18 @@ class RunSettings(Settings):
 
         if not self.init_checkpoint or self._init_checkpoint_unseen():
             return
+        # An empty path is unset, as everywhere ("--model_config_path=" clears a config file's value): it takes
+        # the file beside the checkpoint too.
         if not hf.is_hf_dir(self.init_checkpoint):
             for flag, name in self.BESIDE_INIT_CHECKPOINT.items():
-                if getattr(self, flag) is None:
+                if not getattr(self, flag):
                     setattr(self, flag, io_utils.beside(self.init_checkpoint, name))
             return
         self.init_checkpoint = hf.resolve(self.init_checkpoint)
         folder = self.init_checkpoint
-        if self.model_config_path is None:
+        if not self.model_config_path:
             self.model_config_path = io_utils.join(folder, "config.json")
-        if self.spiece_model_file is None and io_utils.exists(io_utils.join(folder, "spiece.model")):
+        if not self.spiece_model_file and io_utils.exists(io_utils.join(folder, "spiece.model")):
             self.spiece_model_file = io_utils.join(folder, "spiece.model")
         self.uncased = self.uncased or bool(self._hf_lower_case())
 
@@ -313,7 +318,7 @@ class RunSettings(Settings):
     def awaiting(self) -> tuple:
         if not self._init_checkpoint_unseen():
             return ()
-        return tuple(flag for flag in self.BESIDE_INIT_CHECKPOINT if getattr(self, flag) is None)
+        return tuple(flag for flag in self.BESIDE_INIT_CHECKPOINT if not getattr(self, flag))
 
     def missing_note(self, missing: list) -> str:
         absent = [name for flag, name in self.BESIDE_INIT_CHECKPOINT.items() if flag in missing]
@@ -373,6 +378,13 @@ class RunSettings(Settings):
         if self.init_checkpoint and not checkpoint_exists(self.init_checkpoint):
             errors.append(f"--init_checkpoint={self.init_checkpoint}: no such checkpoint (give the prefix, e.g. "
                           ".../xlnet_model.ckpt, a directory, or a native checkpoint)")
+        # Optional for pretraining's sake (no default there: required); a run that trains needs them, and a
+        # config file's null would otherwise fail in the optimizer, after the data was encoded.
+        unset = [name for name in ("train_batch_size", "train_steps")
+                 if self.trains() and getattr(self, name) is None and name not in self.required()]
+        if unset:
+            errors.append(f"{', '.join('--' + name for name in unset)}: unset (null), but the run trains: give "
+                          f"{'them' if len(unset) > 1 else 'it'} a value")
         if self.trains() and self.train_steps is not None:
             if self.train_steps <= 0:
                 errors.append(f"--train_steps={self.train_steps} must be positive")

@@ -133,6 +133,12 @@ class ClassificationFamily(TaskFamily):
                           "document is one text")
         return errors
 
+    def metric_names(self, task_name: str) -> tuple:
+        spec = classifier_data.get_task(task_name)
+        if spec.regression:  # finetuning.metrics.regression_metrics
+            return ("pearson", "spearman", "corr", "mse", "loss")
+        return ("accuracy",) + tuple(m for m in spec.metrics if m != "accuracy") + ("loss",)
+
     def task(self, settings) -> "ClassificationTask":
         return ClassificationTask(self, settings)
 

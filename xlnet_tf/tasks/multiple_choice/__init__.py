@@ -87,6 +87,11 @@ class MultipleChoiceFamily(TaskFamily):
                           f"not {TASK}")
         return errors
 
+    def metric_names(self, task_name: str) -> tuple:
+        levels = race_data.LEVELS  # finetuning.metrics.multiple_choice_metrics
+        return (("accuracy",) + tuple(f"accuracy_{level}" for level in levels) + ("num_examples",)
+                + tuple(f"num_{level}" for level in levels) + ("loss",))
+
     def task(self, settings) -> "RaceTask":
         return RaceTask(self, settings)
 

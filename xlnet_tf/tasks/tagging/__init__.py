@@ -57,6 +57,13 @@ class TaggingSettings(ClassifierSettings):
     data_dir: Optional[str] = setting(None, "Directory of train/dev/test files (or give --train_file etc.).")
 
     FILE_FLAGS: ClassVar[dict] = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
+    # run_classifier.py's batch prediction feeds token ids; a tagger's windows need the text: large inputs are tagged
+    # through the export's raw-text signature, so run_tagger.py has none of its flags (--help listed them).
+    _PREDICT = "run_tagger.py tags large inputs through its export: python -m xlnet_tf.cli.predict "
+    NOT_FLAGS: ClassVar[dict] = {
+        "predict_input_glob": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --text_fields=text",
+        "predict_text_fields": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --text_fields=...",
+        "predict_id_field": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --id_field=..."}
 
     @property
     def stride(self) -> int:
@@ -168,6 +175,10 @@ class TaggingFamily(TaskFamily):
             return ["--predict_input_glob: tag large inputs with the export's raw-text signature: python -m "
                     "xlnet_tf.cli.predict --saved_model=<--export_dir> --input_glob=... --text_fields=text"]
         return []
+
+    def metric_names(self, task_name: str) -> tuple:
+        # tagging_data.tagging_metrics; the entity metrics with BIO tags (--tag_scheme, "auto" decided by the data)
+        return ("accuracy", "precision", "recall", "f1", "f1/", "num_words", "loss")
 
     def task(self, settings) -> "TaggingTask":
         return TaggingTask(self, settings)
