@@ -188,11 +188,13 @@ def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind,
 
 @pytest.mark.slow
 def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
-    """A sentence-pair run (RTE, two named classes): ``load_text_model(run).export()`` writes what
-    ``run_classifier.py --export_dir`` wrote (task, class names, pair, step; version = the step) and refuses to
-    serve the pair model on single sentences; a base path serving a model with other inputs or classes takes no
-    version of this one; a checkpoint of another task's run is refused by name (its head has the same shape and
-    would load)."""
+    """A sentence-pair run (RTE, two named classes): training another task or model shape in its model_dir is
+    refused before anything is written; ``load_text_model(run).export()`` writes what ``run_classifier.py
+    --export_dir`` wrote (task, class names, pair, step; version = the step) and refuses to serve the pair model on
+    single sentences; a base path serving a model with other inputs or classes takes no version of this one; a
+    checkpoint of another task's run is refused by name (its head has the same shape and would load); a run
+    recorded without --export_dir loads; --eval_all_ckpt skips a checkpoint between save steps."""
+    import dataclasses
     import shutil
 
     import xlnet_tf
@@ -204,6 +206,7 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
 
     s = make_flags(tmp_path, task_name="rte", data_dir=os.path.join(REPO, "tests", "fixtures", "glue", "RTE"),
                    do_train=True, export_dir=str(tmp_path / "serving"))
+    runner.run(dataclasses.replace(s, train_steps=1, export_dir=None))  # stopped at step 1, then resumed:
     runner.run(s)
     record = (tmp_path / "model" / "finetune_settings.json").read_text()
     # Training another task, or another shape, in this model_dir: refused before anything is written
@@ -257,3 +260,10 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     assert tasks.run_settings(str(other), task_name="SST2").task_name == "sst-2"
     loaded = xlnet_tf.load_text_model(str(other))
     assert loaded.run_info.task == "sst-2" and loaded.predict(["A gripping film."], verbose=0).shape == (1, 2)
+
+    # --eval_all_ckpt scores the checkpoints of --save_steps and the last, not one between them, as a signal
+    # leaves it (a stopped run's best would differ from an unstopped one's): model-1 here, the first part's end
+    scored = runner.run(make_flags(tmp_path, task_name="rte", data_dir=s.data_dir, do_eval=True,
+                                   eval_all_ckpt=True))["eval"]
+    assert os.path.exists(f"{s.model_dir}/model-1.index")
+    assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-2"] == [scored["best_checkpoint"]]

@@ -131,6 +131,11 @@ def _stages(s, family, task, strategy) -> dict:
                 others = {}
                 state = tf.train.get_checkpoint_state(s.model_dir)
                 for ckpt in (state.all_model_checkpoint_paths if state else []):
+                    at = checkpoint_step(ckpt)
+                    if at % s.checkpoint_every and at != s.train_steps and ckpt != checkpoint:
+                        # Written where a signal stopped training (a preemption): a run never stopped has none
+                        # there, and the best checkpoint must not depend on whether the run was stopped.
+                        continue
                     other, _ = inference_model(ckpt)
                     others[ckpt] = task.metrics(data, task.infer(strategy, other, data))
                     task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])

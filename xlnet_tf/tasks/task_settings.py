@@ -45,7 +45,8 @@ class ClassifierSettings(FinetuneSettings):
     high_only: bool = setting(False, "RACE: high-school passages only.")
     middle_only: bool = setting(False, "RACE: middle-school passages only.")
     eval_split: str = setting("dev", "dev or test.")
-    eval_all_ckpt: bool = setting(False, "Evaluate every checkpoint in model_dir and report the best.")
+    eval_all_ckpt: bool = setting(False, "Evaluate every checkpoint in model_dir and report the best (those of "
+                                  "--save_steps and the last; not one written where a signal stopped training).")
     eval_batch_size: int = setting(128, "Global eval batch size.")
     max_save: int = 0
     # Batch prediction over large sharded inputs (xlnet_tf.batch.prediction) instead of --eval_split's file.
