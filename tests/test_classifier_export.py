@@ -219,6 +219,13 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
             runner.run(make_flags(tmp_path, **dict(dict(task_name="rte", data_dir=s.data_dir, do_train=True,
                                                          train_steps=4), **other)))
     assert (tmp_path / "model" / "finetune_settings.json").read_text() == record
+    # A missing dev file is said before the training set is encoded (it took minutes on a large one)
+    os.makedirs(tmp_path / "no_dev")
+    shutil.copy(os.path.join(s.data_dir, "train.tsv"), tmp_path / "no_dev")
+    with pytest.raises(FileNotFoundError, match="dev.tsv"):
+        runner.run(make_flags(tmp_path / "fresh", task_name="rte", data_dir=str(tmp_path / "no_dev"), do_train=True,
+                              do_eval=True, output_dir=str(tmp_path / "features")))
+    assert not os.path.exists(tmp_path / "features") or not os.listdir(tmp_path / "features")
     with open(tmp_path / "serving" / "2" / "assets.extra" / "metadata.json") as f:
         by_the_run = json.load(f)
     assert (by_the_run["task"], by_the_run["pair"], by_the_run["labels"]) == (

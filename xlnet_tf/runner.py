@@ -80,8 +80,8 @@ def _stages(s, family, task, strategy) -> dict:
         if s.init_checkpoint and not tf.train.latest_checkpoint(s.model_dir):  # (a resumed run does not read it)
             # Seconds, before the minutes of encoding the data: a damaged checkpoint or one of another config.
             check_pretrained(s.init_checkpoint, task.model_config)
+        task.check_eval_data()  # first: a missing or bad eval file is said before the minutes of the training set
         dataset_fn, summary = task.training_data(strategy.num_replicas_in_sync)
-        task.check_eval_data()
         # What `python -m xlnet_tf.cli.export` rebuilds the model from: written once the inputs were read, so that
         # a run that failed on them leaves the record of the run trained in this directory before (if any).
         write_run_record(s.model_dir, family, s)
