@@ -204,6 +204,15 @@ def test_the_run_directory_loads_alone_and_refuses_another_model(tmp_path):
     assert_same_weights(loaded, trained, round_off=0)
     with open(spiece, "rb") as f:
         assert (tmp_path / "run" / "spiece.model").read_bytes() == f.read()
+    # ... and exports as a release from its directory alone (it asked for --model_config_path)
+    from xlnet_tf.cli import export as cli_export
+
+    release = str(tmp_path / "release")
+    cli_export.export(cli_export.ExportSettings(model_dir=str(tmp_path / "run"), export_dir=release,
+                                                format="release"))
+    assert sorted(os.listdir(release)) == ["spiece.model", "xlnet_config.json", "xlnet_model.ckpt.data-00000-of-00001",
+                                           "xlnet_model.ckpt.index"]
+    assert_same_weights(load_network(release, pretrainer=True), trained, round_off=0)
     with pytest.raises(SettingsError, match=r"run/xlnet_config.json differs from --model_config_path "
                                             r"\(ff_activation='gelu' there, 'relu' now\)"):
         train(tmp_path, "run", strategy, per_replica_batch=2, steps=4, save_steps=2, spiece_model_file=spiece,

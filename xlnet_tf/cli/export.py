@@ -139,17 +139,21 @@ def _export_pretrained(s: ExportSettings) -> str:
     from xlnet_tf.finetuning.serving import write_release
     from xlnet_tf.models.xlnet import XLNetPretrainer
 
-    if not s.model_config_path:
-        raise SettingsError(f"--model_dir={s.model_dir} holds no fine-tuning record: give --model_config_path "
-                            "(and --spiece_model_file) of the pretrained model")
-    config = XLNetConfig.from_json(s.model_config_path)
+    # A pretraining run's directory holds its xlnet_config.json and spiece.model, as a release does.
+    source = s.predict_ckpt or s.model_dir
+    config_path = s.model_config_path or io_utils.beside(source, "xlnet_config.json")
+    spiece = s.spiece_model_file or io_utils.beside(source, "spiece.model")
+    if not config_path:
+        raise SettingsError(f"--model_dir={s.model_dir} holds no fine-tuning record and no xlnet_config.json: give "
+                            "--model_config_path (and --spiece_model_file) of the pretrained model")
+    config = XLNetConfig.from_json(config_path)
     model = XLNetPretrainer(config)
-    load_pretrained(model, resolve_checkpoint(s.predict_ckpt or s.model_dir))
+    load_pretrained(model, resolve_checkpoint(source))
     if s.format == "hf":
         from xlnet_tf import hf
 
-        return hf.save_model(model, s.export_dir, s.spiece_model_file, s.uncased)
-    return write_release(model, s.export_dir, config, s.spiece_model_file)
+        return hf.save_model(model, s.export_dir, spiece, s.uncased)
+    return write_release(model, s.export_dir, config, spiece)
 
 
 def main(settings: ExportSettings, given: set) -> None:
