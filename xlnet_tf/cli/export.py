@@ -9,9 +9,8 @@ HuggingFace directory.
     # the original release layout (xlnet_model.ckpt with the TF1 names, xlnet_config.json, spiece.model), of a
     # fine-tuned model (with its head, under the original run_classifier/run_squad/run_race scopes) ...
     python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/finetune_sentiment --export_dir=release/sst2
-    # ... or of a pretraining run (the network and the LM bias)
-    python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/pretrain --model_config_path=configs/tiny.json \\
-        --spiece_model_file=data/spiece.model --export_dir=release/tiny
+    # ... or of a pretraining run (the network and the LM bias; its xlnet_config.json and spiece.model)
+    python -m xlnet_tf.cli.export --format=release --model_dir=runs/tiny/pretrain --export_dir=release/tiny
 
     # a HuggingFace directory (config.json, model.safetensors, spiece.model, tokenizer_config.json) that
     # transformers' XLNetForSequenceClassification / ...ForMultipleChoice / ...ForQuestionAnswering (a fine-tuned
@@ -22,9 +21,10 @@ Flags override what the run recorded (e.g. ``--dtype=mixed_bfloat16`` to serve i
 for another checkpoint); without a record (a model directory of an older xlnet_tf, a release directory of a
 fine-tuned model (``--format=release`` output, or ``cli.convert --format=release --task_scope=...``), or a
 fine-tuned TF1 checkpoint given as ``--predict_ckpt``, read by its TF1 names) ``--task_name``,
-``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and ``--max_seq_length`` say what the model is. A run of a task family of your own records its ``--task_module``,
-which is loaded again (``--task_module`` names it where the record's path no longer holds). ``--config_file`` (YAML
-of flag values) works as in the other entry points. The layouts: docs/serving.md.
+``--model_config_path``, ``--spiece_model_file``, ``--uncased`` and ``--max_seq_length`` say what the model is. A
+run of a task family of your own records its ``--task_module``, which is loaded again (``--task_module`` names it
+where the record's path no longer holds). ``--config_file`` (YAML of flag values) works as in the other entry
+points. The layouts: docs/serving.md.
 """
 
 from __future__ import annotations
