@@ -102,6 +102,10 @@ def test_rows_of_files_without_a_header_have_exactly_the_tasks_columns(tmp_path)
     data = cd.read_examples(cd.get_task("cola"), str(tmp_path), "train")
     assert [ex.text_a for ex in data.examples] == ["The cat sat."]
     assert data.skipped == [f"{tmp_path}/train.tsv:2: 5 columns, expected 4"]
+    # blank lines (trailing ones are common) are no rows, in a file with a header too
+    _write(str(tmp_path / "dev.tsv"), "sentence\tlabel\nGood.\t1\n\nBad.\t0\n\n\n")
+    data = cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev")
+    assert [ex.text_a for ex in data.examples] == ["Good.", "Bad."] and data.skipped == []
     _write(str(tmp_path / "train.csv"), '"1","good"\n"2","good, and "fine"",x\n')
     data = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train")
     assert [ex.text_a for ex in data.examples] == ["good"]

@@ -213,6 +213,15 @@ def test_the_run_directory_loads_alone_and_refuses_another_model(tmp_path):
     assert sorted(os.listdir(release)) == ["spiece.model", "xlnet_config.json", "xlnet_model.ckpt.data-00000-of-00001",
                                            "xlnet_model.ckpt.index"]
     assert_same_weights(load_network(release, pretrainer=True), trained, round_off=0)
+    # Fine-tuning with it as --model_dir by mistake is refused before anything is written into it
+    from classifier_helpers import REPO, make_flags
+    from xlnet_tf import runner
+
+    with pytest.raises(SettingsError, match=r"run holds a pretraining run \(its checkpoints and xlnet_config.json\): "
+                                            r"fine-tune from it with --init_checkpoint="):
+        runner.run(make_flags(tmp_path, task_name="sst-2", data_dir=os.path.join(REPO, "data", "sentiment"),
+                              model_dir=str(tmp_path / "run"), do_train=True))
+    assert not (tmp_path / "run" / "finetune_settings.json").exists()
     with pytest.raises(SettingsError, match=r"run/xlnet_config.json differs from --model_config_path "
                                             r"\(ff_activation='gelu' there, 'relu' now\)"):
         train(tmp_path, "run", strategy, per_replica_batch=2, steps=4, save_steps=2, spiece_model_file=spiece,

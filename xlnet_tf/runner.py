@@ -45,16 +45,23 @@ def run(settings) -> Optional[dict]:
 
 def _check_resumes_its_own_run(s, family, task) -> None:
     """Refuses, before anything is written, to train in a ``--model_dir`` whose checkpoints are another task's or
-    another model shape's (its finetune_settings.json): resuming would train this task from that run's head,
-    optimizer state and step (a head of the same shape loads), or stop at a shape error naming neither."""
+    another model shape's (its finetune_settings.json), or a pretraining run's: resuming would train this task from
+    that run's head, optimizer state and step (a head of the same shape loads), or stop at a shape error naming
+    neither, having written this run's record into that directory."""
     from xlnet_tf import tasks
     from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
     from xlnet_tf.finetuning.serving import RUN_RECORD, read_run_record
     from xlnet_tf.training.settings import SettingsError
 
-    record = read_run_record(s.model_dir) if tf.train.latest_checkpoint(s.model_dir) else None
-    if record is None:
+    if not tf.train.latest_checkpoint(s.model_dir):
         return
+    record = read_run_record(s.model_dir)
+    if record is None:
+        if io_utils.exists(os.path.join(s.model_dir, "xlnet_config.json")):  # run_pretrain.py's (record_network)
+            raise SettingsError(f"--model_dir={s.model_dir} holds a pretraining run (its checkpoints and "
+                                "xlnet_config.json): fine-tune from it with --init_checkpoint="
+                                f"{s.model_dir} and a new --model_dir")
+        return  # a run of an older xlnet_tf, which recorded nothing
     recorded, theirs = record["settings"], tasks.family_of_record(record)
     task_of = (theirs.task_name_of(recorded) or theirs.name, family.task_name_of(dataclasses.asdict(s)) or family.name)
     differ = [f"the task {task_of[0]}, not {task_of[1]}"] if (

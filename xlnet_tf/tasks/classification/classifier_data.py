@@ -194,6 +194,8 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
     examples, skipped = [], []
     for line, end, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
         where = f"{path}:{line}"
+        if not any(cell.strip() for cell in row):  # a blank line (trailing ones are common): no row, no skip
+            continue
         if split in task.header and width is None:
             width = len(row)  # the header row
             continue
