@@ -274,3 +274,5 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
                                    eval_all_ckpt=True))["eval"]
     assert os.path.exists(f"{s.model_dir}/model-1.index")
     assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-2"] == [scored["best_checkpoint"]]
+    # the task as the record names it, in any case (or by an alias): the same run, resumed (here: already done)
+    assert runner.run(make_flags(tmp_path, task_name="RTE", data_dir=s.data_dir, do_train=True))["train"]

@@ -62,11 +62,11 @@ def _check_resumes_its_own_run(s, family, task) -> None:
                                 "xlnet_config.json): fine-tune from it with --init_checkpoint="
                                 f"{s.model_dir} and a new --model_dir")
         return  # a run of an older xlnet_tf, which recorded nothing
-    recorded, theirs = record["settings"], tasks.family_of_record(record)
-    task_of = (theirs.task_name_of(recorded) or theirs.name, family.task_name_of(dataclasses.asdict(s)) or family.name)
-    differ = [f"the task {task_of[0]}, not {task_of[1]}"] if (
-        theirs.name != family.name or task_of[0].lower() != task_of[1].lower()) else []
-    path = recorded.get("model_config_path")
+    theirs, recorded_task = tasks.task_of_record(record)
+    this_task = tasks.task_named(family, family.task_name_of(dataclasses.asdict(s)))
+    differ = [f"the task {recorded_task}, not {this_task}"] if (theirs.name, recorded_task) != (
+        family.name, this_task) else []
+    path = record["settings"].get("model_config_path")
     if path and io_utils.exists(path):
         before = XLNetConfig.from_json(path).to_dict()
         now = task.model_config.to_dict()

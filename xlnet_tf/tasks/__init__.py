@@ -151,6 +151,20 @@ def family_of_record(record: dict):
     return for_task(record.get("settings", {}).get("task_name"))
 
 
+def task_named(family, task_name: Optional[str]) -> str:
+    """A task as ``family`` names it: aliases resolved, lower case (``SST2`` -> ``sst-2``); the family's name for
+    a run whose settings name no task. For comparing a run's task with another's."""
+    if not task_name:
+        return family.name
+    return family.canonical_task(task_name) or task_name.lower()
+
+
+def task_of_record(record: dict) -> tuple:
+    """``(family, task)`` a fine-tuning run record says the run fine-tuned (``task_named``)."""
+    family = family_of_record(record)
+    return family, task_named(family, family.task_name_of(record["settings"]))
+
+
 # Settings of a run that rebuilding its model does not read (and whose paths may no longer exist); the stages'
 # inputs would otherwise ask for their stage ("--predict_input_glob is read by --do_predict").
 _RUN_ONLY = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file",
@@ -174,8 +188,7 @@ def run_settings(model_dir: str, values: Optional[dict] = None, *, task_name: Op
         load_module(recorded["task_module"], f"{os.path.join(model_dir, RUN_RECORD)}: task_module")
     family = family_of_record(record) if record else None
     recorded_task = family.task_name_of(recorded) if family else None
-    if task_name is not None and record and (  # an alias (sst2) names its task (sst-2)
-            family.canonical_task(task_name) or task_name.lower()) != (recorded_task or "").lower():
+    if task_name is not None and record and task_named(family, task_name) != task_named(family, recorded_task):
         raise SettingsError(f"--task_name={task_name}, but --model_dir={model_dir} was fine-tuned on "
                             f"{recorded_task} (its finetune_settings.json)")
     task = recorded_task or task_name

@@ -346,10 +346,9 @@ class Task(abc.ABC):
         record = read_run_record(folder)
         if record is None:  # a checkpoint copied on its own, a release, a TF1 run: nothing says what it is
             return
-        family = tasks.family_of_record(record)
-        theirs = family.task_name_of(record["settings"]) or family.name
-        ours = self.family.task_name_of(dataclasses.asdict(self.settings)) or self.family.name
-        if family.name != self.family.name or theirs.lower() != ours.lower():
+        family, theirs = tasks.task_of_record(record)
+        ours = tasks.task_named(self.family, self.family.task_name_of(dataclasses.asdict(self.settings)))
+        if (family.name, theirs) != (self.family.name, ours):
             raise SettingsError(f"--predict_ckpt={checkpoint_path} is a checkpoint of the run in {folder}, "
                                 f"fine-tuned on {theirs} (its finetune_settings.json), but --model_dir="
                                 f"{self.settings.model_dir} is a run of {ours}: use that run's own directory "
