@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 
@@ -98,10 +99,17 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_sessionstart(session):
-    """$TMPDIR of the processes the tests start: a folder in this session's base temporary directory, set before any
-    test runs (a test may not change the environment: tests/background.py). Workers the tests kill (SIGKILL, or a
-    peer's failure) cannot remove autograph's files (~130 a suite run, which stayed in /tmp); pytest keeps the last
-    three sessions' directories and removes older ones with what they hold."""
+    """Before any test runs (a test may not change the environment: tests/background.py):
+
+    SIGINT as a terminal delivers it, here and in the processes the tests start: a shell that runs the suite as a
+    background job (``cmd &``) hands it SIGINT ignored, which the Ctrl-C tests' processes would inherit (their
+    runs then never stop).
+
+    $TMPDIR of the processes the tests start: a folder in this session's base temporary directory. Workers the
+    tests kill (SIGKILL, or a peer's failure) cannot remove autograph's files (~130 a suite run, which stayed in
+    /tmp); pytest keeps the last three sessions' directories and removes older ones with what they hold."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     path = session.config._tmp_path_factory.getbasetemp() / "started_processes_tmp"
     path.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = str(path)
