@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -245,11 +246,25 @@ def test_settings_errors_are_reported_together():
                                 strategy="tpu", input_glob="*.txt")
     with pytest.raises(SettingsError) as e:
         settings.validate()
-    for part in ("--model_config_path=/nonexistent.json: file not found", "--reuse_len=64 exceeds --seq_len=32",
+    for part in ("--model_config_path=/nonexistent.json: file not found", "--reuse_len=64 must be in [1, --seq_len=32)",
                  "--warmup_steps=10 must be below --train_steps=10", "--strategy=tpu (--use_tpu) needs --tpu",
                  "--input_glob needs --spiece_model_file"):
         assert part in str(e.value)
     assert isinstance(e.value, ValueError) and isinstance(e.value, cli.InputError)
+
+
+def test_a_shape_no_batch_can_take_is_refused_before_tensorflow_loads():
+    """A --reuse_len that --perm_size (by default --reuse_len) cannot split with the rest of --seq_len: refused with
+    the other settings, not once the data was written (hours from a large --input_glob) and --model_dir claimed."""
+    shape = dict(model_dir="m", model_config_path=os.path.join(REPO, "configs", "tiny.json"), data_dir="d",
+                 train_batch_size=8, seq_len=64, num_predict=10, train_steps=10)
+    with pytest.raises(SettingsError, match=re.escape(
+            "--perm_size=24 must divide --reuse_len=24 and seq_len-reuse_len=40 (--perm_size defaults to "
+            "--reuse_len)")):
+        PretrainSettings(reuse_len=24, **shape).validate()
+    with pytest.raises(SettingsError, match=re.escape("--perm_size=16 must divide --reuse_len=24 and")):
+        PretrainSettings(reuse_len=24, perm_size=16, **shape).validate()
+    PretrainSettings(reuse_len=24, perm_size=8, **shape).validate()  # 8 divides 24 and 40
 
 
 def test_the_last_line_says_what_was_done():

@@ -156,6 +156,11 @@ def test_convert_release_directory_then_load_native(tmp_path):
                                   from_tf1(batch)["sequence_output"].numpy())
     with pytest.raises(ValueError, match="does not hold every XLNet variable"):
         load_pretrained(XLNetModel(XLNetConfig(**dict(TINY, n_layer=3))), str(out_dir))
+    # the TF1 reader given a native checkpoint says so in one line (not every variable as "missing")
+    with pytest.raises(ValueError, match=r"is an xlnet_tf checkpoint, not the original release's TF1 layout: load "
+                                         r"it with xlnet_tf.load_pretrained") as info:
+        load_original_checkpoint(XLNetPretrainer(config), str(out_dir))
+    assert "\n" not in str(info.value)
 
     # in one call, from either directory: its xlnet_config.json, run-time fields as keywords
     for folder in (release, out_dir):

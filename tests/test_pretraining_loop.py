@@ -16,7 +16,7 @@ from xlnet_tf import XLNetPretrainer
 from xlnet_tf.checkpoint import load_pretrained
 from xlnet_tf.training.distribute import create_strategy
 from xlnet_tf.training.pretraining import run_pretraining
-from xlnet_tf.training.settings import PretrainSettings
+from xlnet_tf.training.settings import PretrainSettings, SettingsError
 
 
 def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
@@ -54,6 +54,9 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=2, steps=2, accum=2, config=no_memory)
     np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
     assert_same_weights(model_big, model_acc, round_off=ROUND_OFF)
+    # The rate reported at step 2 is the one step 2 took: the peak, after one warmup step (step 1's was 0; the
+    # schedule's value after step 2, the floor, was reported before).
+    assert big["learning_rate"] == pytest.approx(3e-3) and acc["learning_rate"] == pytest.approx(3e-3)
 
 
 @pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
@@ -77,9 +80,22 @@ def test_resume_continues_exactly_with_dropout(tmp_path, strategy_name):
 def test_non_finite_loss_stops_without_saving(tmp_path):
     strategy = create_strategy("one_device")
     train(tmp_path, "nan", strategy, per_replica_batch=2, steps=2, save_steps=2)
-    with pytest.raises(FloatingPointError, match="last good checkpoint is .*xlnet_model-2"):
+    with pytest.raises(FloatingPointError, match="last good checkpoint is .*xlnet_model-2") as stopped:
         train(tmp_path, "nan", strategy, per_replica_batch=2, steps=4, save_steps=2, learning_rate=1e30, clip=0.0)
+    assert isinstance(stopped.value, InputError)  # the tools' one line (it names the flag to change), no traceback
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+@pytest.mark.slow
+def test_resuming_with_another_kind_of_optimizer_state_names_the_dtype(tmp_path):
+    """--dtype=mixed_float16's optimizer carries a loss scale: its checkpoints and those of the other dtypes do not
+    restore into each other. Said as such, not as every checkpoint of the run being damaged."""
+    strategy = create_strategy("one_device")
+    train(tmp_path, "f32", strategy, per_replica_batch=2, steps=2, save_steps=2)
+    with pytest.raises(SettingsError, match=r"xlnet_model-2 was trained with --dtype=float32 or mixed_bfloat16 "
+                                            r"\(its optimizer state has no loss scale\), which --dtype=mixed_float16 "
+                                            r"cannot resume"):
+        train(tmp_path, "f32", strategy, per_replica_batch=2, steps=4, save_steps=2, dtype="mixed_float16")
 
 
 @pytest.mark.slow

@@ -187,3 +187,46 @@ def test_deterministic_refuses_a_tensorflow_loaded_with_onednn():
         return
     with pytest.raises(SettingsError, match="--deterministic: .*oneDNN on .*set TF_ENABLE_ONEDNN_OPTS=0 before"):
         start_run(settings)
+
+
+def test_a_run_directory_records_the_datas_tokenizer_and_resumes_in_its_data_order(tmp_path):
+    """What a pretraining run's directory holds is what trained: the data's SentencePiece model (a release's
+    spiece.model, which fine-tuning and from_checkpoint take by the directory), and a rerun resumes only where the
+    data position counts the same batches."""
+    import dataclasses
+    import shutil
+
+    from xlnet_tf.training.pretraining import pretrain
+    from xlnet_tf.training.settings import PretrainSettings, SettingsError
+
+    corpus = tmp_path / "text.txt"
+    with open(os.path.join(REPO, "data", "corpus", "brown_sample.txt"), encoding="utf-8") as f:
+        corpus.write_text("".join(f.readlines()[:300]), encoding="utf-8")
+    spiece = os.path.join(REPO, "data", "spiece.model")
+    first = PretrainSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"), spiece_model_file=spiece,
+                             input_glob=str(corpus), data_dir=str(tmp_path / "data"), model_dir=str(tmp_path / "a"),
+                             train_batch_size=4, seq_len=32, reuse_len=16, num_predict=5, train_steps=2,
+                             iterations=2, warmup_steps=1, dropout=0.0, dropatt=0.0)
+    assert pretrain(first)["step"] == 2
+
+    # Another SentencePiece model than the data's (same size: it would train) is refused before any work.
+    other = tmp_path / "other.model"
+    other.write_bytes(open(spiece, "rb").read() + b"\0")
+    with pytest.raises(SettingsError, match=re.escape(f"--spiece_model_file={other} is not the SentencePiece model "
+                                                      f"the data in --data_dir={tmp_path / 'data'} was written with "
+                                                      f"({spiece}")):
+        pretrain(dataclasses.replace(first, spiece_model_file=str(other), model_dir=str(tmp_path / "b")))
+    # Resuming with more micro-batches per step would skip the batches of the steps' difference (the position is
+    # counted in micro-batches): refused, naming the flag.
+    with pytest.raises(SettingsError, match=r"xlnet_model-2 was trained with --grad_accum_steps=1; resuming with "
+                                            r"--grad_accum_steps=2 would change the training batches from step 2"):
+        pretrain(dataclasses.replace(first, grad_accum_steps=2, train_steps=4))
+
+    # Without --spiece_model_file, the run records the data's; a directory a failed run left without a checkpoint
+    # (here: another model's xlnet_config.json) takes the corrected run's files.
+    (tmp_path / "b").mkdir(exist_ok=True)  # (the refused run above took its lock there)
+    shutil.copy(os.path.join(REPO, "configs", "small.json"), tmp_path / "b" / "xlnet_config.json")
+    assert pretrain(dataclasses.replace(first, spiece_model_file=None, input_glob=None,
+                                        model_dir=str(tmp_path / "b")))["step"] == 2
+    assert (tmp_path / "b" / "spiece.model").read_bytes() == open(spiece, "rb").read()
+    assert (tmp_path / "b" / "xlnet_config.json").read_text() == (tmp_path / "a" / "xlnet_config.json").read_text()

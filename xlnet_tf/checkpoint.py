@@ -90,6 +90,10 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
     prefix = resolve_checkpoint(ckpt_prefix)
     reader = open_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:  # (is_tf1_checkpoint) every variable would be listed as missing
+        raise InputError(f"{prefix} is an xlnet_tf checkpoint, not the original release's TF1 layout: load it with "
+                         "xlnet_tf.load_pretrained (which reads either), or build the model from it with "
+                         "xlnet_tf.load_network")
 
     def read(names):
         try:

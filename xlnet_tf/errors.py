@@ -6,7 +6,8 @@ input (the flag, the file, file:line) and says what is wrong, so the command-lin
 instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
 (``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file), ``RegistrationError``
 (``xlnet_tf.registry``: a plug-in a user's module registers is refused),
-``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached). ``WorkerLostError`` is not the user's
+``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached), ``DivergedError`` (the loss became NaN or
+infinite: the learning rate or the data). ``WorkerLostError`` is not the user's
 doing but is reported the same way: a lost worker ends a multi-worker run. Anything else that escapes a tool is a
 bug and keeps its traceback.
 """
@@ -19,6 +20,11 @@ class InputError(ValueError):
 class TPUStartupError(InputError):
     """The TPU named by ``--tpu`` could not be found, reached or initialised in ``--tpu_timeout`` seconds; the
     message says which step failed and what to check."""
+
+
+class DivergedError(InputError, FloatingPointError):
+    """Training stopped, saving nothing, at a NaN or infinite loss; the message names the last good checkpoint and
+    what to change. (A ``FloatingPointError`` too, as it was before it was a one-line error of the tools.)"""
 
 
 class WorkerLostError(RuntimeError):

@@ -21,9 +21,9 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
-from xlnet_tf.finetuning.trainer import ModelAndLoss, check_data_order, train
+from xlnet_tf.finetuning.trainer import ModelAndLoss, data_order, train
 from xlnet_tf.training.xla import check_jit_compile
-from xlnet_tf.training.setup import checkpoint_step, start_run, training_lock
+from xlnet_tf.training.setup import check_data_order, checkpoint_step, start_run, training_lock
 
 
 def run(settings) -> Optional[dict]:
@@ -83,7 +83,7 @@ def _stages(s, family, task, strategy) -> dict:
 
     if s.do_train:
         _check_resumes_its_own_run(s, family, task)  # cheap checks first: a refused resume writes and encodes nothing
-        check_data_order(s, strategy)
+        check_data_order(s.model_dir, data_order(s, strategy))
         if s.init_checkpoint and not tf.train.latest_checkpoint(s.model_dir):  # (a resumed run does not read it)
             # Seconds, before the minutes of encoding the data: a damaged checkpoint or one of another config.
             check_pretrained(s.init_checkpoint, task.model_config)

@@ -9,19 +9,17 @@ checkpoints with resume, TensorBoard summaries and progress lines.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
-from xlnet_tf.training.setup import setup_training
+from xlnet_tf.training.setup import keep_data_order, setup_training
 
 
 @dataclasses.dataclass
@@ -72,58 +70,13 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
                                  seq_len=n * s.max_seq_length, flops_per_sequence=flops)
 
 
-DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"
-
-
 def data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> dict:
     """The flags that decide which training batch a step takes (with the step itself, the data position): the
-    order of ``shuffled_epochs`` and the records per step of each input pipeline."""
+    order of ``shuffled_epochs`` and the records per step of each input pipeline (``check_data_order``)."""
     from xlnet_tf.training.distribute import num_hosts
 
     return {"seed": settings.seed, "shuffle_buffer": settings.shuffle_buffer,
             "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy)}
-
-
-def check_data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> None:
-    """Before anything is written or encoded: if ``model_dir`` holds a checkpoint to resume from, a SettingsError
-    names the flags whose values differ from those it was trained with and would change the training batches of the
-    steps to come (a checkpoint of an older xlnet_tf, which recorded none, resumes with a warning)."""
-    from xlnet_tf.checkpoint import checkpoint_reader
-    from xlnet_tf.training.settings import SettingsError
-    from xlnet_tf.training.setup import checkpoint_step
-
-    state = tf.train.get_checkpoint_state(settings.model_dir)
-    reader = None
-    for resumed in reversed(list(state.all_model_checkpoint_paths) if state else []):
-        try:  # the newest readable one: the run resumes from it (setup_training skips damaged ones, saying so)
-            reader = checkpoint_reader(resumed)
-            break
-        except (tf.errors.OpError, ValueError):
-            continue
-    if reader is None:
-        return
-    order = data_order(settings, strategy)
-    if not reader.has_tensor(DATA_ORDER_KEY):
-        logging.warning("%s records no data order (written by an older xlnet_tf): the batches from its step on "
-                        "follow the current flags, not those the interrupted run would have taken", resumed)
-        return
-    recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
-    changed = [k for k in order if k in recorded and recorded[k] != order[k]]
-    if changed:
-        def flags(values):
-            return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
-                            f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
-        raise SettingsError(
-            f"--model_dir={settings.model_dir}: {resumed} was trained with {flags(recorded)}; resuming with "
-            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with "
-            "the recorded values, or start a new --model_dir (warm-started from this one with --init_checkpoint)")
-
-
-def keep_data_order(training, order: dict) -> None:
-    """Records ``order`` in every checkpoint ``training`` writes from now on (``check_data_order`` compared it with
-    the checkpoint resumed from before the run started)."""
-    training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
-                                                         name="data_order")
 
 
 def make_replica_step(model, optimizer, loss_fn: Callable, clip: float):

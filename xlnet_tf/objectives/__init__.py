@@ -19,10 +19,15 @@ TensorFlow loads, so the objective modules import it inside the functions that b
 from __future__ import annotations
 
 import abc
+import re
 from typing import Mapping, NamedTuple
 
-from xlnet_tf.data.batch_shape import BatchShape  # noqa: F401 (objectives.BatchShape, as before)
+from xlnet_tf.data.batch_shape import BatchShape
 from xlnet_tf.registry import Registry
+
+
+# A shape setting as ``shape_errors`` names it ("reuse_len=24", not "seq_len-reuse_len=40"): the flag of that name.
+_SHAPE_SETTING = re.compile(r"(?<![\w-])(seq_len|reuse_len|perm_size|num_predict)=")
 
 
 class StreamLayout(NamedTuple):
@@ -59,11 +64,19 @@ class Objective(abc.ABC):
     # -- settings and data -------------------------------------------------------------------------------
     def settings_errors(self, settings) -> list[str]:
         """Messages naming the flags of ``PretrainSettings`` that cannot work with this objective (checked before
-        TensorFlow loads)."""
+        TensorFlow loads): the shape ``make_batch`` needs too, so that a run whose batches cannot be built fails
+        before it writes its data (hours, from a large --input_glob) or claims its --model_dir."""
+        errors = []
         if settings.mem_len and not self.has_memory:
-            return [f"--objective={self.name} has no Transformer-XL memory (its masks are defined within one "
-                    f"sequence): set --mem_len=0 (got {settings.mem_len})"]
-        return []
+            errors.append(f"--objective={self.name} has no Transformer-XL memory (its masks are defined within one "
+                          f"sequence): set --mem_len=0 (got {settings.mem_len})")
+        shape = BatchShape(settings.seq_len, settings.reuse_len, settings.permutation_size, settings.num_predict)
+        if None not in shape:  # (a missing one is reported as missing)
+            for error in self.shape_errors(shape):
+                if "perm_size" in error and not settings.perm_size:
+                    error += " (--perm_size defaults to --reuse_len)"
+                errors.append(_SHAPE_SETTING.sub(r"--\1=", error))
+        return errors
 
     def shape_errors(self, shape: BatchShape) -> list[str]:
         """Messages naming the settings of ``shape`` with which ``make_batch`` cannot build a batch."""

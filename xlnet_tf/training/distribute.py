@@ -17,8 +17,9 @@ from xlnet_tf.training.settings import STRATEGIES
 
 def create_strategy(name: str, tpu: Optional[str] = None, *, tpu_zone: Optional[str] = None,
                     gcp_project: Optional[str] = None, tpu_timeout: float = 120) -> tf.distribute.Strategy:
-    """``one_device`` (first GPU, else CPU), ``mirrored`` (all local GPUs, else the local CPUs/logical devices),
-    ``multi_worker`` (``TF_CONFIG`` cluster), ``tpu`` (``connect_tpu``)."""
+    """``one_device`` (first GPU, else CPU), ``mirrored`` (all local GPUs, else the CPU devices: one, unless the
+    program split it into logical devices, as the tests do), ``multi_worker`` (``TF_CONFIG`` cluster), ``tpu``
+    (``connect_tpu``)."""
     if name == "one_device":
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")

@@ -10,6 +10,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from xlnet_tf.errors import DivergedError
+
 
 class _StopSignals:
     """SIGTERM (a preemption) and SIGINT (Ctrl-C) turned into a request to stop, checked between host loops: the run
@@ -58,7 +60,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``); ``agree(requested)``
     (None: one process) makes that decision common to every worker of a multi-worker job (any worker's signal
     stops all of them at the same step, each saving). A non-finite loss raises
-    ``FloatingPointError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
+    ``DivergedError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
     report's metrics.
     """
     metrics = {"step": start_step}
@@ -70,12 +72,13 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
         step += steps
         loss = float(loss.numpy())
         if not math.isfinite(loss):
-            raise FloatingPointError(
+            raise DivergedError(
                 f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
                 f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
+        # The rate of the step just taken (the optimizer reads its schedule before counting the step).
         metrics = dict(step=step, **reporter.report(step, {"loss": loss,
                                                            **{k: float(v.numpy()) for k, v in more.items()},
-                                                           "learning_rate": learning_rate_at(optimizer, step),
+                                                           "learning_rate": learning_rate_at(optimizer, step - 1),
                                                            "grad_norm": float(norm.numpy())}))
         return state
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from absl import logging
 
 from xlnet_tf import io_utils
@@ -53,3 +55,28 @@ def ensure_pretraining_data(s: PretrainSettings, *, bsz_per_host: int, num_core_
     except ValueError as e:
         raise SettingsError(f"--data_dir={s.data_dir}: {e}") from None
     return manifest
+
+
+def data_tokenizer(s: PretrainSettings, manifest: dict) -> Optional[str]:
+    """The SentencePiece model of the run, which its ``model_dir`` records as a release does (``record_network``):
+    ``--spiece_model_file`` (given, or beside ``--init_checkpoint``), which must be the one the data was written
+    with (the manifest's ``sp_sha256``): another of the same size trains without an error, and every later use of
+    the run's directory would tokenize text into ids the model never saw. Not given: the data writer's file where it
+    is still there unchanged; else None, with a warning (the directory then loads only with a tokenizer given)."""
+    from xlnet_tf.tokenization import file_sha256
+
+    recorded = manifest["params"].get("sp_sha256")
+    written_with = manifest.get("writer", {}).get("sp_path")
+    if s.spiece_model_file:
+        if recorded and file_sha256(s.spiece_model_file) != recorded:
+            raise SettingsError(f"--spiece_model_file={s.spiece_model_file} is not the SentencePiece model the data "
+                                f"in --data_dir={s.data_dir} was written with ({written_with or 'unknown path'}: "
+                                "the manifest's sp_sha256 differs): give that one, or write the data again")
+        return s.spiece_model_file
+    if written_with and recorded and io_utils.exists(written_with) and file_sha256(written_with) == recorded:
+        logging.info("no --spiece_model_file: using the data's, %s", written_with)
+        return written_with
+    logging.warning("no --spiece_model_file, and the SentencePiece model the data was written with (%s) is not there "
+                    "unchanged: --model_dir=%s will hold no spiece.model, and loading the run's checkpoints by their "
+                    "directory (fine-tuning, from_checkpoint) will need one given", written_with, s.model_dir)
+    return None

@@ -11,6 +11,7 @@ Structure (what keeps TPUs busy and makes resuming exact):
 * Checkpoints are written only at host-loop boundaries (a host loop is cut short to end on every multiple of
   ``save_steps``), where memory is zero anyway. A resumed run restores weights, optimizer state and the step, and
   its input pipeline starts at that step's data position: it continues exactly as the uninterrupted run would have.
+  Each checkpoint records the settings that position is counted in (``data_order``); a rerun with others is refused.
 * The checkpoint records the objective (``model/objective``): resuming with another is an error; fine-tuning from
   it needs nothing (every objective trains the same network).
 * ``model_dir`` holds the network's ``xlnet_config.json`` (the release's keys) and ``spiece.model``, as a release
@@ -23,6 +24,7 @@ Structure (what keeps TPUs busy and makes resuming exact):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import tensorflow as tf
@@ -37,8 +39,8 @@ from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
-from xlnet_tf.training.setup import (WORKER_LOST, load_model_config, setup_training, start_run, sum_over_workers,
-                                    training_lock)
+from xlnet_tf.training.setup import (WORKER_LOST, check_data_order, keep_data_order, load_model_config,
+                                    setup_training, start_run, sum_over_workers, training_lock)
 from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
@@ -64,12 +66,13 @@ def _pretrain(s: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
     """``pretrain`` once the strategy is up and the training lock held."""
     from xlnet_tf.data.reader import pretrain_dataset
     from xlnet_tf.training.distribute import num_hosts
-    from xlnet_tf.training.pretrain_data import ensure_pretraining_data, has_pretraining_data
+    from xlnet_tf.training.pretrain_data import data_tokenizer, ensure_pretraining_data, has_pretraining_data
 
     replicas = strategy.num_replicas_in_sync
     per_replica = s.train_batch_size // replicas
     if s.bi_data and per_replica % 2:
         raise SettingsError(f"--bi_data needs an even batch per replica, got {per_replica}")
+    check_data_order(s.model_dir, data_order(s, strategy))  # before the data is written (hours, from raw text)
     hosts = num_hosts(strategy)
     layout = dict(bsz_per_host=s.train_batch_size // hosts, num_core_per_host=s.num_core_per_host or replicas // hosts,
                   min_shards=hosts)
@@ -82,6 +85,7 @@ def _pretrain(s: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
             logging.info("waiting for the chief to write the pretraining data into --data_dir=%s", s.data_dir)
         all_workers_here(strategy, f"while the chief wrote the pretraining data into --data_dir={s.data_dir}")
     manifest = ensure_pretraining_data(s, **layout)
+    s = dataclasses.replace(s, spiece_model_file=data_tokenizer(s, manifest))
     model_config = load_model_config(s, manifest["params"]["vocab_size"], "the data's SentencePiece vocabulary",
                                      mem_len=s.mem_len, reuse_len=s.reuse_len, bi_data=s.bi_data,
                                      same_length=s.same_length)
@@ -137,9 +141,12 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
                             f"resuming it with --objective={objective.name} would mix two objectives (start a new "
                             "--model_dir, warm-started from it with --init_checkpoint)")
     if worker_checkpoint_dir(strategy, s.model_dir)[1]:  # the chief's directory
-        record_network(s.model_dir, c, s.spiece_model_file)
+        # Files of a run that saved no checkpoint (it failed, say, on the model's size) describe no weights: a rerun
+        # with a corrected model replaces them.
+        record_network(s.model_dir, c, s.spiece_model_file, replace=training.resumed is None)
     if training.finished():
         return {"step": training.start_step}
+    keep_data_order(training, data_order(s, strategy))
     model = training.model
     if training.start_step == 0 and not s.init_checkpoint and s.data_dir:
         # From scratch: the LM bias starts at the data's log unigram frequencies (why: xlnet_tf/data/unigram.py).
@@ -159,27 +166,42 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
                           ratio_metrics=objective.metric_names)
 
 
-def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None) -> None:
+def data_order(settings: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
+    """The settings that decide which batches a step takes (``check_data_order``): a resumed run skips the batches
+    its steps so far took, counted in micro-batches of its own settings (``dataset_fn``'s ``skip_batches``), and
+    each input pipeline reads its own shards."""
+    from xlnet_tf.training.distribute import num_hosts
+
+    return {"seed": settings.seed, "train_batch_size": settings.train_batch_size,
+            "grad_accum_steps": settings.grad_accum_steps, "input_pipelines": num_hosts(strategy)}
+
+
+def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None, replace: bool = False) -> None:
     """Writes ``<model_dir>/xlnet_config.json`` (the release's keys of ``config``) and ``spiece.model`` (a copy of
-    ``spiece_model_file``) where they are not yet; a SettingsError if ``model_dir`` holds others: a rerun of another
-    network whose weights happen to fit, or of another vocabulary of the same size, would otherwise train on."""
+    ``spiece_model_file``) where they are not yet (``replace``: or are others); a SettingsError if ``model_dir``
+    holds others: a rerun of another network whose weights happen to fit, or of another vocabulary of the same
+    size, would otherwise train on."""
     network = {key: config.to_dict()[key] for key in CHECKPOINT_KEYS}
     _record(model_dir, "xlnet_config.json", "--model_config_path", network, io_utils.read_json,
             io_utils.write_json_atomic, lambda there: ", ".join(
-                f"{k}={there.get(k)!r} there, {v!r} now" for k, v in network.items() if there.get(k) != v))
+                f"{k}={there.get(k)!r} there, {v!r} now" for k, v in network.items() if there.get(k) != v), replace)
     if spiece_model_file:
         _record(model_dir, "spiece.model", "--spiece_model_file", io_utils.read_bytes(spiece_model_file),
-                io_utils.read_bytes, io_utils.write_bytes_atomic, lambda there: "another file")
+                io_utils.read_bytes, io_utils.write_bytes_atomic, lambda there: "another file", replace)
 
 
-def _record(model_dir: str, name: str, flag: str, value, read, write, difference) -> None:
-    """``value`` written to ``<model_dir>/<name>`` if absent, else compared with what is there (``read``)."""
+def _record(model_dir: str, name: str, flag: str, value, read, write, difference, replace: bool) -> None:
+    """``value`` written to ``<model_dir>/<name>`` if absent (or ``replace``), else compared with what is there
+    (``read``)."""
     path = io_utils.join(model_dir, name)
     if not io_utils.exists(path):
         write(path, value)
         return
     there = read(path)
-    if there != value:
+    if there != value and replace:
+        logging.info("%s: replaced by this run's (%s), as no checkpoint was written with it", path, flag)
+        write(path, value)
+    elif there != value:
         raise SettingsError(f"--model_dir={model_dir} holds a run of another model: {path} differs from {flag} "
                             f"({difference(there)}); start a new --model_dir (warm-started from this one with "
                             "--init_checkpoint)")

@@ -465,8 +465,6 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.mem_len and self.reuse_len and self.seq_len and self.reuse_len > self.seq_len:
-            errors.append(f"--reuse_len={self.reuse_len} exceeds --seq_len={self.seq_len}")
         if self.input_glob and not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
             errors.append("--input_glob needs --spiece_model_file to write the data")
         if self.objective not in OBJECTIVES:

@@ -6,6 +6,7 @@
   (resume from ``model_dir`` > warm start from ``init_checkpoint`` > random weights); ``Training.train`` then
   runs the host loops with progress lines, TensorBoard scalars, checkpoints and preemption handling.
 * ``training_lock``: one training run at a time in a checkpoint directory.
+* ``check_data_order`` / ``keep_data_order``: a resumed run takes the batches the interrupted one would have.
 * ``checkpoint_step`` for evaluation, prediction and export (which restore through ``xlnet_tf.checkpoint``:
   every model-from-checkpoint read is there; this module resumes a run's whole training state).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 from typing import Callable, Optional
 
@@ -241,7 +243,7 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
     checkpoint_dir, _ = worker_checkpoint_dir(strategy, s.model_dir)
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=s.max_save or None,
                                          checkpoint_name=checkpoint_name)
-    resumed = _resume(checkpoint, s.model_dir)  # every worker resumes from the chief's checkpoints
+    resumed = _resume(checkpoint, s.model_dir, s.dtype)  # every worker resumes from the chief's checkpoints
     if resumed:
         logging.info("resumed from %s at step %d", resumed, int(global_step.numpy()))
     elif s.init_checkpoint:  # the network; an HF checkpoint's head too where it fits the task (``labels``)
@@ -251,6 +253,48 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
                     "no --init_checkpoint: training from random weights")
     return Training(strategy, s, model, optimizer, global_step, manager, checkpoint_dir, int(global_step.numpy()),
                     resumed)
+
+
+DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def check_data_order(model_dir: str, order: dict) -> None:
+    """Before anything is written or encoded: if ``model_dir`` holds a checkpoint to resume from, a SettingsError
+    names the settings of ``order`` ({flag: value}; ``input_pipelines``: the strategy's hosts) whose values differ
+    from those it was trained with (``keep_data_order``), which would change the training batches of the steps to
+    come: the data position a run resumes at is counted in batches of its own settings. A checkpoint of an older
+    xlnet_tf, which recorded none, resumes with a warning."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    reader = None
+    for resumed in reversed(list(state.all_model_checkpoint_paths) if state else []):
+        try:  # the newest readable one: the run resumes from it (setup_training skips damaged ones, saying so)
+            reader = checkpoint_reader(resumed)
+            break
+        except (tf.errors.OpError, ValueError):
+            continue
+    if reader is None:
+        return
+    if not reader.has_tensor(DATA_ORDER_KEY):
+        logging.warning("%s records no data order (written by an older xlnet_tf): the batches from its step on "
+                        "follow the current flags, not those the interrupted run would have taken", resumed)
+        return
+    recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
+    changed = [k for k in order if k in recorded and recorded[k] != order[k]]
+    if changed:
+        def flags(values):
+            return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
+                            f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
+        raise SettingsError(
+            f"--model_dir={model_dir}: {resumed} was trained with {flags(recorded)}; resuming with "
+            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with "
+            "the recorded values, or start a new --model_dir (warm-started from this one with --init_checkpoint)")
+
+
+def keep_data_order(training: Training, order: dict) -> None:
+    """Records ``order`` in every checkpoint ``training`` writes from now on (``check_data_order`` compared it with
+    the checkpoint resumed from before the run started)."""
+    training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
+                                                         name="data_order")
 
 
 def named_weights(model) -> dict:
@@ -264,16 +308,19 @@ def named_weights(model) -> dict:
     return named
 
 
-def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
+def _resume(checkpoint: tf.train.Checkpoint, model_dir: str, dtype: str) -> Optional[str]:
     """Restores the newest intact checkpoint of ``model_dir`` into ``checkpoint``; returns its path (None: there
     is none). A damaged newer one (a half-copied file, a crash while writing outside TensorFlow) is skipped with
-    a warning; if every one is damaged, a ValueError names them."""
+    a warning; if every one is damaged, a ValueError names them. One trained with or without loss scaling where
+    ``dtype`` (``--dtype``) is the other is a SettingsError naming the flag: its optimizer state has another
+    structure (it would read as damaged)."""
     state = tf.train.get_checkpoint_state(model_dir)
     paths = list(state.all_model_checkpoint_paths) if state else []
     if state and state.model_checkpoint_path not in paths:
         paths.append(state.model_checkpoint_path)
     failures = []
     for path in reversed(paths):
+        _check_loss_scaling(model_dir, path, dtype)
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
         except (tf.errors.OpError, IndexError, ValueError, AssertionError) as error:
@@ -287,6 +334,21 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str) -> Optional[str]:
     if failures:
         raise InputError(f"{model_dir}: no intact checkpoint to resume from:\n  " + "\n  ".join(failures))
     return None
+
+
+def _check_loss_scaling(model_dir: str, path: str, dtype: str) -> None:
+    """A SettingsError if the training checkpoint ``path`` has a loss-scaled optimizer (``--dtype=mixed_float16``)
+    and ``dtype`` has none, or the reverse; nothing if it cannot be read (``_resume`` reports that)."""
+    try:
+        scaled = checkpoint_reader(path).has_tensor("optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE")
+    except (tf.errors.OpError, ValueError):
+        return
+    if scaled != (dtype == "mixed_float16"):
+        trained = "--dtype=mixed_float16" if scaled else "--dtype=float32 or mixed_bfloat16"
+        raise SettingsError(f"--model_dir={model_dir}: {path} was trained with {trained} (its optimizer state "
+                            f"{'has a' if scaled else 'has no'} loss scale), which --dtype={dtype} cannot resume: "
+                            f"rerun with {trained}, or start a new --model_dir (warm-started from this one with "
+                            "--init_checkpoint)")
 
 
 def checkpoint_step(path: Optional[str]) -> int:
