@@ -220,6 +220,91 @@ def test_original_flags_declared_by_the_settings_apply():
     assert cli.settings_from_flags(SquadSettings, values) == SquadSettings()
 
 
+def test_original_flag_names_follow_the_precedence_command_line_config_file_defaults(tmp_path):
+    """An original name (--sp_path, --record_info_dir, --use_bfloat16, --use_tpu) ranks as the new one: on the
+    command line it beats the config file's new name, and in the config file it loses to the command line's (the
+    data was written with the file's SentencePiece model, and the file's use_bfloat16 overrode --dtype=float32).
+    A switch and its target contradicting each other on one level is an error naming both."""
+    def settings(settings_cls, file_text, *argv):
+        config = tmp_path / "run.yaml"
+        config.write_text(file_text)
+        values, _ = parsed(settings_cls, *argv)
+        cli.apply_config_file(values, str(config), settings_cls)
+        return cli.settings_from_flags(settings_cls, values)
+
+    assert settings(CreateDataSettings, "spiece_model_file: a.model\n", "--sp_path=b.model").spiece_model_file == \
+        "b.model"
+    assert settings(CreateDataSettings, "sp_path: a.model\n", "--spiece_model_file=b.model").spiece_model_file == \
+        "b.model"
+    assert settings(CreateDataSettings, "sp_path: a.model\n").spiece_model_file == "a.model"
+    assert settings(PretrainSettings, "data_dir: old\n", "--record_info_dir=new").data_dir == "new"
+    assert settings(PretrainSettings, "record_info_dir: old\ndata_dir: new\n").data_dir == "new"
+    assert settings(PretrainSettings, "use_bfloat16: true\n", "--dtype=float32").dtype == "float32"
+    assert settings(PretrainSettings, "use_tpu: true\n", "--strategy=one_device").strategy == "one_device"
+    s = settings(PretrainSettings, "dtype: float32\nstrategy: mirrored\n", "--use_bfloat16", "--use_tpu")
+    assert (s.dtype, s.strategy) == ("mixed_bfloat16", "tpu")
+    assert settings(PretrainSettings, "use_bfloat16: true\ndtype: mixed_bfloat16\n").dtype == "mixed_bfloat16"
+    with pytest.raises(SettingsError, match=r"^--use_tpu \(--strategy=tpu\) contradicts --strategy=mirrored on the "
+                                            r"command line: give one of them; --use_bfloat16 "
+                                            r"\(--dtype=mixed_bfloat16\) contradicts --dtype=float32 on the command "
+                                            r"line"):
+        settings(PretrainSettings, "", "--use_bfloat16", "--dtype=float32", "--use_tpu", "--strategy=mirrored")
+    with pytest.raises(SettingsError, match=r"--use_bfloat16 \(--dtype=mixed_bfloat16\) contradicts --dtype=float32 "
+                                            r"in --config_file"):
+        settings(PretrainSettings, "use_bfloat16: true\ndtype: float32\n")
+
+
+def test_create_data_writes_the_original_num_passes():
+    """--num_passes of the original data_utils.py (its README's data command) was an unknown flag."""
+    values, _ = parsed(CreateDataSettings, "--num_passes=20", "--pass_id=2")
+    config = cli.settings_from_flags(CreateDataSettings, values).writer_config()
+    assert (config.pass_id, config.num_passes) == (2, 20)
+    assert "--num_passes=0 must be >= 1" in CreateDataSettings(seq_len=64, reuse_len=32, num_predict=8,
+                                                               num_passes=0).errors()
+
+
+def test_a_glob_pattern_that_matches_no_file_is_an_error_naming_it(tmp_path):
+    """Of comma-separated globs, one that matches no file (a typo) was dropped while the others matched: each tool
+    names it before any work, with the settings' other errors."""
+    (tmp_path / "a.txt").write_text("text\n")
+    (tmp_path / "texts").mkdir()
+    glob = f"{tmp_path / 'a.txt'},{tmp_path / 'a_typo*.txt'},{tmp_path / 'texts'}"
+    typo = f"'{tmp_path / 'a_typo*.txt'}' matches no file"
+    folder = f"'{tmp_path / 'texts'}' is a directory: give a glob of its files, e.g. '{tmp_path / 'texts' / '*.txt'}'"
+    assert [e for e in TrainSpmSettings(input=glob).errors() if e.startswith("--input")] == \
+        [f"--input: {typo}", f"--input: {folder}"]
+    assert [e for e in CreateDataSettings(input_glob=glob, seq_len=64, reuse_len=32, num_predict=8).errors()
+            if e.startswith("--input_glob")] == [f"--input_glob: {typo}", f"--input_glob: {folder}"]
+    assert f"--input_glob: {typo}" in PretrainSettings(input_glob=glob, data_dir=str(tmp_path / "new")).errors()
+    assert [e for e in TrainSpmSettings(input=str(tmp_path / "a.txt")).errors() if e.startswith("--input")] == []
+    assert TrainSpmSettings(input=glob).files == [str(tmp_path / "a.txt")]
+
+
+def test_train_spm_names_the_flag_of_a_directory_input_or_a_prefix_under_a_file(tmp_path):
+    """They were bare errno lines ("[Errno 21] Is a directory", "[Errno 17] File exists") once training began."""
+    (tmp_path / "a.txt").write_text("text\n")
+    errors = TrainSpmSettings(input=str(tmp_path), model_prefix=str(tmp_path / "a.txt" / "sp")).errors()
+    assert f"--input: '{tmp_path}' is a directory: give a glob of its files, e.g. '{tmp_path / '*.txt'}'" in errors
+    assert f"--model_prefix={tmp_path / 'a.txt' / 'sp'}: {tmp_path / 'a.txt'} is a file, not a directory" in errors
+    assert not TrainSpmSettings(input=str(tmp_path / "a.txt"), model_prefix=str(tmp_path / "new" / "sp")).errors()
+
+
+def test_train_spm_trains_on_lines_longer_than_sentencepieces_default_limit(tmp_path):
+    """SentencePiece skips lines over 4192 bytes unless told otherwise: a corpus of a paragraph per line was
+    "empty or blank", and a long line's words were missing from a mixed corpus's vocabulary."""
+    from xlnet_tf.cli import train_spm
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    words = "the quick brown fox jumps over a lazy dog while zebras graze quietly".split()
+    paragraph = " ".join(words[i % len(words)] + ("" if i % 7 else "s") for i in range(1200))
+    assert len(paragraph.encode()) > 4192
+    (tmp_path / "paragraphs.txt").write_text(f"{paragraph}\n\n{paragraph[::-1]}\n")
+    train_spm.main(TrainSpmSettings(input=str(tmp_path / "paragraphs.txt"), model_prefix=str(tmp_path / "sp"),
+                                    vocab_size=60))
+    vocab = {XLNetTokenizer(str(tmp_path / "sp.model")).sp.id_to_piece(i) for i in range(60)}
+    assert "\u2581zebras" in vocab or "\u2581zebra" in vocab, sorted(vocab)
+
+
 def test_positional_arguments_come_from_the_command_line():
     values, rest = parsed(JobsSettings, "finetune", "job.yaml", "--only=a,b", "--dry_run")
     s = cli.settings_from_flags(JobsSettings, values, rest)
@@ -339,7 +424,7 @@ TOOLS = {
                 ["--release_dir=/nonexistent/release"], "--release_dir=/nonexistent/release: not a directory",
                 "Directory of the original release"),
     "train_spm": (["-m", "xlnet_tf.cli.train_spm"], ("--vocab_size=1.5", "flag --vocab_size=1.5: invalid literal"),
-                  ["--input=/nonexistent/*.txt"], "--input=/nonexistent/*.txt matches no file",
+                  ["--input=/nonexistent/*.txt"], "--input: '/nonexistent/*.txt' matches no file",
                   "SentencePiece character coverage"),
     "serving_ops": (["-m", "xlnet_tf.cli.serving_ops"], ("--saved_modle=x", "Unknown command line flag 'saved_modle'"),
                     ["--saved_model=/nonexistent/export/1"], "--saved_model=/nonexistent/export/1: no such directory",

@@ -266,6 +266,19 @@ def test_task_sharding_and_incomplete_manifest(corpus, tmp_path):
     assert m["input_report"]["pass0-task1"]["file_order"][0].endswith("b.txt")
 
 
+def test_num_passes_writes_each_pass_of_the_text_with_other_masks(written, corpus, tmp_path):
+    """The original data_utils.py's --num_passes=N: N passes in one data set, as N runs of --pass_id would write."""
+    save_dir, one_pass = written
+    manifest = cpd.run(config(corpus / "*.txt", tmp_path, num_passes=2))
+    assert manifest["passes"] == [0, 1] and manifest["complete"]
+    assert manifest["num_records"] == 2 * one_pass["num_records"]
+    shards = shard_bytes(tmp_path)
+    first = {n: b for n, b in shards.items() if "-pass0-" in n}
+    assert first == shard_bytes(save_dir)
+    second = [b for n, b in shards.items() if "-pass1-" in n]
+    assert len(second) == len(first) and b"".join(second) != b"".join(first.values())
+
+
 def test_writer_refuses_impossible_settings(corpus, tmp_path):
     bad = dataclasses.replace(SETTINGS, num_predict=40)
     with pytest.raises(ValueError, match="--num_predict"):
@@ -274,6 +287,8 @@ def test_writer_refuses_impossible_settings(corpus, tmp_path):
         cpd.run(config(corpus / "*.txt", tmp_path, task=2, num_task=2))
     with pytest.raises(ValueError, match="matches no file"):
         cpd.run(config(tmp_path / "nothing*.txt", tmp_path))
+    with pytest.raises(ValueError, match=r"--input_glob: '.*a_typo\*\.txt' matches no file"):  # one of several
+        cpd.run(config(f"{corpus / 'a.txt'},{tmp_path / 'a_typo*.txt'}", tmp_path))
 
 
 def test_too_little_text_is_an_error_that_says_why(tmp_path):

@@ -199,6 +199,27 @@ def glob(pattern: str) -> list:
     return sorted(_glob.glob(os.path.expanduser(pattern)))
 
 
+def glob_files(patterns: str) -> list:
+    """The files (not directories) matching the comma-separated globs ``patterns``, sorted, each once."""
+    return sorted({f for p in patterns.split(",") if p.strip() for f in glob(p.strip()) if isfile(f)})
+
+
+def unmatched_globs(patterns: str, flag: str) -> list:
+    """An error naming ``flag`` for each of the comma-separated globs ``patterns`` that matches no file (else a
+    misspelt one is dropped in silence while the others match), or for no pattern at all. A URI's pattern is
+    looked at once TensorFlow is loaded (as ``probe``)."""
+    given = [p.strip() for p in (patterns or "").split(",") if p.strip()]
+    if not given:
+        return [f"{flag}={patterns!r}: no file pattern"]
+    problems = []
+    for pattern in given:
+        if (is_uri(pattern) and "tensorflow" not in sys.modules) or any(isfile(f) for f in glob(pattern)):
+            continue
+        problems.append(f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. "
+                        f"{join(pattern, '*.txt')!r}" if isdir(pattern) else f"{flag}: {pattern!r} matches no file")
+    return problems
+
+
 def walk(path: str) -> Iterator[tuple]:
     """(directory, subdirectory names, file names) for ``path`` and every directory below it, top-down."""
     if not is_uri(path):

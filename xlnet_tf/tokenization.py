@@ -137,6 +137,7 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
         os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".spm-") as tmp:
         text_path = os.path.join(tmp, "input.txt")
+        longest = 0
         with open(text_path, "w", encoding="utf-8") as out:
             for path in input_files:
                 with io_utils.open(path, encoding="utf-8", errors="replace") as f:
@@ -144,11 +145,15 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
                         line = preprocess_text(line, lower=lower)
                         if line:
                             out.write(line + "\n")
+                            longest = max(longest, len(line.encode("utf-8")))
         tmp_prefix = os.path.join(tmp, "spiece")
         spm.SentencePieceTrainer.Train(
             input=text_path, model_prefix=tmp_prefix, vocab_size=vocab_size, model_type=model_type,
             character_coverage=character_coverage, input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=-1,
+            # SentencePiece skips, silently, lines over max_sentence_length (default 4192 bytes): a corpus of a
+            # paragraph per line lost them all. It counts words, so a long line costs no more than its text.
+            max_sentence_length=max(longest, 4192), shuffle_input_sentence=True, unk_id=UNK_ID, bos_id=BOS_ID,
+            eos_id=EOS_ID, pad_id=-1,
             control_symbols=["<cls>", "<sep>", "<pad>", "<mask>", "<eod>"],
             user_defined_symbols=["<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac"],
             num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)

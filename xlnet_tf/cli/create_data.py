@@ -16,6 +16,7 @@ import dataclasses
 import os
 from typing import ClassVar, Mapping, Optional
 
+from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.training.settings import Alias, PretrainDataSettings, RunSettings, Settings, setting, setting_of
 
@@ -36,6 +37,8 @@ class CreateDataSettings(Settings, PretrainDataSettings):
                                 "training batch).")
     use_eod: bool = setting(True, "Insert <eod> at blank lines (document ends).")
     pass_id: int = setting(0, "Pass over the data: passes sample different masks and random B's.")
+    num_passes: int = setting(1, "Passes to write, --pass_id and the ones after it (the original data_utils.py's "
+                              "flag: the text once per pass, each shuffled anew with other masks).")
     num_task: int = setting(1, "Number of tasks (machines) sharing the input files.")
     task: int = setting(0, "This task's id in [0, num_task).")
     split: str = setting("train", "Split name of the written data.", choices=("train", "dev", "test"))
@@ -70,16 +73,19 @@ class CreateDataSettings(Settings, PretrainDataSettings):
                                 original_span_bug=self.original_span_bug)
         return writer.WriterConfig(input_glob=self.input_glob, sp_path=self.spiece_model_file,
                                    save_dir=self.save_dir, settings=shape, uncased=self.uncased,
-                                   use_eod=self.use_eod, pass_id=self.pass_id, task=self.task,
-                                   num_task=self.num_task, split=self.split, seed=self.seed,
+                                   use_eod=self.use_eod, pass_id=self.pass_id, num_passes=self.num_passes,
+                                   task=self.task, num_task=self.num_task, split=self.split, seed=self.seed,
                                    num_workers=self.num_workers, batches_per_shard=self.batches_per_shard,
                                    max_line_bytes=self.max_line_bytes)
 
     def errors(self) -> list:
         errors = super().errors()
+        if self.input_glob:
+            errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")
         if None not in (self.seq_len, self.reuse_len, self.num_predict):  # the writer's checks need the shape
-            # (its SentencePiece file check is the one above)
-            errors += [e for e in self.writer_config().errors() if not e.startswith("--spiece_model_file=")]
+            # (its SentencePiece file and input checks are the ones above)
+            errors += [e for e in self.writer_config().errors()
+                       if not e.startswith(("--spiece_model_file=", "--input_glob"))]
         return errors
 
 

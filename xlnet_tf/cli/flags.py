@@ -194,6 +194,7 @@ def apply_values(flag_values: flags.FlagValues, values: dict, label: str, settin
         except ValueError as e:
             problems.append(f"bad value for {key!r}: {e}")
             continue
+        flag_values[key].using_default_value = False  # given, below the command line (aliases: _given_at)
         applied[key] = value
     if problems:
         raise flags.ValidationError(f"{label}: {'; '.join(problems)}")
@@ -256,18 +257,39 @@ def _whole_number(parser, value):
     return int(value) if isinstance(value, int) or value.is_integer() else None
 
 
+def _given_at(flag) -> int:
+    """Where a flag's value comes from, by precedence: 2 the command line, 1 a config file (``apply_values``), 0
+    its default."""
+    return 2 if flag.present else 0 if flag.using_default_value else 1
+
+
+def _resolve_aliases(settings_cls, flag_values: flags.FlagValues, values: dict) -> None:
+    """Sets each target of an ``ORIGINAL_FLAGS`` alias in ``values`` by where the two were given (an original name
+    on the command line beats the new name in a config file, and the reverse): the higher level wins; on one level,
+    the new name does, and a switch contradicting its target (``--use_bfloat16 --dtype=float32``) is an error."""
+    conflicts = []
+    for name, original in settings_cls.ORIGINAL_FLAGS.items():
+        if not isinstance(original, Alias) or name not in values:
+            continue
+        value = values[name] if original.value is None else original.value if values[name] else None
+        alias_level, target_level = _given_at(flag_values[name]), _given_at(flag_values[original.target])
+        if value in (None, "") or alias_level < target_level:
+            continue
+        if alias_level > target_level or values[original.target] in (None, ""):
+            values[original.target] = value
+        elif original.value is not None and values[original.target] != value:
+            where = "on the command line" if alias_level == 2 else "in --config_file"
+            conflicts.append(f"--{name} (--{original.target}={value}) contradicts --{original.target}="
+                             f"{values[original.target]} {where}: give one of them")
+    if conflicts:
+        raise SettingsError("; ".join(conflicts))
+
+
 def settings_from_flags(settings_cls, flag_values: flags.FlagValues = FLAGS, args=()):
     """``settings_cls`` from the parsed flags (one flag per field), after its ``ORIGINAL_FLAGS`` aliases; ``args``
     (the command-line arguments after the flags) fill its positional fields, in order."""
     values = flag_values.flag_values_dict()
-    for name, original in settings_cls.ORIGINAL_FLAGS.items():
-        if not isinstance(original, Alias) or name not in values:
-            continue
-        if original.value is not None:
-            if values[name]:
-                values[original.target] = original.value
-        elif values[name] not in (None, "") and values.get(original.target) in (None, ""):
-            values[original.target] = values[name]
+    _resolve_aliases(settings_cls, flag_values, values)
     positional, args = positional_fields(settings_cls), list(args)
     if positional and field_metadata(settings_cls, positional[-1]).get("positional") == "rest":
         fixed = len(positional) - 1

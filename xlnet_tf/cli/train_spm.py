@@ -8,6 +8,7 @@ The ids match the released spiece.model: <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <p
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional
 
 from absl import logging
@@ -15,7 +16,7 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.errors import InputError
-from xlnet_tf.training.settings import Settings, setting
+from xlnet_tf.training.settings import Settings, output_dir_problem, setting
 
 
 @dataclasses.dataclass
@@ -29,16 +30,20 @@ class TrainSpmSettings(Settings):
 
     @property
     def files(self) -> list:
-        return sorted(f for pattern in (self.input or "").split(",") if pattern.strip()
-                      for f in io_utils.glob(pattern.strip()))
+        return io_utils.glob_files(self.input or "")
 
     def required(self) -> tuple:
         return ("input", "model_prefix")
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.input and not self.files:
-            errors.append(f"--input={self.input} matches no file")
+        if self.input:
+            errors += io_utils.unmatched_globs(self.input, "--input")
+        if self.model_prefix:  # (a prefix: the directory it writes into is its parent)
+            folder = io_utils.dirname(io_utils.abspath(self.model_prefix))
+            problem = f"{folder} is a file, not a directory" if os.path.isfile(folder) else output_dir_problem(folder)
+            if problem:
+                errors.append(f"--model_prefix={self.model_prefix}: {problem}")
         if self.vocab_size <= len("<unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>".split()):
             errors.append(f"--vocab_size={self.vocab_size} leaves no room beyond XLNet's 9 special symbols")
         if not 0 < self.character_coverage <= 1:

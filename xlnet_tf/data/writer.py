@@ -59,6 +59,7 @@ class WriterConfig:
     uncased: bool = False
     use_eod: bool = True
     pass_id: int = 0
+    num_passes: int = 1  # passes pass_id, pass_id + 1, ...
     task: int = 0
     num_task: int = 1
     split: str = "train"
@@ -75,6 +76,8 @@ class WriterConfig:
             errors.append(f"--task={self.task} must be in [0, --num_task={self.num_task})")
         if self.pass_id < 0:
             errors.append(f"--pass_id={self.pass_id} must be >= 0")
+        if self.num_passes < 1:
+            errors.append(f"--num_passes={self.num_passes} must be >= 1")
         if self.num_workers < 1:
             errors.append(f"--num_workers={self.num_workers} must be >= 1")
         if self.batches_per_shard < 1:
@@ -83,6 +86,7 @@ class WriterConfig:
             errors.append(f"min_shards={self.min_shards} must be >= 1")
         if self.max_line_bytes < 1:
             errors.append(f"--max_line_bytes={self.max_line_bytes} must be >= 1")
+        errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")
         if not self.sp_path or io_utils.probe(self.sp_path) is False:  # a URI: checked once TensorFlow loads
             errors.append(f"--spiece_model_file={self.sp_path!r}: SentencePiece model not found")
         return errors
@@ -339,11 +343,6 @@ class _Progress:
 # Driver
 # ----------------------------------------------------------------------------------------------------------
 
-def list_input_files(input_glob: str) -> list[str]:
-    return sorted({f for pattern in input_glob.split(",") if pattern.strip()
-                   for f in io_utils.glob(pattern.strip()) if io_utils.isfile(f)})
-
-
 def _spawn_pool(n: int, initializer, initargs):
     # "spawn": TensorFlow (already loaded in a test or training process) is not fork-safe.
     return multiprocessing.get_context("spawn").Pool(n, initializer=_start_worker, initargs=(initializer, *initargs))
@@ -356,15 +355,11 @@ def _start_worker(initializer, *initargs):
 
 
 def run(cfg: WriterConfig) -> dict:
-    """Writes this task's shards and part manifest, then (re)merges ``manifest.json``; returns the manifest."""
+    """Writes this task's shards and part manifest of each pass, then (re)merges ``manifest.json``; returns the
+    manifest."""
     cfg.validate()
     s = cfg.settings
-    files = list_input_files(cfg.input_glob)
-    if not files:
-        folders = [p.strip() for p in cfg.input_glob.split(",") if p.strip() and io_utils.isdir(p.strip())]
-        hint = (f": {folders[0]!r} is a directory, give a glob of its files, e.g. "
-                f"{io_utils.join(folders[0], '*.txt')!r}" if folders else "")
-        raise InputError(f"--input_glob={cfg.input_glob!r} matches no file{hint}")
+    files = io_utils.glob_files(cfg.input_glob)
     task_files = files[cfg.task::cfg.num_task]  # interleaved, as the original
     tokenizer = XLNetTokenizer(cfg.sp_path, lower=cfg.uncased)
     params = dict(seq_len=s.seq_len, reuse_len=s.reuse_len, bsz_per_host=s.bsz_per_host,
@@ -372,7 +367,8 @@ def run(cfg: WriterConfig) -> dict:
                   mask_beta=s.mask_beta, num_predict=s.num_predict, uncased=cfg.uncased, use_eod=cfg.use_eod,
                   vocab_size=tokenizer.vocab_size, sp_sha256=tokenizer.fingerprint())
     io_utils.makedirs(io_utils.join(cfg.save_dir, "tfrecords"))
-    log.info("task %d/%d, pass %d: %d of %d input files", cfg.task, cfg.num_task, cfg.pass_id, len(task_files),
+    passes = f"{cfg.pass_id}-{cfg.pass_id + cfg.num_passes - 1}" if cfg.num_passes > 1 else cfg.pass_id
+    log.info("task %d/%d, pass %s: %d of %d input files", cfg.task, cfg.num_task, passes, len(task_files),
              len(files))
 
     # 1. Tokenise (in parallel over files).
@@ -397,9 +393,22 @@ def run(cfg: WriterConfig) -> dict:
     else:
         for path in task_files:
             got(tokenize_file(path, tokenizer, cfg.use_eod, cfg.max_line_bytes))
+    bad_lines = sum(t.num_bad for t in tokenized)
+    if bad_lines:
+        log.warning("skipped %d unusable lines/files; first: %s", bad_lines, [b for t in tokenized for b in t.bad][:5])
+    # The original's --num_passes: each pass of the text shuffled anew, with other masks (seeds of pass_id).
+    for pass_id in range(cfg.pass_id, cfg.pass_id + cfg.num_passes):
+        manifest = _write_pass(dataclasses.replace(cfg, pass_id=pass_id), tokenized, tokenizer, params, t0)
+    return manifest
+
+
+def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, params: dict, t0: float) -> dict:
+    """``run``'s pass ``cfg.pass_id`` over the tokenised files: its shards and part manifest, then the merged
+    manifest (returned)."""
+    s = cfg.settings
     tokens, sent_ids, order = build_stream(tokenized, cfg.task, cfg.pass_id)
     report = {
-        "files": len(task_files),
+        "files": len(tokenized),
         "files_used": len(order),
         "files_without_text": [t.path for t in tokenized if not len(t.tokens)],
         "lines": sum(t.lines for t in tokenized),
@@ -408,8 +417,6 @@ def run(cfg: WriterConfig) -> dict:
         "tokens": int(len(tokens)),
         "file_order": order,
     }
-    if report["bad_lines"]:
-        log.warning("skipped %d unusable lines/files; first: %s", report["bad_lines"], report["bad_examples"][:5])
 
     # 2. Plan shards of whole host batches.
     rows, sent_rows = ex.layout_rows(tokens, sent_ids, s.bsz_per_host, s.num_core_per_host, s.bi_data)
@@ -478,9 +485,9 @@ def run(cfg: WriterConfig) -> dict:
     if manifest["complete"] and manifest["num_records"] == 0:
         raise InputError(f"no writer task produced a record; this task's input: {_no_records_message(cfg, report)}")
     mf.write_json_atomic(os.path.join(cfg.save_dir, mf.manifest_name(cfg.split)), manifest)
-    log.info("task %d done: %d records in %d shards (%.1f s); manifest: %d records, complete=%s", cfg.task,
-             sum(x["num_records"] for x in shards), len(shards), time.time() - t0, manifest["num_records"],
-             manifest["complete"])
+    log.info("task %d pass %d done: %d records in %d shards (%.1f s); manifest: %d records, complete=%s",
+             cfg.task, cfg.pass_id, sum(x["num_records"] for x in shards), len(shards), time.time() - t0,
+             manifest["num_records"], manifest["complete"])
     return manifest
 
 

@@ -18,6 +18,7 @@ import os
 from typing import Any, ClassVar, Collection, Mapping, Optional
 
 from xlnet_tf import io_utils
+from xlnet_tf.data.manifest import manifest_name
 from xlnet_tf.errors import InputError
 from xlnet_tf.objectives import OBJECTIVES
 
@@ -467,6 +468,8 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
         errors = super().errors()
         if self.input_glob and not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
             errors.append("--input_glob needs --spiece_model_file to write the data")
+        if self.input_glob and not (self.data_dir and io_utils.probe(io_utils.join(self.data_dir, manifest_name()))):
+            errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")  # (read only to write the data)
         if self.objective not in OBJECTIVES:
             errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
         else:
