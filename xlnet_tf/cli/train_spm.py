@@ -8,7 +8,6 @@ The ids match the released spiece.model: <unk>=0 <s>=1 </s>=2 <cls>=3 <sep>=4 <p
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Optional
 
 from absl import logging
@@ -41,7 +40,7 @@ class TrainSpmSettings(Settings):
             errors += io_utils.unmatched_globs(self.input, "--input")
         if self.model_prefix:  # (a prefix: the directory it writes into is its parent)
             folder = io_utils.dirname(io_utils.abspath(self.model_prefix))
-            problem = f"{folder} is a file, not a directory" if os.path.isfile(folder) else output_dir_problem(folder)
+            problem = f"{folder} is a file, not a directory" if io_utils.isfile(folder) else output_dir_problem(folder)
             if problem:
                 errors.append(f"--model_prefix={self.model_prefix}: {problem}")
         if self.vocab_size <= len("<unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>".split()):

@@ -466,10 +466,11 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.input_glob and not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
-            errors.append("--input_glob needs --spiece_model_file to write the data")
+        # --input_glob is read only to write the data, where --data_dir holds none yet.
         if self.input_glob and not (self.data_dir and io_utils.probe(io_utils.join(self.data_dir, manifest_name()))):
-            errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")  # (read only to write the data)
+            if not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
+                errors.append("--input_glob needs --spiece_model_file to write the data")
+            errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")
         if self.objective not in OBJECTIVES:
             errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
         else:
