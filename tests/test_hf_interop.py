@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -195,6 +196,15 @@ def test_bfloat16_safetensors_are_widened_exactly(tmp_path):
     weights = hf.read_weights(str(tmp_path))
     for name, value in theirs.state_dict().items():
         np.testing.assert_array_equal(weights[name], value.float().numpy(), err_msg=name)
+    # bfloat16 beside float32 and float16 in one file, as transformers writes and reads it (it was refused)
+    from safetensors.torch import save_file
+
+    mixed = {name: value.float() if "layer.0" in name else value.half() if "layer.1" in name else value
+             for name, value in theirs.state_dict().items()}
+    save_file(mixed, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    weights = hf.read_weights(str(tmp_path))
+    for name, value in mixed.items():
+        np.testing.assert_array_equal(weights[name], value.float().numpy(), err_msg=name)
 
 
 def test_unmapped_and_missing_weights_are_named(tmp_path):
@@ -304,6 +314,30 @@ def test_convert_hf_to_release_and_native_layouts(tmp_path):
                "native")
     with pytest.raises(InputError, match="--format=release is for --hf_dir"):
         ConvertSettings(release_dir=folder, format="release", output_dir=str(tmp_path / "x")).validate()
+
+
+def test_convert_takes_a_hub_name_and_names_what_is_wrong_with_a_directory(tmp_path, monkeypatch):
+    """--hf_dir=hf://owner/name, as the docs show it, converts the model the HF cache holds (it was refused as a
+    filesystem TensorFlow does not have); a config.json cut short or of another model is named as such, in convert
+    and as --init_checkpoint (not "not a HuggingFace directory" / "no checkpoint in this directory")."""
+    import huggingface_hub
+
+    from xlnet_tf.checkpoint import resolve_checkpoint
+    from xlnet_tf.cli.convert import ConvertSettings, main
+
+    folder = _save_hf(_hf_model("XLNetModel"), tmp_path / "hf")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kwargs: folder)  # "in the cache"
+    main(ConvertSettings(hf_dir="hf://me/tiny-xlnet", output_dir=str(tmp_path / "native")).validate())
+    assert tf.train.latest_checkpoint(str(tmp_path / "native"))
+    for name, config in (("bert", '{"model_type": "bert"}'), ("cut", '{"model_type": "xlnet",')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(config)
+    for name, says in (("bert", "config.json: model_type is 'bert', not 'xlnet'"),
+                       ("cut", "config.json: not valid JSON (Expecting property name"), ("gone", "not a directory")):
+        with pytest.raises(InputError, match=re.escape(says)):
+            ConvertSettings(hf_dir=str(tmp_path / name), output_dir=str(tmp_path / "out")).validate()
+    with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'cut' / 'config.json'}: not valid JSON")):
+        resolve_checkpoint(str(tmp_path / "cut"))
 
 
 def test_entry_point_settings_take_an_hf_directory(tmp_path):

@@ -102,12 +102,20 @@ def test_gradient_stops_at_the_memory():
     assert touched[ids[0, 8:10]].all() and not touched[ids[0, :8]].any()
 
 
-def test_classifier_config_round_trips():
+def test_classifier_config_round_trips(tmp_path):
     model = XLNetClassifier(_tiny(), num_labels=2, num_segments=3, mem_len=8)
     again = XLNetClassifier.from_config(model.get_config())
     assert (again.num_segments, again.mem_len, again.xlnet.config.mem_len) == (3, 8, 8)
     with pytest.raises(ValueError, match="mem_len"):
         XLNetClassifier(_tiny(), num_labels=2, num_segments=3, mem_len=0)
+    # HF's classes read a text in one pass: its weights would load there and predict other classes (cli.export
+    # --format=hf wrote them without a word)
+    from xlnet_tf import hf
+
+    with pytest.raises(InputError, match=r"reads a document in 3 segments through memory \(--long_document=memory\), "
+                                         r"which no HuggingFace XLNet class computes"):
+        hf.save_model(model, str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists()
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,11 @@ def resolve_checkpoint(path: str) -> str:
         candidate = os.path.join(path, "xlnet_model.ckpt")
         if tf.io.gfile.exists(candidate + ".index"):
             return candidate
+        from xlnet_tf import hf
+
+        not_hf = hf.why_not_xlnet(path)  # an HF directory whose config.json is damaged or of another model
+        if not_hf:
+            raise InputError(f"{path}: {not_hf}")
         raise FileNotFoundError(f"{path}: no checkpoint in this directory (no 'checkpoint' file and no "
                                 "xlnet_model.ckpt.index)")
     for suffix in (".index", ".meta"):

@@ -68,10 +68,13 @@ class ConvertSettings(Settings):
         if self.hf_dir:
             if self.release_dir or self.checkpoint:
                 errors.append("--hf_dir converts a HuggingFace model: not with --release_dir or --checkpoint")
-            elif io_utils.probe(self.hf_dir, "dir") is not None and not hf.is_hf_dir(self.hf_dir):
-                # (a gs://... directory is checked once TensorFlow, which reads it, is loaded)
-                errors.append(f"--hf_dir={self.hf_dir}: not a HuggingFace XLNet directory (config.json with "
-                              "model_type xlnet)")
+            elif hf.is_hub(self.hf_dir):
+                pass  # found in the HF cache (or downloaded) when read, saying what to do where it cannot be
+            elif path_missing(self.hf_dir, "dir"):  # (a gs://... directory is looked at once TensorFlow is loaded)
+                errors.append(f"--hf_dir={self.hf_dir}: not a directory")
+            elif io_utils.probe(self.hf_dir, "dir") and not hf.is_hf_dir(self.hf_dir):
+                errors.append(f"--hf_dir={self.hf_dir}: " + (hf.why_not_xlnet(self.hf_dir) or "not a HuggingFace "
+                              "XLNet directory (no config.json)"))
         elif self.format != "native":
             errors.append("--format=release is for --hf_dir (a release is already in the release layout)")
         elif self.release_dir and path_missing(self.release_dir, "dir"):

@@ -164,6 +164,19 @@ def is_hf_dir(path) -> bool:
         return False
 
 
+def why_not_xlnet(path) -> Optional[str]:
+    """For a directory whose config.json does not make it an HF XLNet model (``is_hf_dir`` False): why, naming the
+    file (not valid JSON, with the place; another model_type). None where it has no config.json, or is one."""
+    config = io_utils.join(os.fspath(path), "config.json")
+    if is_hub(os.fspath(path)) or not io_utils.probe(config):
+        return None
+    try:
+        model_type = read_json(config).get("model_type")
+    except InputError as error:
+        return str(error)
+    return None if model_type == "xlnet" else f"{config}: model_type is {model_type!r}, not 'xlnet'"
+
+
 class HFCheckpoint:
     """An HF XLNet directory (or ``hf://`` model), read once: ``config`` (config.json as a dict), ``head`` (None,
     'lm', 'classification', 'multiple_choice', 'squad' or 'token'), ``weights`` ({HF name: array}, without the
@@ -435,6 +448,11 @@ def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower
              **{s.head: (s.head, s.architecture) for s in HEADS.values()}}
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
+    if getattr(model, "num_segments", 1) > 1:
+        # HF's classes read a text in one pass: the weights would load and predict other classes, no error said.
+        raise InputError(f"{kind} reads a document in {model.num_segments} segments through memory "
+                         "(--long_document=memory), which no HuggingFace XLNet class computes: export it as a "
+                         "SavedModel (--format=saved_model)")
     head, architecture = heads[kind]
     if token_arrays is not None:
         if kind != "XLNetModel":

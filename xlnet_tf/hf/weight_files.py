@@ -69,7 +69,7 @@ def _read_safetensors(path: str) -> dict:
     data = io_utils.read_bytes(path)
     try:
         if _safetensors_dtypes(data) & {"BF16", "F8_E4M3", "F8_E5M2"}:
-            return _read_safetensors_raw(data)
+            return _read_safetensors_raw(data, path)
         return {name: np.asarray(value, np.float32) for name, value in load(data).items()}
     except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError for corrupt files
         if isinstance(error, InputError):
@@ -83,8 +83,13 @@ def _safetensors_dtypes(data: bytes) -> set:
     return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
 
 
-def _read_safetensors_raw(data: bytes) -> dict:
-    """bfloat16 weights (NumPy has no bfloat16): the header's offsets, widened to float32 by hand."""
+# The float dtypes of a safetensors file NumPy reads as they are (bfloat16, which it has not, is widened by hand).
+_SAFETENSORS_FLOATS = {"F64": "<f8", "F32": "<f4", "F16": "<f2"}
+
+
+def _read_safetensors_raw(data: bytes, path: str) -> dict:
+    """A file with bfloat16 weights (safetensors' NumPy API refuses them), any other float weights beside them
+    (transformers writes and reads such files): the header's offsets, each weight decoded by its dtype, as float32."""
     size = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + size])
     out = {}
@@ -93,9 +98,14 @@ def _read_safetensors_raw(data: bytes) -> dict:
             continue
         start, end = info["data_offsets"]
         raw = data[8 + size + start:8 + size + end]
-        if info["dtype"] != "BF16":
-            raise InputError(f"safetensors: weight {name} has dtype {info['dtype']}, which is not read")
-        out[name] = _bfloat16(np.frombuffer(raw, "<u2")).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            values = _bfloat16(np.frombuffer(raw, "<u2"))
+        elif info["dtype"] in _SAFETENSORS_FLOATS:
+            values = np.frombuffer(raw, _SAFETENSORS_FLOATS[info["dtype"]]).astype(np.float32)
+        else:
+            raise InputError(f"{path}: weight {name} has dtype {info['dtype']}; the float dtypes read are BF16, "
+                             f"{', '.join(_SAFETENSORS_FLOATS)}")
+        out[name] = values.reshape(info["shape"])
     return out
 
 
