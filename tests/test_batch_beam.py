@@ -19,7 +19,9 @@ require("apache_beam")
 from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
 from xlnet_tf.batch import beam as bb  # noqa: E402
 from xlnet_tf.batch import prediction as bp  # noqa: E402
+from xlnet_tf.batch.rows import earlier_outputs  # noqa: E402
 from xlnet_tf.cli import predict as cli_predict  # noqa: E402
+from xlnet_tf.errors import InputError  # noqa: E402
 from xlnet_tf.finetuning import serving as exporter  # noqa: E402
 from xlnet_tf.tasks.tagging import TaggingSettings  # noqa: E402
 
@@ -319,14 +321,24 @@ def test_runner_options_and_output_dir_are_checked_before_the_job(tmp_path):
     assert not os.path.exists(out)
 
 
-def test_overwrite_replaces_cli_predict_results_too(tmp_path):
+def test_overwrite_replaces_cli_predict_results_too(sst2_export, tmp_path):
     """Earlier results a Beam job refuses, and --overwrite removes, include cli.predict's per-input files: left
-    beside the job's own, a glob over the directory would read both predictions."""
+    beside the job's own, a glob over the directory would read both predictions. An input glob matching the output
+    directory reads none of them as inputs (they were deleted before being read), and one matching only them is
+    refused before anything is deleted."""
     names = ["a.tsv.predictions.jsonl", "dead_letters-00000-of-00001.txt", "predict_summary.json",
              "predictions-00000-of-00002.jsonl"]
-    for name in names + ["notes.txt"]:
-        (tmp_path / name).write_text("x\n")
-    assert [os.path.basename(p) for p in bb._outputs_there(str(tmp_path))] == names
+    others = ["a.jsonl", "notes.txt", "predictions-2024.csv"]
+    for name in names + others:
+        (tmp_path / name).write_text('{"sentence": "Good."}\n')
+    assert [os.path.basename(p) for p in earlier_outputs(str(tmp_path))] == names
+    with pytest.raises(InputError, match=r"--input_glob=.*/predictions-\*.jsonl matches only what batch prediction "
+                                         r"wrote in --output_dir="):
+        bb.plan_of(settings(sst2_export, str(tmp_path / "predictions-*.jsonl"), tmp_path, id_field=None,
+                            overwrite=True))
+    assert sorted(os.listdir(tmp_path)) == sorted(names + others)
+    plan = bb.plan_of(settings(sst2_export, str(tmp_path / "*.jsonl"), tmp_path, id_field=None, overwrite=True))
+    assert plan.shards == [str(tmp_path / "a.jsonl")] and sorted(os.listdir(tmp_path)) == others
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ SIGKILLed job that reruns to output identical to an uninterrupted one."""
 import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from classifier_helpers import REPO, SPIECE, make_flags
+from pretraining_helpers import absl_messages
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
 from xlnet_tf.errors import InputError
@@ -38,18 +40,18 @@ def write_shards(directory, shards: int, rows: int, ext: str = "tsv") -> str:
     return os.path.join(directory, f"part-*.{ext}")
 
 
-def save_ids_export(model, export_dir, labels):
+def save_ids_export(model, export_dir, labels, seq=None):
     """A SavedModel in the layout of the exports before versioning: ``serving_default`` takes the ids
-    (input_ids, segment_ids int32, padding_mask float32 [batch, seq]); labels.json and spiece.model in
-    assets.extra/."""
-    spec = tf.TensorSpec([None, None], tf.int32)
+    (input_ids, segment_ids int32, padding_mask float32 [batch, seq]; ``seq`` None: any length); labels.json and
+    spiece.model in assets.extra/."""
+    spec = tf.TensorSpec([None, seq], tf.int32)
 
     class Serving(tf.Module):
         def __init__(self):
             super().__init__()
             self.model = model
 
-        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, None], tf.float32)])
+        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, seq], tf.float32)])
         def serve(self, input_ids, segment_ids, padding_mask):
             logits = self.model({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
                                 training=False)["logits"]
@@ -121,6 +123,9 @@ def test_rows_are_streamed_and_bad_ones_named(tmp_path):
                                                  ("", "2.5")]
     with pytest.raises(ValueError, match=r"a.tsv:1: header has no column 'text'.*columns: id, sentence, label"):
         list(bp.read_rows(str(tsv), "tsv", bp.Fields.parse("text")))
+    # One file named twice (through .. and a link) is one input, not two inputs of the same name.
+    os.symlink(tsv, tmp_path / "link.tsv")
+    assert bp.list_shards(f"{tsv},{tmp_path}/../{tmp_path.name}/a.tsv,{tmp_path}/link.tsv") == [str(tsv)]
     with pytest.raises(FileNotFoundError, match=r"--input_glob: '.*nothing\*' matches no file"):
         bp.list_shards(str(tmp_path / "nothing*"))
     with pytest.raises(ValueError, match="unknown input format"):
@@ -158,7 +163,7 @@ def test_saved_model_version_is_the_highest(tmp_path):
 
 
 def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
-    settings, export, *_ = fine_tuned
+    settings, export, model, _ = fine_tuned
     pattern = write_shards(tmp_path / "in", shards=2, rows=40, ext="jsonl")
     with open(tmp_path / "in" / "part-01.jsonl", "a", encoding="utf-8") as f:
         f.write('{"id": "bad"}\nnot json\n')
@@ -167,6 +172,23 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
     written = runner.run(s)["predict"]
     assert [os.path.basename(p) for p in written] == ["part-00.jsonl.predictions.jsonl",
                                                       "part-01.jsonl.predictions.jsonl"]
+    # The run's directory named by a relative path: the same checkpoint, its shards done (not refused as another).
+    inode = os.stat(written[0]).st_ino
+    s_relative = make_flags(tmp_path, task_name="sst-2", do_predict=True, predict_input_glob=pattern,
+                            model_dir=os.path.relpath(settings.model_dir), predict_id_field="id",
+                            predict_dir=str(tmp_path / "ckpt"))
+    assert runner.run(s_relative)["predict"] == written and os.stat(written[0]).st_ino == inode
+    # A checkpoint is told by its weights, not its name: the same prefix written again with others differs.
+    prefix, weight = str(tmp_path / "again" / "model-1"), model.weights[0]
+    original = weight.numpy()
+    tf.train.Checkpoint(model=model).write(prefix)
+    first = bp.checkpoint_sha256(prefix, model)
+    try:
+        weight.assign(original + 1)
+        tf.train.Checkpoint(model=model).write(prefix)
+    finally:
+        weight.assign(original)
+    assert bp.checkpoint_sha256(prefix, model) != first
     predictor = bp.SavedModelPredictor(export, max_seq_length=s.max_seq_length)
     assert (predictor.version, predictor.signature, predictor.takes_text) == (3, "serving_default", False)
     summary = bp.predict_shards(predictor, pattern, str(tmp_path / "sm"), bp.Fields.parse("sentence", "id"),
@@ -214,7 +236,7 @@ def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):
         bp.predict_shards(predictor, str(tsv_as_jsonl), str(tmp_path / "tsv_out"), bp.Fields.parse("sentence"))
     assert not (tmp_path / "tsv_out" / "rows.jsonl.predictions.jsonl").exists()
     # Another model into the same output directory is refused, not mixed in.
-    with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model: there"):
+    with pytest.raises(ValueError, match=r"holds predictions made with other settings \(model\.sha256: there"):
         bp.predict_shards(predictor, pattern, str(tmp_path / "ckpt"), bp.Fields.parse("sentence", "id"))
     with pytest.raises(ValueError, match="--predict_text_fields: the model reads single sentences"):
         runner.run(make_flags(tmp_path, task_name="sst-2", do_predict=True, model_dir=settings.model_dir,
@@ -292,6 +314,10 @@ def test_a_rerun_names_the_model_either_way_and_reads_no_output_as_input(fine_tu
                               batch_size=4)
     assert [s["input"] for s in again["shards"]] == [pattern.replace("*", "00")] and again["complete"]
     assert first["settings"] == again["settings"] and first["rows"] == again["rows"] == 6
+    with absl_messages() as logged:  # tokenizer flags a raw-text signature does not read: said, not ignored
+        bp.SavedModelPredictor(version, uncased=True, spiece_model_file=SPIECE)
+    assert [m for m in logged if m.startswith(f"--uncased=True, --spiece_model_file={SPIECE} not used: signature "
+                                              "serving_default tokenizes in the graph")], logged
     assert again["truncated"] is None and again["shards"][0]["truncated"] is None
     with pytest.raises(InputError, match=r"--predict_dir=.* holds predictions made with other settings .*use "
                                             r"another --predict_dir, or delete its predict_summary.json"):
@@ -302,6 +328,61 @@ def test_a_rerun_names_the_model_either_way_and_reads_no_output_as_input(fine_tu
     with pytest.raises(InputError, match=r"predict_summary.json: damaged \(a JSON list, not an object\); "
                                             r"delete it"):
         bp.predict_shards(bp.SavedModelPredictor(version), pattern, out, fields)
+
+
+def test_a_resumed_job_is_the_model_by_its_content_and_tokenizer(fine_tuned, tmp_path):
+    """A resumed job goes on with the same export named by another path (a copy, a relative path), and is refused
+    where the export at the same path and version is another model (trained again), where --uncased changes the
+    token ids, or where an older summary names the model by its path only. A fixed-length signature refuses
+    another --max_seq_length before any work. --overwrite deletes every earlier output, a Beam job's too: no glob
+    over the directory reads two models' rows."""
+    _, export, model, bundle = fine_tuned
+    weight = model.weights[0]
+    original = weight.numpy()
+    try:
+        weight.assign(original + 1)
+        save_ids_export(model, str(tmp_path / "retrained" / "3"), bundle.labels, seq=32)
+    finally:
+        weight.assign(original)
+    served = tmp_path / "serving"
+    shutil.copytree(os.path.join(export, "3"), served / "3")
+    pattern = write_shards(tmp_path / "in", shards=2, rows=3)
+    fields, out = bp.Fields.parse("sentence", "id"), str(tmp_path / "out")
+    first = bp.predict_shards(bp.SavedModelPredictor(str(served), max_seq_length=32), pattern.replace("*", "00"),
+                              out, fields)
+    assert first["model_source"] == {"saved_model": str(served / "3"), "version": 3}
+    relative = os.path.relpath(export)  # from the working directory
+    again = bp.predict_shards(bp.SavedModelPredictor(relative, max_seq_length=32), pattern, out, fields)
+    assert again["complete"] and again["shards"][0] == first["shards"][0]
+    with pytest.raises(InputError, match=r"other settings \(model\.uncased: there False, now True; the earlier "
+                                            rf"model: saved_model={relative}/3 version=3\)"):
+        bp.predict_shards(bp.SavedModelPredictor(relative, max_seq_length=32, uncased=True), pattern, out, fields)
+    shutil.rmtree(served / "3")
+    shutil.copytree(tmp_path / "retrained" / "3", served / "3")
+    with pytest.raises(InputError, match=r"other settings \(model\.sha256: there '[0-9a-f]{64}', now "):
+        bp.predict_shards(bp.SavedModelPredictor(str(served)), pattern, out, fields)
+    with pytest.raises(InputError, match=rf"--max_seq_length=16: signature serving_default of {served}/3 takes "
+                                            "exactly 32 tokens"):
+        bp.SavedModelPredictor(str(served), max_seq_length=16)
+    retrained = bp.SavedModelPredictor(str(served))
+    assert retrained.max_seq_length == 32  # the signature's length, where the export records none
+    with open(os.path.join(out, bp.SUMMARY_FILE)) as f:
+        summary = json.load(f)
+    summary["settings"]["model"] = dict(saved_model=f"{served}/3", version=3, signature="serving_default",
+                                        max_seq_length=32, spiece_sha256=retrained.identity["spiece_sha256"])
+    with open(os.path.join(out, bp.SUMMARY_FILE), "w") as f:
+        json.dump(summary, f)  # as xlnet_tf wrote it before models were told by their content
+    with pytest.raises(InputError, match=rf"holds predictions of a model recorded by its path only \({served}/3; "):
+        bp.predict_shards(retrained, pattern, out, fields)
+    for name in ("predictions-00000-of-00001.jsonl", "dead_letters-00000-of-00001.txt", "gone.tsv.predictions.jsonl"):
+        (tmp_path / "out" / name).write_text("{}\n")
+    replaced = bp.predict_shards(retrained, pattern, out, fields, overwrite=True)
+    assert sorted(os.listdir(out)) == ["part-00.tsv.predictions.jsonl", "part-01.tsv.predictions.jsonl",
+                                       bp.SUMMARY_FILE]
+    assert replaced["complete"] and replaced["outputs_of_other_inputs"] == []
+    (tmp_path / "out" / "predictions-00000-of-00002.jsonl").write_text("{}\n")  # a Beam job's, without its summary
+    assert bp.predict_shards(retrained, pattern, out, fields)["outputs_of_other_inputs"] == [
+        "predictions-00000-of-00002.jsonl"]
 
 
 def _cli(args):

@@ -166,9 +166,10 @@ def predict_input_files(task, model, checkpoint: str, strategy) -> list:
     length = info["max_seq_length"]  # a long document's whole length (docs/long_documents.md)
     predictor = batch_predict.KerasPredictor(
         model, task.family, info, task.tokenizer, length,
-        identity=dict(checkpoint=checkpoint, task=task.name, max_seq_length=length,
-                      spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased),
-        strategy=strategy, batch_size=s.predict_batch_size, jit_compile=s.jit_compile)
+        identity=dict(sha256=batch_predict.checkpoint_sha256(checkpoint, model), task=task.name,
+                      max_seq_length=length, spiece_sha256=task.tokenizer.fingerprint(), uncased=s.uncased),
+        strategy=strategy, batch_size=s.predict_batch_size, jit_compile=s.jit_compile,
+        source=dict(checkpoint=checkpoint))
     fields = batch_predict.Fields.parse(s.predict_text_fields, s.predict_id_field, "--predict_text_fields")
     summary = batch_predict.predict_shards(predictor, s.predict_input_glob, task.predict_dir, fields,
                                            predictor.batch_size, glob_flag="--predict_input_glob")

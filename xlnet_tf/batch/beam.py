@@ -45,15 +45,14 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 
 from xlnet_tf import tasks
 from xlnet_tf.batch import FORMATS, SUMMARY_FILE
-from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
+from xlnet_tf.batch.inputs import Fields, check_header, read_rows, shard_format
 from xlnet_tf.batch.predictors import SavedModelPredictor
-from xlnet_tf.batch.rows import OUTPUT_SUFFIX, model_inputs, output_lines, stack_inputs, totals, with_id
+from xlnet_tf.batch.rows import (DEAD_LETTERS, PREDICTIONS, earlier_outputs, input_shards, model_inputs, output_lines,
+                                 settings_of, stack_inputs, totals, with_id)
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import Row
 
 NAMESPACE = __name__  # of the Beam metrics: xlnet_tf.batch.beam
-PREDICTIONS = "predictions"  # <output_dir>/predictions-SSSSS-of-NNNNN.jsonl
-DEAD_LETTERS = "dead_letters"  # <output_dir>/dead_letters-SSSSS-of-NNNNN.txt
 SHARD_TEMPLATE = "-SSSSS-of-NNNNN"
 MAX_LISTED_SKIPS = 100  # as cli.predict: per input file, the first by line number (all are counted)
 
@@ -206,9 +205,8 @@ def _summary(counts: dict, plan: "Plan") -> str:
         shards.append(dict(input=path, format=plan.formats[path], rows=rows, skipped=skipped, truncated=truncated,
                            skipped_rows=[f"{path}:{line}: {reason}" for line, reason in sorted(listed)],
                            all_rows_bad=bool(skipped and not rows)))
-    summary = dict(settings=plan.settings, input_glob=plan.input_glob, shards=shards, outputs_of_other_inputs=[],
-                   complete=True, shards_total=len(shards),
-                   **totals(shards),
+    summary = dict(model_source=plan.source, settings=plan.settings, input_glob=plan.input_glob, shards=shards,
+                   outputs_of_other_inputs=[], complete=True, shards_total=len(shards), **totals(shards),
                    runner=plan.runner, predictions=os.path.join(plan.output_dir, f"{PREDICTIONS}-*.jsonl"),
                    dead_letters=os.path.join(plan.output_dir, f"{DEAD_LETTERS}-*.txt"))
     return json.dumps(summary, indent=2, ensure_ascii=False)
@@ -217,7 +215,7 @@ def _summary(counts: dict, plan: "Plan") -> str:
 @dataclasses.dataclass
 class Plan:
     """What the launcher checked and the pipeline needs: the input files and their formats, the fields, the
-    output directory, the settings recorded in the summary, and the model handler."""
+    output directory, the settings and the model's source recorded in the summary, and the model handler."""
     shards: list
     formats: dict
     fields: Fields
@@ -227,6 +225,7 @@ class Plan:
     handler: ModelHandler
     task_module: Optional[str] = None
     runner: str = "DirectRunner"
+    source: dict = dataclasses.field(default_factory=dict)
 
 
 def build(pipeline: beam.Pipeline, plan: Plan) -> None:
@@ -266,15 +265,6 @@ def _row_event(result: PredictionResult) -> tuple:
     return ("row", result.example[0], result.inference[1])
 
 
-def _outputs_there(output_dir: str) -> list:
-    """Earlier results in ``output_dir``: a Beam job's, and ``cli.predict``'s per-input files (which
-    ``--overwrite`` removes too: left beside the new ones, a glob over the directory would read both)."""
-    return sorted(tf.io.gfile.glob(os.path.join(output_dir, f"{PREDICTIONS}-*"))
-                  + tf.io.gfile.glob(os.path.join(output_dir, f"{DEAD_LETTERS}-*"))
-                  + tf.io.gfile.glob(os.path.join(output_dir, f"*{OUTPUT_SUFFIX}"))
-                  + tf.io.gfile.glob(os.path.join(output_dir, SUMMARY_FILE)))
-
-
 def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     """Checks ``s`` (``cli.predict``'s settings) as ``cli.predict`` does before it predicts (the model loads here
     once, for its family, signature and whether it reads pairs; every input's header is read) and prepares the
@@ -287,13 +277,12 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
         raise InputError(f"--text_fields: the model reads {wanted}")
-    shards = list_shards(s.input_glob)
+    shards = input_shards(s.input_glob, s.output_dir)  # not its own results, which --overwrite deletes
     formats = {path: shard_format(path, s.input_format, predictor.family) for path in shards}
     for path in shards:
         check_header(path, formats[path], fields)
-    settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
-                    id_field=fields.id, **predictor.described)
-    there = _outputs_there(s.output_dir)
+    settings = settings_of(predictor, fields)
+    there = earlier_outputs(s.output_dir)
     if there and not s.overwrite:
         raise InputError(f"--output_dir={s.output_dir} holds results ({os.path.basename(there[0])}, ...): a Beam job "
                          "predicts every input again; use another --output_dir, or --overwrite to replace them")
@@ -301,7 +290,8 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
         tf.io.gfile.remove(path)
     tf.io.gfile.makedirs(s.output_dir)
     handler = handler or ExportHandler(spec, bool(fields.text_b), s.batch_size, s.share_model)
-    return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner)
+    return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner,
+                predictor.source)
 
 
 def local_runner(runner: str) -> str:

@@ -36,9 +36,9 @@ class Fields:
 
 
 def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
-    """The files matching the comma-separated globs of ``input_glob``, sorted, each once; an error naming the
-    pattern if one matches nothing."""
-    files = []
+    """The files matching the comma-separated globs of ``input_glob``, sorted, each once (a local file named two
+    ways, e.g. through ``..`` or a link, too); an error naming the pattern if one matches nothing."""
+    files, seen = [], set()
     for pattern in (p.strip() for p in (input_glob or "").split(",")):
         if not pattern:
             continue
@@ -48,7 +48,11 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
                              f"{os.path.join(pattern, '*.tsv')!r}")
         if not matched:
             raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
-        files += [f for f in matched if f not in files]
+        for f in matched:
+            key = f if "://" in f else os.path.realpath(f)
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
     if not files:
         raise InputError(f"{flag} is empty")
     return files

@@ -16,7 +16,8 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
 * **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
   written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's.
   A rerun with another model or other settings than ``predict_summary.json`` records is an error (``--overwrite``
-  predicts every shard again); the model is the same whether named by its base path or its version directory.
+  deletes every earlier output and predicts every shard again); a model is told by its files' content, not the path
+  naming it (``Predictor.identity``).
 * **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8) are skipped, counted and listed with
   file:line in the summary and the log; a missing field in a TSV header is an error naming the file.
 
@@ -51,16 +52,17 @@ from absl import logging
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
 # The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
-from xlnet_tf.batch.predictors import KerasPredictor, Predictor, SavedModelPredictor, resolve_saved_model
-from xlnet_tf.batch.rows import (OUTPUT_SUFFIX, model_inputs, output_lines, output_name, stack_inputs, totals,
-                                 with_id)
+from xlnet_tf.batch.predictors import (KerasPredictor, Predictor, SavedModelPredictor, checkpoint_sha256,
+                                       resolve_saved_model)
+from xlnet_tf.batch.rows import (LOCK_FILE, OUTPUT_SUFFIX, earlier_outputs, input_shards, model_inputs, output_lines,
+                                 output_name, settings_of, stack_inputs, totals, with_id)
 from xlnet_tf.errors import InputError
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
 __all__ = ["DEFAULT_MAX_SEQ_LENGTH", "FORMATS", "SIGNATURES", "SUMMARY_FILE", "Fields", "KerasPredictor", "LOCK_FILE",
-           "OUTPUT_SUFFIX", "Predictor", "SavedModelPredictor", "check_header", "list_shards", "output_lock",
-           "predict_shards", "read_rows", "resolve_saved_model", "shard_format"]
+           "OUTPUT_SUFFIX", "Predictor", "SavedModelPredictor", "check_header", "checkpoint_sha256", "list_shards",
+           "output_lock", "predict_shards", "read_rows", "resolve_saved_model", "shard_format"]
 
 MAX_LISTED_SKIPS = 100  # skipped rows listed per shard in the summary (all are counted)
 
@@ -146,6 +148,33 @@ def _read_summary(path: str, flags: _Flags) -> dict:
     return summary
 
 
+def _refuse_other_settings(previous: dict, settings: dict, output_dir: str, flags: _Flags) -> None:
+    """The error for a rerun whose ``settings`` differ from those of the shards done in ``output_dir``."""
+    earlier = previous.get("settings", {})
+    model = earlier.get("model", {})
+    if "sha256" not in model and model.get("saved_model", model.get("checkpoint")):
+        # An older summary named the model by its path only, under which another model may sit now.
+        raise InputError(f"{flags.output_dir}={output_dir} holds predictions of a model recorded by its path only "
+                         f"({model.get('saved_model', model.get('checkpoint'))}; by an earlier xlnet_tf), not by its "
+                         f"content: whether this model made them cannot be told; use another {flags.output_dir}, or "
+                         f"{flags.redo}")
+    there, now = _flat(earlier), _flat(settings)
+    diff = {k: (there.get(k), now.get(k)) for k in [*now, *there] if there.get(k) != now.get(k)}
+    source = " ".join(f"{k}={v}" for k, v in previous.get("model_source", {}).items())
+    source = f"; the earlier model: {source}" if source and any(k.startswith("model.") for k in diff) else ""
+    raise InputError(f"{flags.output_dir}={output_dir} holds predictions made with other settings ("
+                     + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
+                     + f"{source}): use another {flags.output_dir}, or {flags.redo}")
+
+
+def _flat(settings: dict) -> dict:
+    """``settings`` with the model's entries as ``model.<key>``: a difference is named by its key."""
+    flat = {}
+    for key, value in settings.items():
+        flat.update({f"{key}.{k}": v for k, v in value.items()} if key == "model" else {key: value})
+    return flat
+
+
 def _remove_stale_temporaries(output_dir: str, names: list) -> None:
     """Deletes temporary outputs a killed job left (``.<output>.tmp-*``), only of this job's shard names."""
     for name in names:
@@ -211,26 +240,11 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"
         raise InputError(f"{flags.text_fields}: the model reads {wanted}")
-    shards = [p for p in list_shards(input_glob, glob_flag) if not _written_by_a_job(p, output_dir)]
-    if not shards:
-        raise InputError(f"{glob_flag}={input_glob} matches only what batch prediction wrote in {flags.output_dir}="
-                         f"{output_dir}")
+    shards = input_shards(input_glob, output_dir, glob_flag, flags.output_dir)
     tf.io.gfile.makedirs(output_dir)
     with output_lock(output_dir, flags.output_dir):
         return _predict_shards(predictor, shards, input_glob, output_dir, fields, batch_size, input_format,
                                overwrite, progress_every_s, flags)
-
-
-LOCK_FILE = ".predict.lock"
-
-
-def _written_by_a_job(path: str, output_dir: str) -> bool:
-    """Whether ``path`` is a job's own file in ``output_dir`` (predictions, summary, lock, temporaries), which an
-    input glob matching the output directory would otherwise read as inputs on the rerun."""
-    folder, name = os.path.split(path)
-    same = (folder.rstrip("/") == output_dir.rstrip("/") if "://" in path + output_dir
-            else os.path.realpath(folder) == os.path.realpath(output_dir))
-    return same and (name.endswith(OUTPUT_SUFFIX) or name in (SUMMARY_FILE, LOCK_FILE) or name.startswith("."))
 
 
 def output_lock(output_dir: str, flag: str = "--output_dir"):
@@ -252,8 +266,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     if clashes:
         raise InputError(f"{flags.glob}: input files with the same name in different directories would write the "
                          f"same output ({', '.join(clashes)}); predict them into separate {flags.output_dir}")
-    settings = dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
-                    id_field=fields.id, **predictor.described)
+    settings = settings_of(predictor, fields)
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
     previous = {}
     if tf.io.gfile.exists(summary_path) and not overwrite:
@@ -263,15 +276,17 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                              f"{previous['runner']}), which this run's summary would replace: use another "
                              f"{flags.output_dir}, or {flags.redo}")
         if previous.get("settings") != settings and previous.get("shards"):  # no shard done: nothing to mix
-            diff = {k: (previous.get("settings", {}).get(k), v) for k, v in settings.items()
-                    if previous.get("settings", {}).get(k) != v}
-            raise InputError(f"{flags.output_dir}={output_dir} holds predictions made with other settings ("
-                             + "; ".join(f"{k}: there {a!r}, now {b!r}" for k, (a, b) in diff.items())
-                             + f"): use another {flags.output_dir}, or {flags.redo}")
+            _refuse_other_settings(previous, settings, output_dir, flags)
     _remove_stale_temporaries(output_dir, names)
+    earlier = [p for p in earlier_outputs(output_dir) if os.path.basename(p) != SUMMARY_FILE]
+    if overwrite and earlier:  # either engine's: left, a glob over the directory would read two models' rows
+        logging.warning("--overwrite: deleting the %d earlier output(s) in %s (%s%s)", len(earlier), output_dir,
+                        ", ".join(os.path.basename(p) for p in earlier[:3]), ", ..." if len(earlier) > 3 else "")
+        for path in earlier:
+            tf.io.gfile.remove(path)
     # Outputs of inputs no longer matched (a deleted or renamed shard): kept (they are the user's), but named in the
     # log and the summary, so that "complete" is not read as covering them.
-    stale = sorted(n for n in tf.io.gfile.listdir(output_dir) if n.endswith(OUTPUT_SUFFIX) and n not in names)
+    stale = [] if overwrite else [n for n in map(os.path.basename, earlier) if n not in names]
     if stale:
         logging.warning("%s holds predictions of inputs %s does not match: %s (delete them, or use another "
                         "%s)", output_dir, flags.glob, ", ".join(stale), flags.output_dir)
@@ -294,7 +309,8 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     for path in todo:
         check_header(path, formats[path], fields)
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
-    summary = dict(settings=settings, input_glob=input_glob, shards=records, outputs_of_other_inputs=stale)
+    summary = dict(model_source=predictor.source, settings=settings, input_glob=input_glob, shards=records,
+                   outputs_of_other_inputs=stale)
 
     def write_summary():
         summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards),

@@ -6,10 +6,12 @@ an export's task family is found: the module docstring of ``xlnet_tf.batch.predi
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -17,6 +19,7 @@ from xlnet_tf import tasks
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import MetadataInfo
+from xlnet_tf.tokenization import file_sha256
 
 
 class Predictor(abc.ABC):
@@ -24,8 +27,9 @@ class Predictor(abc.ABC):
     ``meta``: what the export records for clients (``metadata.json``). ``takes_text``: batches carry the raw strings
     (``text_a``, ``text_b`` [B]), else encoded ids (``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask``
     float32 [B, L]); ``__call__(batch)`` returns the family's ``batch.outputs`` (numpy). ``identity`` names the
-    model and settings, ``described`` what it predicts (the family's ``batch.identity``; a resumed job must use
-    the same)."""
+    model by its content and the settings its predictions depend on, ``described`` what it predicts (the family's
+    ``batch.identity``; a resumed job must use the same); ``source`` where it was read (for people, not compared:
+    the same model may be named by several paths, and one path name another model later)."""
     family = None
     meta: dict = {}
     takes_text: bool = False
@@ -33,6 +37,7 @@ class Predictor(abc.ABC):
     tokenizer = None
     max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH
     identity: dict = {}
+    source: dict = {}
     described: dict = {}
 
     def _describe(self, output_names) -> None:
@@ -56,12 +61,12 @@ class KerasPredictor(Predictor):
 
     def __init__(self, model, family, meta: dict, tokenizer, max_seq_length: int, identity: dict,
                  strategy: Optional[tf.distribute.Strategy] = None, batch_size: int = 128,
-                 jit_compile: bool = False):
+                 jit_compile: bool = False, source: Optional[dict] = None):
         from xlnet_tf.finetuning.trainer import make_predict_step
         from xlnet_tf.training.xla import check_jit_compile
 
         self.family, self.meta, self.tokenizer, self.max_seq_length = family, meta, tokenizer, max_seq_length
-        self.identity, self.pair = identity, meta.get("pair")
+        self.identity, self.source, self.pair = identity, source or {}, meta.get("pair")
         replicas = 1  # the default strategy (one device) has no worker devices to list or check
         if strategy is not None:
             check_jit_compile(strategy, jit_compile)
@@ -96,6 +101,27 @@ class KerasPredictor(Predictor):
         padded = [tf.pad(batch[k], [[0, self.batch_size - rows], [0, 0]]) for k in self._names]
         outputs = self._forward(*padded)
         return self.family.batch.outputs({k: v[:rows] for k, v in outputs.items()}, self.meta)
+
+
+def content_sha256(paths: Sequence[str]) -> str:
+    """One SHA-256 of the files' contents, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
+
+
+def checkpoint_sha256(checkpoint: str, model) -> str:
+    """What tells a checkpoint's weights from others under the same name (a run trained again): its ``.index``,
+    which holds every tensor's checksum; for an HF directory (no index), the weights restored into ``model``."""
+    from xlnet_tf.hf.hub import is_hub
+
+    if not is_hub(checkpoint) and tf.io.gfile.exists(checkpoint + ".index"):
+        return content_sha256([checkpoint + ".index"])
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.asarray(weight).tobytes())
+    return digest.hexdigest()
 
 
 def resolve_saved_model(path: str) -> tuple:
@@ -170,17 +196,26 @@ class SavedModelPredictor(Predictor):
         # Sentence pairs: a text signature says so by its inputs; an ids one only through metadata.json.
         self.pair = (len(self._text_inputs) > 1 and self._text_inputs[1] in self._inputs if self.takes_text
                      else meta.get("pair"))
+        fixed = None if self.takes_text else self._inputs["input_ids"].shape[1]  # e.g. a long-document export's
         if not self.takes_text and max_seq_length is None:
             # The fine-tuning run's length, as the export records it; a shorter or longer one changes predictions.
-            max_seq_length = meta.get("max_seq_length")
+            max_seq_length = meta.get("max_seq_length", fixed)
             if max_seq_length is None:
                 max_seq_length = DEFAULT_MAX_SEQ_LENGTH
                 logging.warning("%s does not record the fine-tuning run's max_seq_length; tokenizing to %d tokens "
                                 "(set --max_seq_length to the run's)", self.path, max_seq_length)
-        elif self.takes_text and max_seq_length is not None:
-            logging.warning("--max_seq_length=%d is not used: signature %s tokenizes in the graph to the fine-tuning "
-                            "run's length (%s)", max_seq_length, signature, meta.get("max_seq_length", "unrecorded"))
-        elif not self.takes_text and meta.get("max_seq_length") not in (None, max_seq_length):
+        elif self.takes_text:
+            given = dict(max_seq_length=max_seq_length, uncased=uncased, spiece_model_file=spiece_model_file)
+            unused = [f"--{name}={value}" for name, value in given.items() if value is not None]
+            if unused:
+                logging.warning("%s not used: signature %s tokenizes in the graph as the fine-tuning run did "
+                                "(max_seq_length %s, uncased %s; --signature=serve_ids tokenizes here)",
+                                ", ".join(unused), signature, meta.get("max_seq_length", "unrecorded"),
+                                meta.get("lower_case", "unrecorded"))
+        elif fixed not in (None, max_seq_length):
+            raise InputError(f"--max_seq_length={max_seq_length}: signature {signature} of {self.path} takes exactly "
+                             f"{fixed} tokens")
+        elif meta.get("max_seq_length") not in (None, max_seq_length):
             logging.warning("--max_seq_length=%d differs from the fine-tuning run's %d (%s)", max_seq_length,
                             meta["max_seq_length"], self.path)
         self.max_seq_length = max_seq_length
@@ -189,9 +224,14 @@ class SavedModelPredictor(Predictor):
             model_file = spiece_model_file or self._asset_spiece()
             self.tokenizer = XLNetTokenizer(model_file, lower=meta.get("lower_case", False) if uncased is None
                                             else uncased)
-        self.identity = dict(saved_model=self.path, version=self.version, signature=signature,
+        self.source = dict(saved_model=self.path, version=self.version)
+        # Its content, not its path: a path may name another export later (the same version number retrained), and
+        # the same export other paths. variables.index holds each variable's checksum.
+        files = [os.path.join(self.path, "saved_model.pb"), os.path.join(self.path, "variables", "variables.index")]
+        self.identity = dict(sha256=content_sha256([f for f in files if tf.io.gfile.exists(f)]), signature=signature,
                              max_seq_length=None if self.takes_text else max_seq_length,
-                             spiece_sha256=self.tokenizer.fingerprint() if self.tokenizer else None)
+                             spiece_sha256=self.tokenizer.fingerprint() if self.tokenizer else None,
+                             uncased=self.tokenizer.lower if self.tokenizer else None)
 
     def _family(self, meta: dict, signature: str):
         """The export's task family: that of the kind it records, else the one whose signature takes these inputs."""

@@ -6,21 +6,63 @@ families' hooks only through here and ``xlnet_tf.batch.predictors``."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 from typing import Optional, Sequence
 
 import numpy as np
+import tensorflow as tf
 
-from xlnet_tf.batch.inputs import Fields, family_formats
+from xlnet_tf.batch import SUMMARY_FILE
+from xlnet_tf.batch.inputs import Fields, family_formats, list_shards
+from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import Row
 
-OUTPUT_SUFFIX = ".predictions.jsonl"
+OUTPUT_SUFFIX = ".predictions.jsonl"  # cli.predict's, one per input
+PREDICTIONS = "predictions"  # a Beam job's: <output_dir>/predictions-SSSSS-of-NNNNN.jsonl
+DEAD_LETTERS = "dead_letters"  # <output_dir>/dead_letters-SSSSS-of-NNNNN.txt
+LOCK_FILE = ".predict.lock"
+# What either engine writes in an output directory: an --overwrite removes it, a job never reads it as an input.
+OUTPUT_PATTERNS = (f"{PREDICTIONS}-*-of-*.jsonl", f"{DEAD_LETTERS}-*-of-*.txt", f"*{OUTPUT_SUFFIX}",
+                   SUMMARY_FILE)
 
 
 def output_name(path: str) -> str:
     """The file name of the predictions of input ``path`` (``python -m xlnet_tf.cli.predict``)."""
     return os.path.basename(path) + OUTPUT_SUFFIX
+
+
+def earlier_outputs(output_dir: str) -> list:
+    """The results either engine wrote in ``output_dir`` (its ``OUTPUT_PATTERNS``), sorted: left beside a new
+    job's, a glob over the directory would read two jobs' predictions."""
+    return sorted({p for pattern in OUTPUT_PATTERNS for p in tf.io.gfile.glob(os.path.join(output_dir, pattern))})
+
+
+def input_shards(input_glob: str, output_dir: str, glob_flag: str = "--input_glob",
+                 output_flag: str = "--output_dir") -> list:
+    """``list_shards`` of ``input_glob`` but for the files a job wrote in ``output_dir`` (``written_by_a_job``)."""
+    shards = [p for p in list_shards(input_glob, glob_flag) if not written_by_a_job(p, output_dir)]
+    if not shards:
+        raise InputError(f"{glob_flag}={input_glob} matches only what batch prediction wrote in {output_flag}="
+                         f"{output_dir}")
+    return shards
+
+
+def written_by_a_job(path: str, output_dir: str) -> bool:
+    """Whether ``path`` is a job's own file in ``output_dir`` (either engine's results, the lock, temporaries),
+    which an input glob matching the output directory would otherwise read as inputs on the rerun."""
+    folder, name = os.path.split(path)
+    same = (folder.rstrip("/") == output_dir.rstrip("/") if "://" in path + output_dir
+            else os.path.realpath(folder) == os.path.realpath(output_dir))
+    return same and any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS + (LOCK_FILE, ".*"))
+
+
+def settings_of(predictor, fields: Fields) -> dict:
+    """What a job's predictions depend on (``predict_summary.json``'s ``settings``; a resumed job must have the
+    same): the model's identity (its content, not where it was read), the fields, what the model predicts."""
+    return dict(model=predictor.identity, text_fields=[fields.text_a] + ([fields.text_b] if fields.text_b else []),
+                id_field=fields.id, **predictor.described)
 
 
 def with_id(fields: Fields, fmt: str) -> bool:

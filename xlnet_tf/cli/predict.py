@@ -48,7 +48,8 @@ class PredictSettings(Settings):
                                                "in the export's assets.extra/).")
     uncased: Optional[bool] = setting(None, "Token ids signatures: lower-case the text (default: as the export's "
                                       "labels.json says, else cased).")
-    overwrite: bool = setting(False, "Predict every shard again, even those done.")
+    overwrite: bool = setting(False, "Predict every shard again, even those done; every earlier output in "
+                              "--output_dir is deleted.")
     progress_every_s: float = setting(30.0, "Seconds between progress lines.", above=0)
     task_module: Optional[str] = setting(None, "The module (dotted name or .py file) of a task family of your own, "
                                          "for its exports (xlnet_tf.tasks).")
