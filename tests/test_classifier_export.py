@@ -5,6 +5,7 @@ replaced. (The fresh-process round trip through run_classifier.py is tests/test_
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -33,7 +34,8 @@ def test_both_signatures_match_keras(tmp_path, kind):
         info = ServingInfo(kind=kind, task="race", max_seq_length=SEQ, labels=list("ABCD"), global_step=5,
                            max_qa_length=10, family=tasks.for_kind(kind))
     else:
-        model = XLNetClassifier(MICRO_CONFIG, num_labels=3, task_scope="t", regression=kind == "regression")
+        model = XLNetClassifier(MICRO_CONFIG, num_labels=1 if kind == "regression" else 3, task_scope="t",
+                                regression=kind == "regression")
         info = ServingInfo(kind=kind, task="t", max_seq_length=SEQ, labels=None if kind == "regression" else
                            ["a", "b", "c"], pair=kind == "classification", global_step=5, family=tasks.for_kind(kind))
     path = export_serving(model, str(tmp_path / "serving"), info, SPIECE)
@@ -239,6 +241,16 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
         k: v for k, v in by_the_run.items() if k != "max_qa_length"}
     with pytest.raises(ValueError, match="pair=False: this model was fine-tuned on sentence pairs"):
         model.export(str(tmp_path / "single"), pair=False)
+    # Its .keras file keeps the run (its export wrote task custom, labels 0/1, single sentences), and neither
+    # predicts on single sentences (it answered them) as its export takes none
+    model.save(str(tmp_path / "rte.keras"))
+    again = keras.saving.load_model(str(tmp_path / "rte.keras"))
+    assert again.run_info == model.run_info
+    for loaded in (model, again):
+        with pytest.raises(ValueError, match=r"inputs: single sentences, but this model was fine-tuned on sentence "
+                                             r"pairs \(task rte\): pass \(sentences, second_sentences\)"):
+            loaded.predict(["A man is sleeping."], verbose=0)
+    assert loaded.predict((["A man is sleeping."], ["He rests."]), verbose=0).shape == (1, 2)
     assert model.export(str(tmp_path / "serving")) == str(tmp_path / "serving" / "3")  # the same model: a version
 
     single = ServingInfo(kind="classification", task="sst-2", max_seq_length=SEQ, labels=["0", "1"],

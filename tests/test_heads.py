@@ -56,6 +56,15 @@ def test_a_padding_mask_under_another_name_is_refused(head):
         model(dict(inputs, attention_mask=inputs["padding_mask"]))
 
 
+@pytest.mark.parametrize("head", ["classifier", "multiple choice", "squad", "tagger"])
+def test_weight_paths_do_not_count_the_heads_built_before(head):
+    """Training checkpoints and XLNetAdamW's no_decay_paths / lr_multipliers name weights by path: a head built
+    after another in the process (a notebook's second model, a .keras file loaded beside one) has the same
+    paths (the classifier's summary bias was sequence_summary_1/summary/bias, weight-decayed once reloaded)."""
+    first, second = HEADS[head][0](), HEADS[head][0]()
+    assert [w.path for w in second.weights] == [w.path for w in first.weights]
+
+
 def written_before_the_rename(cls):
     """``cls`` writing the checkpoint layout of before 2026-11-28, when the heads' sequence summary was the
     attribute ``summary`` (and hid ``keras.Model.summary``)."""

@@ -224,10 +224,18 @@ def test_text_model_from_hf_directory_takes_config_head_and_casing(tmp_path):
     import xlnet_tf
 
     theirs = _hf_model("XLNetForSequenceClassification", summary_use_proj=False,
-                       summary_activation="linear")
+                       summary_activation="linear", id2label={0: "neg", 1: "neutral", 2: "pos"})
     folder = _save_hf(theirs, tmp_path / "hf", lower_case=True)
     model = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, seq_length=16, dropout=0.0, dropatt=0.0)
     assert model.network.num_labels == 3 and not model.network.use_summ_proj
+    # id2label names the classes: kept in a .keras file's config, the export's label names
+    assert xlnet_tf.XLNetTextClassifier.from_config(model.get_config()).labels == ["neg", "neutral", "pos"]
+    with open(os.path.join(model.export(str(tmp_path / "serving")), "assets.extra", "labels.json")) as f:
+        assert json.load(f)["labels"] == ["neg", "neutral", "pos"]
+    # new_head=True: a new head, though this one fits (the same classes of another task), and so no class names
+    fresh = xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, seq_length=16, new_head=True)
+    assert fresh.labels is None and not np.allclose(fresh.network.logit.kernel, model.network.logit.kernel)
+    np.testing.assert_array_equal(fresh.network.xlnet.word_embedding, model.network.xlnet.word_embedding)
     texts = ["Crème BRÛLÉE, déjà vu.", "A  Gripping ``film''!"]
     encoded = model.preprocessor(tf.constant(texts))
     tokenizer = transformers.XLNetTokenizer.from_pretrained(folder)

@@ -200,6 +200,26 @@ def test_keras_text_model_reads_the_run(genre_run):
                                                      config=settings.model_config_path)
 
 
+def test_keras_text_model_refuses_what_its_memory_cannot_read(genre_run, tmp_path):
+    """As run_classifier.py refuses a pair task with --long_document=memory, the Keras model refuses pairs (its
+    second text would not be last) in predict and export(pair=True), where it answered and wrote; mem_len=0 (was:
+    the full memory) and mem_len without segments (was: dropped) are refused by name."""
+    import xlnet_tf
+
+    settings, _ = genre_run
+    model = xlnet_tf.load_text_model(settings.model_dir)
+    with pytest.raises(ValueError, match=r"inputs: sentence pairs, but a long-document classifier \(num_segments=4\)"):
+        model.predict((["A document."], ["Another."]), verbose=0)
+    with pytest.raises(ValueError, match=r"pair=True: sentence pairs, but a long-document classifier"):
+        model.export(str(tmp_path / "serving"), pair=True)
+    assert not (tmp_path / "serving").exists()
+    for segments, memory in ((1, 8), (4, 0)):
+        with pytest.raises(ValueError, match=f"mem_len={memory}"):
+            xlnet_tf.XLNetTextClassifier.from_checkpoint(
+                settings.model_dir, num_labels=15, seq_length=16, num_segments=segments, mem_len=memory,
+                config=settings.model_config_path, spiece_model=settings.spiece_model_file)
+
+
 @pytest.mark.alone
 def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkeypatch):
     """The demo config validates; a pair task, one segment, no memory or RACE with --long_document=memory are

@@ -164,6 +164,18 @@ def test_module_names_say_what_a_module_is():
     assert not {name: where for name, where in seen.items() if len(where) > 1}
 
 
+def test_every_class_registered_with_keras_is_found_before_its_module_is_imported():
+    """``keras.saving.load_model`` finds xlnet_tf's classes after ``import xlnet_tf`` alone (tests/test_tasks.py)
+    by the table of xlnet_tf/__init__.py: a class registered elsewhere would not load in such a process."""
+    registered = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any("register_keras_serializable" in ast.unparse(d)
+                                                      for d in node.decorator_list):
+                registered.setdefault(name, []).append(node.name)
+    assert {name: tuple(sorted(classes)) for name, classes in registered.items()} == xlnet_tf._KERAS_CLASSES
+
+
 def test_no_private_keras_modules():
     """The package uses Keras 3's public API: no ``keras.src`` import (its layout changes between minor versions)."""
     offenders = []

@@ -390,22 +390,25 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
     whole model if the checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or
     ``run_classifier.py``'s), else only the network (a pretrained release, conversion or pretraining checkpoint;
     the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
-    labels, regression) is refused, naming its head's weights, unless ``new_head``: a new head on its network
-    (e.g. RTE from an MNLI model). Returns "fine-tuned" or "pretrained"; a ValueError names the checkpoint if
-    neither fits. ``path`` may be an ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
+    labels, regression) is refused, naming its head's weights. ``new_head``: the network only, a new head whatever
+    the checkpoint holds (e.g. RTE from an MNLI model; a head that fits is another task's too). Returns
+    "fine-tuned" or "pretrained"; a ValueError names the checkpoint if neither fits. ``path`` may be an
+    ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
     from xlnet_tf import hf
 
     if isinstance(path, hf.HFCheckpoint):
         return _load_hf_task_weights(network, path, new_head)
     prefix = resolve_checkpoint(path)
-    try:
-        if is_tf1_checkpoint(prefix):
-            load_original_checkpoint(network, prefix)
-        else:
-            read_model(network, prefix)
-        return "fine-tuned"
-    except ValueError as whole:
-        reason = str(whole).strip().splitlines()[-1].strip()
+    reason = "new_head=True"
+    if not new_head:
+        try:
+            if is_tf1_checkpoint(prefix):
+                load_original_checkpoint(network, prefix)
+            else:
+                read_model(network, prefix)
+            return "fine-tuned"
+        except ValueError as whole:
+            reason = str(whole).strip().splitlines()[-1].strip()
     # The network alone first: where it does not fit either (another config), that, not the head, is what to fix.
     load_pretrained(network, prefix)  # raises, naming the checkpoint, if the network does not fit
     heads = head_variables(prefix)
@@ -419,15 +422,17 @@ def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -
 
 
 def _load_hf_task_weights(network: keras.Model, checkpoint, new_head: bool) -> str:
-    tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
-    try:
-        assign_arrays(network, tensors, checkpoint.source)
-        return "fine-tuned"
-    except InputError as whole:
-        reason = str(whole).strip().splitlines()[-1].strip()
-    if checkpoint.head not in (None, "XLNetPretrainer") and not new_head:
-        raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
-                         f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its network")
+    if not new_head:
+        tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
+        try:
+            assign_arrays(network, tensors, checkpoint.source)
+            return "fine-tuned"
+        except InputError as whole:
+            reason = str(whole).strip().splitlines()[-1].strip()
+        if checkpoint.head not in (None, "XLNetPretrainer"):
+            raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
+                             f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its "
+                             "network")
     load_hf_pretrained(network, checkpoint)
     logging.info("%s: the network is loaded, the %s head starts from random weights", checkpoint.source,
                  type(network).__name__)

@@ -79,6 +79,12 @@ class SequenceSummary(keras.layers.Layer):
                 "model/sequnece_summary/summary/bias": self.proj.bias}
 
 
+def summary_layer(config: XLNetConfig, summary_type: str, use_proj: bool, dtype) -> SequenceSummary:
+    """A head's ``SequenceSummary``, named: an auto-name would count the heads built before in the process
+    (``sequence_summary_1``), and variable paths (training checkpoints, XLNetAdamW's ``no_decay_paths``) with it."""
+    return SequenceSummary(config, summary_type, use_proj, dtype=dtype, name="sequence_summary")
+
+
 class FinetuneModel(NamedInputs, keras.Model):
     """Shared plumbing: the network as ``.xlnet`` and config serialisation."""
 
@@ -120,14 +126,17 @@ class XLNetClassifier(FinetuneModel):
         if num_segments < 1 or (num_segments > 1 and mem_len < 1):
             raise ValueError(f"num_segments={num_segments}, mem_len={mem_len}: a document of several segments "
                              "needs mem_len >= 1")
+        if regression and num_labels != 1:
+            raise ValueError(f"num_labels={num_labels}, regression=True: a regression has one output "
+                             "(num_labels=1)")
         config = _as_config(config)
         if num_segments > 1:  # the whole of each segment is cached (no reuse_len: fine-tuning has no permutation)
             config = config.replace(mem_len=mem_len, reuse_len=None)
         super().__init__(config, **kwargs)
         self.num_segments, self.mem_len = num_segments, (mem_len if num_segments > 1 else 0)
-        self.num_labels, self.task_scope, self.regression = (1 if regression else num_labels), task_scope, regression
+        self.num_labels, self.task_scope, self.regression = num_labels, task_scope, regression
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.sequence_summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
+        self.sequence_summary = summary_layer(self.config, summary_type, use_summ_proj, self.dtype_policy)
         self.logit = dense_layer(self.num_labels, self.config, "logit", dtype=self.dtype_policy)
         self.sequence_summary.build()
         self.logit.build((None, self.config.d_model))

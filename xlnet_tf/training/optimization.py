@@ -109,8 +109,9 @@ class XLNetAdamW(keras.optimizers.AdamW):
             raise ValueError(f"XLNetAdamW: lr_multipliers / no_decay_paths name none of the variables it is built "
                              f"for (e.g. {unknown[0]!r}; the variables: {', '.join(sorted(paths)[:3])}, ...)")
         if unknown:
-            logging.warning("XLNetAdamW: %d variables named by lr_multipliers / no_decay_paths are not trained "
-                            "(e.g. %s)", len(unknown), unknown[0])
+            logging.warning("XLNetAdamW: %d paths of lr_multipliers / no_decay_paths name none of the variables it "
+                            "trains (e.g. %s); a variable at another path trains at the plain learning rate, with "
+                            "weight decay", len(unknown), unknown[0])
         if self.no_decay_paths:
             self.exclude_from_weight_decay(var_list=[var for var in variables if var.path in self.no_decay_paths])
         super().build(variables)

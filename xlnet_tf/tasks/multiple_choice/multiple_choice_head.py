@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.models.heads import FinetuneModel, SequenceSummary, dense_layer, network_inputs
+from xlnet_tf.models.heads import FinetuneModel, dense_layer, network_inputs, summary_layer
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -18,7 +18,7 @@ class XLNetMultipleChoice(FinetuneModel):
     def __init__(self, config, summary_type: str = "last", use_summ_proj: bool = True, **kwargs):
         super().__init__(config, **kwargs)
         self.summary_type, self.use_summ_proj = summary_type, use_summ_proj
-        self.sequence_summary = SequenceSummary(self.config, summary_type, use_summ_proj, dtype=self.dtype_policy)
+        self.sequence_summary = summary_layer(self.config, summary_type, use_summ_proj, self.dtype_policy)
         self.score = dense_layer(1, self.config, "dense", dtype=self.dtype_policy)
         self.sequence_summary.build()
         self.score.build((None, self.config.d_model))
