@@ -49,8 +49,8 @@ RECORDED = ("task_name", "task_module", "model_config_path", "spiece_model_file"
 class ExportSettings(Settings):
     """The export command's flags (no TensorFlow here: they are checked before it loads)."""
 
-    model_dir: Optional[str] = setting(None, "The fine-tuning (or, with --format=release, pretraining) run's "
-                                       "directory.")
+    model_dir: Optional[str] = setting(None, "The fine-tuning (or, with --format=release or hf, pretraining) "
+                                       "run's directory.")
     export_dir: Optional[str] = setting(None, "saved_model: the TF Serving base path (versions are written below "
                                         "it); release: the release directory (new or empty).")
     format: str = setting("saved_model", "saved_model (TF Serving, raw text in), release (the original TF1 "
@@ -58,7 +58,7 @@ class ExportSettings(Settings):
     predict_ckpt: Optional[str] = setting(None, "Checkpoint to export (default: the latest in --model_dir).")
     task_name: Optional[str] = setting(None, "The fine-tuned task (a run_classifier.py task, race or squad); "
                                        "default: the run's record. Without one and no record: the pretrained "
-                                       "network (--format=release only).")
+                                       "network (--format=release or hf).")
     # The run's own flags, unset here: the run's record holds their values.
     task_module: Optional[str] = setting_of(ClassifierSettings, "task_module", help_suffix=RECORD)
     model_config_path: Optional[str] = setting_of(RunSettings, "model_config_path", help_suffix=RECORD)

@@ -47,7 +47,7 @@ class PredictSettings(Settings):
     spiece_model_file: Optional[str] = setting(None, "Token ids signatures: SentencePiece model (default: the one "
                                                "in the export's assets.extra/).")
     uncased: Optional[bool] = setting(None, "Token ids signatures: lower-case the text (default: as the export's "
-                                      "labels.json says, else cased).")
+                                      "metadata.json says, else cased).")
     overwrite: bool = setting(False, "Predict every shard again, even those done; every earlier output in "
                               "--output_dir is deleted.")
     progress_every_s: float = setting(30.0, "Seconds between progress lines.", above=0)

@@ -12,7 +12,7 @@ from typing import ClassVar, Mapping, Optional
 
 from xlnet_tf import tasks
 from xlnet_tf.config import SUMMARY_TYPES
-from xlnet_tf.training.settings import FinetuneSettings, Ignored, path_missing, setting
+from xlnet_tf.training.settings import FinetuneSettings, Ignored, path_missing, setting, setting_of
 
 SPLITS = ("train", "dev", "test")
 LONG_DOCUMENT = ("truncate", "memory")
@@ -48,6 +48,8 @@ class ClassifierSettings(FinetuneSettings):
     eval_all_ckpt: bool = setting(False, "Evaluate every checkpoint in model_dir and report the best (those of "
                                   "--save_steps and the last; not one written where a signal stopped training).")
     eval_batch_size: int = setting(128, "Global eval batch size.")
+    train_batch_size: Optional[int] = setting_of(FinetuneSettings, "train_batch_size",
+                                                 help_suffix=" RACE: questions of 4 sequences.")
     max_save: int = 0
     # Batch prediction over large sharded inputs (xlnet_tf.batch.prediction) instead of --eval_split's file.
     predict_input_glob: Optional[str] = setting(None, "--do_predict over these files instead of --eval_split's: "

@@ -255,8 +255,7 @@ class RunSettings(Settings):
     dropatt: float = setting(0.1, "Attention dropout rate.", minimum=0, below=1)
     clamp_len: int = setting(-1, "Clamp relative distances (-1 = off).", minimum=-1)
     # Optimisation and checkpoints.
-    train_batch_size: Optional[int] = setting(8, "Global training batch size (all replicas; per micro-batch with "
-                                              "--grad_accum_steps; RACE: questions of 4 sequences).")
+    train_batch_size: Optional[int] = setting(8, "Global training batch size (all replicas).")
     train_steps: Optional[int] = setting(1000, "Total optimizer steps.")
     iterations: int = setting(1000, "Steps per host loop (one tf.function call; pretraining memory restarts per "
                               "loop).", minimum=1)
@@ -413,8 +412,7 @@ class PretrainDataSettings:
     shape has no default: a run names its model's."""
 
     input_glob: Optional[str] = setting(None, "Text files (comma-separated globs; one sentence per line, a blank "
-                                        "line between documents) to write the pretraining data from; "
-                                        "run_pretrain.py writes them only if --data_dir holds no data yet.")
+                                        "line between documents) to write the pretraining data from.")
     num_core_per_host: Optional[int] = setting(None, "Replicas (cores/GPUs) per host that split a host batch: "
                                                "the data is laid out for them (default: run_pretrain.py: the "
                                                "strategy's replicas; create_data: 1).", minimum=1)
@@ -440,6 +438,8 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
     objective: str = setting("plm", "Pretraining objective: plm (XLNet's permutation LM), pmlm (UniLMv2's "
                              "pseudo-masked LM) or mpnet (MPNet); every one trains the same network (see "
                              "docs/objectives.md).", choices=OBJECTIVES)
+    input_glob: Optional[str] = setting_of(PretrainDataSettings, "input_glob", help_suffix=" Read only where "
+                                           "--data_dir holds no data yet.")
     data_dir: Optional[str] = setting(None, "Directory of pretraining data (written by python -m "
                                       "xlnet_tf.cli.create_data, or from --input_glob).")
     mem_len: int = setting(0, "Transformer-XL memory length (0 = none).", minimum=0)
@@ -449,7 +449,8 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
                                     minimum=1)
     jit_compile: bool = setting(False, "Compile the training step with XLA.")
     # Defaults of run_pretrain.py where they differ: the shape flags have none (a run names its model).
-    train_batch_size: Optional[int] = None
+    train_batch_size: Optional[int] = setting_of(RunSettings, "train_batch_size", None,
+                                                 help_suffix=" Per micro-batch with --grad_accum_steps.")
     train_steps: Optional[int] = None
     learning_rate: float = 1e-4
     min_lr_ratio: float = 0.001

@@ -27,7 +27,7 @@ from xlnet_tf import hf
 from xlnet_tf.tasks.tagging import tagging_data
 from xlnet_tf.tasks.tagging import tagging_hf_names
 from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
-from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting
+from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting, setting_of
 
 KIND = TASK = "tagging"
 TEXT_INPUT = "text"
@@ -55,15 +55,23 @@ class TaggingSettings(ClassifierSettings):
     predict_text_fields: str = setting(TEXT_INPUT, "With --predict_input_glob: the text column/key.")
     max_seq_length: int = 128
     data_dir: Optional[str] = setting(None, "Directory of train/dev/test files (or give --train_file etc.).")
+    train_batch_size: Optional[int] = setting_of(FinetuneSettings, "train_batch_size")  # (no RACE note)
 
     FILE_FLAGS: ClassVar[dict] = {"train": "train_file", "dev": "dev_file", "test": "test_file"}
-    # run_classifier.py's batch prediction feeds token ids; a tagger's windows need the text: large inputs are tagged
-    # through the export's raw-text signature, so run_tagger.py has none of its flags (--help listed them).
+    # run_classifier.py's flags that mean nothing to a tagger: it refuses them by name (--help listed them, and a run
+    # given them trained as without, its record saying otherwise). Batch prediction feeds token ids, and a tagger's
+    # windows need the text: large inputs are tagged through the export's raw-text signature.
     _PREDICT = "run_tagger.py tags large inputs through its export: python -m xlnet_tf.cli.predict "
     NOT_FLAGS: ClassVar[dict] = {
         "predict_input_glob": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --text_fields=text",
         "predict_text_fields": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --text_fields=...",
-        "predict_id_field": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --id_field=..."}
+        "predict_id_field": _PREDICT + "--saved_model=<--export_dir> --input_glob=... --id_field=...",
+        **dict.fromkeys(("long_document", "max_segments", "mem_len"), "a tagger reads a long text in overlapping "
+                        "windows of --max_seq_length (--window_stride), each token tagged once; "
+                        "--long_document=memory is run_classifier.py's, for classification and regression"),
+        **dict.fromkeys(("max_qa_length", "high_only", "middle_only"), "RACE's: run_classifier.py --task_name=race"),
+        **dict.fromkeys(("summary_type", "use_summ_proj", "is_regression"), "a tagger's head scores every token: no "
+                        "sequence summary, no regression")}
 
     @property
     def stride(self) -> int:
