@@ -215,6 +215,17 @@ def test_a_flag_the_tool_refuses_is_not_defined_and_says_what_to_use(tmp_path):
     assert "predict_input_glob" in parsed(ClassifierSettings)[0]  # run_classifier.py keeps them
 
 
+@pytest.mark.parametrize("settings_cls", [PretrainSettings, ClassifierSettings, SquadSettings, TaggingSettings,
+                                          CreateDataSettings, ExportSettings, PredictSettings, ConvertSettings,
+                                          TrainSpmSettings, JobsSettings, LaunchSettings, ServingOpsSettings])
+def test_every_flag_a_tools_help_names_is_a_flag_of_that_tool(settings_cls):
+    """--help is read as the tool's own: run_classifier.py's said --train_batch_size was "per micro-batch with
+    --grad_accum_steps", a flag only run_pretrain.py has (it refused it)."""
+    values, _ = parsed(settings_cls)
+    named = {(name, flag) for name in values for flag in re.findall(r"--([a-z][a-z0-9_]*)", values[name].help or "")}
+    assert not {(name, flag) for name, flag in named if flag not in values}
+
+
 def test_original_flags_declared_by_the_settings_apply():
     values, _ = parsed(PretrainSettings, "--record_info_dir=D")
     assert cli.settings_from_flags(PretrainSettings, values).data_dir == "D"
