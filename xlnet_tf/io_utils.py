@@ -211,13 +211,22 @@ def unmatched_globs(patterns: str, flag: str) -> list:
     given = [p.strip() for p in (patterns or "").split(",") if p.strip()]
     if not given:
         return [f"{flag}={patterns!r}: no file pattern"]
-    problems = []
-    for pattern in given:
-        if (is_uri(pattern) and "tensorflow" not in sys.modules) or any(isfile(f) for f in glob(pattern)):
-            continue
-        problems.append(f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. "
-                        f"{join(pattern, '*.txt')!r}" if isdir(pattern) else f"{flag}: {pattern!r} matches no file")
-    return problems
+    return [no_file_message(pattern, flag) for pattern in given
+            if not ((is_uri(pattern) and "tensorflow" not in sys.modules) or any(isfile(f) for f in glob(pattern)))]
+
+
+def no_file_message(pattern: str, flag: str, example: str = "*.txt") -> str:
+    """What to say of a glob ``pattern`` of ``flag`` that matches no file: a directory given for its files (the
+    glob of them to give, ending in ``example``), or a pattern matching nothing."""
+    if isdir(pattern):
+        return f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. {join(pattern, example)!r}"
+    return f"{flag}: {pattern!r} matches no file"
+
+
+def canonical(path: str) -> str:
+    """What two names of one file or directory have in common: a local path's real path (through ``..`` and links),
+    a URI as written (without a trailing ``/``)."""
+    return path.rstrip("/") if is_uri(path) else os.path.realpath(path)
 
 
 def walk(path: str) -> Iterator[tuple]:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import json
-import os
 from typing import Iterator, Optional
 
 import tensorflow as tf
 
-from xlnet_tf import tasks
+from xlnet_tf import io_utils, tasks
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import GZIP_MAGIC
 from xlnet_tf.tasks.base import Row
@@ -43,13 +42,11 @@ def list_shards(input_glob: str, flag: str = "--input_glob") -> list:
         if not pattern:
             continue
         matched = sorted(f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f))
-        if not matched and tf.io.gfile.isdir(pattern):
-            raise InputError(f"{flag}: {pattern!r} is a directory: give a glob of its files, e.g. "
-                             f"{os.path.join(pattern, '*.tsv')!r}")
         if not matched:
-            raise FileNotFoundError(f"{flag}: {pattern!r} matches no file")
+            error = InputError if tf.io.gfile.isdir(pattern) else FileNotFoundError
+            raise error(io_utils.no_file_message(pattern, flag, "*.tsv"))
         for f in matched:
-            key = f if "://" in f else os.path.realpath(f)
+            key = io_utils.canonical(f)
             if key not in seen:
                 seen.add(key)
                 files.append(f)

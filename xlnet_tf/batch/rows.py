@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import io_utils
 from xlnet_tf.batch import SUMMARY_FILE
 from xlnet_tf.batch.inputs import Fields, family_formats, list_shards
 from xlnet_tf.errors import InputError
@@ -53,9 +54,7 @@ def written_by_a_job(path: str, output_dir: str) -> bool:
     """Whether ``path`` is a job's own file in ``output_dir`` (either engine's results, the lock, temporaries),
     which an input glob matching the output directory would otherwise read as inputs on the rerun."""
     folder, name = os.path.split(path)
-    same = (folder.rstrip("/") == output_dir.rstrip("/") if "://" in path + output_dir
-            else os.path.realpath(folder) == os.path.realpath(output_dir))
-    return same and any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS + (LOCK_FILE, ".*"))
+    return io_utils.canonical(folder) == io_utils.canonical(output_dir) and any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS + (LOCK_FILE, ".*"))
 
 
 def settings_of(predictor, fields: Fields) -> dict:
