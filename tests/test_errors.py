@@ -239,6 +239,25 @@ def test_numbers_out_of_their_range_are_refused_naming_the_flag_before_tensorflo
     assert str(field_metadata(PretrainSettings, "learning_rate")["bounds"]) == "positive"
 
 
+def test_a_value_outside_a_settings_choices_is_refused_in_python_as_on_the_command_line():
+    """absl's enum flags refuse another value, but settings built in Python or from a job file are not flags:
+    run_tagger's --tag_scheme=bogus trained as plain tags. Every field's choices are checked with the others."""
+    from xlnet_tf.tasks.squad import SquadSettings
+    from xlnet_tf.tasks.tagging import TaggingSettings
+    from xlnet_tf.tasks.task_settings import ClassifierSettings
+
+    assert "--tag_scheme='bogus' must be one of auto, bio, plain" in TaggingSettings(tag_scheme="bogus").errors()
+    errors = ClassifierSettings(eval_split="val", summary_type="max", strategy="tpus", dtype="fp16").errors()
+    for message in ("--eval_split='val' must be one of train, dev, test", "--summary_type='max' must be one of",
+                    "--strategy='tpus' must be one of", "--dtype='fp16' must be one of"):
+        assert any(e.startswith(message) for e in errors), (message, errors)
+    assert len([e for e in errors if "must be one of" in e]) == 4, errors  # each once
+    errors = SquadSettings(doc_stride=0, n_best_size=0, num_proc=0).errors()
+    for message in ("--doc_stride=0 must be positive", "--n_best_size=0 must be positive",
+                    "--num_proc=0 must be positive"):
+        assert message in errors, (message, errors)
+
+
 def test_a_config_file_with_nan_is_refused_naming_the_flag(tmp_path):
     """YAML's .nan reaches a float flag: the settings refuse it (one line through the tool, as every setting)."""
     from absl import flags

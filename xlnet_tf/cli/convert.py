@@ -63,8 +63,6 @@ class ConvertSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        if self.format not in CONVERT_FORMATS:
-            errors.append(f"--format={self.format!r} must be one of {', '.join(CONVERT_FORMATS)}")
         if self.hf_dir:
             if self.release_dir or self.checkpoint:
                 errors.append("--hf_dir converts a HuggingFace model: not with --release_dir or --checkpoint")

@@ -35,7 +35,7 @@ from typing import Optional
 from xlnet_tf import io_utils
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.tasks.task_settings import ClassifierSettings
-from xlnet_tf.training.settings import (DTYPES, FinetuneSettings, RunSettings, Settings, SettingsError, path_missing,
+from xlnet_tf.training.settings import (FinetuneSettings, RunSettings, Settings, SettingsError, path_missing,
                                         setting, setting_of)
 
 FORMATS = ("saved_model", "release", "hf")
@@ -80,10 +80,6 @@ class ExportSettings(Settings):
         errors = super().errors()
         if self.model_dir and path_missing(self.model_dir, "dir"):
             errors.append(f"--model_dir={self.model_dir}: not a directory")
-        if self.format not in FORMATS:
-            errors.append(f"--format={self.format!r} must be one of {', '.join(FORMATS)}")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            errors.append(f"--dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
         out = self.export_dir
         if self.format == "release" and out and io_utils.probe(out, "dir") and io_utils.listdir(out):
             held = ("already holds a release" if io_utils.exists(io_utils.join(out, "xlnet_model.ckpt.index"))

@@ -102,6 +102,15 @@ def out_of_bounds(settings_cls, name: str, value) -> Optional[str]:
     return None if bounds is None or bounds.holds(value) else f"must be {bounds}"
 
 
+def not_a_choice(settings_cls, name: str, value) -> Optional[str]:
+    """"must be one of ..." where ``value`` is not among the ``choices`` of field ``name`` (read now: a registry
+    has the modules loaded since the flag was defined), else None. None passes: the field's "unset"."""
+    choices = field_metadata(settings_cls, name, required=False).get("choices")
+    if choices is None or value is None or value in choices:
+        return None
+    return f"must be one of {', '.join(map(str, choices))}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Alias:
     """An original flag name kept for old command lines (declared in a settings class's ``ORIGINAL_FLAGS``): a
@@ -210,6 +219,8 @@ class Settings:
                 errors.append(f"--{f.name}={value}: not a finite number")
             elif problem := out_of_bounds(type(self), f.name, value):
                 errors.append(f"--{f.name}={value} {problem}")
+            elif problem := not_a_choice(type(self), f.name, value):
+                errors.append(f"--{f.name}={value!r} {problem}")
         for name in self.output_dirs():
             problem = getattr(self, name) and output_dir_problem(getattr(self, name))
             if problem:
@@ -355,9 +366,6 @@ class RunSettings(Settings):
 
     def errors(self) -> list:
         errors = super().errors()
-        for name, allowed in (("strategy", STRATEGIES), ("dtype", DTYPES), ("decay_method", DECAY_METHODS)):
-            if getattr(self, name) not in allowed:
-                errors.append(f"--{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
         if self.strategy == "tpu":
             if not self.tpu:
                 errors.append("--strategy=tpu (--use_tpu) needs --tpu (name, grpc:// address, or 'local')")
@@ -472,9 +480,7 @@ class PretrainSettings(RunSettings, PretrainDataSettings):
             if not self.spiece_model_file and "spiece_model_file" not in self.awaiting():
                 errors.append("--input_glob needs --spiece_model_file to write the data")
             errors += io_utils.unmatched_globs(self.input_glob, "--input_glob")
-        if self.objective not in OBJECTIVES:
-            errors.append(f"--objective={self.objective!r} must be one of {', '.join(OBJECTIVES)}")
-        else:
+        if self.objective in OBJECTIVES:  # else Settings.errors named it
             errors += OBJECTIVES[self.objective].settings_errors(self)
         return errors
 

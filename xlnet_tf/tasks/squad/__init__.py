@@ -41,19 +41,19 @@ class SquadSettings(FinetuneSettings):
     """run_squad.py's settings (no TensorFlow here: checked before it loads)."""
 
     do_prepro: bool = setting(False, "Perform preprocessing only.")
-    num_proc: int = setting(1, "Number of preprocessing processes.")
+    num_proc: int = setting(1, "Number of preprocessing processes.", above=0)
     proc_id: int = setting(0, "Process id for preprocessing.")
     init: str = setting("normal", "Initialization method (only 'normal' is supported).",
                         choices=("normal", "uniform"))
     init_std: float = setting(0.02, "Initialization std when init is normal.", above=0)
     train_file: Optional[str] = setting(None, "Path of train file (SQuAD JSON).")
     predict_file: Optional[str] = setting(None, "Path of prediction file (SQuAD JSON).")
-    max_query_length: int = setting(64, "Max query length.")
-    doc_stride: int = setting(128, "Doc stride.")
-    max_answer_length: int = setting(64, "Max answer length.")
-    n_best_size: int = setting(5, "n best size for predictions.")
-    start_n_top: int = setting(5, "Beam size for span start.")
-    end_n_top: int = setting(5, "Beam size for span end.")
+    max_query_length: int = setting(64, "Max query length.", above=0)
+    doc_stride: int = setting(128, "Doc stride.", above=0)
+    max_answer_length: int = setting(64, "Max answer length.", above=0)
+    n_best_size: int = setting(5, "n best size for predictions.", above=0)
+    start_n_top: int = setting(5, "Beam size for span start.", above=0)
+    end_n_top: int = setting(5, "Beam size for span end.", above=0)
     target_eval_key: str = setting("best_f1", "Metric logged as the headline result.")
     # The original run_squad.py's defaults where they differ (its published XLNet-Large recipe).
     do_train: bool = True
@@ -99,17 +99,13 @@ class SquadSettings(FinetuneSettings):
         if self.max_seq_length - self.max_query_length - 3 < 1:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for the paragraph after "
                           f"--max_query_length={self.max_query_length} and 3 special tokens")
-        if self.doc_stride <= 0 or self.max_query_length <= 0 or self.max_answer_length <= 0:
-            errors.append("--doc_stride, --max_query_length and --max_answer_length must be positive")
-        elif self.doc_stride > self.max_seq_length - self.max_query_length - 3 >= 1:
+        if self.max_query_length > 0 and self.doc_stride > self.max_seq_length - self.max_query_length - 3 >= 1:
             errors.append(f"--doc_stride={self.doc_stride} exceeds the paragraph window (--max_seq_length="
                           f"{self.max_seq_length} - --max_query_length={self.max_query_length} - 3 = "
                           f"{self.max_seq_length - self.max_query_length - 3} tokens): the tokens between windows "
                           "would never be seen")
         if not 0 <= self.proc_id < self.num_proc:
             errors.append(f"--proc_id={self.proc_id} must be in [0, --num_proc={self.num_proc})")
-        if min(self.start_n_top, self.end_n_top, self.n_best_size) <= 0:
-            errors.append("--start_n_top, --end_n_top and --n_best_size must be positive")
         if max(self.start_n_top, self.end_n_top) > self.max_seq_length:
             errors.append("--start_n_top/--end_n_top cannot exceed --max_seq_length")
         if self.init != "normal":
