@@ -19,7 +19,7 @@ import pytest
 from xlnet_tf import tasks
 from xlnet_tf.errors import InputError
 from xlnet_tf.finetuning import records
-from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss
+from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Row, Serving, TaskFamily, weighted_loss
 
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -54,8 +54,20 @@ class LengthBucketsServing(Serving):
         return names == {"text"}
 
 
+def read_sentences(path: str):
+    """The family's own input format ("sentences"): one sentence a line, its id the line number."""
+    with open(path, "rb") as f:
+        end = 0
+        for k, line in enumerate(f, 1):
+            end += len(line)
+            yield Row(k, end, line.decode("utf-8").rstrip("\n"), id=f"s{k}")
+
+
 class LengthBucketsBatch(BatchPrediction):
     """Batch prediction: one row per line, its bucket and confidence."""
+
+    def input_formats(self) -> dict:
+        return {"sentences": read_sentences}
 
     def outputs(self, outputs, meta) -> dict:
         return {"probabilities": outputs["probabilities"].numpy()}
@@ -226,20 +238,20 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
 
     # Batch prediction of the export in a fresh process, which loads the family from this file; beside it, a job
     # file: run_classifier.py runs in a subprocess, which loads the family from the job's task_module.
-    with open(tmp_path / "rows.tsv", "w", encoding="utf-8") as f:
-        f.write("id\ttext\n" + "".join(f"r{i}\t{t}\n" for i, t in enumerate(dev)))
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(dict(output_dir=str(tmp_path / "jobs"), runs=[{"name": "lengths"}], defaults=flags(
         tmp_path, task_module=HERE, do_train=True, do_eval=True, train_steps=2, iterations=2))))
+    # In the family's own input format, which the command line knows only once it has loaded --task_module.
+    (tmp_path / "rows.txt").write_text("".join(f"{t}\n" for t in dev), encoding="utf-8")
     predicting = _start(["xlnet_tf.cli.predict", f"--saved_model={tmp_path / 'serving'}",
-                         f"--input_glob={tmp_path}/rows.tsv", f"--output_dir={tmp_path / 'batch'}",
-                         "--text_fields=text", "--id_field=id", f"--task_module={HERE}"])
+                         f"--input_glob={tmp_path}/rows.txt", f"--output_dir={tmp_path / 'batch'}",
+                         "--input_format=sentences", f"--task_module={HERE}"])
     running_job = _start(["xlnet_tf.cli.jobs", "finetune", str(job)])
     _, err = predicting.communicate(timeout=300)
     assert predicting.returncode == 0, err[-3000:]
-    with open(tmp_path / "batch" / "rows.tsv.predictions.jsonl", encoding="utf-8") as f:
+    with open(tmp_path / "batch" / "rows.txt.predictions.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    assert [r["id"] for r in rows] == [f"r{i}" for i in range(9)] and [r["bucket"] for r in rows] == predicted
+    assert [r["id"] for r in rows] == [f"s{i}" for i in range(1, 10)] and [r["bucket"] for r in rows] == predicted
     np.testing.assert_allclose([r["confidence"] for r in rows], served["probabilities"].numpy().max(-1), atol=2e-6)
 
     out, _ = running_job.communicate(timeout=300)

@@ -4,15 +4,23 @@ and fine-tuning runs from a job file (``job_runner``, ``cluster``). The names be
 
 SUMMARY_FILE = "predict_summary.json"
 
-def _formats() -> tuple:
+
+def formats() -> tuple:
+    """The input formats: the two generic ones and those of the task families registered now (e.g. SQuAD files;
+    a ``--task_module``'s once it is loaded, which is why this is asked at check time, not fixed at import)."""
     from xlnet_tf import tasks  # TensorFlow-free: the registry and the families' modules import it lazily
 
-    # The two generic formats and those of the task families (e.g. SQuAD files).
     return ("auto", "tsv", "jsonl") + tuple(name for family in tasks.families() if family.batch is not None
                                             for name in family.batch.input_formats())
 
 
-FORMATS = _formats()
+def input_format_error(input_format: str):
+    """"--input_format=... must be one of ..." unless ``input_format`` is one of ``formats()``, else None."""
+    if input_format not in formats():
+        return f"--input_format={input_format!r} must be one of {', '.join(formats())}"
+    return None
+
+
 SIGNATURES = ("auto", "serving_default", "serve_ids")
 DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
 # The Beam runners ``python -m xlnet_tf.cli.predict --runner`` names (xlnet_tf.batch.beam; docs/batch.md). Local:

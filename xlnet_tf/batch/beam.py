@@ -44,7 +44,7 @@ from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInf
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from xlnet_tf import tasks
-from xlnet_tf.batch import FORMATS, SUMMARY_FILE
+from xlnet_tf.batch import SUMMARY_FILE, input_format_error
 from xlnet_tf.batch.inputs import Fields, check_header, read_rows, shard_format
 from xlnet_tf.batch.predictors import SavedModelPredictor
 from xlnet_tf.batch.rows import (DEAD_LETTERS, PREDICTIONS, earlier_outputs, input_shards, model_inputs, output_lines,
@@ -269,8 +269,8 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     """Checks ``s`` (``cli.predict``'s settings) as ``cli.predict`` does before it predicts (the model loads here
     once, for its family, signature and whether it reads pairs; every input's header is read) and prepares the
     output directory: a Plan. ``handler``: another model handler (tests)."""
-    if s.input_format not in FORMATS:
-        raise InputError(f"--input_format={s.input_format!r} must be one of {', '.join(FORMATS)}")
+    if problem := input_format_error(s.input_format):
+        raise InputError(problem)
     fields = Fields.parse(s.text_fields, s.id_field)
     spec = ModelSpec(s.saved_model, s.signature, s.spiece_model_file, s.max_seq_length, s.uncased, s.task_module)
     predictor = spec.load()

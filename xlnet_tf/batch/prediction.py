@@ -49,7 +49,7 @@ import tensorflow as tf
 from absl import logging
 
 # Defined in the package (no TensorFlow there) so the command line checks flags before TensorFlow loads.
-from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
+from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, SIGNATURES, SUMMARY_FILE, input_format_error
 # The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
 from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import (KerasPredictor, Predictor, SavedModelPredictor, checkpoint_sha256,
@@ -60,7 +60,7 @@ from xlnet_tf.errors import InputError
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
-__all__ = ["DEFAULT_MAX_SEQ_LENGTH", "FORMATS", "SIGNATURES", "SUMMARY_FILE", "Fields", "KerasPredictor", "LOCK_FILE",
+__all__ = ["DEFAULT_MAX_SEQ_LENGTH", "SIGNATURES", "SUMMARY_FILE", "Fields", "KerasPredictor", "LOCK_FILE",
            "OUTPUT_SUFFIX", "Predictor", "SavedModelPredictor", "check_header", "checkpoint_sha256", "list_shards",
            "output_lock", "predict_shards", "read_rows", "resolve_saved_model", "shard_format"]
 
@@ -234,8 +234,8 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     """Predicts every shard matching ``input_glob`` into ``output_dir`` (see the module docstring); returns the
     summary written to ``predict_summary.json``. One job at a time writes into an output directory
     (``output_lock``)."""
-    if input_format not in FORMATS:
-        raise InputError(f"--input_format={input_format!r} must be one of {', '.join(FORMATS)}")
+    if problem := input_format_error(input_format):
+        raise InputError(problem)
     flags = _Flags.of(glob_flag)
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
         wanted = "sentence pairs: name two fields (a,b)" if predictor.pair else "single sentences: name one field"

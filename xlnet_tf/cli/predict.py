@@ -19,7 +19,8 @@ import sys
 from typing import Optional, Sequence
 
 from absl import app
-from xlnet_tf.batch import BEAM_RUNNERS, DEFAULT_MAX_SEQ_LENGTH, FORMATS, SIGNATURES, SUMMARY_FILE
+from xlnet_tf.batch import (BEAM_RUNNERS, DEFAULT_MAX_SEQ_LENGTH, SIGNATURES, SUMMARY_FILE, formats,
+                            input_format_error)
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.training.settings import Settings, path_missing, setting
 
@@ -34,7 +35,9 @@ class PredictSettings(Settings):
                              "serving_default (ids).", choices=SIGNATURES)
     input_glob: Optional[str] = setting(None, "Input files: comma-separated globs (local or gs://), *.tsv with a "
                                         "header or *.jsonl.")
-    input_format: str = setting("auto", "Input format (auto: by file name).", choices=FORMATS)
+    # Not an enum flag: a --task_module's family brings its own formats, loaded after the flags are parsed.
+    input_format: str = setting("auto", f"Input format: auto (by file name), {', '.join(formats()[1:])}, or one of "
+                                "--task_module's family.")
     output_dir: Optional[str] = setting(None, f"One <input name>.predictions.jsonl per input file, and "
                                         f"{SUMMARY_FILE}.")
     text_fields: str = setting("sentence", "Text column(s)/key(s): 'a' or 'a,b' for sentence pairs.")
@@ -76,6 +79,8 @@ class PredictSettings(Settings):
             errors.append(f"--batch_size={self.batch_size} must be positive")
         if self.max_seq_length is not None and self.max_seq_length < 4:
             errors.append(f"--max_seq_length={self.max_seq_length} leaves no room for text (needs >= 4)")
+        if not self.task_module and (problem := input_format_error(self.input_format)):
+            errors.append(problem)  # with --task_module: checked once the module is loaded
         if self.share_model and not self.runner:
             errors.append("--share_model shares a model between Beam's worker processes: it needs --runner")
         return errors
