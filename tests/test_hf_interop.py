@@ -301,6 +301,27 @@ def test_hf_config_json_reads_as_xlnet_config(tmp_path):
         XLNetConfig.from_json(os.path.join(folder, "config.json"))
 
 
+def test_memory_settings_go_both_ways_so_a_document_read_in_segments_gives_hf_our_logits(tmp_path):
+    """save_model wrote mem_len null (HF then keeps every past state: another memory from the third segment on),
+    from_hf dropped mem_len, reuse_len and dropout (a model of such a config.json returned no memory)."""
+    from xlnet_tf.config import XLNetConfig
+
+    config = XLNetConfig(n_token=41, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, mem_len=6, reuse_len=4,
+                         dropout=0.05, dropatt=0.05, initializer_range=0.3)
+    folder = hf.save_model(XLNetPretrainer(config), str(tmp_path / "hf"))
+    read = XLNetConfig.from_json(os.path.join(folder, "config.json"))
+    assert (read.mem_len, read.reuse_len, read.dropout, read.dropatt) == (6, 4, 0.05, 0.05)
+    ours, theirs = load_network(folder, pretrainer=True), transformers.XLNetLMHeadModel.from_pretrained(folder).eval()
+    rng, mems, their_mems = np.random.default_rng(0), {}, None
+    for _ in range(3):  # 5 tokens a segment, 4 kept: the memory is full (6) from the third on
+        ids = rng.integers(0, 41, (2, 5))
+        out = ours({"input_ids": tf.constant(ids), **mems})
+        with torch.no_grad():
+            their_out = theirs(input_ids=torch.tensor(ids), mems=their_mems, use_mems=True)
+        np.testing.assert_allclose(out["lm_logits"].numpy(), their_out.logits.numpy(), atol=TOL)
+        mems, their_mems = {"mems": out["new_mems"]}, their_out.mems
+
+
 def test_convert_hf_to_release_and_native_layouts(tmp_path):
     from xlnet_tf.checkpoint import load_original_checkpoint
     from xlnet_tf.cli.convert import ConvertSettings, main

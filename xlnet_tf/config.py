@@ -18,9 +18,6 @@ from xlnet_tf.io_utils import write_json_atomic
 
 # Keys of the original release's xlnet_config.json: they are tied to the checkpoint.
 CHECKPOINT_KEYS = ("d_head", "d_inner", "d_model", "ff_activation", "n_head", "n_layer", "n_token", "untie_r")
-# Run-time knobs (the original RunConfig): free to change for the same weights.
-RUNTIME_KEYS = ("mem_len", "reuse_len", "clamp_len", "same_length", "bi_data", "attn_type", "dropout",
-                "dropatt", "initializer_range")
 # How a fine-tuning head summarises a sequence (models.heads.SequenceSummary; --summary_type). Here, not in
 # heads.py, so that settings validation has it without importing TensorFlow.
 SUMMARY_TYPES = ("last", "first", "mean")
@@ -141,12 +138,16 @@ class XLNetConfig:
             raise InputError(f"{source}: layer_norm_eps {c['layer_norm_eps']} (this stack's LayerNorms use "
                              "XLNet's 1e-12)")
         clamp_len = c.get("clamp_len") or -1
+        # HF's null (or 0) mem_len keeps every past state when memory is asked for (use_mems): no fixed memory,
+        # which here is 0; its dropout is also the attention probabilities' (it has no dropatt).
+        mem_len, reuse_len, dropout = c.get("mem_len") or 0, c.get("reuse_len") or None, c.get("dropout", 0.1)
         values = dict(n_token=c.get("vocab_size", 32000), n_layer=c.get("n_layer", 24),
                       d_model=c.get("d_model", 1024), n_head=c.get("n_head", 16), d_inner=c.get("d_inner", 4096),
                       ff_activation=HF_ACTIVATIONS[activation], untie_r=True,  # HF keeps r_*_bias per layer
                       attn_type=c.get("attn_type", "bi"), bi_data=bool(c.get("bi_data", False)),
                       clamp_len=clamp_len if clamp_len > 0 else -1, same_length=bool(c.get("same_length", False)),
-                      initializer_range=c.get("initializer_range", 0.02))
+                      initializer_range=c.get("initializer_range", 0.02), mem_len=mem_len, reuse_len=reuse_len,
+                      dropout=dropout, dropatt=dropout)
         if isinstance(values["d_model"], int) and isinstance(values["n_head"], int) and values["n_head"] > 0:
             values["d_head"] = values["d_model"] // values["n_head"]  # HF derives it
         return cls.from_dict(values, source=source, **overrides)

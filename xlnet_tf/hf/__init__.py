@@ -401,7 +401,8 @@ def hf_config(config, architecture: str = "XLNetModel", labels: Optional[list] =
               "d_inner": config.d_inner, "ff_activation": _HF_ACTIVATIONS[config.ff_activation], "untie_r": True,
               "attn_type": config.attn_type, "bi_data": config.bi_data, "clamp_len": config.clamp_len,
               "same_length": config.same_length, "initializer_range": config.initializer_range,
-              "layer_norm_eps": 1e-12, "dropout": config.dropout, "mem_len": None, "reuse_len": None,
+              "layer_norm_eps": 1e-12, "dropout": config.dropout,
+              "mem_len": config.mem_len or None, "reuse_len": config.reuse_len,  # HF's null: no fixed memory
               "summary_type": summary_type, "summary_use_proj": use_summ_proj,
               "summary_activation": "tanh" if use_summ_proj else "linear",
               "summary_last_dropout": config.dropout, "start_n_top": start_n_top, "end_n_top": end_n_top,
