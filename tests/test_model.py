@@ -265,6 +265,16 @@ def test_parity_two_stream_without_padding_or_segments():
     assert_matches(reference_forward(w, cfg, **inputs), make_model(w, cfg)(model_inputs(**inputs)))
 
 
+def test_no_prediction_slots_give_empty_logits_like_the_original():
+    """A target_mapping of 0 rows (a batch with nothing to predict): XLNetModel took it, the LM head's reshape had
+    nothing to infer its -1 from and raised."""
+    cfg = dict(TINY)
+    batch = random_batch(np.random.default_rng(1))
+    batch["target_mapping"] = batch["target_mapping"][:, :0]
+    out = make_model(random_weights(cfg, seed=2), cfg)(model_inputs(**batch))
+    assert out["query_output"].shape == (2, 0, 8) and out["lm_logits"].shape == (2, 0, 20)
+
+
 @pytest.mark.parametrize("reuse_len", [None, 4])
 def test_parity_memory_over_two_segments(reuse_len):
     cfg = dict(TINY, mem_len=5, reuse_len=reuse_len)

@@ -478,7 +478,8 @@ class XLNetPretrainer(NamedInputs, keras.Model):
         table = tf.cast(self.xlnet.word_embedding, hidden.dtype)
         shape = tf.shape(hidden)
         logits = matmul(tf.reshape(hidden, [-1, shape[2]]), table, transpose_weight=True)
-        logits = tf.reshape(logits, tf.concat([shape[:2], [-1]], 0))
+        # The vocabulary, not -1: no prediction slots (P = 0) leave nothing to infer -1 from.
+        logits = tf.reshape(logits, tf.concat([shape[:2], tf.shape(table)[:1]], 0))
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs
 
