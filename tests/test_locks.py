@@ -83,6 +83,27 @@ def test_a_second_holder_is_refused_and_a_lost_holders_lock_is_taken_over(tmp_pa
     assert json.loads(io_utils.read_text(path)) == holder
 
 
+def test_of_two_runs_taking_over_one_lost_lock_at_once_one_holds_it(tmp_path, monkeypatch):
+    """A scheduler restarting a crashed job twice: both runs find the lost lock; the first takes it over while the
+    second is about to. The second used to remove the first's new lock and take one too: both wrote."""
+    path = tmp_path / ".lock"
+    path.write_text(json.dumps(dict(host=socket.gethostname(), pid=gone_pid(), started="earlier", renewed=0)))
+    first = dict(host=socket.gethostname(), pid=os.getpid(), started="first", renewed=time.time())
+    judged = io_utils._lock_lost
+
+    def judged_while_the_first_takes_it(holder, host, now):
+        if holder.get("started") == "earlier":  # the lost lock, read by the second run: the first takes it now
+            path.unlink()
+            path.write_text(json.dumps(first))
+        return judged(holder, host, now)
+
+    monkeypatch.setattr(io_utils, "_lock_lost", judged_while_the_first_takes_it)
+    with pytest.raises(InputError, match=f"held by pid {os.getpid()}"):
+        with io_utils.directory_lock(str(tmp_path), ".lock", refusal):
+            pass
+    assert json.loads(path.read_text()) == first and os.listdir(tmp_path) == [".lock"]
+
+
 def test_a_holder_renews_its_lock(tmp_path, monkeypatch):
     """The renewal (every LOCK_RENEW_S) is what tells a lock of a live holder elsewhere from a lost one's."""
     monkeypatch.setattr(io_utils, "LOCK_RENEW_S", 0.01)

@@ -634,8 +634,8 @@ def directory_lock(directory: str, name: str, refusal, *, clock=None, sleep=None
     ``LOCK_RENEW_S``. The lock of a process gone from this host, or one not renewed for ``LOCK_EXPIRES_S``, is taken
     over with a warning; one held on another host and renewed lately is watched until it is renewed again (a live
     holder: refused) or expires (a crashed one: taken over, so that a scheduler's rerun elsewhere needs no hand).
-    Local disks: created exclusively (``O_EXCL``). Object stores: there is no create-if-absent, so two holders
-    starting in the same instant could both pass."""
+    Local disks: created exclusively (``O_EXCL``), taken over by a rename. Object stores: there is no
+    create-if-absent, so two holders starting (or taking over) in the same instant could both pass."""
     import socket
     import threading
     import time
@@ -668,6 +668,25 @@ def directory_lock(directory: str, name: str, refusal, *, clock=None, sleep=None
             f.write(json.dumps(me))
         return True
 
+    def take_over(stale: dict) -> None:
+        # Two runs may judge one lost lock at once. Removing it outright, the second would delete the lock the first
+        # has just made, and both would hold it; moved aside first (one rename: only one run gets it), a lock that
+        # is not the one judged lost is put back.
+        if is_uri(path):
+            remove(path)  # object stores have no such rename (see above)
+            return
+        aside = f"{path}.{host}-{os.getpid()}.lost"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return  # another run moved it first
+        if _lock_holder(aside) != stale:
+            try:
+                os.link(aside, path)  # back, unless a third run has made its own meanwhile
+            except FileExistsError:
+                logging.warning("%s: another run took this lock over meanwhile", path)
+        os.remove(aside)
+
     watched, races = None, 0
     while True:
         holder = _lock_holder(path)
@@ -682,7 +701,7 @@ def directory_lock(directory: str, name: str, refusal, *, clock=None, sleep=None
         lost = _lock_lost(holder, host, clock())
         if lost is not None:
             logging.warning("%s: taking over the lock of %s", path, lost)
-            remove(path)
+            take_over(holder)
             continue
         renewed = holder.get("renewed")
         if (holder.get("host") == host or not isinstance(renewed, (int, float))
