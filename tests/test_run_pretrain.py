@@ -1,5 +1,6 @@
 """run_pretrain.py as users run it: flags, bad flags, real text, and a SIGKILLed run that resumes exactly."""
 
+import json
 import os
 import re
 import signal
@@ -187,6 +188,32 @@ def test_deterministic_refuses_a_tensorflow_loaded_with_onednn():
         return
     with pytest.raises(SettingsError, match="--deterministic: .*oneDNN on .*set TF_ENABLE_ONEDNN_OPTS=0 before"):
         start_run(settings)
+
+
+def test_the_data_order_is_compared_with_the_checkpoint_the_run_resumes_from(tmp_path):
+    """check_data_order reads the newest checkpoint it can read; a newer one whose data is damaged is skipped as
+    the resume skips it, and keep_data_order compares the one restored (a newest one readable but not restorable
+    was compared in its place: the resume took the older one's batches in another order)."""
+    import types
+
+    from xlnet_tf.training.settings import SettingsError
+    from xlnet_tf.training.setup import check_data_order, keep_data_order
+
+    for seed in (1, 2):  # step 1 trained with --seed=1, step 2 with --seed=2
+        checkpoint = tf.train.Checkpoint(data_order=tf.Variable(json.dumps({"seed": seed})))
+        tf.train.CheckpointManager(checkpoint, str(tmp_path), 5, checkpoint_name="xlnet_model").save(seed)
+    older, newer = (str(tmp_path / f"xlnet_model-{n}") for n in (1, 2))
+    check_data_order(str(tmp_path), {"seed": 2})
+    with open(newer + ".data-00000-of-00001", "r+b") as f:
+        f.truncate(1)  # the newest cannot be read: the run resumes from step 1
+    with pytest.raises(SettingsError, match=f"{older} was trained with --seed=1; resuming with --seed=2"):
+        check_data_order(str(tmp_path), {"seed": 2})
+    run = types.SimpleNamespace(resumed=older, settings=types.SimpleNamespace(model_dir=str(tmp_path)),
+                                manager=types.SimpleNamespace(checkpoint=types.SimpleNamespace()))
+    with pytest.raises(SettingsError, match=f"{older} was trained with --seed=1; resuming with --seed=2"):
+        keep_data_order(run, {"seed": 2})
+    keep_data_order(run, {"seed": 1})
+    assert json.loads(run.manager.checkpoint.data_order.numpy()) == {"seed": 1}
 
 
 def test_a_run_directory_records_the_datas_tokenizer_and_resumes_in_its_data_order(tmp_path):

@@ -264,21 +264,36 @@ def check_data_order(model_dir: str, order: dict) -> None:
     from those it was trained with (``keep_data_order``), which would change the training batches of the steps to
     come: the data position a run resumes at is counted in batches of its own settings. A checkpoint of an older
     xlnet_tf, which recorded none, resumes with a warning."""
-    state = tf.train.get_checkpoint_state(model_dir)
-    reader = None
-    for resumed in reversed(list(state.all_model_checkpoint_paths) if state else []):
-        try:  # the newest readable one: the run resumes from it (setup_training skips damaged ones, saying so)
-            reader = checkpoint_reader(resumed)
-            break
-        except (tf.errors.OpError, ValueError):
+    for path in _resume_candidates(model_dir):
+        try:  # the newest readable one: the run resumes from it unless it cannot restore it (keep_data_order)
+            recorded = _recorded_order(path)
+        except (tf.errors.OpError, IndexError, ValueError):  # IndexError: a data file cut short
             continue
-    if reader is None:
+        _compare_order(model_dir, path, recorded, order)
         return
-    if not reader.has_tensor(DATA_ORDER_KEY):
+
+
+def keep_data_order(training: Training, order: dict) -> None:
+    """Records ``order`` in every checkpoint ``training`` writes from now on, after comparing it with the
+    checkpoint resumed from (``check_data_order`` compared the newest readable one, which ``setup_training`` skips
+    if it cannot restore it)."""
+    if training.resumed:
+        _compare_order(training.settings.model_dir, training.resumed, _recorded_order(training.resumed), order)
+    training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
+                                                         name="data_order")
+
+
+def _recorded_order(path: str) -> Optional[dict]:
+    """The data order the checkpoint ``path`` records; None if it records none (an older xlnet_tf's)."""
+    reader = checkpoint_reader(path)
+    return json.loads(reader.get_tensor(DATA_ORDER_KEY)) if reader.has_tensor(DATA_ORDER_KEY) else None
+
+
+def _compare_order(model_dir: str, resumed: str, recorded: Optional[dict], order: dict) -> None:
+    if recorded is None:
         logging.warning("%s records no data order (written by an older xlnet_tf): the batches from its step on "
                         "follow the current flags, not those the interrupted run would have taken", resumed)
         return
-    recorded = json.loads(reader.get_tensor(DATA_ORDER_KEY))
     changed = [k for k in order if k in recorded and recorded[k] != order[k]]
     if changed:
         def flags(values):
@@ -290,11 +305,13 @@ def check_data_order(model_dir: str, order: dict) -> None:
             "the recorded values, or start a new --model_dir (warm-started from this one with --init_checkpoint)")
 
 
-def keep_data_order(training: Training, order: dict) -> None:
-    """Records ``order`` in every checkpoint ``training`` writes from now on (``check_data_order`` compared it with
-    the checkpoint resumed from before the run started)."""
-    training.manager.checkpoint.data_order = tf.Variable(json.dumps(order, sort_keys=True), trainable=False,
-                                                         name="data_order")
+def _resume_candidates(model_dir: str) -> list:
+    """The checkpoints a run in ``model_dir`` may resume from, newest first."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    if state and state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    return paths[::-1]
 
 
 def named_weights(model) -> dict:
@@ -314,12 +331,8 @@ def _resume(checkpoint: tf.train.Checkpoint, model_dir: str, dtype: str) -> Opti
     a warning; if every one is damaged, a ValueError names them. One trained with or without loss scaling where
     ``dtype`` (``--dtype``) is the other is a SettingsError naming the flag: its optimizer state has another
     structure (it would read as damaged)."""
-    state = tf.train.get_checkpoint_state(model_dir)
-    paths = list(state.all_model_checkpoint_paths) if state else []
-    if state and state.model_checkpoint_path not in paths:
-        paths.append(state.model_checkpoint_path)
     failures = []
-    for path in reversed(paths):
+    for path in _resume_candidates(model_dir):
         _check_loss_scaling(model_dir, path, dtype)
         try:
             checkpoint.restore(path).assert_existing_objects_matched()
