@@ -58,6 +58,24 @@ def test_errors_a_user_caused_are_one_line_and_bugs_keep_their_traceback(tmp_pat
         None, None, "a bug")) is None
 
 
+def test_a_missing_input_is_an_input_error_for_library_callers_too(tmp_path):
+    """Files named but not there were FileNotFoundErrors in some modules and InputErrors in others: a caller
+    catching InputError (the library's "what the user gave") missed a missing SentencePiece model or data split.
+    Each is a MissingInputError now, both at once."""
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.tasks.classification import classifier_data
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    for call in (lambda: XLNetTokenizer(str(tmp_path / "none.model")),
+                 lambda: classifier_data.read_examples(classifier_data.TASKS["sst-2"], str(tmp_path), "dev")):
+        with pytest.raises(InputError) as error:
+            call()
+        assert isinstance(error.value, FileNotFoundError) and str(tmp_path) in str(error.value)
+    raised = subprocess.run(["grep", "-rn", "raise FileNotFoundError", os.path.join(REPO, "xlnet_tf")],
+                            capture_output=True, text=True).stdout
+    assert not raised, raised
+
+
 def test_output_directories_are_checked_with_the_settings(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

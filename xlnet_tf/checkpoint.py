@@ -23,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import io_utils
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 # Optimizer state and bookkeeping that the original wrote next to the weights (model_utils.clean_ckpt).
 _IGNORED = re.compile(r"(^global_step$)|(/adam_[mv]$)|(/Adam(_\d+)?$)|(/Momentum$)|(^beta[12]_power)")
@@ -46,14 +46,14 @@ def resolve_checkpoint(path: str) -> str:
         not_hf = hf.why_not_xlnet(path)  # an HF directory whose config.json is damaged or of another model
         if not_hf:
             raise InputError(f"{path}: {not_hf}")
-        raise FileNotFoundError(f"{path}: no checkpoint in this directory (no 'checkpoint' file and no "
+        raise MissingInputError(f"{path}: no checkpoint in this directory (no 'checkpoint' file and no "
                                 "xlnet_model.ckpt.index)")
     for suffix in (".index", ".meta"):
         if path.endswith(suffix):
             path = path[: -len(suffix)]
     path = re.sub(r"\.data-\d{5}-of-\d{5}$", "", path)
     if not tf.io.gfile.exists(path + ".index"):
-        raise FileNotFoundError(f"{path}: no checkpoint here ({path}.index does not exist)")
+        raise MissingInputError(f"{path}: no checkpoint here ({path}.index does not exist)")
     return path
 
 
@@ -373,7 +373,7 @@ def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] 
     if not path and tf.io.gfile.exists(os.path.join(model_dir, "xlnet_model.ckpt.index")):  # a release directory
         path = checkpoint_path = os.path.join(model_dir, "xlnet_model.ckpt")
     if not path:
-        raise FileNotFoundError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
+        raise MissingInputError(f"--model_dir={model_dir} holds no fine-tuned checkpoint to evaluate, predict or "
                                 "export with: train first (--do_train) or name one with --predict_ckpt "
                                 "(--init_checkpoint is the starting point of training, not read without it)")
     if checkpoint_path:

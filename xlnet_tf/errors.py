@@ -6,6 +6,7 @@ input (the flag, the file, file:line) and says what is wrong, so the command-lin
 instead of a traceback (``xlnet_tf.cli.flags``). Subclasses say where it came from: ``SettingsError``
 (``xlnet_tf.training.settings``: settings checked before any work), ``JobError`` (a job file), ``RegistrationError``
 (``xlnet_tf.registry``: a plug-in a user's module registers is refused),
+``MissingInputError`` (a file, directory or checkpoint named is not there; a ``FileNotFoundError`` too),
 ``TPUStartupError`` (``--tpu``: the TPU cannot be found or reached), ``DivergedError`` (the loss became NaN or
 infinite: the learning rate or the data). ``WorkerLostError`` is not the user's
 doing but is reported the same way: a lost worker ends a multi-worker run. Anything else that escapes a tool is a
@@ -15,6 +16,11 @@ bug and keeps its traceback.
 
 class InputError(ValueError):
     """An input a user gave (flag, file, checkpoint) cannot be used; the message names it."""
+
+
+class MissingInputError(InputError, FileNotFoundError):
+    """A file, directory or checkpoint the user named is not there (a ``FileNotFoundError`` too, as Python's own
+    would be, so that either catches it)."""
 
 
 class TPUStartupError(InputError):

@@ -28,7 +28,7 @@ import tensorflow as tf
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, SPECIAL_SYMBOLS, \
     SPIECE_UNDERLINE, SQUAD_SEG_ID_CLS as SQUAD_SEG_CLS, SQUAD_SEG_ID_P as SQUAD_SEG_P, \
     SQUAD_SEG_ID_PAD as SQUAD_SEG_PAD, SQUAD_SEG_ID_Q as SQUAD_SEG_Q
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 
 def _char_class(predicate) -> str:
@@ -234,7 +234,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         """The preprocessor of the SentencePiece model at ``path`` (read once; the layer keeps the bytes)."""
         path = os.fspath(path)
         if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"{path}: SentencePiece model not found")
+            raise MissingInputError(f"{path}: SentencePiece model not found")
         with tf.io.gfile.GFile(path, "rb") as f:
             return cls(spiece_model=f.read(), **kwargs)
 

@@ -16,7 +16,7 @@ from typing import Iterable
 import sentencepiece as spm
 
 from xlnet_tf import io_utils
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 SPIECE_UNDERLINE = "\u2581"
 
@@ -53,7 +53,7 @@ class XLNetTokenizer:
     def __init__(self, model_file: str, lower: bool = False):
         model_file = os.fspath(model_file)
         if not io_utils.exists(model_file):
-            raise FileNotFoundError(f"{model_file}: SentencePiece model not found")
+            raise MissingInputError(f"{model_file}: SentencePiece model not found")
         self.model_file = model_file
         self.lower = lower
         self.sp = spm.SentencePieceProcessor()
@@ -130,7 +130,7 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
     """
     for path in input_files:
         if not io_utils.exists(path):
-            raise FileNotFoundError(f"{path}: input file not found")
+            raise MissingInputError(f"{path}: input file not found")
     local_out = io_utils.local_path(model_prefix)
     out_dir = os.path.dirname(os.path.abspath(local_out)) if local_out is not None else None
     if out_dir is not None:

@@ -42,7 +42,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -129,11 +129,6 @@ def _format_rows(batch: dict, outputs: dict, predictor: Predictor, with_ids: boo
     return output_lines(predictor, outputs, batch["line"].numpy(), ids)
 
 
-def _write_output(path: str, write_fn: Callable) -> None:
-    """Atomic (``io_utils.atomic_write``: a temporary name in the same directory, renamed)."""
-    atomic_write(path, write_fn)
-
-
 def _read_summary(path: str, flags: _Flags) -> dict:
     """The summary a job in the output directory wrote (what it predicted, with which settings)."""
     try:
@@ -196,7 +191,7 @@ class Progress:
 
     def update(self, rows: int, shard_bytes: int, label: str, force: bool = False) -> None:
         """``rows`` more predicted; ``shard_bytes`` of the current shard read."""
-        from xlnet_tf.training.progress import _duration
+        from xlnet_tf.training.progress import format_duration
         self.rows += rows
         now = time.monotonic()
         if not force and now - self.last < self.every:
@@ -204,7 +199,7 @@ class Progress:
         self.last = now
         done = self.done + shard_bytes
         read = done - self.run_start_bytes
-        eta = _duration((self.total - done) * (now - self.start) / read) if read > 0 else "?"
+        eta = format_duration((self.total - done) * (now - self.start) / read) if read > 0 else "?"
         logging.info("predict %s | %d rows this run, %.1f examples/s | %.1f%% of input | ETA %s", label, self.rows,
                      self.rate(), 100.0 * done / self.total, eta)
 
@@ -317,10 +312,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                        **totals(summary["shards"]),
                        examples_per_s_this_run=round(progress.rate(), 2))
         summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
-        if "://" in summary_path:
-            _write_output(summary_path, lambda f: f.write(json.dumps(summary, indent=2) + "\n"))
-        else:
-            write_json_atomic(summary_path, summary)
+        write_json_atomic(summary_path, summary)
 
     write_summary()
     for path in todo:
@@ -340,7 +332,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                 raise InputError(f"{path}: all {stats.skipped} rows are bad, e.g. {'; '.join(stats.skipped_rows[:3])} "
                                  f"(is it {formats[path].upper()}? --input_format names the format)")
 
-        _write_output(os.path.join(output_dir, output_name(path)), write)
+        atomic_write(os.path.join(output_dir, output_name(path)), write)
         progress.shard_done(sizes[path])
         progress.update(0, 0, f"{label} done", force=True)
         if stats.skipped:

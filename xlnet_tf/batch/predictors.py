@@ -17,7 +17,7 @@ from absl import logging
 
 from xlnet_tf import tasks
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 from xlnet_tf.tasks.base import MetadataInfo
 from xlnet_tf.tokenization import file_sha256
 
@@ -134,11 +134,11 @@ def resolve_saved_model(path: str) -> tuple:
         name = os.path.basename(path)
         return path, int(name) if name.isdigit() else None
     if not tf.io.gfile.isdir(path):
-        raise FileNotFoundError(f"--saved_model={path}: no such directory")
+        raise MissingInputError(f"--saved_model={path}: no such directory")
     versions = sorted(int(name.rstrip("/")) for name in tf.io.gfile.listdir(path) if name.rstrip("/").isdigit()
                       and tf.io.gfile.exists(os.path.join(path, name.rstrip("/"), "saved_model.pb")))
     if not versions:
-        raise FileNotFoundError(f"--saved_model={path}: no saved_model.pb there nor in a numbered version "
+        raise MissingInputError(f"--saved_model={path}: no saved_model.pb there nor in a numbered version "
                                 "directory (<base>/<version>/saved_model.pb)")
     return os.path.join(path, str(versions[-1])), versions[-1]
 
@@ -264,9 +264,9 @@ class SavedModelPredictor(Predictor):
         extra = os.path.join(self.path, "assets.extra")
         models = tf.io.gfile.glob(os.path.join(extra, "*.model"))
         if len(models) != 1:
-            raise FileNotFoundError(f"{self.path}: signature {self.signature!r} takes token ids and "
-                                    f"{'no' if not models else 'more than one'} SentencePiece model is in "
-                                    "assets.extra/: give --spiece_model_file")
+            raise InputError(f"{self.path}: signature {self.signature!r} takes token ids and "
+                             f"{'no' if not models else 'more than one'} SentencePiece model is in "
+                             "assets.extra/: give --spiece_model_file")
         return models[0]  # XLNetTokenizer reads it through tf.io.gfile
 
     def __call__(self, batch):

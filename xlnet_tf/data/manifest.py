@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from xlnet_tf import io_utils
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 FORMAT = "xlnet_tf.pretraining_data/1"
 
@@ -86,7 +86,7 @@ def load_manifest(data_dir: str, split: str = "train") -> dict:
     """Reads ``data_dir``'s manifest; shard paths are made absolute. Raises ValueError if tasks are missing."""
     path = os.path.join(data_dir, manifest_name(split))
     if not io_utils.exists(path):
-        raise FileNotFoundError(f"{path}: no data manifest; write data with "
+        raise MissingInputError(f"{path}: no data manifest; write data with "
                                 "`python -m xlnet_tf.cli.create_data --save_dir=...`")
     manifest = _read_json(path)
     if manifest.get("format") != FORMAT:

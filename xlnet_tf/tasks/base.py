@@ -34,7 +34,7 @@ import os
 from typing import Callable, Iterator, Optional
 
 from absl import logging
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 
 @dataclasses.dataclass
@@ -47,6 +47,10 @@ class Row:
     text_b: str = ""
     id: str = ""
     problem: str = ""
+
+
+# A batch-prediction input format of a family's own: reader(path) -> the file's rows (``BatchPrediction``).
+Reader = Callable[[str], Iterator[Row]]
 
 
 class Serving(abc.ABC):
@@ -102,7 +106,7 @@ class BatchPrediction(abc.ABC):
         """The raw-text signature inputs that a row's first and (if any) second text go to."""
         return tuple(self.family.serving.text_inputs(MetadataInfo(meta)))[:2]
 
-    def input_formats(self) -> dict:
+    def input_formats(self) -> "dict[str, Reader]":
         """Input file formats of its own: name -> reader(path) -> iterator of ``Row`` (each with its id)."""
         return {}
 
@@ -311,7 +315,7 @@ class Task(abc.ABC):
         if checkpoint_path or tf.train.latest_checkpoint(s.model_dir) or release:
             return restore_for_inference(model, s.model_dir, checkpoint_path)
         if not s.init_checkpoint:
-            raise FileNotFoundError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
+            raise MissingInputError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
                                     "--init_checkpoint: train first (--do_train) or point at a fine-tuned checkpoint")
         if hf.is_hf_dir(s.init_checkpoint):
             checkpoint = hf.HFCheckpoint(s.init_checkpoint)
@@ -542,9 +546,6 @@ def weighted_loss(per_example, features: dict) -> tuple:
 
     weights = tf.cast(features.get("is_real_example", tf.ones_like(per_example)), tf.float32)
     return tf.reduce_sum(per_example * weights), tf.reduce_sum(weights)
-
-
-Reader = Callable[[str], Iterator[Row]]
 
 
 def write_logits(predict_dir: str, task: str, split: str, guids: list, logits, predictions: list) -> str:

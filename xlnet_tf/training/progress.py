@@ -100,7 +100,7 @@ class ProgressReporter:
         parts += [f"{k} {v:.4g}" for k, v in scalars.items()]
         if self._steady_since is None:
             self._steady_since = (now, step)
-            parts.append(f"first {_duration(seconds)} incl. tracing and compiling")
+            parts.append(f"first {format_duration(seconds)} incl. tracing and compiling")
         else:
             scalars["tokens_per_sec"] = self.tokens_per_step / seconds_per_step
             scalars["steps_per_sec"] = 1.0 / seconds_per_step
@@ -114,7 +114,8 @@ class ProgressReporter:
                 scalars["mfu"] = achieved / self.peak_flops
                 parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
             since, since_step = self._steady_since
-            parts.append(f"ETA {_duration((self.total_steps - step) * (now - since) / max(step - since_step, 1))}")
+            left = (self.total_steps - step) * (now - since) / max(step - since_step, 1)
+            parts.append(f"ETA {format_duration(left)}")
         with self.writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
@@ -123,7 +124,7 @@ class ProgressReporter:
         return scalars
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     hours, rest = divmod(seconds, 3600)
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -27,7 +27,7 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import GZIP_MAGIC
 from xlnet_tf.finetuning import records
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +176,7 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         raise InputError(f"task {task.name} has no {split!r} split (it has: {', '.join(task.files)})")
     path = os.path.join(data_dir, task.files[split])
     if not io_utils.exists(path):
-        raise FileNotFoundError(f"{path}: {task.name} {split} data not found (expected the official layout: "
+        raise MissingInputError(f"{path}: {task.name} {split} data not found (expected the official layout: "
                                 f"{', '.join(task.files.values())} under --data_dir)")
     if task.reader == "imdb":
         return _read_imdb(path)

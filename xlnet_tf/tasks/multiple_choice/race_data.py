@@ -23,7 +23,7 @@ from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.finetuning import records
-from xlnet_tf.errors import InputError
+from xlnet_tf.errors import InputError, MissingInputError
 
 NUM_CHOICES = 4
 LEVELS = ("middle", "high")
@@ -49,7 +49,7 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
     examples, skipped = [], []
     split_dir = os.path.join(data_dir, split)
     if not io_utils.isdir(split_dir):
-        raise FileNotFoundError(f"{split_dir}: RACE {split} split not found (expected "
+        raise MissingInputError(f"{split_dir}: RACE {split} split not found (expected "
                                 f"{split}/{{middle,high}}/*.txt under --data_dir)")
     found = False
     for level in levels:
@@ -98,7 +98,7 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                                             [qa_text(question, str(o)) for o in opts],
                                             ANSWERS.index(answer), LEVELS.index(level)))
     if not found:
-        raise FileNotFoundError(f"{split_dir}: no {'/'.join(levels)} subdirectory")
+        raise MissingInputError(f"{split_dir}: no {'/'.join(levels)} subdirectory")
     if skipped:
         logging.warning("RACE %s: skipped %d question(s), e.g. %s", split, len(skipped), "; ".join(skipped[:3]))
     return examples, skipped
