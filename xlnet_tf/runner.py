@@ -62,10 +62,8 @@ def _check_resumes_its_own_run(s, family, task) -> None:
                                 "xlnet_config.json): fine-tune from it with --init_checkpoint="
                                 f"{s.model_dir} and a new --model_dir")
         return  # a run of an older xlnet_tf, which recorded nothing
-    theirs, recorded_task = tasks.task_of_record(record)
-    this_task = tasks.task_named(family, family.task_name_of(dataclasses.asdict(s)))
-    differ = [f"the task {recorded_task}, not {this_task}"] if (theirs.name, recorded_task) != (
-        family.name, this_task) else []
+    other = tasks.other_task_of_record(record, family, s)
+    differ = [f"the task {other[0]}, not {other[1]}"] if other else []
     path = record["settings"].get("model_config_path")
     if path and io_utils.exists(path):
         before = XLNetConfig.from_json(path).to_dict()

@@ -165,6 +165,16 @@ def task_of_record(record: dict) -> tuple:
     return family, task_named(family, family.task_name_of(record["settings"]))
 
 
+def other_task_of_record(record: dict, family, settings) -> Optional[tuple]:
+    """``(recorded task, this task)`` where the run record ``record`` is of another task than the one ``settings``
+    (of ``family``) names, else None: tasks as their families name them (``task_named``: aliases, any case)."""
+    import dataclasses
+
+    theirs, recorded = task_of_record(record)
+    ours = task_named(family, family.task_name_of(dataclasses.asdict(settings)))
+    return (recorded, ours) if (theirs.name, recorded) != (family.name, ours) else None
+
+
 # Settings of a run that rebuilding its model does not read (and whose paths may no longer exist); the stages'
 # inputs would otherwise ask for their stage ("--predict_input_glob is read by --do_predict").
 _RUN_ONLY = ("data_dir", "output_dir", "predict_dir", "init_checkpoint", "train_file", "predict_file", "config_file",

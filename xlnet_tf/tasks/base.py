@@ -345,17 +345,16 @@ class Task(abc.ABC):
         from xlnet_tf.training.settings import SettingsError
 
         folder = checkpoint_path if io_utils.isdir(checkpoint_path) else os.path.dirname(checkpoint_path)
-        if not folder or os.path.normpath(folder) == os.path.normpath(self.settings.model_dir):
+        if not folder or io_utils.canonical(folder) == io_utils.canonical(self.settings.model_dir):
             return
         record = read_run_record(folder)
         if record is None:  # a checkpoint copied on its own, a release, a TF1 run: nothing says what it is
             return
-        family, theirs = tasks.task_of_record(record)
-        ours = tasks.task_named(self.family, self.family.task_name_of(dataclasses.asdict(self.settings)))
-        if (family.name, theirs) != (self.family.name, ours):
+        other = tasks.other_task_of_record(record, self.family, self.settings)
+        if other:
             raise SettingsError(f"--predict_ckpt={checkpoint_path} is a checkpoint of the run in {folder}, "
-                                f"fine-tuned on {theirs} (its finetune_settings.json), but --model_dir="
-                                f"{self.settings.model_dir} is a run of {ours}: use that run's own directory "
+                                f"fine-tuned on {other[0]} (its finetune_settings.json), but --model_dir="
+                                f"{self.settings.model_dir} is a run of {other[1]}: use that run's own directory "
                                 f"(--model_dir={folder})")
 
     def restored_model(self) -> tuple:
