@@ -70,6 +70,22 @@ def test_io_utils_atomic_writes_on_ram():
     assert io_utils.probe(raw) is True and io_utils.probe(raw + "x") is False and io_utils.stat(raw)[0] == 15
 
 
+@pytest.mark.parametrize("where", ["local", "ram"])
+def test_atomic_path_replaces_a_file_with_a_directory_and_back(tmp_path, where):
+    """A local directory written over a file (or a file over a directory) raised NotADirectoryError /
+    IsADirectoryError from rename() and left the temporary behind; object stores replaced either."""
+    path = str(tmp_path / "out") if where == "local" else io_utils.join(ram_dir(), "out")
+    io_utils.write_text_atomic(path, "a file")
+    with io_utils.atomic_path(path) as tmp:
+        io_utils.makedirs(tmp)
+        io_utils.write_text_atomic(io_utils.join(tmp, "x.json"), "{}")
+    assert io_utils.listdir(path) == ["x.json"]
+    with io_utils.atomic_path(path) as tmp:
+        io_utils.write_text_atomic(tmp, "a file again")
+    assert io_utils.read_text(path) == "a file again"
+    assert io_utils.listdir(io_utils.dirname(path)) == ["out"]  # nothing temporary left
+
+
 def test_settings_check_uris_after_tensorflow_loads():
     """The settings layer never imports TensorFlow: a URI is taken as present until it is loaded (probe None),
     then checked with tf.io.gfile with the local message. The config and SentencePiece model beside a URI

@@ -17,7 +17,7 @@ the file a reader takes as "this directory is complete" — ``saved_model.pb`` o
 ``xlnet_tf.cli.predict`` load a version once it is there), ``xlnet_model.ckpt.index`` of a release, ``checkpoint``
 of a converted checkpoint directory (training checkpoints are TensorFlow's: ``CheckpointManager`` writes the
 ``checkpoint`` state file after the bundle). A directory replaced on an object store is removed
-before the new one is moved in (local disks swap it in one rename). Writers of one path are not locked against
+before the new one is moved in; on a local disk it is renamed aside, the new one renamed in, then it is removed. Writers of one path are not locked against
 each other here: each export takes a fresh version number and refuses one that appeared meanwhile. Where a second
 writer of a directory would mix its files with the first's (a training run's checkpoints, a batch prediction's
 outputs), the writer holds ``directory_lock``.
@@ -509,7 +509,9 @@ def atomic_path(path: str, last=()):
     try:
         yield target
         if not is_uri(path):
-            if os.path.isdir(target) and os.path.isdir(path):
+            if os.path.lexists(path) and (os.path.isdir(target) or os.path.isdir(path)):
+                # rename() replaces a file with a file only: the old one goes aside first (a crash between the
+                # two renames leaves it in .<name>.old-*)
                 old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
                 os.replace(path, os.path.join(old, "out"))
                 os.replace(target, path)
