@@ -362,3 +362,29 @@ def test_run_squad_reports_bad_flags_and_files(tmp_path):
     assert "--doc_stride=200 exceeds the paragraph window" in proc.stderr
     proc = finish_squad(runs[2], expect_rc=1)
     assert f"{bad}: not valid JSON" in proc.stderr
+
+
+def test_batch_prediction_reads_a_squad_file_as_run_squad_does(tmp_path):
+    """One reading of the format: a file run_squad.py refuses is refused by batch prediction too (naming the file
+    and the place), and a question it cannot use (no id to join the answer on, empty text) is a bad row naming the
+    question, where batch prediction once numbered it in the id or skipped its paragraph unseen."""
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.tasks.squad import read_squad_rows
+    from xlnet_tf.training.settings import SettingsError
+
+    qas = [{"id": 7, "question": "What flows?"}, {"question": "No id?"}, {"id": "e", "question": " "},
+           {"id": "s", "question": "Which?", "is_impossible": "false"}]
+    path = _write(tmp_path, "rows.json", {"data": [{"paragraphs": [{"context": "The river.", "qas": qas}]}]})
+    rows = list(read_squad_rows(path))
+    assert [(r.line, r.text_a, r.text_b, r.id) for r in rows[:1]] == [(1, "What flows?", "The river.", "7")]
+    assert [r.problem for r in rows[1:]] == [
+        "data[0].paragraphs[0].qas[1] needs an 'id' and a 'question' string",
+        "data[0].paragraphs[0].qas[2]: empty question",
+        "data[0].paragraphs[0].qas[3] (id s): 'is_impossible' is 'false', not true or false"]
+    assert rows[-1].end == os.path.getsize(path)
+    noqas = _write(tmp_path, "noqas.json", {"data": [{"paragraphs": [{"context": "The river."}]}]})
+    for read in (lambda p: list(read_squad_rows(p)), lambda p: squad_data.read_squad_file(p, False)):
+        with pytest.raises(squad_data.SquadFileError, match=r"noqas\.json: data\[0\]\.paragraphs\[0\] has no 'qas'"):
+            read(noqas)
+    error = pytest.raises(InputError, squad_data.read_squad_file, str(tmp_path / "gone.json"), False).value
+    assert not isinstance(error, SettingsError)  # a data file, not a setting

@@ -25,7 +25,7 @@ import dataclasses
 import json
 import os
 import random
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -34,14 +34,14 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
-from xlnet_tf.training.settings import SettingsError
 from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
 CACHE_VERSION = 2  # 2: the eval features are JSON (1 pickled them: a pickle can run code when read)
 
 
-class SquadFileError(SettingsError):
-    """A SQuAD JSON file that cannot be used (the message names the file and the place)."""
+class SquadFileError(InputError):
+    """A SQuAD JSON file that cannot be used (the message names the file and the place): a data file, not a
+    setting."""
 
 
 @dataclasses.dataclass
@@ -90,15 +90,25 @@ def _where(path, *parts):
     return f"{path}: " + "".join(parts)
 
 
-def read_squad_file(path: str, is_training: bool) -> SquadFile:
-    """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
+@dataclasses.dataclass
+class SquadQuestion:
+    """One question of a SQuAD file as ``squad_questions`` finds it: ``where`` it is (``data[a].paragraphs[p]
+    .qas[q]``), its paragraph's ``context``, and either its fields or the ``problem`` that makes it unusable in
+    any tool (no ``id``, a ``question`` that is no string, ``answers`` no list, ``is_impossible`` no boolean)."""
 
-    Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
-    or ``question``, an ``is_impossible`` that is not a JSON boolean) raise ``SquadFileError`` naming the file and
-    the place. Problems of single examples skip them (and are listed in ``skipped`` by reason): empty question; in
-    training also no answer, an answer that is not at its ``answer_start`` in the context, an impossible question
-    with answers, and duplicate ids.
-    """
+    where: str
+    context: str
+    qas_id: str = ""
+    question: str = ""
+    answers: list = dataclasses.field(default_factory=list)
+    is_impossible: bool = False
+    has_is_impossible: bool = False
+    problem: str = ""
+
+
+def load_squad_json(path: str) -> tuple[int, list]:
+    """``(size in bytes, the "data" list)`` of a SQuAD JSON file; ``SquadFileError`` naming the file (and line)
+    if it is missing, not UTF-8, not JSON or has no ``data`` list."""
     if not tf.io.gfile.exists(path):
         raise SquadFileError(f"{path}: file not found")
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -115,9 +125,15 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise SquadFileError(f"{path}: not a SQuAD file (expected an object with a 'data' list, as the official "
                              "train-v1.1.json / train-v2.0.json)")
-    examples, skipped, seen = [], collections.defaultdict(list), set()
-    version_2 = has_answers = False
-    for a, article in enumerate(raw["data"]):
+    return len(data), raw["data"]
+
+
+def squad_questions(path: str, data: list) -> Iterator[SquadQuestion]:
+    """The questions of a SQuAD file's ``data`` list in file order: the one reading of the format's structure,
+    for training, evaluation and batch prediction alike. An article without a ``paragraphs`` list or a paragraph
+    without a ``context`` string or a ``qas`` list is a ``SquadFileError`` naming the file and the place; a
+    question's own structural problem is its ``problem`` (each tool reports it its way)."""
+    for a, article in enumerate(data):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise SquadFileError(_where(path, f"data[{a}] has no 'paragraphs' list"))
@@ -127,66 +143,93 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
                 raise SquadFileError(_where(path, f"{where} has no 'context' string"))
             if not isinstance(paragraph.get("qas"), list):
                 raise SquadFileError(_where(path, f"{where} has no 'qas' list"))
-            context = paragraph["context"]
             for q, qa in enumerate(paragraph["qas"]):
-                qwhere = f"{where}.qas[{q}]"
-                if not isinstance(qa, dict) or "id" not in qa or not isinstance(qa.get("question"), str):
-                    raise SquadFileError(_where(path, f"{qwhere} needs an 'id' and a 'question' string"))
-                qas_id = str(qa["id"])
-                answers = qa.get("answers") or []
-                if not isinstance(answers, list):
-                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'answers' is not a list"))
-                version_2 |= "is_impossible" in qa
-                is_impossible = qa.get("is_impossible", False)
-                if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
-                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'is_impossible' is "
-                                                      f"{is_impossible!r}, not true or false"))
-                has_answers |= bool(answers) or is_impossible
+                yield _question(f"{where}.qas[{q}]", paragraph["context"], qa)
 
-                def skip(reason, detail=""):
-                    skipped[reason].append(qas_id)
-                    logging.warning("%s: skipping example %s (%s): %s%s", path, qas_id, qwhere, reason, detail)
 
-                if qas_id in seen:
-                    skip("duplicate id")
+def _question(where: str, context: str, qa) -> SquadQuestion:
+    if not isinstance(qa, dict) or "id" not in qa or not isinstance(qa.get("question"), str):
+        return SquadQuestion(where, context, problem=f"{where} needs an 'id' and a 'question' string")
+    qas_id = str(qa["id"])
+    answers = qa.get("answers") or []
+    if not isinstance(answers, list):
+        return SquadQuestion(where, context, qas_id, problem=f"{where} (id {qas_id}): 'answers' is not a list")
+    is_impossible = qa.get("is_impossible", False)
+    if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
+        return SquadQuestion(where, context, qas_id, problem=f"{where} (id {qas_id}): 'is_impossible' is "
+                                                             f"{is_impossible!r}, not true or false")
+    return SquadQuestion(where, context, qas_id, qa["question"], answers, is_impossible, "is_impossible" in qa)
+
+
+def empty_text(question: SquadQuestion) -> str:
+    """Why no tool answers ``question`` although it is well-formed ("empty question", "empty context"), or ""."""
+    if not question.question.strip():
+        return "empty question"
+    return "" if question.context.strip() else "empty context"
+
+
+def read_squad_file(path: str, is_training: bool) -> SquadFile:
+    """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
+
+    Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
+    or ``question``, an ``is_impossible`` that is not a JSON boolean: ``squad_questions``) raise
+    ``SquadFileError`` naming the file and the place. Problems of single examples skip them (and are listed in
+    ``skipped`` by reason): empty question or context; in training also no answer, an answer that is not at its
+    ``answer_start`` in the context, an impossible question with answers, and duplicate ids.
+    """
+    _, data = load_squad_json(path)
+    examples, skipped, seen = [], collections.defaultdict(list), set()
+    version_2 = has_answers = False
+    for question in squad_questions(path, data):
+        if question.problem:
+            raise SquadFileError(_where(path, question.problem))
+        qas_id, qwhere, answers, is_impossible = (question.qas_id, question.where, question.answers,
+                                                  question.is_impossible)
+        context = question.context
+        version_2 |= question.has_is_impossible
+        has_answers |= bool(answers) or is_impossible
+
+        def skip(reason, detail=""):
+            skipped[reason].append(qas_id)
+            logging.warning("%s: skipping example %s (%s): %s%s", path, qas_id, qwhere, reason, detail)
+
+        if qas_id in seen:
+            skip("duplicate id")
+            continue
+        if empty_text(question):
+            skip(empty_text(question))
+            continue
+        example = SquadExample(qas_id, question.question, context, is_impossible=is_impossible)
+        if is_training:
+            if is_impossible and answers:  # which one is wrong is not ours to guess
+                skip("impossible with answers", f" (is_impossible is true and 'answers' has {len(answers)}; "
+                                                "SQuAD 2.0 keeps those of an impossible one in "
+                                                "'plausible_answers')")
+                continue
+            if not is_impossible:
+                if not answers:
+                    skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")
                     continue
-                if not qa["question"].strip():
-                    skip("empty question")
+                ans = answers[0]
+                if not isinstance(ans, dict) or not isinstance(ans.get("text"), str) or \
+                        not isinstance(ans.get("answer_start"), int) or not ans["text"]:
+                    skip("malformed answer", f" {ans!r}")
                     continue
-                if not context.strip():
-                    skip("empty context")
+                start, ans_text = ans["answer_start"], ans["text"]
+                if context[start:start + len(ans_text)] != ans_text:
+                    skip("answer not at its offset",
+                         f": {ans_text!r} at answer_start={start}, context there is "
+                         f"{context[start:start + len(ans_text)]!r}")
                     continue
-                example = SquadExample(qas_id, qa["question"], context, is_impossible=is_impossible)
-                if is_training:
-                    if is_impossible and answers:  # which one is wrong is not ours to guess
-                        skip("impossible with answers", f" (is_impossible is true and 'answers' has {len(answers)}; "
-                                                        "SQuAD 2.0 keeps those of an impossible one in "
-                                                        "'plausible_answers')")
-                        continue
-                    if not is_impossible:
-                        if not answers:
-                            skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")
-                            continue
-                        ans = answers[0]
-                        if not isinstance(ans, dict) or not isinstance(ans.get("text"), str) or \
-                                not isinstance(ans.get("answer_start"), int) or not ans["text"]:
-                            skip("malformed answer", f" {ans!r}")
-                            continue
-                        start, ans_text = ans["answer_start"], ans["text"]
-                        if context[start:start + len(ans_text)] != ans_text:
-                            skip("answer not at its offset",
-                                 f": {ans_text!r} at answer_start={start}, context there is "
-                                 f"{context[start:start + len(ans_text)]!r}")
-                            continue
-                        example.orig_answer_text, example.start_position = ans_text, start
-                        example.end_position = start + len(ans_text) - 1
-                    else:
-                        example.orig_answer_text, example.start_position = "", -1
-                seen.add(qas_id)
-                examples.append(example)
+                example.orig_answer_text, example.start_position = ans_text, start
+                example.end_position = start + len(ans_text) - 1
+            else:
+                example.orig_answer_text, example.start_position = "", -1
+        seen.add(qas_id)
+        examples.append(example)
     if not examples:
         raise SquadFileError(f"{path}: no usable examples (skipped: {_counts(skipped) or 'none'})")
-    return SquadFile(path, examples, raw["data"], version_2, has_answers, dict(skipped))
+    return SquadFile(path, examples, data, version_2, has_answers, dict(skipped))
 
 
 def _counts(skipped: dict) -> str:
