@@ -285,12 +285,7 @@ class SquadTask(Task):
         if not shards:
             squad_data.prepare_train_shard(s.train_file, output_dir, feature_settings, seed=s.seed)
             return squad_data.train_shards(output_dir, feature_settings)
-        fingerprint = feature_settings.fingerprint(s.train_file)
-        for path in shards:
-            stale = squad_data.stale_fields(path, fingerprint)
-            if stale:
-                raise SettingsError(f"{path}: cached features differ from the current run in {', '.join(stale)}; "
-                                    "rerun --do_prepro or pass --overwrite_data")
+        squad_data.check_train_shards(shards, s.train_file, feature_settings)
         return shards
 
     def build_model(self):
