@@ -47,11 +47,13 @@ class MultipleChoiceServing(Serving):
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
         import tensorflow as tf
 
+        from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
+
         options = texts["options"]
         with tf.control_dependencies([tf.debugging.assert_positive(
                 tf.shape(options)[1], message="options must hold at least one choice per question")]):
             options = tf.identity(options)
-        features = preprocessor.multiple_choice(texts["article"], texts["question"], options)
+        features = encode_choices(preprocessor, texts["article"], texts["question"], options)
         return self.outputs_from_ids(model, features, info)
 
     def preprocessor_kwargs(self, info) -> dict:

@@ -10,7 +10,7 @@ whenever the file has answers). Serving: ``question``, ``context`` -> ``text``, 
 ``null_odds``; token ids (with ``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files'
 questions (``*.json``) or rows of question and context; rows ``prediction``, ``start_char``, ``end_char``,
 ``null_odds``. Keras model on raw text: ``squad_text_model.XLNetTextSquad``; its windows are
-``XLNetPreprocessor.squad`` (``xlnet_tf.preprocessing``).
+``squad_graph.squad_windows`` (on ``xlnet_tf.preprocessing``'s preprocessor).
 """
 
 from __future__ import annotations
