@@ -25,8 +25,8 @@ import unicodedata
 import keras
 import tensorflow as tf
 
-from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, SPECIAL_SYMBOLS, \
-    SPIECE_UNDERLINE
+from xlnet_tf.tokenization import CLS_ID, PAIR_SPECIAL_TOKENS, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, \
+    SPECIAL_SYMBOLS, SPIECE_UNDERLINE, max_qa_length_limit
 from xlnet_tf.errors import InputError
 
 
@@ -188,9 +188,10 @@ class XLNetPreprocessor(keras.layers.Layer):
         if not isinstance(seq_length, int) or seq_length < 3:
             raise ValueError(f"seq_length={seq_length!r}: must be an int >= 3 (a pair needs <sep> <sep> <cls>)")
         if max_qa_length is None:
-            max_qa_length = min(128, seq_length - 3)
-        if not isinstance(max_qa_length, int) or not 1 <= max_qa_length <= seq_length - 3:
-            raise ValueError(f"max_qa_length={max_qa_length!r}: must be in [1, seq_length - 3 = {seq_length - 3}]")
+            max_qa_length = min(128, max_qa_length_limit(seq_length))
+        if not isinstance(max_qa_length, int) or not 1 <= max_qa_length <= max_qa_length_limit(seq_length):
+            raise ValueError(f"max_qa_length={max_qa_length!r}: must be in [1, seq_length - {PAIR_SPECIAL_TOKENS} = "
+                             f"{max_qa_length_limit(seq_length)}]")
         if max_query_length is None:
             max_query_length = min(64, seq_length - 4)
         if not isinstance(max_query_length, int) or not 1 <= max_query_length <= seq_length - 4:

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from xlnet_tf.preprocessing import batch_of_strings, check_same_rows, keep_first, keep_last, positions, row_values, \
     text_tensor
+from xlnet_tf.tokenization import max_qa_length_limit
 
 
 def encode_choices(preprocessor, article, question, options) -> dict:
@@ -24,7 +25,7 @@ def encode_choices(preprocessor, article, question, options) -> dict:
         qa = _qa_text(tf.repeat(question, choices), option)
         tokens_qa = keep_last(preprocessor.tokenize(qa), preprocessor.max_qa_length)
         context = tf.gather(preprocessor.tokenize(article), tf.repeat(tf.range(batch), choices))
-        budget = preprocessor.seq_length - 3 - tokens_qa.row_lengths()
+        budget = max_qa_length_limit(preprocessor.seq_length) - tokens_qa.row_lengths()
         features = preprocessor.pack(keep_first(context, budget), tokens_qa)
         return {k: tf.reshape(v, [batch, choices, preprocessor.seq_length]) for k, v in features.items()}
 
