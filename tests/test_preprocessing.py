@@ -17,6 +17,7 @@ import tensorflow as tf
 from background import background
 from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.tasks.multiple_choice import race_data
+from xlnet_tf.errors import InputError
 from xlnet_tf.preprocessing import XLNetPreprocessor, pair_lengths
 from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
 from xlnet_tf.tasks.squad.squad_graph import squad_windows
@@ -251,6 +252,8 @@ def test_config_round_trip_and_errors(preprocessors):
         XLNetPreprocessor(spiece_model=SPIECE)  # a path, not the bytes
     with pytest.raises(ValueError, match="seq_length"):
         XLNetPreprocessor.from_file(SPIECE, seq_length=2)
+    with pytest.raises(InputError, match=r"nope\.model: SentencePiece model not found"):
+        XLNetPreprocessor.from_file("nope.model")
     with pytest.raises(ValueError, match="max_qa_length"):
         XLNetPreprocessor.from_file(SPIECE, seq_length=16, max_qa_length=14)
     with pytest.raises(ValueError, match="sentence2"):

@@ -10,6 +10,7 @@ import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import InputError
 from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.training import progress, setup
@@ -94,7 +95,11 @@ def test_bad_input(tmp_path):
         f.write('{"article": "x", "questions": [')
     with pytest.raises(ValueError, match=r"high/1\.txt: not a RACE JSON file"):
         race_data.read_examples(root, "dev")
-    with pytest.raises(FileNotFoundError, match="RACE train split not found"):
+    # InputError, as the neighbouring checks of the same input (library callers catch that one)
+    with pytest.raises(InputError, match="RACE train split not found"):
+        race_data.read_examples(str(tmp_path), "train")
+    os.makedirs(tmp_path / "train" / "other")
+    with pytest.raises(InputError, match=r"train: no middle/high subdirectory"):
         race_data.read_examples(str(tmp_path), "train")
 
 

@@ -238,7 +238,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         """The preprocessor of the SentencePiece model at ``path`` (read once; the layer keeps the bytes)."""
         path = os.fspath(path)
         if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(f"{path}: SentencePiece model not found")
+            raise InputError(f"{path}: SentencePiece model not found")
         with tf.io.gfile.GFile(path, "rb") as f:
             return cls(spiece_model=f.read(), **kwargs)
 

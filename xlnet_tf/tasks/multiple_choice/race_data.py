@@ -50,8 +50,8 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
     examples, skipped = [], []
     split_dir = os.path.join(data_dir, split)
     if not io_utils.isdir(split_dir):
-        raise FileNotFoundError(f"{split_dir}: RACE {split} split not found (expected "
-                                f"{split}/{{middle,high}}/*.txt under --data_dir)")
+        raise InputError(f"{split_dir}: RACE {split} split not found (expected "
+                         f"{split}/{{middle,high}}/*.txt under --data_dir)")
     found = False
     for level in levels:
         level_dir = os.path.join(split_dir, level)
@@ -99,7 +99,7 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                                             [qa_text(question, str(o)) for o in opts],
                                             ANSWERS.index(answer), LEVELS.index(level)))
     if not found:
-        raise FileNotFoundError(f"{split_dir}: no {'/'.join(levels)} subdirectory")
+        raise InputError(f"{split_dir}: no {'/'.join(levels)} subdirectory")
     if skipped:
         logging.warning("RACE %s: skipped %d question(s), e.g. %s", split, len(skipped), "; ".join(skipped[:3]))
     return examples, skipped
