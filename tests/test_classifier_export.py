@@ -16,6 +16,7 @@ from xlnet_tf.finetuning.serving import ServingInfo, existing_versions, export_s
 from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
 
 SEQ = 24
 TEXT = {"classification": dict(sentence=["A gripping film.", "", "Dull, dull, dull " * 30],
@@ -44,7 +45,7 @@ def test_both_signatures_match_keras(tmp_path, kind):
 
     pre = XLNetPreprocessor.from_file(SPIECE, seq_length=SEQ, max_qa_length=10)
     texts = TEXT[kind]
-    features = pre.multiple_choice(**texts) if kind == "multiple_choice" else pre(*texts.values())
+    features = encode_choices(pre, **texts) if kind == "multiple_choice" else pre(*texts.values())
     expected = model(features, training=False)["logits"].numpy()
     by_text = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in texts.items()})
     by_ids = loaded.signatures["serve_ids"](**features)

@@ -222,18 +222,14 @@ def test_training_stream_is_a_function_of_the_step_for_every_input_pipeline(tmp_
 def test_squad_stream_counts_each_pipelines_records(tmp_path):
     """SQuAD shards (record counts from their manifests): whole shards per pipeline when there are enough,
     else records dealt round-robin; either way a later start continues the same stream."""
-    import json
-
+    from xlnet_tf.finetuning import records
     from xlnet_tf.tasks.squad import squad_data
 
     paths = []
     for i, count in enumerate((5, 9, 4)):
         paths.append(str(tmp_path / f"shard{i}.tf_record"))
-        with tf.io.TFRecordWriter(paths[-1]) as writer:
-            for j in range(count):
-                writer.write(squad_data._tf_example(_squad_feature(i * 100 + j)))
-        with open(paths[-1] + ".json", "w") as f:
-            json.dump({"num_features": count}, f)
+        records.write_records(paths[-1], [squad_data.feature_row(_squad_feature(i * 100 + j)) for j in range(count)],
+                              {})
     for pipelines in (2, 4):
         ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipelines - 1,
                                          num_replicas_in_sync=pipelines)

@@ -17,7 +17,10 @@ import tensorflow as tf
 from background import background
 from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.tasks.multiple_choice import race_data
+from xlnet_tf.errors import InputError
 from xlnet_tf.preprocessing import XLNetPreprocessor, pair_lengths
+from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
+from xlnet_tf.tasks.squad.squad_graph import squad_windows
 from xlnet_tf.tokenization import XLNetTokenizer, preprocess_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -210,8 +213,8 @@ def test_multiple_choice_equals_race_encode_example(tokenizers):
     # Questions with "_" and without; long enough to be cut at seq 24 (article) and max_qa_length 8 (options).
     for seq_length, max_qa in [(24, 8), (128, 64)]:
         pre = XLNetPreprocessor.from_file(SPIECE, seq_length=seq_length, max_qa_length=max_qa)
-        ours = pre.multiple_choice([e.context for _, _, e in batch], [q for q, _, _ in batch],
-                                   [options for _, options, _ in batch])
+        ours = encode_choices(pre, [e.context for _, _, e in batch], [q for q, _, _ in batch],
+                              [options for _, options, _ in batch])
         assert ours["input_ids"].shape == (len(batch), race_data.NUM_CHOICES, seq_length)
         for i, (_, _, example) in enumerate(batch):
             ids, segs, masks, _ = race_data.encode_example(tokenizers[False], example, seq_length, max_qa)
@@ -249,18 +252,20 @@ def test_config_round_trip_and_errors(preprocessors):
         XLNetPreprocessor(spiece_model=SPIECE)  # a path, not the bytes
     with pytest.raises(ValueError, match="seq_length"):
         XLNetPreprocessor.from_file(SPIECE, seq_length=2)
+    with pytest.raises(InputError, match=r"nope\.model: SentencePiece model not found"):
+        XLNetPreprocessor.from_file("nope.model")
     with pytest.raises(ValueError, match="max_qa_length"):
         XLNetPreprocessor.from_file(SPIECE, seq_length=16, max_qa_length=14)
     with pytest.raises(ValueError, match="sentence2"):
         pre(["a"], [1.0])
     with pytest.raises(ValueError, match="options"):
-        pre.multiple_choice(["a"], ["b"], ["c"])
+        encode_choices(pre, ["a"], ["b"], ["c"])
     with pytest.raises(ValueError, match="sentence2: 1 rows for the 2 of sentence"):
         pre(["a", "b"], ["c"])
     with pytest.raises(ValueError, match="question: 1 rows for the 2 of article"):
-        pre.multiple_choice(["a", "b"], ["q"], [["c", "d"], ["e", "f"]])
+        encode_choices(pre, ["a", "b"], ["q"], [["c", "d"], ["e", "f"]])
     with pytest.raises(ValueError, match="question: 2 rows for the 1 of context"):
-        pre.squad(["q", "r"], ["a context"])
+        squad_windows(pre, ["q", "r"], ["a context"])
 
 
 @pytest.mark.slow
@@ -275,8 +280,8 @@ def test_the_graphs_hold_no_row_partition_assertions(preprocessors):
     def words(text):
         return tagging_graph.encode_words(pre, tagging_graph.split_words(text)[0], 8)
 
-    graphs = {"sentence": (lambda a: pre(a), 1), "pair": (lambda a, b: pre(a, b), 2), "squad": (pre.squad, 2),
-              "words": (words, 1)}
+    graphs = {"sentence": (lambda a: pre(a), 1), "pair": (lambda a, b: pre(a, b), 2),
+              "squad": (lambda q, c: squad_windows(pre, q, c), 2), "words": (words, 1)}
     for name, (function, arity) in graphs.items():
         graph = tf.function(function, autograph=False).get_concrete_function(
             *[tf.TensorSpec([None], tf.string)] * arity).graph
@@ -300,18 +305,20 @@ def features(pair, squad):
 # ops are pinned to the CPU (a GPU serving host has no kernels for them); prints the layer's own features.
 _SAVE = _FEATURES + """
 from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.tasks.squad.squad_graph import squad_windows
 pre = XLNetPreprocessor.from_file(sys.argv[2], seq_length=32, lower_case=False)
 module = tf.Module()
 module.pre = pre
 module.serve = tf.function(lambda a, b: pre(a, b), input_signature=[tf.TensorSpec([None], tf.string)] * 2)
-module.squad = tf.function(pre.squad, input_signature=[tf.TensorSpec([None], tf.string)] * 2)
+module.squad = tf.function(lambda q, c: squad_windows(pre, q, c),
+                           input_signature=[tf.TensorSpec([None], tf.string)] * 2)
 for function in (module.serve, module.squad):
     ops = [op for op in function.get_concrete_function().graph.get_operations()
            if op.type.startswith(("Regex", "Unicode", "StringLower", "NormalizeUTF8", "Sentencepiece", "TFText",
                                   "StringSplit", "ReduceJoin"))]
     assert ops and all(op.device.endswith("CPU:0") for op in ops), {op.type: op.device for op in ops}
 tf.saved_model.save(module, sys.argv[3])
-features(pre, pre.squad)
+features(pre, lambda q, c: squad_windows(pre, q, c))
 """
 
 # Loads argv[3] with tensorflow and tensorflow_text only; prints its features.
@@ -360,7 +367,7 @@ def _squad_examples(mixed_too: bool = True):
 
 @pytest.mark.parametrize("lower", [False, True])
 def test_squad_windows_equal_squad_data(tokenizers, lower):
-    """``pre.squad`` against ``squad_data.convert_examples_to_features`` (squad_lib_sp's algorithm): the same
+    """``squad_windows`` against ``squad_data.convert_examples_to_features`` (squad_lib_sp's algorithm): the same
     windows (ids, segments, masks, p_mask, cls_index, example of each window, max context) and, for every
     paragraph token, the same answer text cut from the original context with its character offsets."""
     from xlnet_tf.tasks.squad import squad_data
@@ -371,8 +378,8 @@ def test_squad_windows_equal_squad_data(tokenizers, lower):
     for source, examples in _squad_examples(mixed_too=not lower):  # uncased: the fixtures only (time)
         features, _ = squad_data.convert_examples_to_features(examples, tokenizers[lower], seq, stride, query,
                                                               is_training=False)
-        ours = {k: v.numpy() for k, v in pre.squad([e.question_text for e in examples],
-                                                   [e.paragraph_text for e in examples]).items()}
+        ours = {k: v.numpy() for k, v in squad_windows(pre, [e.question_text for e in examples],
+                                                        [e.paragraph_text for e in examples]).items()}
         assert ours["input_ids"].shape == (len(features), seq), source  # every example aligns here
         for w, feature in enumerate(features):
             windows += 1

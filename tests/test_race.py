@@ -10,6 +10,7 @@ import pytest
 
 from classifier_helpers import FIXTURES, SPIECE, make_flags
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import InputError
 from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.tasks.multiple_choice import race_data
 from xlnet_tf.training import progress, setup
@@ -94,7 +95,11 @@ def test_bad_input(tmp_path):
         f.write('{"article": "x", "questions": [')
     with pytest.raises(ValueError, match=r"high/1\.txt: not a RACE JSON file"):
         race_data.read_examples(root, "dev")
-    with pytest.raises(FileNotFoundError, match="RACE train split not found"):
+    # InputError, as the neighbouring checks of the same input (library callers catch that one)
+    with pytest.raises(InputError, match="RACE train split not found"):
+        race_data.read_examples(str(tmp_path), "train")
+    os.makedirs(tmp_path / "train" / "other")
+    with pytest.raises(InputError, match=r"train: no middle/high subdirectory"):
         race_data.read_examples(str(tmp_path), "train")
 
 
@@ -140,3 +145,32 @@ def test_race_end_to_end(tmp_path, monkeypatch):
     result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, max_seq_length=64,
                             max_qa_length=24, middle_only=True))
     assert result["eval"]["metrics"]["num_examples"] == 4 and "accuracy_high" not in result["eval"]["metrics"]
+
+
+def test_max_qa_length_has_one_bound_from_the_layout(tokenizer):
+    """article <sep> question-option <sep> <cls> holds 3 special tokens: --max_qa_length may take all the rest
+    (the settings once refused max_seq_length - 3, which the preprocessor and the encoder accept)."""
+    import types
+
+    from xlnet_tf import tasks
+    from xlnet_tf.preprocessing import XLNetPreprocessor
+    from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
+
+    family = tasks.get("multiple_choice")
+
+    def errors(max_qa_length):
+        s = types.SimpleNamespace(max_qa_length=max_qa_length, max_seq_length=16, long_document="truncate",
+                                  high_only=False, middle_only=False, predict_input_glob=None)
+        return family.settings_errors(s)
+    assert errors(13) == [] and errors(14) == ["--max_qa_length=14 must be in [1, max_seq_length - 3 = 13]"]
+    with pytest.raises(ValueError, match=r"max_qa_length=14: must be in \[1, seq_length - 3 = 13\]"):
+        XLNetPreprocessor.from_file(SPIECE, seq_length=16, max_qa_length=14)
+    article = race_data.read_examples(RACE, "dev")[0][0].context
+    question, options = "Which of the following is true about the passage?", ["A", "B", "C", "D"]
+    ex = race_data.RaceExample("q", article, [race_data.qa_text(question, o) for o in options], 0, 0)
+    ids, segs, masks, _ = race_data.encode_example(tokenizer, ex, 16, 13)
+    assert ids[0][0] == SEP_ID  # the article cut to nothing: still a valid sequence
+    ours = encode_choices(XLNetPreprocessor.from_file(SPIECE, seq_length=16, max_qa_length=13), [article],
+                          [question], [options])
+    for name, expected in (("input_ids", ids), ("segment_ids", segs), ("padding_mask", masks)):
+        np.testing.assert_array_equal(ours[name].numpy()[0], expected)

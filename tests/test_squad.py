@@ -362,3 +362,69 @@ def test_run_squad_reports_bad_flags_and_files(tmp_path):
     assert "--doc_stride=200 exceeds the paragraph window" in proc.stderr
     proc = finish_squad(runs[2], expect_rc=1)
     assert f"{bad}: not valid JSON" in proc.stderr
+
+
+def test_batch_prediction_reads_a_squad_file_as_run_squad_does(tmp_path):
+    """One reading of the format: a file run_squad.py refuses is refused by batch prediction too (naming the file
+    and the place), and a question it cannot use (no id to join the answer on, empty text) is a bad row naming the
+    question, where batch prediction once numbered it in the id or skipped its paragraph unseen."""
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.tasks.squad import read_squad_rows
+    from xlnet_tf.training.settings import SettingsError
+
+    qas = [{"id": 7, "question": "What flows?"}, {"question": "No id?"}, {"id": "e", "question": " "},
+           {"id": "s", "question": "Which?", "is_impossible": "false"}]
+    path = _write(tmp_path, "rows.json", {"data": [{"paragraphs": [{"context": "The river.", "qas": qas}]}]})
+    rows = list(read_squad_rows(path))
+    assert [(r.line, r.text_a, r.text_b, r.id) for r in rows[:1]] == [(1, "What flows?", "The river.", "7")]
+    assert [r.problem for r in rows[1:]] == [
+        "data[0].paragraphs[0].qas[1] needs an 'id' and a 'question' string",
+        "data[0].paragraphs[0].qas[2]: empty question",
+        "data[0].paragraphs[0].qas[3] (id s): 'is_impossible' is 'false', not true or false"]
+    assert rows[-1].end == os.path.getsize(path)
+    noqas = _write(tmp_path, "noqas.json", {"data": [{"paragraphs": [{"context": "The river."}]}]})
+    for read in (lambda p: list(read_squad_rows(p)), lambda p: squad_data.read_squad_file(p, False)):
+        with pytest.raises(squad_data.SquadFileError, match=r"noqas\.json: data\[0\]\.paragraphs\[0\] has no 'qas'"):
+            read(noqas)
+    error = pytest.raises(InputError, squad_data.read_squad_file, str(tmp_path / "gone.json"), False).value
+    assert not isinstance(error, SettingsError)  # a data file, not a setting
+
+
+def test_feature_caches_follow_the_records_policy(tmp_path, caplog):
+    """SQuAD's caches are records.cache_features' (one metadata reader): other settings are refused as every
+    task's caches are, where they were rebuilt silently; a cache of the older format is rebuilt by the step that
+    can rebuild it and refused clearly by training; damaged metadata is one InputError, never a traceback."""
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.finetuning import records
+
+    train, dev, out = (os.path.join(FIXTURES, n) for n in ("train-v1.1.json", "dev-v1.1.json", str(tmp_path)))
+    s = squad_data.FeatureSettings(SPIECE, 64, 16, 24, False)
+    meta = squad_data.prepare_train_shard(train, out, s)
+    path = squad_data.train_record_path(out, s, 0)
+    assert squad_data.num_train_features(path) == meta["num_records"] > 0
+    first = [r.numpy() for r in tf.data.TFRecordDataset(path).map(records.parse_fn(squad_data.feature_spec(64)))
+             .take(1).map(lambda f: f["input_ids"])]
+    assert first[0].dtype == np.int32
+    squad_data.prepare_eval_features(dev, out, s)
+    other = squad_data.FeatureSettings(SPIECE, 64, 16, 32, False)  # another --doc_stride, the same file names
+    for prepare in (lambda: squad_data.prepare_train_shard(train, out, other),
+                    lambda: squad_data.prepare_eval_features(dev, out, other)):
+        with pytest.raises(InputError, match=r"doc_stride: cached 24 != now 32\); rerun with --overwrite_data"):
+            prepare()
+    with pytest.raises(InputError, match=r"differ from the current run in doc_stride; rerun --do_prepro"):
+        squad_data.check_train_shards([path], train, other)
+    # Version 2's manifest (its fields at the top level, num_features): rebuilt here, refused by training.
+    old = {"cache_version": 2, "data_file": train, "max_seq_length": 64, "num_features": 3}
+    with open(path + ".json", "w") as f:
+        json.dump(old, f)
+    with pytest.raises(InputError, match=r"features cached in another format \(version 2, now 3\); rerun --do_prepro"):
+        squad_data.check_train_shards([path], train, s)
+    assert squad_data.prepare_train_shard(train, out, s)["cache_version"] == 3 and "another format" in caplog.text
+    for damaged in ("{", "[]"):
+        with open(path + ".json", "w") as f:
+            f.write(damaged)
+        for read in (squad_data.num_train_features, lambda p: squad_data.train_shards(out, s),
+                     lambda p: squad_data.check_train_shards([p], train, s)):
+            with pytest.raises(InputError, match=r"\.train\.tf_record\.json: unreadable cache metadata \(.*\); "
+                                                 "rerun with --overwrite_data"):
+                read(path)

@@ -25,9 +25,8 @@ import unicodedata
 import keras
 import tensorflow as tf
 
-from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, SPECIAL_SYMBOLS, \
-    SPIECE_UNDERLINE, SQUAD_SEG_ID_CLS as SQUAD_SEG_CLS, SQUAD_SEG_ID_P as SQUAD_SEG_P, \
-    SQUAD_SEG_ID_PAD as SQUAD_SEG_PAD, SQUAD_SEG_ID_Q as SQUAD_SEG_Q
+from xlnet_tf.tokenization import CLS_ID, PAIR_SPECIAL_TOKENS, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, \
+    SPECIAL_SYMBOLS, SPIECE_UNDERLINE, max_qa_length_limit
 from xlnet_tf.errors import InputError, MissingInputError
 
 
@@ -48,12 +47,14 @@ def _char_class(predicate) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _classes() -> dict:
+def char_classes() -> dict:
+    """RE2 classes of Python's ``str.isspace`` (``space``) and combining marks (``combining``): what the
+    graphs of the task families test characters with, deciding as the Python tokenizer decides."""
     return {"space": _char_class(str.isspace),
             "combining": _char_class(lambda c: unicodedata.combining(c) != 0)}
 
 
-def _text_tensor(strings, name: str) -> tf.Tensor:
+def text_tensor(strings, name: str) -> tf.Tensor:
     """``strings`` (a str, list, numpy array or tensor) as a tf.string tensor; ValueError naming ``name``."""
     if isinstance(strings, tf.RaggedTensor):
         raise ValueError(f"{name}: expected a dense tensor of strings, got a RaggedTensor")
@@ -66,9 +67,9 @@ def _text_tensor(strings, name: str) -> tf.Tensor:
     return tensor
 
 
-def _batch_of_strings(strings, name: str) -> tf.Tensor:
+def batch_of_strings(strings, name: str) -> tf.Tensor:
     """A [B] string tensor from [B] (or [B, 1], as Keras sometimes feeds 1-D inputs; a scalar is a batch of 1)."""
-    tensor = _text_tensor(strings, name)
+    tensor = text_tensor(strings, name)
     if tensor.shape.rank == 0:
         return tensor[None]
     if tensor.shape.rank == 2 and tensor.shape[1] == 1:
@@ -78,7 +79,7 @@ def _batch_of_strings(strings, name: str) -> tf.Tensor:
     return tensor
 
 
-def _check_same_rows(first_name: str, first: tf.Tensor, **others):
+def check_same_rows(first_name: str, first: tf.Tensor, **others):
     """A ValueError naming the one of ``others`` (name = [B] tensor) that has not as many rows as ``first``, instead
     of a gather's error. Checked where the shapes are known (eager calls, fixed batches); a traced graph
     adds no assertion (see the ragged note below) and fails in the gather."""
@@ -92,12 +93,12 @@ def _check_same_rows(first_name: str, first: tf.Tensor, **others):
 # dense [N, 1] against a ragged [N, (T)] (or masks, concatenates or gathers ragged rows) adds assertions on the row
 # partitions, each an If with two branch functions. They cannot fail for partitions built here, yet they made up
 # half the time to trace the SQuAD graph and to start every tf.data iterator over it (fit, evaluate, predict).
-def _positions(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
+def positions(ragged: tf.RaggedTensor) -> tf.RaggedTensor:
     """Each element's index within its row, same ragged shape as ``ragged`` ([N, (T)])."""
     return tf.ragged.range(ragged.row_lengths())
 
 
-def _row_values(ragged: tf.RaggedTensor, per_row: tf.Tensor) -> tf.Tensor:
+def row_values(ragged: tf.RaggedTensor, per_row: tf.Tensor) -> tf.Tensor:
     """``per_row`` [N] repeated for each element of ``ragged`` [N, (T)] -> [sum T], aligned with its flat values."""
     return tf.gather(per_row, ragged.value_rowids())
 
@@ -107,18 +108,18 @@ def _keep(ragged: tf.RaggedTensor, keep: tf.Tensor, lengths: tf.Tensor) -> tf.Ra
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ragged.flat_values, keep), lengths, validate=False)
 
 
-def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+def keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """Each row cut to its first ``lengths[i]`` elements."""
     ragged = ragged.with_row_splits_dtype(tf.int64)
     lengths = tf.clip_by_value(tf.cast(lengths, tf.int64), 0, ragged.row_lengths())
-    return _keep(ragged, _positions(ragged).flat_values < _row_values(ragged, lengths), lengths)
+    return _keep(ragged, positions(ragged).flat_values < row_values(ragged, lengths), lengths)
 
 
-def _keep_last(ragged: tf.RaggedTensor, count: int) -> tf.RaggedTensor:
+def keep_last(ragged: tf.RaggedTensor, count: int) -> tf.RaggedTensor:
     """Each row cut to its last ``count`` elements (Python's ``row[-count:]``)."""
     ragged = ragged.with_row_splits_dtype(tf.int64)
     start = ragged.row_lengths() - count
-    return _keep(ragged, _positions(ragged).flat_values >= _row_values(ragged, start),
+    return _keep(ragged, positions(ragged).flat_values >= row_values(ragged, start),
                  tf.minimum(ragged.row_lengths(), count))
 
 
@@ -153,12 +154,14 @@ class XLNetPreprocessor(keras.layers.Layer):
         ``classifier_data.encode_example``: ``A <sep> B <sep> <cls>`` (a single sentence: ``A <sep> <cls>``),
         left-padded with id 0; segments A=0 (with its sep), B=1 (with its sep), CLS=2, PAD=4; a pair longer than
         S is cut by ``truncate_pair``'s rule (tokens popped from the end of the longer of A and B).
-      ``pre.multiple_choice(article, question, options)``: [B], [B], [B, C] -> the same three keys, each
-        [B, C, S], as ``race_data.encode_example``: ``article <sep> question-with-option <sep> <cls>`` (a ``_`` in
-        the question is replaced by the option, else the option is appended after a space), the question+option
-        part cut to its last ``max_qa_length`` tokens and the article to what is left.
-      ``pre.squad(question, context)``: [B], [B] -> the paragraph windows of ``squad_data`` (see ``squad``).
       ``pre.tokenize(strings)``: [N] -> tf.RaggedTensor int32 [N, (tokens)], ``XLNetTokenizer.encode_ids``.
+      ``pre.encode_with_offsets(strings)``: [N] -> the tokens and the characters each comes from.
+
+    The task families' layouts take the preprocessor as their first argument and live with their family:
+    ``multiple_choice_graph.encode_choices(pre, article, question, options)`` (``xlnet_tf.tasks.multiple_choice``:
+    RACE's, ``race_data.encode_example``), ``squad_graph.squad_windows(pre, question, context)``
+    (``xlnet_tf.tasks.squad``: the paragraph windows of ``squad_data``), ``tagging_graph.encode_words``. They build
+    on ``tokenize``, ``encode_with_offsets``, ``pack`` and this module's ragged helpers.
 
     Invalid UTF-8 is not an error: each bad byte sequence becomes U+FFFD as Python's ``errors="replace"`` does.
     The string ops are placed on the CPU (``tf.device("/CPU:0")``), so the layer serves on a GPU host too.
@@ -185,9 +188,10 @@ class XLNetPreprocessor(keras.layers.Layer):
         if not isinstance(seq_length, int) or seq_length < 3:
             raise ValueError(f"seq_length={seq_length!r}: must be an int >= 3 (a pair needs <sep> <sep> <cls>)")
         if max_qa_length is None:
-            max_qa_length = min(128, seq_length - 3)
-        if not isinstance(max_qa_length, int) or not 1 <= max_qa_length <= seq_length - 3:
-            raise ValueError(f"max_qa_length={max_qa_length!r}: must be in [1, seq_length - 3 = {seq_length - 3}]")
+            max_qa_length = min(128, max_qa_length_limit(seq_length))
+        if not isinstance(max_qa_length, int) or not 1 <= max_qa_length <= max_qa_length_limit(seq_length):
+            raise ValueError(f"max_qa_length={max_qa_length!r}: must be in [1, seq_length - {PAIR_SPECIAL_TOKENS} = "
+                             f"{max_qa_length_limit(seq_length)}]")
         if max_query_length is None:
             max_query_length = min(64, seq_length - 4)
         if not isinstance(max_query_length, int) or not 1 <= max_query_length <= seq_length - 4:
@@ -201,7 +205,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         self.spiece_model = bytes(spiece_model)
         self.seq_length, self.max_qa_length = seq_length, max_qa_length
         self.lower_case, self.keep_accents, self.remove_space = lower_case, keep_accents, remove_space
-        self._classes = _classes()
+        self._classes = char_classes()
         with tf.device("/CPU:0"):
             try:  # the vocabulary, read once here; the graph needs only the tables built from it below
                 vocab = tf_text.SentencepieceTokenizer(model=self.spiece_model)
@@ -244,7 +248,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         """``tokenization.preprocess_text`` on a string tensor (any shape): U+FFFD for invalid UTF-8, whitespace
         collapsed and stripped, ``` `` ```/``''`` -> ``"``, NFKD without combining marks, lower-case.
         ``quotes_last``: the quotes are replaced after the rest, as SQuAD's features do it (``squad_data``)."""
-        text = _text_tensor(strings, "strings")
+        text = text_tensor(strings, "strings")
         with tf.device("/CPU:0"):
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
             if self.remove_space:  # " ".join(text.strip().split()): Python's whitespace, not RE2's \s
@@ -262,9 +266,10 @@ class XLNetPreprocessor(keras.layers.Layer):
         import tensorflow_text as tf_text
         return tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFKD"), self._classes["combining"], "")
 
-    def tokenize(self, strings) -> tf.RaggedTensor:
-        """[N] strings -> tf.RaggedTensor int32 [N, (tokens)]: ``XLNetTokenizer(lower=lower_case).encode_ids``."""
-        text = self.clean(_batch_of_strings(strings, "strings"))
+    def tokenize(self, strings, quotes_last: bool = False) -> tf.RaggedTensor:
+        """[N] strings -> tf.RaggedTensor int32 [N, (tokens)]: ``XLNetTokenizer(lower=lower_case).encode_ids``
+        (``quotes_last``: cleaned as SQuAD's features are, see ``clean``)."""
+        text = self.clean(batch_of_strings(strings, "strings"), quotes_last=quotes_last)
         with tf.device("/CPU:0"):
             return self._encode(text)
 
@@ -312,8 +317,8 @@ class XLNetPreprocessor(keras.layers.Layer):
             sub = self._sentencepiece.tokenize(digits).with_row_splits_dtype(tf.int64)  # [F, (k)]
         else:
             sub, sub_begin, sub_end = self._tokenize_with_offsets(digits)
-        had_no_underline = _row_values(sub, ~tf.gather(self._leading_underline, chosen))
-        strip = ((_positions(sub).flat_values == 0) & had_no_underline
+        had_no_underline = row_values(sub, ~tf.gather(self._leading_underline, chosen))
+        strip = ((positions(sub).flat_values == 0) & had_no_underline
                  & tf.gather(self._leading_underline, sub.flat_values))
         values = tf.where(strip, tf.gather(self._without_underline, sub.flat_values), sub.flat_values)
         kept = values >= 0  # a bare "▁" stripped is dropped
@@ -343,13 +348,13 @@ class XLNetPreprocessor(keras.layers.Layer):
         if begin is None:
             return new_ids
         comma_at = tf.boolean_mask(end.flat_values, split) - 1
-        base = _row_values(sub, comma_at - tf.cast(tf.strings.length(digits), tf.int64))
+        base = row_values(sub, comma_at - tf.cast(tf.strings.length(digits), tf.int64))
         return (new_ids, expand(begin.flat_values, sub_begin.flat_values + base, comma_at),
                 expand(end.flat_values, sub_end.flat_values + base, comma_at + 1))
 
     # --- fine-tuning layouts -----------------------------------------------------------------------------------
 
-    def _pack(self, tokens_a: tf.RaggedTensor, tokens_b=None) -> dict:
+    def pack(self, tokens_a: tf.RaggedTensor, tokens_b=None) -> dict:
         """``truncate_pair`` + ``records.pack_sequence`` on ragged ids [N, (T)] -> dense features [N, S]."""
         S = self.seq_length
         len_a = tf.cast(tokens_a.row_lengths(), tf.int32)
@@ -379,131 +384,30 @@ class XLNetPreprocessor(keras.layers.Layer):
 
     def call(self, sentence, sentence2=None):
         """[B] strings (and [B] second sentences) -> ``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]."""
-        first = _batch_of_strings(sentence, "sentence")
-        second = None if sentence2 is None else _batch_of_strings(sentence2, "sentence2")
+        first = batch_of_strings(sentence, "sentence")
+        second = None if sentence2 is None else batch_of_strings(sentence2, "sentence2")
         if second is not None:
-            _check_same_rows("sentence", first, sentence2=second)
+            check_same_rows("sentence", first, sentence2=second)
         with tf.device("/CPU:0"):
-            return self._pack(self.tokenize(first), None if second is None else self.tokenize(second))
-
-    def multiple_choice(self, article, question, options) -> dict:
-        """RACE's layout: article [B], question [B], options [B, C] -> the three features, each [B, C, S]."""
-        article = _batch_of_strings(article, "article")
-        question = _batch_of_strings(question, "question")
-        options = _text_tensor(options, "options")
-        if options.shape.rank != 2:
-            raise ValueError(f"options: expected shape [batch, choices], got {options.shape}")
-        _check_same_rows("article", article, question=question, options=options)
-        with tf.device("/CPU:0"):
-            batch, choices = tf.shape(options)[0], tf.shape(options)[1]
-            option = tf.reshape(options, [-1])  # [B * C]
-            qa = _qa_text(tf.repeat(question, choices), option)
-            tokens_qa = _keep_last(self.tokenize(qa), self.max_qa_length)
-            context = tf.gather(self.tokenize(article), tf.repeat(tf.range(batch), choices))
-            budget = self.seq_length - 3 - tokens_qa.row_lengths()
-            features = self._pack(_keep_first(context, budget), tokens_qa)
-            return {k: tf.reshape(v, [batch, choices, self.seq_length]) for k, v in features.items()}
-
-    # --- SQuAD ---------------------------------------------------------------------------------------------------
-
-    def squad(self, question, context) -> dict:
-        """SQuAD's inputs as ``squad_data.convert_examples_to_features`` builds them for prediction: every
-        paragraph is cut into windows of ``P <sep> Q <sep> <cls>`` (P = up to ``seq_length - len(Q) - 3``
-        paragraph tokens, each window ``min(that, doc_stride)`` tokens after the previous one, Q = the first
-        ``max_query_length`` question tokens), right-padded with id 0.
-
-        question, context: [B] strings. Returns, for the W windows of the whole batch (W >= B; a paragraph with
-        no tokens has none):
-          ``input_ids``, ``segment_ids`` int32 [W, S] (P=0, Q=1 (each with its sep), CLS=2, PAD=3);
-          ``padding_mask`` float32 [W, S] (1 = token); ``p_mask`` float32 [W, S] (1 = not an answer position:
-          everything but the paragraph tokens and CLS); ``cls_index`` int32 [W];
-          ``example_index`` int32 [W]: the window's row in the batch (windows of one example are consecutive);
-          ``token_start_char``, ``token_end_char`` int32 [W, S]: the characters of the *original* context that
-          the token covers, first and last (inclusive); -1 outside the paragraph. The answer between window
-          positions i <= j is ``tf.strings.substr(context, start, end - start + 1, unit="UTF8_CHAR")`` with start =
-          ``token_start_char[i]``, end = ``token_end_char[j]``, stripped of surrounding whitespace (as
-          ``squad_postprocess``); a token's start may be the whitespace before its word. For a context that is
-          not valid UTF-8 the characters are those of its U+FFFD-replaced text;
-          ``token_is_max_context`` bool [W, S]: the window where the token has the most context on both sides
-          (``squad_lib_sp._check_is_max_context``), the one whose prediction counts for it.
-
-        Text is cleaned as for SQuAD's features (the quotes replaced last, squad_lib_sp's order). Offsets come from
-        tensorflow-text's ``SentencepieceTokenizer`` (see ``_tokenize_with_offsets``): where it breaks a tie
-        between equal-score segmentations the other way, a token's characters can be off by one or two inside a
-        run of one repeated character ("3000").
-        """
-        question = _batch_of_strings(question, "question")
-        context = _batch_of_strings(context, "context")
-        _check_same_rows("context", context, question=question)
-        with tf.device("/CPU:0"):
-            S = self.seq_length
-            query = _keep_first(self._encode(self.clean(question, quotes_last=True)),
-                                tf.fill(tf.shape(question), self.max_query_length))
-            tokens, start_char, end_char = self._encode_with_chars(context)  # [B, (T)] each
-            num_tokens = tokens.row_lengths()
-            len_q = query.row_lengths()
-            max_tokens = S - 3 - len_q  # paragraph tokens per window
-            step = tf.minimum(max_tokens, self.doc_stride)
-            windows = tf.where(num_tokens == 0, tf.zeros_like(num_tokens),
-                               1 + tf.maximum(num_tokens - max_tokens + step - 1, 0) // step)  # ceil
-            example = tf.repeat(tf.range(tf.size(num_tokens, out_type=tf.int64)), windows)  # [W]
-            start = tf.ragged.range(windows).flat_values * tf.gather(step, example)  # first paragraph token
-            length = tf.minimum(tf.gather(num_tokens, example) - start, tf.gather(max_tokens, example))
-            # Paragraph tokens of each window: indices into the flat tokens of the batch.
-            first_token = start + tf.gather(tokens.row_starts(), example)
-            index = tf.ragged.range(first_token, first_token + length)
-            W = tf.shape(example)[0]
-            j = tf.range(S, dtype=tf.int64)[None, :]
-            end_p = length[:, None]  # the paragraph's sep
-            cls_index = end_p + tf.gather(len_q, example)[:, None] + 2
-
-            def per_token(values, fill):  # [flat tokens] -> [W, S] at the paragraph positions
-                return index.with_flat_values(tf.gather(values, index.flat_values)).to_tensor(fill, shape=[None, S])
-
-            # P <sep> Q <sep> <cls>, right-padded with 0, on the dense [W, S] grid (see _pack).
-            query_ids = tf.gather(query.to_tensor(shape=[None, S]), example)
-            query_ids = tf.gather(query_ids, tf.clip_by_value(j - end_p - 1, 0, S - 1), batch_dims=1)
-            input_ids = tf.where(j < end_p, per_token(tokens.flat_values, 0), tf.where(
-                (j == end_p) | (j == cls_index - 1), SEP_ID, tf.where(j < cls_index, query_ids, tf.where(
-                    j == cls_index, CLS_ID, 0))))
-            segment_ids = tf.where(j <= end_p, SQUAD_SEG_P, tf.where(j < cls_index, SQUAD_SEG_Q, tf.where(
-                j == cls_index, SQUAD_SEG_CLS, SQUAD_SEG_PAD)))
-            padding_mask = tf.cast(j <= cls_index, tf.float32)
-            p_mask = 1.0 - tf.cast((j < end_p) | (j == cls_index), tf.float32)
-
-            # Max context: score = min(left, right) + 0.01 * window length, the first window with the best score.
-            position = tf.ragged.range(length).flat_values
-            window_length = tf.repeat(length, length)
-            score = (tf.cast(tf.minimum(position, window_length - 1 - position), tf.float64)
-                     + 0.01 * tf.cast(window_length, tf.float64))
-            token = index.flat_values
-            count = tf.size(tokens.flat_values, out_type=tf.int64)
-            best = tf.math.unsorted_segment_max(score, token, count)
-            window = tf.repeat(tf.range(tf.cast(W, tf.int64)), length)
-            first_best = tf.math.unsorted_segment_min(tf.where(score == tf.gather(best, token), window,
-                                                               tf.int64.max), token, count)
-            is_max = index.with_flat_values(tf.gather(first_best, token) == window).to_tensor(False, shape=[None, S])
-            return {"input_ids": input_ids, "segment_ids": tf.cast(segment_ids, tf.int32),
-                    "padding_mask": padding_mask, "p_mask": p_mask, "cls_index": tf.cast(cls_index[:, 0], tf.int32),
-                    "example_index": tf.cast(example, tf.int32),
-                    "token_start_char": tf.cast(per_token(start_char.flat_values, -1), tf.int32),
-                    "token_end_char": tf.cast(per_token(end_char.flat_values, -1), tf.int32),
-                    "token_is_max_context": is_max}
+            return self.pack(self.tokenize(first), None if second is None else self.tokenize(second))
 
     def _encode(self, text: tf.Tensor) -> tf.RaggedTensor:
         """Cleaned [N] strings -> ids [N, (T)] (SentencePiece + the digit-comma fix)."""
         return self._split_digit_commas(self._sentencepiece.tokenize(text).with_row_splits_dtype(tf.int64))
 
-    def _encode_with_chars(self, context: tf.Tensor):
-        """[B] raw contexts -> (ids, first char, last char), each ragged [B, (T)]: the characters of the
-        context (after U+FFFD replacement) each paragraph token comes from."""
+    def encode_with_offsets(self, context: tf.Tensor):
+        """[B] raw strings -> (ids, first char, last char), each ragged [B, (T)]: ``tokenize(context,
+        quotes_last=True)`` and the characters of the string (after U+FFFD replacement) each token comes from,
+        first and last (inclusive). Offsets come from tensorflow-text's ``SentencepieceTokenizer`` (see
+        ``_tokenize_with_offsets``): where it breaks a tie between equal-score segmentations the other way, a
+        token's characters can be off by one or two inside a run of one repeated character ("3000")."""
         cleaned = self.clean(context, quotes_last=True)
         ids, begin, end = self._split_digit_commas(*self._tokenize_with_offsets(cleaned))
         first, last = self._cleaned_byte_sources(context)  # [B, (bytes of cleaned)] -> chars of the context
 
         def char_at(source, offsets):  # byte offsets [B, (T)] -> chars (clamped: a zero-width token, its next byte)
-            flat = (tf.minimum(tf.maximum(offsets, 0), _row_values(ids, tf.maximum(source.row_lengths() - 1, 0)))
-                    + _row_values(ids, source.row_starts()))
+            flat = (tf.minimum(tf.maximum(offsets, 0), row_values(ids, tf.maximum(source.row_lengths() - 1, 0)))
+                    + row_values(ids, source.row_starts()))
             return ids.with_flat_values(tf.gather(source.flat_values, flat))
 
         # ids, begin and end share their row lengths
@@ -527,7 +431,7 @@ class XLNetPreprocessor(keras.layers.Layer):
             out = tf.where(flat == "\x00", flat, tf.strings.lower(out, encoding="utf-8"))
         if self.remove_space:
             space = tf.strings.regex_full_match(flat, self._classes["space"])
-            position = _positions(chars).flat_values
+            position = positions(chars).flat_values
             row = chars.value_rowids()
             words = tf.where(space, tf.zeros_like(position) - 1, position)
             first = tf.gather(tf.math.unsorted_segment_min(tf.where(space, tf.int64.max, position), row,
@@ -576,7 +480,7 @@ def _lower(text: tf.Tensor) -> tf.Tensor:
     """Unicode lower-case (as Python's ``str.lower``), in pieces between NULs: ``tf.strings.lower``'s ICU
     conversion stops at the first NUL (and so does ``reduce_join``'s separator: joined by hand)."""
     parts = tf.strings.split(text, "\x00")
-    nul = tf.where(_positions(parts).flat_values < _row_values(parts, parts.row_lengths() - 1), "\x00", "")
+    nul = tf.where(positions(parts).flat_values < row_values(parts, parts.row_lengths() - 1), "\x00", "")
     return tf.strings.reduce_join(parts.with_flat_values(tf.strings.lower(parts.flat_values, encoding="utf-8") + nul),
                                   axis=-1)
 
@@ -591,13 +495,3 @@ def _second_of_pairs(is_quote: tf.Tensor, row: tf.Tensor) -> tf.Tensor:
     run = tf.maximum(tf.cumsum(tf.cast(run_start, tf.int64)) - 1, 0)
     first = tf.gather(tf.concat([tf.boolean_mask(index, run_start), [0]], axis=0), run)
     return is_quote & ((index - first) % 2 == 1)
-
-
-def _qa_text(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
-    """``race_data.qa_text`` on [N] strings: every ``_`` in the question replaced by the option, or the option
-    appended after a space if there is none."""
-    parts = tf.strings.split(question, "_")  # [N, (k)]: "a_b_" -> "a", "b", ""
-    is_last = _positions(parts).flat_values == _row_values(parts, parts.row_lengths() - 1)
-    filler = tf.where(is_last, "", _row_values(parts, option))
-    joined = tf.strings.reduce_join(parts.with_flat_values(parts.flat_values + filler), axis=1)
-    return tf.where(tf.strings.regex_full_match(question, "(?s).*_.*"), joined, question + " " + option)

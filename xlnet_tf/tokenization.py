@@ -29,6 +29,14 @@ SPECIAL_SYMBOLS = {"<unk>": UNK_ID, "<s>": BOS_ID, "</s>": EOS_ID, "<cls>": CLS_
 SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD = 0, 1, 2, 4
 # SQuAD: P <sep> Q <sep> <cls>, right-padded.
 SQUAD_SEG_ID_P, SQUAD_SEG_ID_Q, SQUAD_SEG_ID_CLS, SQUAD_SEG_ID_PAD = 0, 1, 2, 3
+PAIR_SPECIAL_TOKENS = 3  # the <sep> <sep> <cls> of a pair (RACE: article <sep> question-option <sep> <cls>)
+
+
+def max_qa_length_limit(seq_length: int) -> int:
+    """The most question+option tokens RACE's layout holds in ``seq_length`` (``--max_qa_length``, the
+    preprocessor's ``max_qa_length``): all but the special tokens, the article then cut to none. One bound for the
+    settings check and the preprocessor, which had drifted apart (``seq_length - 4`` and ``- 3``)."""
+    return seq_length - PAIR_SPECIAL_TOKENS
 
 
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, keep_accents: bool = False) -> str:

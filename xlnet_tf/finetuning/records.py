@@ -71,22 +71,53 @@ def file_identity(path: str) -> list:
     return [[io_utils.relpath(f, path), *io_utils.stat(f)] for f in files]
 
 
+def _load_meta(path: str, keys: tuple) -> tuple[Optional[dict], str]:
+    """``(meta, "")`` of the cache at ``path``, or ``(None, what is wrong with path + '.json')``."""
+    try:
+        with io_utils.open(path + ".json", encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        return None, " ".join(str(e).split())
+    if not isinstance(meta, dict):
+        return None, f"a JSON {type(meta).__name__}, not an object"
+    missing = [k for k in keys if k not in meta]
+    return (None, f"no {', '.join(map(repr, missing))}") if missing else (meta, "")
+
+
+def read_meta(path: str, *keys: str) -> dict:
+    """The metadata of the cache at ``path`` (``path + '.json'``, as ``write_records`` writes it), holding ``keys``;
+    one ``InputError`` for a missing, damaged or incomplete one, naming it and asking for --overwrite_data."""
+    meta, problem = _load_meta(path, keys)
+    if problem:
+        raise InputError(f"{path}.json: unreadable cache metadata ({problem}); rerun with --overwrite_data")
+    return meta
+
+
+def differences(meta: dict, expected: dict) -> dict:
+    """The settings of ``expected`` a cache's ``meta`` was written with otherwise: name -> (cached, now)."""
+    return {k: (meta.get(k), v) for k, v in expected.items() if meta.get(k) != v}
+
+
 def cached_meta(path: str, expected: dict) -> Optional[dict]:
     """The meta of a cache at ``path`` if it exists and was written with ``expected`` settings; None if there is
-    no cache, or if its input files changed since (``expected['inputs']``: logged, it is written again);
-    ValueError (asking for --overwrite_data) if it was written with different settings."""
+    no cache, or if it is one to write again (logged): unreadable metadata, another ``cache_version`` (the layout
+    of a cache written by another version of xlnet_tf, never to be misread) or input files changed since
+    (``expected['inputs']``); ``InputError`` (asking for --overwrite_data) if it was written with different
+    settings."""
     if not (io_utils.exists(path) and io_utils.exists(path + ".json")):
         return None
-    with io_utils.open(path + ".json", encoding="utf-8") as f:
-        try:
-            meta = json.load(f)
-        except json.JSONDecodeError:
-            logging.warning("%s.json: unreadable cache metadata; encoding the features again", path)
-            return None
+    meta, problem = _load_meta(path, ())
+    if problem:
+        logging.warning("%s.json: unreadable cache metadata (%s); encoding the features again", path, problem)
+        return None
+    if "cache_version" in expected and meta.get("cache_version") != expected["cache_version"]:
+        logging.warning("%s: cached in another format (version %s, now %s); encoding the features again", path,
+                        meta.get("cache_version"), expected["cache_version"])
+        return None
     if "inputs" in expected and meta.get("inputs") != expected["inputs"]:
         logging.warning("%s: the input files changed since these features were cached; encoding them again", path)
         return None
-    diff = {k: (meta.get(k), v) for k, v in expected.items() if meta.get(k) != v}
+    diff = differences(meta, expected)
     if diff:
         raise InputError(f"{path}: cached features were written with different settings "
                          f"({', '.join(f'{k}: cached {a!r} != now {b!r}' for k, (a, b) in diff.items())}); "

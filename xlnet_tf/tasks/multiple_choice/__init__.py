@@ -15,6 +15,7 @@ import os
 from xlnet_tf import hf
 from xlnet_tf.tasks.multiple_choice import multiple_choice_hf_names, race_data
 from xlnet_tf.tasks.base import RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
+from xlnet_tf.tokenization import PAIR_SPECIAL_TOKENS, max_qa_length_limit
 
 KIND = "multiple_choice"
 TASK = "race"
@@ -47,11 +48,13 @@ class MultipleChoiceServing(Serving):
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
         import tensorflow as tf
 
+        from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
+
         options = texts["options"]
         with tf.control_dependencies([tf.debugging.assert_positive(
                 tf.shape(options)[1], message="options must hold at least one choice per question")]):
             options = tf.identity(options)
-        features = preprocessor.multiple_choice(texts["article"], texts["question"], options)
+        features = encode_choices(preprocessor, texts["article"], texts["question"], options)
         return self.outputs_from_ids(model, features, info)
 
     def preprocessor_kwargs(self, info) -> dict:
@@ -74,9 +77,9 @@ class MultipleChoiceFamily(TaskFamily):
 
     def settings_errors(self, s) -> list:
         errors = []
-        if s.max_qa_length <= 0 or s.max_qa_length > s.max_seq_length - 4:
-            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - 4 = "
-                          f"{s.max_seq_length - 4}]")
+        if not 1 <= s.max_qa_length <= max_qa_length_limit(s.max_seq_length):
+            errors.append(f"--max_qa_length={s.max_qa_length} must be in [1, max_seq_length - {PAIR_SPECIAL_TOKENS} "
+                          f"= {max_qa_length_limit(s.max_seq_length)}]")
         if s.long_document != "truncate":
             errors.append(f"--long_document={s.long_document}: {TASK} reads one sequence per option; long documents "
                           "are read by classification and regression tasks")

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.checkpoint import load_task_weights
+from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.tasks.text_models import (TextTaskModel, build_parts, checkpoint_source, checked_class_labels,
                                         hf_summary_settings)
@@ -21,10 +22,10 @@ LABELS = "labels (the index of the right option)"
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetTextMultipleChoice(TextTaskModel):
-    """RACE-style multiple choice on raw strings: ``XLNetPreprocessor.multiple_choice`` + ``XLNetMultipleChoice``.
+    """RACE-style multiple choice on raw strings: ``multiple_choice_graph.encode_choices`` + ``XLNetMultipleChoice``.
 
     ``fit``/``evaluate``/``predict`` inputs: ``(article, question, options)`` -- tf.string [B], [B], [B, C] -- as
-    a tuple, or a dict with those keys; ``call`` takes what ``preprocessor.multiple_choice`` gives (each [B, C,
+    a tuple, or a dict with those keys; ``call`` takes what ``encode_choices`` gives (each [B, C,
     S]). Output: ``logits`` float32 [B, C]; train with ``SparseCategoricalCrossentropy(from_logits=True)`` on the
     index of the right option.
     """
@@ -51,7 +52,7 @@ class XLNetTextMultipleChoice(TextTaskModel):
     def preprocess(self, x) -> dict:
         """``(article, question, options)`` -- [B], [B], [B, C] strings -- or a dict with those keys -> the three
         inputs, each [B, C, S]."""
-        return self.preprocessor.multiple_choice(*self._parts(x))
+        return encode_choices(self.preprocessor, *self._parts(x))
 
     @staticmethod
     def _parts(x) -> tuple:

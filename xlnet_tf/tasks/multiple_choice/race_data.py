@@ -24,6 +24,7 @@ from absl import logging
 from xlnet_tf import io_utils
 from xlnet_tf.finetuning import records
 from xlnet_tf.errors import InputError, MissingInputError
+from xlnet_tf.tokenization import max_qa_length_limit
 
 NUM_CHOICES = 4
 LEVELS = ("middle", "high")
@@ -112,7 +113,7 @@ def encode_example(tokenizer, example: RaceExample, max_seq_length: int, max_qa_
         tokens_qa = tokenizer.encode_ids(qa)
         if len(tokens_qa) > max_qa_length:
             tokens_qa, truncated = tokens_qa[-max_qa_length:], True
-        budget = max_seq_length - 3 - len(tokens_qa)
+        budget = max_qa_length_limit(max_seq_length) - len(tokens_qa)
         tokens_context = list(context[:budget])  # a fresh list per option (no aliasing)
         truncated |= len(context) > budget
         i, s, m = records.pack_sequence(tokens_context, tokens_qa, max_seq_length)

@@ -10,7 +10,7 @@ whenever the file has answers). Serving: ``question``, ``context`` -> ``text``, 
 ``null_odds``; token ids (with ``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files'
 questions (``*.json``) or rows of question and context; rows ``prediction``, ``start_char``, ``end_char``,
 ``null_odds``. Keras model on raw text: ``squad_text_model.XLNetTextSquad``; its windows are
-``XLNetPreprocessor.squad`` (``xlnet_tf.preprocessing``).
+``squad_graph.squad_windows`` (on ``xlnet_tf.preprocessing``'s preprocessor).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import ClassVar, Iterator, Mapping, Optional
 from absl import logging
 
 from xlnet_tf import hf, io_utils
-from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.base import BatchPrediction, Row, Serving, Task, TaskFamily
 from xlnet_tf.tasks.squad import squad_hf_names
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
@@ -191,33 +190,23 @@ class SquadFamily(TaskFamily):
 
 def read_squad_rows(path: str) -> Iterator[Row]:
     """The questions of a SQuAD file (``{"data": [{"paragraphs": [{"context", "qas": [{"id", "question"}]}]}]}``),
-    as rows: ``text_a`` the question, ``text_b`` its context, ``id`` the question's id, ``line`` its position in the
-    file (1-based). The file is one JSON document, so it is read whole (SQuAD 2.0 dev: 4 MB); its questions are
-    streamed. Progress (``end``) is the share of the questions, in bytes of the file."""
-    import tensorflow as tf
+    as rows: ``text_a`` the question, ``text_b`` its context, ``id`` the question's id, ``line`` its number in the
+    file (1-based). The file's structure is read as run_squad.py reads it (``squad_data.squad_questions``): a file
+    it refuses is an ``InputError`` naming the place; a question it refuses or skips (no ``id``: the output row
+    would have nothing to join on; empty question or context) is a bad row naming its place. The file is one JSON
+    document, so it is read whole (SQuAD 2.0 dev: 4 MB); progress (``end``) is the share of the questions, in
+    bytes of the file."""
+    from xlnet_tf.tasks.squad.squad_data import empty_text, load_squad_json, squad_questions
 
-    with tf.io.gfile.GFile(path, "rb") as f:
-        raw = f.read()
-    try:
-        data = json.loads(raw)["data"]
-        paragraphs = [p for article in data for p in article["paragraphs"]]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: not a SQuAD file (not valid JSON: {e})") from None
-    except (KeyError, TypeError) as e:
-        raise InputError(f"{path}: not a SQuAD file (no data[].paragraphs[]: {e!r})") from None
-    total = sum(len(p.get("qas", [])) for p in paragraphs) or 1
-    k = 0
-    for paragraph in paragraphs:
-        for qa in paragraph.get("qas", []):
-            k += 1
-            end = len(raw) * k // total
-            question, context = qa.get("question"), paragraph.get("context")
-            if not isinstance(question, str) or not isinstance(context, str):
-                yield Row(k, end, problem="question or context is not a string")
-            elif not question.strip() or not context.strip():
-                yield Row(k, end, problem="empty question or context")
-            else:
-                yield Row(k, end, question, context, str(qa.get("id", k)))
+    size, data = load_squad_json(path)
+    questions = list(squad_questions(path, data))  # structural errors before the first row
+    for k, question in enumerate(questions, 1):
+        end = size * k // len(questions)
+        problem = question.problem or (empty_text(question) and f"{question.where}: {empty_text(question)}")
+        if problem:
+            yield Row(k, end, problem=problem)
+        else:
+            yield Row(k, end, question.question, question.context, question.qas_id)
 
 
 @dataclasses.dataclass
@@ -292,12 +281,7 @@ class SquadTask(Task):
         if not shards:
             squad_data.prepare_train_shard(s.train_file, output_dir, feature_settings, seed=s.seed)
             return squad_data.train_shards(output_dir, feature_settings)
-        fingerprint = feature_settings.fingerprint(s.train_file)
-        for path in shards:
-            stale = squad_data.stale_fields(path, fingerprint)
-            if stale:
-                raise SettingsError(f"{path}: cached features differ from the current run in {', '.join(stale)}; "
-                                    "rerun --do_prepro or pass --overwrite_data")
+        squad_data.check_train_shards(shards, s.train_file, feature_settings)
         return shards
 
     def build_model(self):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from xlnet_tf.preprocessing import char_classes
+from xlnet_tf.tasks.squad.squad_graph import squad_windows
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
 # The head's inference outputs (the serve_ids signature of a SQuAD export).
@@ -35,7 +37,7 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     """``run_squad.py --do_predict``'s answer per question, in TensorFlow ops (the SQuAD export's raw-text
     signature): the same windows, beam and rules as ``squad_postprocess.compute_predictions``.
 
-    question, context: [B] strings. ``preprocessor.squad(question, context)`` (``XLNetPreprocessor``) gives the W
+    question, context: [B] strings. ``squad_graph.squad_windows(preprocessor, question, context)`` gives the W
     windows: the model inputs [W, S] / [W], ``example_index`` [W], ``token_is_max_context`` [W, S] and each
     paragraph token's first and last character in the context, ``token_start_char``/``token_end_char`` [W, S]
     (-1 outside the paragraph). ``settings``: ``max_answer_length`` (the beam is the model's ``start_n_top``,
@@ -54,7 +56,7 @@ def best_answers(model: XLNetSquad, preprocessor, question, context, settings: d
     from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 
     question, context, skipped = answerable_inputs(question, context)
-    windows = preprocessor.squad(question, tf.where(skipped, "", context))
+    windows = squad_windows(preprocessor, question, tf.where(skipped, "", context))
     outputs = model({k: windows[k] for k in INFERENCE_KEYS}, training=False)
     return answers_from_windows(windows, outputs, context, skipped, model.start_n_top, model.end_n_top,
                                 settings["max_answer_length"])
@@ -71,9 +73,8 @@ def answerable_inputs(question, context):
     over ``squad_data.MAX_PARAGRAPH_CHARS`` characters), bool [B]. A skipped question's windows are those of an
     empty context: none."""
     from xlnet_tf.tasks.squad.squad_data import MAX_PARAGRAPH_CHARS
-    from xlnet_tf.preprocessing import _classes
 
-    space = _classes()["space"]  # Python's str.isspace, as str.strip uses it
+    space = char_classes()["space"]  # Python's str.isspace, as str.strip uses it
 
     def blank(x):
         return tf.equal(tf.strings.regex_replace(x, f"^{space}+|{space}+$", ""), "")
@@ -85,16 +86,15 @@ def answerable_inputs(question, context):
 
 def answers_from_windows(windows: dict, outputs: dict, context, skipped, start_n_top: int, end_n_top: int,
                          max_answer_length: int) -> dict:
-    """``best_answers``' answer per question from the windows of ``XLNetPreprocessor.squad`` (``example_index``,
+    """``best_answers``' answer per question from the windows of ``squad_windows`` (``example_index``,
     ``token_start_char``, ``token_end_char``, ``token_is_max_context``, in the windows' order) and the head's
     inference outputs on them (``INFERENCE_OUTPUTS``, beam ``start_n_top`` x ``end_n_top``). ``context``,
     ``skipped``: [B] from ``answerable_inputs``; ``example_index`` is the row in them."""
     from xlnet_tf.tasks.squad.squad_postprocess import SKIPPED_NULL_ODDS
-    from xlnet_tf.preprocessing import _classes
 
     k1, k2 = start_n_top, end_n_top
     batch = tf.shape(context)[0]
-    space = _classes()["space"]
+    space = char_classes()["space"]
     example = tf.cast(windows["example_index"], tf.int32)  # [W]
 
     # The beam, flattened per window in the Python loops' order: start i, then end j ([W, k1 * k2]).

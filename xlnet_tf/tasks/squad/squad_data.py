@@ -25,23 +25,26 @@ import dataclasses
 import json
 import os
 import random
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from xlnet_tf import io_utils
-from xlnet_tf.io_utils import atomic_path, atomic_write, write_json_atomic
+from xlnet_tf.finetuning import records
+from xlnet_tf.io_utils import atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
-from xlnet_tf.training.settings import SettingsError
 from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
-CACHE_VERSION = 2  # 2: the eval features are JSON (1 pickled them: a pickle can run code when read)
+# 2: the eval features are JSON (1 pickled them: a pickle can run code when read); 3: records.cache_features'
+# metadata (num_records, inputs). Another version is encoded again (records.cached_meta), never misread.
+CACHE_VERSION = 3
 
 
-class SquadFileError(SettingsError):
-    """A SQuAD JSON file that cannot be used (the message names the file and the place)."""
+class SquadFileError(InputError):
+    """A SQuAD JSON file that cannot be used (the message names the file and the place): a data file, not a
+    setting."""
 
 
 @dataclasses.dataclass
@@ -90,15 +93,25 @@ def _where(path, *parts):
     return f"{path}: " + "".join(parts)
 
 
-def read_squad_file(path: str, is_training: bool) -> SquadFile:
-    """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
+@dataclasses.dataclass
+class SquadQuestion:
+    """One question of a SQuAD file as ``squad_questions`` finds it: ``where`` it is (``data[a].paragraphs[p]
+    .qas[q]``), its paragraph's ``context``, and either its fields or the ``problem`` that makes it unusable in
+    any tool (no ``id``, a ``question`` that is no string, ``answers`` no list, ``is_impossible`` no boolean)."""
 
-    Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
-    or ``question``, an ``is_impossible`` that is not a JSON boolean) raise ``SquadFileError`` naming the file and
-    the place. Problems of single examples skip them (and are listed in ``skipped`` by reason): empty question; in
-    training also no answer, an answer that is not at its ``answer_start`` in the context, an impossible question
-    with answers, and duplicate ids.
-    """
+    where: str
+    context: str
+    qas_id: str = ""
+    question: str = ""
+    answers: list = dataclasses.field(default_factory=list)
+    is_impossible: bool = False
+    has_is_impossible: bool = False
+    problem: str = ""
+
+
+def load_squad_json(path: str) -> tuple[int, list]:
+    """``(size in bytes, the "data" list)`` of a SQuAD JSON file; ``SquadFileError`` naming the file (and line)
+    if it is missing, not UTF-8, not JSON or has no ``data`` list."""
     if not tf.io.gfile.exists(path):
         raise SquadFileError(f"{path}: file not found")
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -115,9 +128,15 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise SquadFileError(f"{path}: not a SQuAD file (expected an object with a 'data' list, as the official "
                              "train-v1.1.json / train-v2.0.json)")
-    examples, skipped, seen = [], collections.defaultdict(list), set()
-    version_2 = has_answers = False
-    for a, article in enumerate(raw["data"]):
+    return len(data), raw["data"]
+
+
+def squad_questions(path: str, data: list) -> Iterator[SquadQuestion]:
+    """The questions of a SQuAD file's ``data`` list in file order: the one reading of the format's structure,
+    for training, evaluation and batch prediction alike. An article without a ``paragraphs`` list or a paragraph
+    without a ``context`` string or a ``qas`` list is a ``SquadFileError`` naming the file and the place; a
+    question's own structural problem is its ``problem`` (each tool reports it its way)."""
+    for a, article in enumerate(data):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise SquadFileError(_where(path, f"data[{a}] has no 'paragraphs' list"))
@@ -127,66 +146,93 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
                 raise SquadFileError(_where(path, f"{where} has no 'context' string"))
             if not isinstance(paragraph.get("qas"), list):
                 raise SquadFileError(_where(path, f"{where} has no 'qas' list"))
-            context = paragraph["context"]
             for q, qa in enumerate(paragraph["qas"]):
-                qwhere = f"{where}.qas[{q}]"
-                if not isinstance(qa, dict) or "id" not in qa or not isinstance(qa.get("question"), str):
-                    raise SquadFileError(_where(path, f"{qwhere} needs an 'id' and a 'question' string"))
-                qas_id = str(qa["id"])
-                answers = qa.get("answers") or []
-                if not isinstance(answers, list):
-                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'answers' is not a list"))
-                version_2 |= "is_impossible" in qa
-                is_impossible = qa.get("is_impossible", False)
-                if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
-                    raise SquadFileError(_where(path, f"{qwhere} (id {qas_id}): 'is_impossible' is "
-                                                      f"{is_impossible!r}, not true or false"))
-                has_answers |= bool(answers) or is_impossible
+                yield _question(f"{where}.qas[{q}]", paragraph["context"], qa)
 
-                def skip(reason, detail=""):
-                    skipped[reason].append(qas_id)
-                    logging.warning("%s: skipping example %s (%s): %s%s", path, qas_id, qwhere, reason, detail)
 
-                if qas_id in seen:
-                    skip("duplicate id")
+def _question(where: str, context: str, qa) -> SquadQuestion:
+    if not isinstance(qa, dict) or "id" not in qa or not isinstance(qa.get("question"), str):
+        return SquadQuestion(where, context, problem=f"{where} needs an 'id' and a 'question' string")
+    qas_id = str(qa["id"])
+    answers = qa.get("answers") or []
+    if not isinstance(answers, list):
+        return SquadQuestion(where, context, qas_id, problem=f"{where} (id {qas_id}): 'answers' is not a list")
+    is_impossible = qa.get("is_impossible", False)
+    if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
+        return SquadQuestion(where, context, qas_id, problem=f"{where} (id {qas_id}): 'is_impossible' is "
+                                                             f"{is_impossible!r}, not true or false")
+    return SquadQuestion(where, context, qas_id, qa["question"], answers, is_impossible, "is_impossible" in qa)
+
+
+def empty_text(question: SquadQuestion) -> str:
+    """Why no tool answers ``question`` although it is well-formed ("empty question", "empty context"), or ""."""
+    if not question.question.strip():
+        return "empty question"
+    return "" if question.context.strip() else "empty context"
+
+
+def read_squad_file(path: str, is_training: bool) -> SquadFile:
+    """Reads an official-layout SQuAD v1.1/v2.0 JSON file.
+
+    Structural problems (not JSON, no ``data`` list, a paragraph without ``context``, a question without ``id``
+    or ``question``, an ``is_impossible`` that is not a JSON boolean: ``squad_questions``) raise
+    ``SquadFileError`` naming the file and the place. Problems of single examples skip them (and are listed in
+    ``skipped`` by reason): empty question or context; in training also no answer, an answer that is not at its
+    ``answer_start`` in the context, an impossible question with answers, and duplicate ids.
+    """
+    _, data = load_squad_json(path)
+    examples, skipped, seen = [], collections.defaultdict(list), set()
+    version_2 = has_answers = False
+    for question in squad_questions(path, data):
+        if question.problem:
+            raise SquadFileError(_where(path, question.problem))
+        qas_id, qwhere, answers, is_impossible = (question.qas_id, question.where, question.answers,
+                                                  question.is_impossible)
+        context = question.context
+        version_2 |= question.has_is_impossible
+        has_answers |= bool(answers) or is_impossible
+
+        def skip(reason, detail=""):
+            skipped[reason].append(qas_id)
+            logging.warning("%s: skipping example %s (%s): %s%s", path, qas_id, qwhere, reason, detail)
+
+        if qas_id in seen:
+            skip("duplicate id")
+            continue
+        if empty_text(question):
+            skip(empty_text(question))
+            continue
+        example = SquadExample(qas_id, question.question, context, is_impossible=is_impossible)
+        if is_training:
+            if is_impossible and answers:  # which one is wrong is not ours to guess
+                skip("impossible with answers", f" (is_impossible is true and 'answers' has {len(answers)}; "
+                                                "SQuAD 2.0 keeps those of an impossible one in "
+                                                "'plausible_answers')")
+                continue
+            if not is_impossible:
+                if not answers:
+                    skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")
                     continue
-                if not qa["question"].strip():
-                    skip("empty question")
+                ans = answers[0]
+                if not isinstance(ans, dict) or not isinstance(ans.get("text"), str) or \
+                        not isinstance(ans.get("answer_start"), int) or not ans["text"]:
+                    skip("malformed answer", f" {ans!r}")
                     continue
-                if not context.strip():
-                    skip("empty context")
+                start, ans_text = ans["answer_start"], ans["text"]
+                if context[start:start + len(ans_text)] != ans_text:
+                    skip("answer not at its offset",
+                         f": {ans_text!r} at answer_start={start}, context there is "
+                         f"{context[start:start + len(ans_text)]!r}")
                     continue
-                example = SquadExample(qas_id, qa["question"], context, is_impossible=is_impossible)
-                if is_training:
-                    if is_impossible and answers:  # which one is wrong is not ours to guess
-                        skip("impossible with answers", f" (is_impossible is true and 'answers' has {len(answers)}; "
-                                                        "SQuAD 2.0 keeps those of an impossible one in "
-                                                        "'plausible_answers')")
-                        continue
-                    if not is_impossible:
-                        if not answers:
-                            skip("no answer", " (answerable questions need one; set is_impossible for SQuAD 2.0)")
-                            continue
-                        ans = answers[0]
-                        if not isinstance(ans, dict) or not isinstance(ans.get("text"), str) or \
-                                not isinstance(ans.get("answer_start"), int) or not ans["text"]:
-                            skip("malformed answer", f" {ans!r}")
-                            continue
-                        start, ans_text = ans["answer_start"], ans["text"]
-                        if context[start:start + len(ans_text)] != ans_text:
-                            skip("answer not at its offset",
-                                 f": {ans_text!r} at answer_start={start}, context there is "
-                                 f"{context[start:start + len(ans_text)]!r}")
-                            continue
-                        example.orig_answer_text, example.start_position = ans_text, start
-                        example.end_position = start + len(ans_text) - 1
-                    else:
-                        example.orig_answer_text, example.start_position = "", -1
-                seen.add(qas_id)
-                examples.append(example)
+                example.orig_answer_text, example.start_position = ans_text, start
+                example.end_position = start + len(ans_text) - 1
+            else:
+                example.orig_answer_text, example.start_position = "", -1
+        seen.add(qas_id)
+        examples.append(example)
     if not examples:
         raise SquadFileError(f"{path}: no usable examples (skipped: {_counts(skipped) or 'none'})")
-    return SquadFile(path, examples, raw["data"], version_2, has_answers, dict(skipped))
+    return SquadFile(path, examples, data, version_2, has_answers, dict(skipped))
 
 
 def _counts(skipped: dict) -> str:
@@ -298,8 +344,8 @@ def _to_xlnet_feature(f, unique_id: int, example_index: int) -> SquadFeature:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Cached features: train TFRecords (one shard per --proc_id) and eval features as JSON (never a pickle: a cache
-# directory may be shared, and reading a pickle can run code), each with a manifest so a
-# changed input file or setting rebuilds them instead of silently reusing stale data.
+# directory may be shared, and reading a pickle can run code), each with the metadata of ``records.cache_features``:
+# a changed input file rebuilds them, other settings are refused (--overwrite_data), as every task's caches.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,11 +359,12 @@ class FeatureSettings:
     def prefix(self) -> str:
         return os.path.basename(self.spiece_model_file)
 
-    def fingerprint(self, data_file: str) -> dict:
-        return dict(cache_version=CACHE_VERSION, data_file=io_utils.abspath(data_file),
-                    data_sha256=file_sha256(data_file), spiece_sha256=file_sha256(self.spiece_model_file),
-                    max_seq_length=self.max_seq_length, max_query_length=self.max_query_length,
-                    doc_stride=self.doc_stride, uncased=self.uncased)
+    def expected(self, data_file: str, split: str) -> dict:
+        """What a cache of ``data_file``'s features must have been written with (``records.cached_meta``)."""
+        return dict(cache_version=CACHE_VERSION, task="squad", split=split,
+                    spiece_sha256=file_sha256(self.spiece_model_file), max_seq_length=self.max_seq_length,
+                    max_query_length=self.max_query_length, doc_stride=self.doc_stride, uncased=self.uncased,
+                    inputs=[io_utils.abspath(data_file), file_sha256(data_file)])
 
 
 def train_record_path(output_dir: str, s: FeatureSettings, proc_id) -> str:
@@ -330,98 +377,94 @@ def eval_feature_path(output_dir: str, s: FeatureSettings) -> str:
                                     ".eval.features.json")
 
 
-def stale_fields(path: str, fingerprint: dict) -> list:
-    """The fields of ``fingerprint`` that the cache at ``path`` was written with differently (all of them if
-    there is no cache)."""
-    manifest = path + ".json"
-    if not (io_utils.exists(path) and io_utils.exists(manifest)):
-        return list(fingerprint)
-    with io_utils.open(manifest, encoding="utf-8") as f:
-        stored = json.load(f)
-    return [k for k, v in fingerprint.items() if stored.get(k) != v]
+def feature_row(f: SquadFeature) -> dict:
+    """A training feature as the columns of its record (``feature_spec``)."""
+    return dict(unique_ids=[f.unique_id], input_ids=f.input_ids, padding_mask=np.asarray(f.padding_mask, np.float32),
+                p_mask=np.asarray(f.p_mask, np.float32), segment_ids=f.segment_ids, cls_index=[f.cls_index],
+                start_positions=[f.start_position], end_positions=[f.end_position],
+                is_impossible=np.float32(f.is_impossible))
 
 
-def _write_manifest(path: str, fingerprint: dict, **extra) -> None:
-    write_json_atomic(path + ".json", dict(fingerprint, **extra), indent=4)
-
-
-def _tf_example(f: SquadFeature) -> bytes:
-    def ints(values):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-    def floats(values):
-        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-    feature = dict(unique_ids=ints([f.unique_id]), input_ids=ints(f.input_ids), padding_mask=floats(f.padding_mask),
-                   p_mask=floats(f.p_mask), segment_ids=ints(f.segment_ids), cls_index=ints([f.cls_index]),
-                   start_positions=ints([f.start_position]), end_positions=ints([f.end_position]),
-                   is_impossible=floats([float(f.is_impossible)]))
-    return io_utils.example_bytes(tf, feature)
+def feature_spec(seq_length: int) -> dict:
+    """The columns of a training record (``records.parse_fn``)."""
+    seq = [seq_length]
+    return dict(unique_ids=([], tf.int64), input_ids=(seq, tf.int64), padding_mask=(seq, tf.float32),
+                p_mask=(seq, tf.float32), segment_ids=(seq, tf.int64), cls_index=([], tf.int64),
+                start_positions=([], tf.int64), end_positions=([], tf.int64), is_impossible=([], tf.float32))
 
 
 def prepare_train_shard(train_file: str, output_dir: str, s: FeatureSettings, num_proc: int = 1, proc_id: int = 0,
                         overwrite: bool = False, seed: int = 0) -> dict:
     """Writes (or reuses) the training TFRecord shard ``proc_id`` of ``num_proc`` (examples ``proc_id::num_proc``
-    as the original's ``--do_prepro``) and returns its manifest (counts and skipped examples)."""
+    as the original's ``--do_prepro``) and returns its metadata (counts and skipped examples)."""
     path = train_record_path(output_dir, s, proc_id)
-    fingerprint = dict(s.fingerprint(train_file), num_proc=num_proc, proc_id=proc_id)
-    if not overwrite and not stale_fields(path, fingerprint):
-        with io_utils.open(path + ".json", encoding="utf-8") as f:
-            manifest = json.load(f)
-        logging.info("using cached training features %s (%d features)", path, manifest["num_features"])
-        return manifest
-    squad = read_squad_file(train_file, is_training=True)
-    examples = squad.examples[proc_id::num_proc]
-    random.Random(seed + proc_id).shuffle(examples)  # pre-shuffle, as the original, so a small buffer suffices
-    tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
-    features, skipped = convert_examples_to_features(
-        examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=True,
-        unique_id_base=UNIQUE_ID_BASE + proc_id * 100_000_000, source=train_file)
-    if not features:
-        raise SquadFileError(f"{train_file}: no training features (shard {proc_id}/{num_proc}; skipped: "
-                             f"{_counts(skipped) or 'none'})")
-    with atomic_path(path) as tmp:
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for f in features:
-                writer.write(_tf_example(f))
-    all_skipped = {**{k: v for k, v in squad.skipped.items()}, **skipped}
-    manifest = dict(fingerprint, num_examples=len(examples), num_features=len(features),
-                    num_impossible=sum(f.is_impossible for f in features), skipped=all_skipped)
-    _write_manifest(path, fingerprint, **{k: v for k, v in manifest.items() if k not in fingerprint})
-    logging.info("%s: %d examples -> %d features (%d labelled no-answer) in %s; skipped: %s", train_file,
-                 len(examples), len(features), manifest["num_impossible"], path, _counts(all_skipped) or "none")
-    return manifest
+
+    def encode():
+        squad = read_squad_file(train_file, is_training=True)
+        examples = squad.examples[proc_id::num_proc]
+        random.Random(seed + proc_id).shuffle(examples)  # pre-shuffle, as the original, so a small buffer suffices
+        tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
+        features, skipped = convert_examples_to_features(
+            examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=True,
+            unique_id_base=UNIQUE_ID_BASE + proc_id * 100_000_000, source=train_file)
+        if not features:
+            raise SquadFileError(f"{train_file}: no training features (shard {proc_id}/{num_proc}; skipped: "
+                                 f"{_counts(skipped) or 'none'})")
+        skipped = {**squad.skipped, **skipped}
+        impossible = sum(f.is_impossible for f in features)
+        logging.info("%s: %d examples -> %d features (%d labelled no-answer) in %s; skipped: %s", train_file,
+                     len(examples), len(features), impossible, path, _counts(skipped) or "none")
+        # The query is cut to max_query_length inside squad_lib_sp, unseen here: no feature counts as truncated.
+        return (dict(source=train_file, num_examples=len(examples), num_impossible=impossible, skipped=skipped),
+                ((feature_row(f), False) for f in features))
+
+    expected = dict(s.expected(train_file, "train"), num_proc=num_proc, proc_id=proc_id)
+    return records.cache_features(path, expected, overwrite, encode)[1]
 
 
 def train_shards(output_dir: str, s: FeatureSettings) -> list[str]:
     """The training shards written for these settings; warns if some of a --num_proc split are missing."""
     paths = io_utils.glob(train_record_path(output_dir, s, "*"))
-    expected = set()
-    for path in paths:
-        if io_utils.exists(path + ".json"):
-            with io_utils.open(path + ".json", encoding="utf-8") as f:
-                expected.add(json.load(f).get("num_proc", 1))
+    expected = {records.read_meta(path).get("num_proc", 1) for path in paths if io_utils.exists(path + ".json")}
     if expected and len(paths) < max(expected):
         logging.warning("%s: %d of %d preprocessing shards present; training on those", output_dir, len(paths),
                         max(expected))
     return paths
 
 
+def check_train_shards(paths: list, train_file: str, s: FeatureSettings) -> None:
+    """``InputError`` unless every shard at ``paths`` holds ``train_file``'s features for these settings: a
+    training run cannot rebuild the shards of a ``--do_prepro --num_proc`` split, so it says how to."""
+    expected = s.expected(train_file, "train")
+    for path in paths:
+        meta = records.read_meta(path)
+        if meta.get("cache_version") != CACHE_VERSION:
+            raise InputError(f"{path}: features cached in another format (version {meta.get('cache_version')}, "
+                             f"now {CACHE_VERSION}); rerun --do_prepro or pass --overwrite_data")
+        stale = records.differences(meta, expected)
+        if stale:
+            raise InputError(f"{path}: cached features differ from the current run in {', '.join(stale)}; "
+                             "rerun --do_prepro or pass --overwrite_data")
+
+
 def prepare_eval_features(predict_file: str, output_dir: str, s: FeatureSettings, overwrite: bool = False):
     """``(SquadFile, features, skipped)`` of the evaluation file, with the features cached as JSON."""
     squad = read_squad_file(predict_file, is_training=False)
     path = eval_feature_path(output_dir, s)
-    fingerprint = s.fingerprint(predict_file)
-    if not overwrite and not stale_fields(path, fingerprint):
+    expected = s.expected(predict_file, "eval")
+    if not overwrite and records.cached_meta(path, expected) is not None:
         features, skipped = _read_eval_features(path)
         logging.info("using cached eval features %s (%d features)", path, len(features))
     else:
+        for stale in (path, path + ".json"):  # a failed encoding below must not leave an outdated cache behind
+            io_utils.remove(stale)
         tokenizer = XLNetTokenizer(s.spiece_model_file, lower=s.uncased)
         features, skipped = convert_examples_to_features(
             squad.examples, tokenizer, s.max_seq_length, s.doc_stride, s.max_query_length, is_training=False,
             source=predict_file)
         _write_eval_features(path, features, skipped)
-        _write_manifest(path, fingerprint, num_features=len(features))
+        write_json_atomic(path + ".json", dict(expected, source=predict_file, num_examples=len(squad.examples),
+                                               num_records=len(features)))
     skipped = {**squad.skipped, **skipped}
     logging.info("%s: %d examples -> %d features; skipped: %s", predict_file, len(squad.examples), len(features),
                  _counts(skipped) or "none")
@@ -461,24 +504,6 @@ def _read_eval_features(path: str) -> tuple:
 # tf.data pipelines.
 
 
-def _parse_spec(seq_length: int) -> dict:
-    return {
-        "unique_ids": tf.io.FixedLenFeature([], tf.int64),
-        "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "padding_mask": tf.io.FixedLenFeature([seq_length], tf.float32),
-        "p_mask": tf.io.FixedLenFeature([seq_length], tf.float32),
-        "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-        "cls_index": tf.io.FixedLenFeature([], tf.int64),
-        "start_positions": tf.io.FixedLenFeature([], tf.int64),
-        "end_positions": tf.io.FixedLenFeature([], tf.int64),
-        "is_impossible": tf.io.FixedLenFeature([], tf.float32),
-    }
-
-
-def _to_int32(features: dict) -> dict:
-    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in features.items()}
-
-
 def train_dataset(paths: Iterable[str], batch_size: int, seq_length: int,
                   input_context: Optional[tf.distribute.InputContext] = None, shuffle_buffer: int = 2048,
                   seed: int = 0, start_step: int = 0) -> tf.data.Dataset:
@@ -500,20 +525,14 @@ def train_dataset(paths: Iterable[str], batch_size: int, seq_length: int,
         if pipelines > 1:
             ds = ds.shard(pipelines, pipeline)
         mine = len(range(pipeline, sum(counts), pipelines))
-    spec = _parse_spec(seq_length)
     ds = shuffled_epochs(ds, mine, shuffle_buffer, seed, skip, pipeline)
-    ds = ds.map(lambda r: _to_int32(tf.io.parse_single_example(r, spec)), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(records.parse_fn(feature_spec(seq_length)), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 def num_train_features(path: str) -> int:
-    """The number of records of training shard ``path``, from its manifest (``prepare_train_shard``)."""
-    try:
-        with io_utils.open(path + ".json", encoding="utf-8") as f:
-            return int(json.load(f)["num_features"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{path}.json: unreadable training shard manifest ({e}); rerun with --overwrite_data") \
-            from None
+    """The number of records of training shard ``path``, from its metadata (``prepare_train_shard``)."""
+    return int(records.read_meta(path, "num_records")["num_records"])
 
 
 INFERENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask", "cls_index")

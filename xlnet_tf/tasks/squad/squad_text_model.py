@@ -14,6 +14,7 @@ from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.squad.squad_answers import (answerable_inputs, answers_from_windows, squad_window_losses,
                                                 valid_utf8)
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
+from xlnet_tf.tasks.squad.squad_graph import squad_windows
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
                                         element_x, end_of_data_expected, is_encoded, streamed_dataset,
@@ -27,7 +28,7 @@ ANSWER_KEYS = ("example_index", "token_start_char", "token_end_char", "token_is_
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetTextSquad(TextTaskModel):
-    """SQuAD (1.1 and 2.0) on raw strings: ``XLNetPreprocessor.squad`` + ``XLNetSquad``.
+    """SQuAD (1.1 and 2.0) on raw strings: ``squad_graph.squad_windows`` + ``XLNetSquad``.
 
     ``predict((questions, contexts))`` -- tf.string [B] each, as a tuple (or a dict with keys ``question`` and
     ``context``) -- gives ``run_squad.py --do_predict``'s answer per question, chosen by
@@ -112,14 +113,14 @@ class XLNetTextSquad(TextTaskModel):
 
     # -- the windows ------------------------------------------------------------------------------------------
     def preprocess(self, x) -> dict:
-        """``(questions, contexts)`` [B] -> their windows (``XLNetPreprocessor.squad``), as ``best_answers`` makes
+        """``(questions, contexts)`` [B] -> their windows (``squad_windows``), as ``best_answers`` makes
         them: invalid UTF-8 replaced, no window for a question ``run_squad.py`` skips."""
         question, context = self._texts(x)
         question, context, skipped = answerable_inputs(as_strings(question), as_strings(context))
-        return self.preprocessor.squad(question, tf.where(skipped, "", context))
+        return squad_windows(self.preprocessor, question, tf.where(skipped, "", context))
 
     def training_windows(self, inputs, labels) -> dict:
-        """The windows of ``XLNetPreprocessor.squad`` for ``inputs`` (questions, contexts [B]) with the labels of
+        """The windows of ``squad_windows`` for ``inputs`` (questions, contexts [B]) with the labels of
         ``labels`` = (answer_starts int [B], answers: text tf.string [B] or end characters (exclusive) int [B],
         is_impossible [B]) per window (``window_labels``): what the train step feeds ``XLNetSquad``. An answer
         that is not where its labels put it (``misplaced_answers``) fails the step, naming its question."""
@@ -131,7 +132,7 @@ class XLNetTextSquad(TextTaskModel):
             f"y: {MISPLACED}; question:", tf.gather(as_strings(question), row), "answer_start:",
             tf.gather(answer_start, row), "end:", tf.gather(answer_end, row), "answer:",
             tf.gather(answer, row) if answer is not None else "(given by its end)"])
-        windows = self.preprocessor.squad(question, context)
+        windows = squad_windows(self.preprocessor, question, context)
         with tf.control_dependencies([check]):
             windows.update(window_labels(windows, answer_start, answer_end, is_impossible))
         return windows
@@ -386,7 +387,7 @@ def misplaced_answers(context, answer_start, answer_end, answer=None, is_impossi
 
 
 def window_labels(windows: dict, answer_start: tf.Tensor, answer_end: tf.Tensor, is_impossible: tf.Tensor) -> dict:
-    """The training labels of ``XLNetPreprocessor.squad``'s windows, as ``squad_data``'s training features have
+    """The training labels of ``squad_windows``' windows, as ``squad_data``'s training features have
     them (squad_lib_sp's rules), from each token's characters (``token_start_char``/``token_end_char`` [W, S]).
 
     answer_start, answer_end: the answer's first character and its end (exclusive) in the context, int32 [B];

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.preprocessing import _classes
+from xlnet_tf.preprocessing import char_classes
 from xlnet_tf.tokenization import UNK_ID
 
 
@@ -25,7 +25,7 @@ def split_words(text: tf.Tensor) -> tuple:
     text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
     chars = tf.strings.unicode_split(text, "UTF-8").with_row_splits_dtype(tf.int64)
     flat = chars.flat_values
-    space = tf.strings.regex_full_match(flat, _classes()["space"])
+    space = tf.strings.regex_full_match(flat, char_classes()["space"])
     position = tf.ragged.range(chars.row_lengths()).flat_values
     previous_space = tf.concat([[True], space[:-1]], axis=0) | (position == 0)
     starts = ~space & previous_space
@@ -65,7 +65,7 @@ def encode_words(preprocessor, words: tf.RaggedTensor, stride: int) -> dict:
     length = tf.minimum(tf.gather(per_sentence, example) - start, max_tokens)
     window_start = start + tf.gather(row_start, example)
     index = tf.ragged.range(window_start, window_start + length)  # flat piece indices
-    features = preprocessor._pack(index.with_flat_values(tf.gather(flat, index.flat_values)))
+    features = preprocessor.pack(index.with_flat_values(tf.gather(flat, index.flat_values)))
     # Training's labels: the word of every first piece of every window (-1 elsewhere).
     count = tf.size(flat, out_type=tf.int64)
     word_of_first = tf.scatter_nd(first[:, None], tf.range(tf.size(first, out_type=tf.int64)) + 1, [count]) - 1
