@@ -5,6 +5,7 @@ SIGKILLed job that reruns to output identical to an uninterrupted one."""
 import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -160,6 +161,18 @@ def test_saved_model_version_is_the_highest(tmp_path):
     assert bp.resolve_saved_model(str(tmp_path / "plain")) == (str(tmp_path / "plain"), None)
     with pytest.raises(FileNotFoundError, match="no saved_model.pb there nor in a numbered version"):
         bp.resolve_saved_model(str(tmp_path / "7"))
+
+
+def test_a_damaged_export_metadata_file_is_one_line_naming_it(fine_tuned, tmp_path):
+    """labels.json holding a list (or bytes that are not UTF-8) crashed in .get or with a UnicodeDecodeError."""
+    export = str(tmp_path / "export")
+    shutil.copytree(os.path.join(fine_tuned[1], "3"), export)
+    labels = os.path.join(export, "assets.extra", "labels.json")
+    for content, why in ((b'["0", "1"]', "expected a JSON object, got list"), (b"\xff{}", "cannot read it")):
+        with open(labels, "wb") as f:
+            f.write(content)
+        with pytest.raises(InputError, match=re.escape(labels) + f": {why}"):
+            bp.SavedModelPredictor(export)
 
 
 def test_checkpoint_and_saved_model_predict_the_same(fine_tuned, tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import json
 import os
 from typing import Optional, Sequence
 
@@ -15,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from xlnet_tf import tasks
+from xlnet_tf import io_utils, tasks
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH
 from xlnet_tf.errors import InputError, MissingInputError
 from xlnet_tf.tasks.base import MetadataInfo
@@ -252,12 +251,8 @@ class SavedModelPredictor(Predictor):
         pair; ``python -m xlnet_tf.cli.export``) or the older ``labels.json`` (kind, labels); {} if neither."""
         for name in ("metadata.json", "labels.json"):
             path = os.path.join(self.path, "assets.extra", name)
-            if tf.io.gfile.exists(path):
-                with tf.io.gfile.GFile(path) as f:
-                    try:
-                        return json.load(f)
-                    except json.JSONDecodeError as e:
-                        raise InputError(f"{path}: not valid JSON ({e})") from None
+            if io_utils.exists(path):  # not an object, or not UTF-8: one line naming it, as any file of settings
+                return io_utils.read_mapping(path, "json", missing=None, expected="a JSON object")
         return {}
 
     def _asset_spiece(self) -> str:
