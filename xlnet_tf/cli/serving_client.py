@@ -191,17 +191,37 @@ def _grpc_message(s: ServingClientSettings, error) -> str:
 
 
 def predict_rest(s: ServingClientSettings, rows: Sequence[dict]) -> list:
-    """POSTs the rows; ``--timeout`` bounds the whole call (connecting, sending, the headers and the body: a
-    server that drips its answer byte by byte is cut off at the deadline, not after each read), and a reply over
-    ``--max_reply_mb`` is refused (by its Content-Length or as it arrives)."""
+    """POSTs the rows to TF Serving's REST API (``_post``: bounded in time and size) and reads its outputs."""
+    version = f"/versions/{s.model_version}" if s.model_version is not None else ""
+    url = f"http://{s.server}/v1/models/{s.model_name}{version}:predict"
+    status, reason, data = _post(s, url, json.dumps(rest_body(rows, s.signature_name)).encode("utf-8"))
+    try:
+        reply = json.loads(data.decode("utf-8"))
+    except ValueError as e:
+        if status >= 400:
+            reply = None
+        else:
+            raise InputError(f"--server={s.server}: {url} did not answer JSON ({e})") from None
+    if status >= 400:
+        message = reply.get("error", "") if isinstance(reply, dict) else ""
+        flag = f"--model_name={s.model_name}" if status == 404 else f"--server={s.server}"
+        raise InputError(f"{flag}: {url} answered HTTP {status} {reason}: {message}".rstrip(": "))
+    if not isinstance(reply, dict):
+        raise InputError(f"--server={s.server}: {url} answered {type(reply).__name__} "
+                         f"{json.dumps(reply)[:80]}, not a JSON object of outputs (is it a TF Serving REST port?)")
+    return rows_from_rest(reply, len(rows))
+
+
+def _post(s: ServingClientSettings, url: str, body: bytes) -> tuple:
+    """``(status, reason, reply bytes)`` of a JSON POST to ``url``. ``--timeout`` bounds the whole call
+    (connecting, sending, the headers and the body: a server that drips its answer byte by byte is cut off at the
+    deadline, not after each read), and a reply over ``--max_reply_mb`` is refused (by its Content-Length or as
+    it arrives); no answer is an InputError naming --server."""
     import http.client
     import socket
     import threading
     import time
 
-    version = f"/versions/{s.model_version}" if s.model_version is not None else ""
-    url = f"http://{s.server}/v1/models/{s.model_name}{version}:predict"
-    body = json.dumps(rest_body(rows, s.signature_name)).encode("utf-8")
     limit = int(s.max_reply_mb * (1 << 20))
     host, _, port = s.server.rpartition(":")
     deadline = time.monotonic() + s.timeout
@@ -248,8 +268,7 @@ def predict_rest(s: ServingClientSettings, rows: Sequence[dict]) -> list:
                                  "MiB: refused")
         if late.is_set():
             raise socket.timeout()
-        data = b"".join(chunks)
-        status, reason = answer.status, answer.reason
+        return answer.status, answer.reason, b"".join(chunks)
     except InputError:
         raise
     except (socket.timeout, TimeoutError):
@@ -265,21 +284,6 @@ def predict_rest(s: ServingClientSettings, rows: Sequence[dict]) -> list:
     finally:
         watchdog.cancel()
         connection.close()
-    try:
-        reply = json.loads(data.decode("utf-8"))
-    except ValueError as e:
-        if status >= 400:
-            reply = None
-        else:
-            raise InputError(f"--server={s.server}: {url} did not answer JSON ({e})") from None
-    if status >= 400:
-        message = reply.get("error", "") if isinstance(reply, dict) else ""
-        flag = f"--model_name={s.model_name}" if status == 404 else f"--server={s.server}"
-        raise InputError(f"{flag}: {url} answered HTTP {status} {reason}: {message}".rstrip(": "))
-    if not isinstance(reply, dict):
-        raise InputError(f"--server={s.server}: {url} answered {type(reply).__name__} "
-                         f"{json.dumps(reply)[:80]}, not a JSON object of outputs (is it a TF Serving REST port?)")
-    return rows_from_rest(reply, len(rows))
 
 
 def read_rows(path: str) -> list:
