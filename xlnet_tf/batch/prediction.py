@@ -255,6 +255,53 @@ def output_lock(output_dir: str, flag: str = "--output_dir"):
 def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_dir: str, fields: Fields,
                     batch_size: int, input_format: str, overwrite: bool, progress_every_s: float,
                     flags: _Flags) -> dict:
+    plan = _plan(predictor, shards, output_dir, fields, input_format, overwrite, flags)
+    sizes = {p: identity[0] for p, identity in plan.identity.items()}
+    progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in plan.todo), progress_every_s)
+    summary = dict(model_source=predictor.source, settings=plan.settings, input_glob=input_glob,
+                   shards=plan.records, outputs_of_other_inputs=plan.stale)
+    summary_path = os.path.join(output_dir, SUMMARY_FILE)
+
+    def write_summary():
+        summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards),
+                       **totals(summary["shards"]),
+                       examples_per_s_this_run=round(progress.rate(), 2))
+        summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
+        write_json_atomic(summary_path, summary)
+
+    write_summary()
+    for path in plan.todo:
+        label = f"shard {shards.index(path) + 1}/{len(shards)} {os.path.basename(path)}"
+        record = _predict_shard(predictor, path, plan.formats[path], fields, batch_size, output_dir, progress, label)
+        progress.shard_done(sizes[path])
+        progress.update(0, 0, f"{label} done", force=True)
+        summary["shards"].append(dict(input=path, input_identity=plan.identity[path], **record))
+        write_summary()
+    skipped = sum(s["skipped"] for s in summary["shards"])
+    logging.info("predict: %d shards, %d rows predicted, %d bad row(s) skipped%s; summary in %s", len(shards),
+                 summary["rows"], skipped, " (listed with file:line there)" if skipped else "", summary_path)
+    return summary
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What a job in an output directory is to do: each input's format and identity ([size, mtime]: an input
+    rewritten since is predicted again), the settings compared with an earlier job's, the records of the shards
+    done before, the shards to predict, and the outputs of inputs no longer matched."""
+    formats: dict
+    identity: dict
+    settings: dict
+    records: list
+    todo: list
+    stale: list
+
+
+def _plan(predictor: Predictor, shards: list, output_dir: str, fields: Fields, input_format: str, overwrite: bool,
+          flags: _Flags) -> _Plan:
+    """Checks the inputs against the output directory and an earlier job's summary there (refusing a clash of
+    output names, a Beam job's directory, other settings), clears what ``overwrite`` or a killed job left, and
+    says what remains to do; every remaining input's header is read (a wrong column is an error now, not after
+    hours of the shards before it)."""
     formats = {path: shard_format(path, input_format, predictor.family) for path in shards}
     names = [output_name(p) for p in shards]
     clashes = sorted({n for n in names if names.count(n) > 1})
@@ -286,9 +333,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
         logging.warning("%s holds predictions of inputs %s does not match: %s (delete them, or use another "
                         "%s)", output_dir, flags.glob, ", ".join(stale), flags.output_dir)
     done_before = {s["input"]: s for s in previous.get("shards", [])}
-    stats_of = {p: tf.io.gfile.stat(p) for p in shards}
-    sizes = {p: st.length for p, st in stats_of.items()}
-    identity = {p: [st.length, st.mtime_nsec] for p, st in stats_of.items()}  # an input rewritten since: again
+    identity = {p: [st.length, st.mtime_nsec] for p, st in ((p, tf.io.gfile.stat(p)) for p in shards)}
     records, todo = [], []
     for path, name in zip(shards, names):
         out = os.path.join(output_dir, name)
@@ -303,49 +348,31 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                      len(shards), output_dir)
     for path in todo:
         check_header(path, formats[path], fields)
-    progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in todo), progress_every_s)
-    summary = dict(model_source=predictor.source, settings=settings, input_glob=input_glob, shards=records,
-                   outputs_of_other_inputs=stale)
+    return _Plan(formats, identity, settings, records, todo, stale)
 
-    def write_summary():
-        summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards),
-                       **totals(summary["shards"]),
-                       examples_per_s_this_run=round(progress.rate(), 2))
-        summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
-        write_json_atomic(summary_path, summary)
 
-    write_summary()
-    for path in todo:
-        k = shards.index(path) + 1
-        label = f"shard {k}/{len(shards)} {os.path.basename(path)}"
-        stats = ShardStats()
-        dataset = shard_dataset(predictor, path, formats[path], fields, batch_size, stats)
-        started = time.monotonic()
+def _predict_shard(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int, output_dir: str,
+                   progress: Progress, label: str) -> dict:
+    """Predicts one input file into its output (written whole or not at all); returns its summary record (after
+    ``input`` and ``input_identity``)."""
+    stats = ShardStats()
+    dataset = shard_dataset(predictor, path, fmt, fields, batch_size, stats)
+    started = time.monotonic()
 
-        def write(f):
-            for batch in dataset:
-                lines = _format_rows(batch, predictor(batch), predictor, with_id(fields, formats[path]))
-                f.write("\n".join(lines) + "\n")
-                stats.rows += len(lines)
-                progress.update(len(lines), int(batch["end"].numpy()[-1]), label)
-            if stats.skipped and not stats.rows:  # not a shard with a few bad rows: the wrong file or format
-                raise InputError(f"{path}: all {stats.skipped} rows are bad, e.g. {'; '.join(stats.skipped_rows[:3])} "
-                                 f"(is it {formats[path].upper()}? --input_format names the format)")
+    def write(f):
+        for batch in dataset:
+            lines = _format_rows(batch, predictor(batch), predictor, with_id(fields, fmt))
+            f.write("\n".join(lines) + "\n")
+            stats.rows += len(lines)
+            progress.update(len(lines), int(batch["end"].numpy()[-1]), label)
+        if stats.skipped and not stats.rows:  # not a shard with a few bad rows: the wrong file or format
+            raise InputError(f"{path}: all {stats.skipped} rows are bad, e.g. {'; '.join(stats.skipped_rows[:3])} "
+                             f"(is it {fmt.upper()}? --input_format names the format)")
 
-        atomic_write(os.path.join(output_dir, output_name(path)), write)
-        progress.shard_done(sizes[path])
-        progress.update(0, 0, f"{label} done", force=True)
-        if stats.skipped:
-            logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped,
-                            "; ".join(stats.skipped_rows[:3]))
-        summary["shards"].append(dict(input=path, input_identity=identity[path],
-                                      output=os.path.join(output_dir, output_name(path)),
-                                      format=formats[path], rows=stats.rows, skipped=stats.skipped,
-                                      truncated=stats.truncated,
-                                      skipped_rows=stats.skipped_rows,
-                                      seconds=round(time.monotonic() - started, 2)))
-        write_summary()
-    skipped = sum(s["skipped"] for s in summary["shards"])
-    logging.info("predict: %d shards, %d rows predicted, %d bad row(s) skipped%s; summary in %s", len(shards),
-                 summary["rows"], skipped, " (listed with file:line there)" if skipped else "", summary_path)
-    return summary
+    output = os.path.join(output_dir, output_name(path))
+    atomic_write(output, write)
+    if stats.skipped:
+        logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped, "; ".join(stats.skipped_rows[:3]))
+    return dict(output=output, format=fmt, rows=stats.rows, skipped=stats.skipped,
+                truncated=stats.truncated, skipped_rows=stats.skipped_rows,
+                seconds=round(time.monotonic() - started, 2))
