@@ -118,6 +118,27 @@ def test_clipping_uses_the_norm_of_the_summed_gradients():
         tf.function(step)(plain_sgd)
 
 
+def test_the_clipped_norm_of_an_embedding_gradient_is_that_of_the_gradient():
+    """An embedding lookup's gradient holds a row per token: global_norm read the rows of repeated tokens apart
+    (sqrt(2^2 + 2^2) for a token seen twice, not 4), so float32 fine-tuning clipped by another norm than
+    mixed_float16's, whose loss scaling makes the gradient dense. Both clip by the gradient's norm now."""
+    ids = tf.constant([5, 5, 7, 5])
+    norms = []
+    for loss_scale in (False, True):
+        table = keras.Variable(np.ones((10, 2), np.float32), name="table")
+        opt = XLNetAdamW(learning_rate=0.1)
+        if loss_scale:
+            opt = keras.optimizers.LossScaleOptimizer(opt)
+        opt.build([table])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, ids))
+            loss = opt.scale_loss(loss) if loss_scale else loss
+        (grad,) = tape.gradient(loss, [table])
+        assert isinstance(grad, tf.IndexedSlices)
+        norms.append(float(apply_gradients_across_replicas(opt, [grad], [table], clip_norm=1.0)))
+    assert norms == [pytest.approx(np.sqrt(2 * 3.0 ** 2 + 2 * 1.0 ** 2))] * 2  # rows 5 (x3) and 7, two columns
+
+
 def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
     """Used as a plain Keras optimizer (model.fit) under two replicas, XLNetAdamW sums the replicas' gradients
     as Keras does: the same weights as on one device."""

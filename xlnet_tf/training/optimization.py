@@ -255,6 +255,11 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         scale = tf.cast(optimizer.scale_loss(tf.constant(1.0)), tf.float32)
         grads = [tf.cast(g, tf.float32) / scale for g in grads]
+    # An embedding lookup's gradient (IndexedSlices) holds a row per token, repeated tokens repeated: global_norm
+    # reads those rows as they are, a norm that depends on how often tokens repeat, not the gradient's (and a
+    # loss-scaled gradient, made dense, clipped by the other). Summed into the table's shape (static, as XLA needs;
+    # AdamW updates every row of it anyway).
+    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     norm = tf.linalg.global_norm(grads)
     clip_scale = _clip_scale(norm, clip_norm) if clip_norm > 0 else None
     if scale is None:  # the clip multiply happens inside the update
