@@ -13,7 +13,7 @@ import tensorflow as tf
 from classifier_helpers import MICRO_CONFIG, SPIECE
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, existing_versions, export_serving, next_version
-from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.preprocessing import XLNetPreprocessor
 

@@ -1,5 +1,5 @@
 """Long documents read through XLNet's memory (``--long_document=memory``): the segment loop of
-``models.heads.read_segments`` against one long forward pass, the gradient's reach, and the classification family
+``classification_head.read_segments`` against one long forward pass, the gradient's reach, and the classification family
 running it end to end (train, eval, export serving whole documents as raw text)."""
 
 import json
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
-from xlnet_tf.models.heads import XLNetClassifier, read_segments
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier, read_segments
 from xlnet_tf.models.xlnet import XLNetModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

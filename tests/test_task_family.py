@@ -122,7 +122,7 @@ class LengthBucketsTask(RecordsTask):
                 "example_index": np.int32(-1)}
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetClassifier
+        from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
         s = self.settings
         return XLNetClassifier(self.model_config, num_labels=len(BUCKETS), task_scope=self.name,

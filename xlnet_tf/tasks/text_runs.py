@@ -15,7 +15,7 @@ from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.multiple_choice.multiple_choice_text_model import XLNetTextMultipleChoice
 from xlnet_tf.tasks.squad.squad_text_model import XLNetTextSquad
 from xlnet_tf.tasks.tagging.tagging_text_model import XLNetTextTagger
-from xlnet_tf.tasks.text_models import XLNetTextClassifier
+from xlnet_tf.tasks.classification.classification_text_model import XLNetTextClassifier
 
 # The built-in families' text models (a family of your own has none: its runs export, see docs/design.md).
 TEXT_MODELS = {"classification": XLNetTextClassifier, "multiple_choice": XLNetTextMultipleChoice,
