@@ -6,7 +6,8 @@ prediction needs; None when its exports are not for batch prediction), and ``Tas
   ``--task_name`` values it runs), ``settings_class`` and ``entry_point`` (run_classifier.py's
   ``ClassifierSettings`` unless it has its own), ``flag_defaults`` (entry-point defaults of its tasks, e.g.
   run_race.py's), ``settings_errors``; ``run_record_runner``, ``task_name_of`` and ``settings_for_export``
-  (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below). Required: ``name``,
+  (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below); ``text_model`` (its
+  Keras model on raw text, what ``xlnet_tf.load_text_model`` rebuilds a run as; optional). Required: ``name``,
   ``task``, ``serving_class``.
 * ``Serving`` (``xlnet_tf.finetuning.serving``; ``info`` is the export's ``ServingInfo``): ``kinds`` (the ``kind``
   its exports record), ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``),
@@ -139,6 +140,10 @@ class TaskFamily(abc.ABC):
     run_record_runner: str = "classifier"  # "runner" of the run record (finetune_settings.json)
     serving_class: Optional[type] = None
     batch_class: Optional[type] = None
+    # "module:Class" of its Keras model on raw text (a ``tasks.text_models.TextTaskModel`` subclass), imported by
+    # ``text_model_class``: a name, since the family is imported while flags are checked and text models import
+    # TensorFlow. None: ``xlnet_tf.load_text_model`` refuses its runs (they export).
+    text_model: Optional[str] = None
 
     @functools.cached_property
     def serving(self) -> Serving:
@@ -193,6 +198,12 @@ class TaskFamily(abc.ABC):
     def settings_for_export(self, values: dict, task_name: str):
         """The settings to rebuild a run's model from (its record's ``values`` with the export's flags on top)."""
         return self.settings_class.from_values(dict(values, task_name=task_name))
+
+    def text_model_class(self) -> Optional[type]:
+        """The class ``text_model`` names (its module imported now), None if it names none."""
+        from xlnet_tf.registry import load
+
+        return load(self.text_model) if self.text_model else None
 
     # -- fine-tuning ---------------------------------------------------------------------------------------------
     @abc.abstractmethod

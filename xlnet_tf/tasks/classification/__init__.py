@@ -119,6 +119,7 @@ class ClassificationBatch(BatchPrediction):
 class ClassificationFamily(TaskFamily):
     name = CLASSIFICATION
     serving_class = ClassificationServing
+    text_model = "xlnet_tf.tasks.classification.classification_text_model:XLNetTextClassifier"
     batch_class = ClassificationBatch
 
     # -- settings ------------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class MultipleChoiceServing(Serving):
 class MultipleChoiceFamily(TaskFamily):
     name = KIND
     serving_class = MultipleChoiceServing
+    text_model = "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model:XLNetTextMultipleChoice"
 
     # -- settings ------------------------------------------------------------------------------------------------
     def task_names(self) -> tuple:

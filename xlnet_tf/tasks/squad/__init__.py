@@ -173,6 +173,7 @@ class SquadBatch(BatchPrediction):
 class SquadFamily(TaskFamily):
     name = KIND
     serving_class = SquadServing
+    text_model = "xlnet_tf.tasks.squad.squad_text_model:XLNetTextSquad"
     batch_class = SquadBatch
     entry_point = "run_squad.py"
     run_record_runner = KIND

@@ -161,6 +161,7 @@ class TaggingBatch(BatchPrediction):
 class TaggingFamily(TaskFamily):
     name = KIND
     serving_class = TaggingServing
+    text_model = "xlnet_tf.tasks.tagging.tagging_text_model:XLNetTextTagger"
     batch_class = TaggingBatch
     entry_point = "run_tagger.py"
 
