@@ -10,8 +10,8 @@ import keras
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
-from xlnet_tf.tasks.text_models import (TextTaskModel, build_parts, checkpoint_source, checked_class_labels,
-                                        hf_summary_settings)
+from xlnet_tf.tasks.text_data import checked_class_labels
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
-from xlnet_tf.tasks.text_models import (TextTaskModel, build_parts, checkpoint_source, checked_class_labels,
-                                        hf_summary_settings)
+from xlnet_tf.tasks.text_data import checked_class_labels
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
 
 
 PARTS = ("article", "question", "options")

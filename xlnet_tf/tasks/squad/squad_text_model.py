@@ -15,9 +15,9 @@ from xlnet_tf.tasks.squad.squad_answers import (answerable_inputs, answers_from_
                                                 valid_utf8)
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
-from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
-                                        element_x, end_of_data_expected, is_encoded, streamed_dataset,
-                                        yields_batches)
+from xlnet_tf.tasks.text_data import (DEFAULT_BATCH_SIZE, as_strings, element_x, end_of_data_expected, is_encoded,
+                                      streamed_dataset, yields_batches)
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source
 
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
 MISPLACED = ("an answer that is not where its labels put it (answer_start and the answer's text or end, in "

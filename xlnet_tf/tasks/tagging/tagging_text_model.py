@@ -14,8 +14,8 @@ from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.hf import HFCheckpoint
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # registered for Keras: a saved text tagger holds one
-from xlnet_tf.tasks.text_models import (TextTaskModel, array_dataset, as_strings, build_parts, checkpoint_source,
-                                        element_x, is_encoded, streamed_dataset)
+from xlnet_tf.tasks.text_data import array_dataset, as_strings, element_x, is_encoded, streamed_dataset
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
