@@ -232,14 +232,29 @@ def missing_hooks(family_class: type) -> list:
     return missing
 
 
+# ServingInfo's fields before ``extras`` (metadata.json of format xlnet_tf.serving/1, a .keras file's run_info):
+# each family's own, under the names its hooks read in ``extras`` (``squad`` held SQuAD's and tagging's).
+_FIELDS_NOW_EXTRAS = ("max_qa_length", "segment_length", "mem_len")
+
+
+def with_extras(values: dict) -> dict:
+    """``values`` (metadata.json, or a ``ServingInfo`` as a dict) with the family fields of an older export moved
+    into ``extras``, so that one loads and exports as it did."""
+    values = dict(values)
+    extras = dict(values.pop("squad", None) or {})
+    extras.update((name, values.pop(name)) for name in _FIELDS_NOW_EXTRAS if name in values)
+    values["extras"] = {**extras, **(values.get("extras") or {})}
+    return values
+
+
 class MetadataInfo:
     """A ``ServingInfo``-like view (attributes) of an export's metadata.json, which an older export may lack keys of
-    (the defaults here): what batch prediction hands to the serving hooks."""
+    (the defaults here) or hold its family's settings in fields of their own (``with_extras``): what batch
+    prediction hands to the serving hooks."""
 
     def __init__(self, meta: dict):
         self.__dict__.update(dict(kind=None, task="", max_seq_length=None, lower_case=False, labels=None, pair=False,
-                                  global_step=0, max_qa_length=128, squad={}, segment_length=0, mem_len=0),
-                             **meta)
+                                  global_step=0), **with_extras(meta))
 
 
 # -- a run's task ------------------------------------------------------------------------------------------------

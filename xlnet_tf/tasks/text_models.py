@@ -368,15 +368,12 @@ class TextTaskModel(keras.Model):
         step += run.global_step if run is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
-                           max_qa_length=pre.max_qa_length, squad=self._serving_squad(),
-                           family=tasks.for_kind(kind), **self._serving_long_document())
+                           extras=self._serving_extras(), family=tasks.for_kind(kind))
         return write_serving_model(self.network, export_dir, info, preprocessor=pre)
 
-    def _serving_squad(self) -> dict:
-        return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks
-
-    def _serving_long_document(self) -> dict:
-        return {}  # a long-document classifier's segment_length and mem_len (``ServingInfo``)
+    def _serving_extras(self) -> dict:
+        """The family's ``ServingInfo.extras`` of this model's export, as its task's ``serving_info`` records them."""
+        return {}
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         """The class names of the export's ``label`` output, where it has one (a classifier's)."""
@@ -392,6 +389,7 @@ class TextTaskModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         from xlnet_tf.finetuning.serving import ServingInfo
+        from xlnet_tf.tasks.base import with_extras
 
         config = dict(config)
         for key in ("preprocessor", "network"):
@@ -399,5 +397,5 @@ class TextTaskModel(keras.Model):
         run_info = config.pop("run_info", None)  # None too in a file written before it was kept
         model = cls(**config)
         if run_info is not None:
-            model.run_info = ServingInfo(**run_info)
+            model.run_info = ServingInfo(**with_extras(run_info))
         return model

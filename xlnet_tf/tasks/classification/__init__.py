@@ -37,6 +37,13 @@ IDS_INPUTS = {"input_ids", "segment_ids", "padding_mask"}
 hf.register_head(classification_hf_names.HEAD)
 
 
+def long_document(segment_length: int, mem_len: int) -> dict:
+    """An export's ``extras``: a long-document classifier (``--long_document=memory``) reads its ``max_seq_length``
+    tokens in segments of ``segment_length`` through ``mem_len`` of memory per layer; 0: one sequence. Recorded for
+    every classifier: the ``metadata`` signature has always had both."""
+    return dict(segment_length=segment_length, mem_len=mem_len)
+
+
 def _regression(meta: dict, output_names=()) -> bool:
     """An export's kind says it; an export that records none: its ``score`` output."""
     return meta.get("kind") == REGRESSION or "score" in output_names
@@ -52,7 +59,7 @@ class ClassificationServing(Serving):
     def ids_spec(self, info, length=None) -> dict:
         """[batch, seq]; a long document's length is fixed (max_segments * segment_length): the model splits it
         into segments of static shape."""
-        return super().ids_spec(info, info.max_seq_length if info.segment_length else length)
+        return super().ids_spec(info, info.max_seq_length if info.extras.get("segment_length") else length)
 
     def outputs_from_ids(self, model, features: dict, info) -> dict:
         import tensorflow as tf
@@ -253,8 +260,8 @@ class ClassificationTask(RecordsTask):
         from xlnet_tf.finetuning.serving import ServingInfo
 
         s = self.settings
-        long_document = {} if s.segments == 1 else dict(segment_length=s.max_seq_length, mem_len=s.memory_length)
+        segment_length = 0 if s.segments == 1 else s.max_seq_length
         return ServingInfo(kind=REGRESSION if self.regression else CLASSIFICATION, task=self.name,
                            max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
-                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, family=self.family,
-                           **long_document)
+                           pair=self.reads_pairs(), global_step=step, family=self.family,
+                           extras=long_document(segment_length, s.memory_length if segment_length else 0))

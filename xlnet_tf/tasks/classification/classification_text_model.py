@@ -9,6 +9,7 @@ import keras
 
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.tasks.classification import long_document
 from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 from xlnet_tf.tasks.text_data import checked_class_labels
 from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
@@ -125,11 +126,9 @@ class XLNetTextClassifier(TextTaskModel):
     def _serving_kind(self) -> str:
         return "regression" if self.network.regression else "classification"
 
-    def _serving_long_document(self) -> dict:
+    def _serving_extras(self) -> dict:
         segments = self.network.num_segments
-        if segments == 1:
-            return {}
-        return dict(segment_length=self.preprocessor.seq_length // segments, mem_len=self.network.mem_len)
+        return long_document(self.preprocessor.seq_length // segments if segments > 1 else 0, self.network.mem_len)
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         if self.network.regression:

@@ -89,3 +89,6 @@ class XLNetTextMultipleChoice(TextTaskModel):
 
     def _serving_kind(self) -> str:
         return "multiple_choice"
+
+    def _serving_extras(self) -> dict:
+        return dict(max_qa_length=self.preprocessor.max_qa_length)

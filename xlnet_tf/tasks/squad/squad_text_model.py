@@ -87,7 +87,7 @@ class XLNetTextSquad(TextTaskModel):
 
     @classmethod
     def from_run(cls, network, info, preprocessor) -> "XLNetTextSquad":
-        return cls(preprocessor, network, max_answer_length=info.squad["max_answer_length"])
+        return cls(preprocessor, network, max_answer_length=info.extras["max_answer_length"])
 
     @staticmethod
     def _texts(inputs) -> tuple:
@@ -338,7 +338,7 @@ class XLNetTextSquad(TextTaskModel):
     def _serving_kind(self) -> str:
         return "squad"
 
-    def _serving_squad(self) -> dict:
+    def _serving_extras(self) -> dict:
         from xlnet_tf.tasks.squad import SquadSettings
 
         pre, network = self.preprocessor, self.network
