@@ -60,7 +60,7 @@ def document_cost(args) -> list:
     import tensorflow as tf
 
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
     config = XLNetConfig.from_json(args.config)
     batch, rows = 8, []

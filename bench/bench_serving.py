@@ -170,7 +170,7 @@ def export(dtype: str, directory: str, log) -> tuple:
     from xlnet_tf import tasks
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
-    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
     from xlnet_tf.preprocessing import XLNetPreprocessor
 
     keras.utils.set_random_seed(0)

@@ -13,7 +13,7 @@ import tensorflow as tf
 from classifier_helpers import MICRO_CONFIG, SPIECE
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, existing_versions, export_serving, next_version
-from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
@@ -33,7 +33,7 @@ def test_both_signatures_match_keras(tmp_path, kind):
     if kind == "multiple_choice":
         model = XLNetMultipleChoice(MICRO_CONFIG)
         info = ServingInfo(kind=kind, task="race", max_seq_length=SEQ, labels=list("ABCD"), global_step=5,
-                           max_qa_length=10, family=tasks.for_kind(kind))
+                           extras=dict(max_qa_length=10), family=tasks.for_kind(kind))
     else:
         model = XLNetClassifier(MICRO_CONFIG, num_labels=1 if kind == "regression" else 3, task_scope="t",
                                 regression=kind == "regression")
@@ -90,6 +90,28 @@ def test_versions_only_go_up_and_are_never_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr("time.time", lambda: 1_800_000_000.5)
     assert next_version(base, 0) == 1_800_000_000  # no global step: a timestamp
     assert existing_versions(base) == [300]
+
+
+def test_an_older_exports_family_fields_are_read_as_the_familys_extras():
+    """metadata.json of format xlnet_tf.serving/1, and a .keras file's run_info of then, held the families' settings
+    in fields of their own (max_qa_length, squad, segment_length, mem_len): read, they are the family's extras, so
+    batch prediction and the text models take such an export or file as before."""
+    from xlnet_tf.tasks.base import MetadataInfo, with_extras
+
+    old = dict(kind="squad", task="squad", max_seq_length=64, lower_case=False, labels=None, pair=False,
+               global_step=3, max_qa_length=128, squad=dict(max_query_length=8, doc_stride=16, max_answer_length=5,
+                                                            start_n_top=3, end_n_top=2, n_best_size=5),
+               segment_length=0, mem_len=0, version=3, format="xlnet_tf.serving/1")
+    info = ServingInfo(**with_extras({k: v for k, v in old.items() if k not in ("version", "format")}))
+    assert info.extras == dict(old["squad"], max_qa_length=128, segment_length=0, mem_len=0)
+    assert tasks.get("squad").serving.preprocessor_kwargs(info) == dict(max_query_length=8, doc_stride=16)
+    tagging = dict(old, kind="tagging", labels=["O", "B-X", "I-X"], squad=dict(tag_scheme="bio", window_stride=8))
+    assert tasks.get("tagging").batch.identity(tagging, ())["tag_scheme"] == "bio"
+    race = MetadataInfo(dict(old, kind="multiple_choice", squad={}, max_qa_length=10))
+    assert tasks.get("multiple_choice").serving.preprocessor_kwargs(race) == {"max_qa_length": 10}
+    long_document = MetadataInfo(dict(old, kind="classification", squad={}, segment_length=16, mem_len=48))
+    assert tasks.get("classification").serving.ids_spec(long_document)["input_ids"].shape.as_list() == [None, 64]
+    assert MetadataInfo(dict(old, squad={}, extras=dict(doc_stride=4))).extras["doc_stride"] == 4
 
 
 @pytest.mark.slow
@@ -154,17 +176,17 @@ def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind,
     config = dict(MICRO_CONFIG, n_layer=2)
     if kind == "squad":
         model = XLNetSquad(config, start_n_top=3, end_n_top=2, dtype="mixed_bfloat16")
-        extra = dict(squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
-                                n_best_size=5))
+        extra = dict(extras=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
+                                 n_best_size=5))
         texts = dict(question=["Who went?", "Why?"], context=["Tom went to the market and bought apples. " * 3,
                                                               "Because."])
     elif kind == "multiple_choice":
         model = XLNetMultipleChoice(config, dtype="mixed_bfloat16")
-        extra = dict(labels=list("ABCD"), max_qa_length=10)
+        extra = dict(labels=list("ABCD"), extras=dict(max_qa_length=10))
         texts = TEXT[kind]
     else:
         model = XLNetTagger(config, num_labels=5, dtype="mixed_bfloat16")
-        extra = dict(labels=list("OABCD"), squad=dict(tag_scheme="bio", window_stride=8))
+        extra = dict(labels=list("OABCD"), extras=dict(tag_scheme="bio", window_stride=8))
         texts = dict(sentence=["Tom went to Paris .", "Hi"])
     info = ServingInfo(kind=kind, task=kind, max_seq_length=SEQ, global_step=1, family=tasks.for_kind(kind),
                        **extra)
@@ -237,9 +259,7 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     path = model.export(str(tmp_path / "by_keras"))
     with open(os.path.join(path, "assets.extra", "metadata.json")) as f:
         by_keras = json.load(f)
-    # max_qa_length is RACE's budget: a classifier's preprocessor holds it cut to its sequence, unread
-    assert {k: v for k, v in by_keras.items() if k != "max_qa_length"} == {
-        k: v for k, v in by_the_run.items() if k != "max_qa_length"}
+    assert by_keras == by_the_run
     with pytest.raises(ValueError, match="pair=False: this model was fine-tuned on sentence pairs"):
         model.export(str(tmp_path / "single"), pair=False)
     # Its .keras file keeps the run (its export wrote task custom, labels 0/1, single sentences), and neither

@@ -16,7 +16,7 @@ from xlnet_tf.cli import convert
 from xlnet_tf.errors import InputError
 from xlnet_tf.config import CHECKPOINT_KEYS, XLNetConfig
 from xlnet_tf.finetuning.serving import write_release
-from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.models.xlnet import XLNetPretrainer

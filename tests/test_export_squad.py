@@ -37,8 +37,8 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
     batch = inference_batch()
     expected = model(batch, training=False)
     info = ServingInfo(kind="squad", task="squad", max_seq_length=24, global_step=0, family=tasks.get("squad"),
-                       squad=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
-                                  n_best_size=5))
+                       extras=dict(max_query_length=8, doc_stride=8, max_answer_length=5, start_n_top=3, end_n_top=2,
+                                   n_best_size=5))
     path = write_serving_model(model, str(tmp_path / "serving"), info)
     assert int(os.path.basename(path)) > 1_700_000_000  # no global step: a timestamp version
     assert os.listdir(tmp_path / "serving") == [os.path.basename(path)]  # no temporary directories left behind

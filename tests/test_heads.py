@@ -9,7 +9,7 @@ import tensorflow as tf
 from export_helpers import serve
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer
 from xlnet_tf.finetuning.serving import custom_ops
-from xlnet_tf.models.heads import XLNetClassifier
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger

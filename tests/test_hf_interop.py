@@ -24,7 +24,7 @@ transformers = require("transformers")
 from xlnet_tf import hf, load_network  # noqa: E402
 from xlnet_tf.checkpoint import load_pretrained  # noqa: E402
 from xlnet_tf.errors import InputError  # noqa: E402
-from xlnet_tf.models.heads import XLNetClassifier  # noqa: E402
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier  # noqa: E402
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice  # noqa: E402
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad  # noqa: E402
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # noqa: E402

@@ -1,5 +1,5 @@
 """Long documents read through XLNet's memory (``--long_document=memory``): the segment loop of
-``models.heads.read_segments`` against one long forward pass, the gradient's reach, and the classification family
+``classification_head.read_segments`` against one long forward pass, the gradient's reach, and the classification family
 running it end to end (train, eval, export serving whole documents as raw text)."""
 
 import json
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
-from xlnet_tf.models.heads import XLNetClassifier, read_segments
+from xlnet_tf.tasks.classification.classification_head import XLNetClassifier, read_segments
 from xlnet_tf.models.xlnet import XLNetModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,7 +146,7 @@ def test_memory_run_trains_evaluates_predicts_and_exports(genre_run):
     assert len(rows) == 15 and rows[0]["id"] == "ca04" and len(rows[0]["probabilities"]) == 15
     with open(os.path.join(result["export"], "assets.extra", "metadata.json")) as f:
         meta = json.load(f)
-    assert (meta["max_seq_length"], meta["segment_length"], meta["mem_len"]) == (64, 16, 24)
+    assert (meta["max_seq_length"], meta["extras"]) == (64, dict(segment_length=16, mem_len=24))
 
 
 def test_export_reads_whole_documents_as_raw_text(genre_run):
@@ -187,10 +187,10 @@ def test_keras_text_model_reads_the_run(genre_run):
     expected = tf.saved_model.load(result["export"]).signatures["serving_default"](
         sentence=tf.constant(texts))["logits"].numpy()
     np.testing.assert_allclose(model(model.preprocess(tf.constant(texts))).numpy(), expected, atol=1e-5)
-    assert model._serving_long_document() == dict(segment_length=16, mem_len=24)  # what its export records
+    assert model._serving_extras() == dict(segment_length=16, mem_len=24)  # what its export records
     # The run's directory alone: its record gives the rest.
     loaded = xlnet_tf.load_text_model(settings.model_dir)
-    assert type(loaded) is xlnet_tf.XLNetTextClassifier and loaded._serving_long_document() == dict(
+    assert type(loaded) is xlnet_tf.XLNetTextClassifier and loaded._serving_extras() == dict(
         segment_length=16, mem_len=24)
     np.testing.assert_allclose(loaded(loaded.preprocess(tf.constant(texts))).numpy(), expected, atol=1e-5)
     with pytest.raises(InputError, match="a fine-tuning run's model_dir: xlnet_tf.load_text_model"):

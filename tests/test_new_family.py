@@ -1,8 +1,8 @@
 """A new built-in family is its package and one registry line: ``tests/fixtures/pair_score`` (sentence-pair
 scoring, its own head and HF name) is added to ``tasks.BUILTIN`` and runs end to end in this process: a few
-training steps on tiny data, a raw-text export, a row served through the export, a file batch-predicted, and its
-head written as an HF model and read back under its own architecture (and, the family not loaded, its network
-alone)."""
+training steps on tiny data, a raw-text export, a row served through the export, a file batch-predicted, the run
+as its Keras text model, and its head written as an HF model and read back under its own architecture (and, the
+family not loaded, its network alone)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,14 @@ def test_a_new_family_is_its_package_and_one_registry_line(registry_line, tmp_pa
         rows = [json.loads(line) for line in f]
     assert [r["id"] for r in rows] == [f"r{i}" for i in range(len(PAIRS))]
     np.testing.assert_allclose([r["score"] for r in rows], served, atol=2e-6)
+
+    # Its text model (the family's text_model): the run on raw strings predicts what the export serves.
+    import xlnet_tf
+
+    text_model = xlnet_tf.load_text_model(settings.model_dir)
+    assert type(text_model).__name__ == "XLNetTextPairScorer"
+    predicted = text_model.predict(([a for a, _, _ in PAIRS], [b for _, b, _ in PAIRS]), verbose=0)
+    np.testing.assert_allclose(predicted, served, atol=2e-6)
 
     # Its HF name: written under its own architecture, read back into the same TF1 names and values.
     task = settings.family().task(settings)

@@ -64,7 +64,7 @@ def test_pmlm_on_two_replicas_matches_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_exactly_and_the_checkpoint_fine_tunes_like_an_xlnet_one(tmp_path):
-    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
     strategy = create_strategy("one_device")
     _, model_straight = train(tmp_path, "straight", strategy, 2, steps=4, save_steps=2)

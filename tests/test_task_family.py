@@ -134,7 +134,7 @@ class LengthBucketsTask(RecordsTask):
                 "example_index": np.int32(-1)}
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetClassifier
+        from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
         s = self.settings
         return XLNetClassifier(self.model_config, num_labels=len(BUCKETS), task_scope=self.name,
@@ -235,6 +235,11 @@ def test_a_family_defined_in_a_test_file_runs_everywhere(tmp_path):
     np.testing.assert_allclose(served["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
     assert set(loaded.signatures["serve_ids"].structured_input_signature[1]) == {"input_ids", "segment_ids",
                                                                                   "padding_mask"}
+    # It declares no Keras text model (TaskFamily.text_model): its runs are for exports only.
+    import xlnet_tf
+
+    with pytest.raises(InputError, match="the length_buckets family, which has no Keras text model"):
+        xlnet_tf.load_text_model(str(tmp_path / "model"))
 
     # Batch prediction of the export in a fresh process, which loads the family from this file; beside it, a job
     # file: run_classifier.py runs in a subprocess, which loads the family from the job's task_module.

@@ -662,7 +662,7 @@ def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_i
     """A fine-tuned checkpoint whose head does not fit (other labels, regression, another task) is not loaded
     silently as a backbone under a random head: an error names its head; new_head=True starts a new head on its
     network. Empty inputs are an error, not a crash."""
-    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
     folder, _ = release
     tuned = tmp_path / "sst2"

@@ -162,7 +162,8 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     if head != kind:
         return None, f"it is an {checkpoint.architecture}; this task trains an {kind}"
     regression = bool(getattr(model, "regression", False))
-    if kind == "XLNetClassifier" and checkpoint.regression != regression:
+    spec = hf.registered_head(kind)
+    if spec is not None and spec.regression and checkpoint.regression != regression:
         return None, f"it is a {'regressor' if checkpoint.regression else 'classifier'}; this task's head is not"
     order = None
     if hf.labelled_head(kind) and not regression:

@@ -174,7 +174,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         pre = XLNetPreprocessor.from_file("data/spiece.model", seq_length=128)
         features = pre(["A gripping film.", "Dull."])      # input_ids [2, 128] ...
         features = pre(["A man plays."], ["Someone plays music."])
-        logits = classifier(features)["logits"]             # an xlnet_tf.models.heads.XLNetClassifier
+        logits = classifier(features)["logits"]             # an xlnet_tf.XLNetTextClassifier's network
     """
 
     def __init__(self, spiece_model: bytes, seq_length: int = 512, lower_case: bool = False,

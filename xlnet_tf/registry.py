@@ -40,6 +40,12 @@ def origin(entry) -> tuple:
     return where, cls.__qualname__
 
 
+def load(spec: str):
+    """The object a ``"module:name"`` string names, its module imported now."""
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 class RegistrationError(InputError):
     """An entry ``register`` refuses (a hook missing, a name taken): a user's plug-in module is wrong, which a tool
     reports in one line, not as a bug in the tool."""
@@ -66,8 +72,7 @@ class Registry(Mapping):
             return
         self._builtins_loaded = True  # first: a built-in module's own register() call must not recurse here
         for spec in self._builtins:
-            module, cls = spec.split(":")
-            entry = getattr(importlib.import_module(module), cls)
+            entry = load(spec)
             if getattr(entry, self.key, None) not in self._entries:
                 self.register(entry)
 

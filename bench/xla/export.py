@@ -323,7 +323,7 @@ def build_finetune(cfg, task, dtype):
     import tensorflow as tf
     from xlnet_tf.finetuning.trainer import make_replica_step
     from xlnet_tf.flops import finetune_flops_per_sequence
-    from xlnet_tf.models.heads import XLNetClassifier
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
     from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
     config = cfg.xlnet_config("pmlm").replace(mem_len=0, reuse_len=None)

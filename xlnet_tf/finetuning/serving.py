@@ -24,7 +24,8 @@ Signatures (all traced with the plain kernels: stock TensorFlow ops only, no cus
   ``padding_mask`` float32, [batch, seq] or [batch, choices, seq]; SQuAD adds ``p_mask`` and ``cls_index``), any
   batch size and length.
 * ``metadata``: no inputs; ``kind``, ``task``, ``labels``, ``max_seq_length``, ``lower_case``, ``global_step``,
-  ``version`` (and SQuAD's window and beam settings) as tensors, the same values as ``assets.extra/metadata.json``.
+  ``version``, ``pair`` and the family's ``extras`` (e.g. SQuAD's window and beam settings) as tensors, the same
+  values as ``assets.extra/metadata.json`` (where the extras are one mapping, ``extras``).
 
 A 16-bit model's export (``mixed_bfloat16``) stores in bfloat16 the weights its graph only reads in bfloat16
 (``ServingModule``): the same results, no casts at every call.
@@ -51,6 +52,9 @@ from xlnet_tf.errors import InputError
 # The file a fine-tuning run leaves in its --model_dir so that an export needs nothing but that directory.
 RUN_RECORD = "finetune_settings.json"
 METADATA_FILE = "metadata.json"
+# metadata.json's layout; 1: the families' settings were fields of their own (max_qa_length, squad, segment_length,
+# mem_len), 2: they are ``extras``.
+FORMAT = "xlnet_tf.serving/2"
 
 
 @dataclasses.dataclass
@@ -61,10 +65,10 @@ class ServingInfo:
     a field (not written into the export, not compared): the family hands itself over (its task's ``serving_info``
     passes ``family=self.family``; ``xlnet_tf.tasks.for_kind(kind)`` finds it), serving never looks it up.
     ``pair``: classification/regression take ``sentence2`` too (tasks with two sentences, e.g. MNLI, STS-B).
-    ``squad``: SQuAD's ``max_query_length``, ``doc_stride``, ``max_answer_length``, ``start_n_top``,
-    ``end_n_top``; ``max_qa_length``: RACE's question+option budget.
-    ``segment_length``: a long-document classifier (``--long_document=memory``) reads its ``max_seq_length`` tokens
-    in segments of this many through ``mem_len`` of memory per layer; 0: one sequence.
+    ``extras``: what else the family's serving hooks and its clients need, its own keys, written and read by the
+    family alone (e.g. SQuAD's window and beam settings, RACE's ``max_qa_length``, a long document's
+    ``segment_length`` and ``mem_len``, tagging's ``tag_scheme`` and ``window_stride``); scalars, each also a
+    constant of the ``metadata`` signature. An older export's separate fields: ``tasks.base.with_extras``.
     """
 
     kind: str
@@ -74,10 +78,7 @@ class ServingInfo:
     labels: Optional[list] = None
     pair: bool = False
     global_step: int = 0
-    max_qa_length: int = 128
-    squad: dict = dataclasses.field(default_factory=dict)
-    segment_length: int = 0
-    mem_len: int = 0
+    extras: dict = dataclasses.field(default_factory=dict)
     family: dataclasses.InitVar[Any] = None
 
     def __post_init__(self, family):
@@ -87,7 +88,7 @@ class ServingInfo:
                              f"got {self.kind!r}")
 
     def to_json(self, version: int) -> dict:
-        return dict(dataclasses.asdict(self), version=version, format="xlnet_tf.serving/1")
+        return dict(dataclasses.asdict(self), version=version, format=FORMAT)
 
 
 def family_of(info: ServingInfo):
@@ -277,9 +278,8 @@ class ServingModule(tf.Module):
                                           input_signature=list(text.values()), autograph=False)
         constants = dict(kind=info.kind, task=info.task, labels=list(info.labels or []),
                          max_seq_length=info.max_seq_length, lower_case=info.lower_case,
-                         global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair,
-                         segment_length=info.segment_length, mem_len=info.mem_len)
-        constants.update(info.squad)
+                         global_step=np.int64(info.global_step), version=np.int64(version), pair=info.pair)
+        constants.update(info.extras)
 
         def metadata():
             return {k: tf.constant(v, tf.string) if k == "labels" else tf.constant(v) for k, v in constants.items()}

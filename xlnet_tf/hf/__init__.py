@@ -5,11 +5,11 @@ An HF XLNet directory holds ``config.json`` (``model_type: xlnet``), the weights
 ``spiece.model`` and ``tokenizer_config.json`` (``do_lower_case``, ``remove_space``, ``keep_accents``).
 ``HFCheckpoint`` reads one: ``xlnet_config()`` is the ``XLNetConfig``, ``tf1_tensors()`` every weight under the
 original release's TF1 name (what the models' ``tf1_variables`` use), so the backbone and the head of
-``XLNetLMHeadModel`` and ``XLNetForSequenceClassification`` load into ``XLNetPretrainer`` and ``XLNetClassifier``
-with the checks of a release checkpoint. A tensor the mapping does not know is an error naming it. A task family's
-head of its own registers its HF names (``register_head``) when the family loads: RACE's ``XLNetMultipleChoice`` is
-``XLNetForMultipleChoice``, SQuAD's ``XLNetSquad`` ``XLNetForQuestionAnswering``, tagging's ``XLNetTagger``
-``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
+``XLNetLMHeadModel`` load into ``XLNetPretrainer`` with the checks of a release checkpoint. A tensor the mapping
+does not know is an error naming it. A task family's head registers its HF names (``register_head``) when the
+family loads: classification's ``XLNetClassifier`` is ``XLNetForSequenceClassification``, RACE's
+``XLNetMultipleChoice`` ``XLNetForMultipleChoice``, SQuAD's ``XLNetSquad`` ``XLNetForQuestionAnswering``, tagging's
+``XLNetTagger`` ``XLNetForTokenClassification``. ``XLNetForQuestionAnsweringSimple``
 has no head here (one per-token projection of the sequence output): ``token_head`` returns its arrays.
 ``save_hf`` writes the other direction.
 
@@ -44,12 +44,12 @@ from xlnet_tf.registry import Registry
 
 # HF architecture -> the model of this stack that carries its head (xlnet_tf.models), by class name; "per_token":
 # a per-token projection with no model here (XLNetForQuestionAnsweringSimple's start/end logits; ``token_head``).
+# The task families' heads are in HEADS.
 ARCHITECTURES = {
-    "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForSequenceClassification": "XLNetClassifier",
-    "XLNetForQuestionAnsweringSimple": "per_token",
+    "XLNetModel": None, "XLNetLMHeadModel": "XLNetPretrainer", "XLNetForQuestionAnsweringSimple": "per_token",
 }
 # The module of each head in the HF weights, to tell the head from the weights when config.json names none.
-_HF_REGRESSION = "regression"  # HF's problem_type of a sequence regressor
+_HF_REGRESSION = "regression"  # HF's problem_type of a regressor (``HFHead.regression``)
 _HEAD_MODULES = {"lm_loss": "XLNetPretrainer", "qa_outputs": "per_token"}
 # Our ff_activation -> HF's (config.HF_ACTIVATIONS is the other way).
 _HF_ACTIVATIONS = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
@@ -83,7 +83,8 @@ class HFHead:
     architecture; None if another head's weights have it too), ``mapping(task_scope, regression)`` ({HF name:
     (TF1 name, transposed)}), ``labelled`` (config.json's id2label names its classes, as a sequence classifier's),
     ``per_token`` (``token_head`` reads it), ``summary`` (its mapping includes ``SUMMARY_NAMES``, left out where
-    config.json's ``summary_use_proj`` is false)."""
+    config.json's ``summary_use_proj`` is false), ``regression`` (config.json's ``problem_type``, or one label,
+    makes it a regressor: ``HFCheckpoint.regression`` picks the mapping, ``hf_config`` writes it)."""
     head: str
     architecture: str
     module: Optional[str]
@@ -91,10 +92,11 @@ class HFHead:
     labelled: bool = False
     per_token: bool = False
     summary: bool = False
+    regression: bool = False
 
 
 def _head_problems(spec) -> list:
-    """An architecture or module of the heads of ``models.heads`` (the tables above) is not another head's."""
+    """An architecture or module of the heads that are no task family's (the tables above) is not another head's."""
     if not isinstance(spec, HFHead):
         return [f"expected an HFHead, got {type(spec).__name__}"]
     if (spec.architecture in ARCHITECTURES and ARCHITECTURES[spec.architecture] != spec.head) or (
@@ -121,7 +123,7 @@ def register_head(spec: HFHead) -> None:
 
 
 def registered_head(head: Optional[str]) -> Optional[HFHead]:
-    """The registered ``HFHead`` of the model class named ``head`` (None for the heads of ``models.heads``)."""
+    """The registered ``HFHead`` of the model class named ``head`` (None for ``ARCHITECTURES``' and unknown ones)."""
     return HEADS.get(head)
 
 
@@ -132,15 +134,11 @@ def _architectures() -> dict:
 def labelled_head(head: Optional[str]) -> bool:
     """Whether config.json's id2label names the classes of the model class named ``head``."""
     spec = registered_head(head)
-    return head == "XLNetClassifier" or (spec is not None and spec.labelled)
+    return spec is not None and spec.labelled
 
 
 def _head_mapping(head: Optional[str], task_scope: str = "task", regression: bool = False) -> dict:
     """{HF name: (TF1 name, transposed)} of ``head``'s weights; the task heads' TF1 names hold their scope."""
-    if head == "XLNetClassifier":
-        prefix = f"model/{'regression' if regression else 'classification'}_{task_scope}/logit/"
-        return {**SUMMARY_NAMES, "logits_proj.weight": (prefix + "kernel", True),
-                "logits_proj.bias": (prefix + "bias", False)}
     if head in HEADS:
         return HEADS[head].mapping(task_scope, regression)
     return _HEADS.get(head, {})
@@ -178,9 +176,10 @@ def why_not_xlnet(path) -> Optional[str]:
 
 
 class HFCheckpoint:
-    """An HF XLNet directory (or ``hf://`` model), read once: ``config`` (config.json as a dict), ``head`` (None,
-    'lm', 'classification', 'multiple_choice', 'squad' or 'token'), ``weights`` ({HF name: array}, without the
-    ``transformer.`` prefix of the backbone's)."""
+    """An HF XLNet directory (or ``hf://`` model), read once: ``config`` (config.json as a dict), ``head`` (the
+    class name of the model that carries its head: ``XLNetPretrainer`` or a registered head's, e.g.
+    ``XLNetClassifier``; ``per_token`` for a per-token projection with no model here; None for a bare network),
+    ``weights`` ({HF name: array}, without the ``transformer.`` prefix of the backbone's)."""
 
     def __init__(self, path: str):
         self.source = os.fspath(path)
@@ -221,14 +220,16 @@ class HFCheckpoint:
         for module, head in {**_HEAD_MODULES, **{s.module: s.head for s in HEADS.values() if s.module}}.items():
             if module in modules:
                 return head
-        if "logits_proj" in modules:  # classification or multiple choice: only config.json can tell
-            raise InputError(f"{self.path}/config.json: no 'architectures': say XLNetForSequenceClassification "
-                             "or XLNetForMultipleChoice")
+        # heads whose weights only config.json tells apart (module None): classification's and multiple choice's
+        alike = [s.architecture for s in HEADS.values() if s.module is None and _own_modules(s) <= modules]
+        if alike:
+            raise InputError(f"{self.path}/config.json: no 'architectures': say {' or '.join(alike)}")
         return None
 
     @property
     def regression(self) -> bool:
-        """An HF sequence classifier is a regressor with one label, unless its problem_type says otherwise."""
+        """An HF head that may be a regressor (``HFHead.regression``, a sequence classifier's) is one with one
+        label, unless its problem_type says otherwise."""
         problem = self.config.get("problem_type")
         return problem == _HF_REGRESSION or (problem is None and self.num_labels == 1)
 
@@ -329,10 +330,9 @@ class HFCheckpoint:
 
     def head_mapping(self, task_scope: str = "task") -> dict:
         """The head's {HF name: (TF1 name, transposed)}."""
-        mapping = _head_mapping(self.head, task_scope, self.regression if self.head == "XLNetClassifier" else False)
         spec = registered_head(self.head)
-        reads_summary = self.head == "XLNetClassifier" or (spec is not None and spec.summary)
-        if reads_summary and not self.summary()["use_summ_proj"]:
+        mapping = _head_mapping(self.head, task_scope, spec is not None and spec.regression and self.regression)
+        if spec is not None and spec.summary and not self.summary()["use_summ_proj"]:
             mapping = {k: v for k, v in mapping.items() if k not in SUMMARY_NAMES}
         return mapping
 
@@ -353,6 +353,11 @@ def token_head(path: str) -> dict:
     return HFCheckpoint(path).token_head()
 
 
+def _own_modules(spec: HFHead) -> set:
+    """The first name components of ``spec``'s weights besides the sequence summary's."""
+    return {name.split(".", 1)[0] for name in spec.mapping("task", False) if name not in SUMMARY_NAMES}
+
+
 def _token_module(weights: dict) -> tuple:
     for module in ("classifier", "qa_outputs"):
         if f"{module}.weight" in weights:
@@ -364,7 +369,7 @@ def _token_module(weights: dict) -> tuple:
 def hf_state(tf1: dict, config, head: Optional[str] = None, task_scope: str = "task", regression: bool = False,
              token_arrays: Optional[dict] = None) -> dict:
     """The inverse of ``HFCheckpoint.tf1_tensors``: {HF name: array} from {TF1 name: array} (a model's
-    ``tf1_variables`` values). ``head`` as in ``ARCHITECTURES``; a token head takes ``token_arrays``
+    ``tf1_variables`` values). ``head`` as ``HFCheckpoint.head`` names it; a token head takes ``token_arrays``
     (``{"kernel", "bias"}``)."""
     t = "model/transformer/"
     prefix = "" if head is None else "transformer."
@@ -413,7 +418,7 @@ def hf_config(config, architecture: str = "XLNetModel", labels: Optional[list] =
     if labels is not None:
         values["id2label"] = {str(i): str(label) for i, label in enumerate(labels)}
         values["label2id"] = {str(label): i for i, label in enumerate(labels)}
-    if architecture == "XLNetForSequenceClassification":
+    if any(s.architecture == architecture and s.regression for s in HEADS.values()):
         values["problem_type"] = _HF_REGRESSION if regression else "single_label_classification"
     return values
 
@@ -439,14 +444,16 @@ def save_hf(output_dir: str, state: dict, config_json: dict, spiece_model: Optio
 
 def save_model(model, output_dir: str, spiece_model: Optional[str] = None, lower_case: bool = False,
                labels: Optional[list] = None, token_arrays: Optional[dict] = None) -> str:
-    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, ``XLNetClassifier``, a registered head's
-    model (``XLNetMultipleChoice``, ``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
+    """Writes ``model`` (``XLNetModel``, ``XLNetPretrainer``, a registered head's model (``XLNetClassifier``,
+    ``XLNetMultipleChoice``, ``XLNetSquad``, ``XLNetTagger``); an ``XLNetModel`` with ``token_arrays`` as
     ``XLNetForTokenClassification``) as an HF directory that ``transformers``' ``AutoModel*.from_pretrained`` loads.
     ``labels`` name a classifier's or tagger's classes (config.json's id2label)."""
     kind = type(model).__name__
-    heads = {"XLNetModel": (None, "XLNetModel"), "XLNetPretrainer": ("XLNetPretrainer", "XLNetLMHeadModel"),
-             "XLNetClassifier": ("XLNetClassifier", "XLNetForSequenceClassification"),
-             **{s.head: (s.head, s.architecture) for s in HEADS.values()}}
+    # model class -> (head, architecture): ARCHITECTURES' models (a per-token head has none; the bare network's class
+    # is named as its architecture) and the registered heads
+    heads = {head or architecture: (head, architecture) for architecture, head in ARCHITECTURES.items()
+             if head != "per_token"}
+    heads.update((s.head, (s.head, s.architecture)) for s in HEADS.values())
     if kind not in heads:
         raise InputError(f"{kind}: no HuggingFace XLNet class matches this model")
     if getattr(model, "num_segments", 1) > 1:

@@ -6,7 +6,8 @@ prediction needs; None when its exports are not for batch prediction), and ``Tas
   ``--task_name`` values it runs), ``settings_class`` and ``entry_point`` (run_classifier.py's
   ``ClassifierSettings`` unless it has its own), ``flag_defaults`` (entry-point defaults of its tasks, e.g.
   run_race.py's), ``settings_errors``; ``run_record_runner``, ``task_name_of`` and ``settings_for_export``
-  (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below). Required: ``name``,
+  (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below); ``text_model`` (its
+  Keras model on raw text, what ``xlnet_tf.load_text_model`` rebuilds a run as; optional). Required: ``name``,
   ``task``, ``serving_class``.
 * ``Serving`` (``xlnet_tf.finetuning.serving``; ``info`` is the export's ``ServingInfo``): ``kinds`` (the ``kind``
   its exports record), ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``),
@@ -143,6 +144,10 @@ class TaskFamily(abc.ABC):
     run_record_runner: str = "classifier"  # "runner" of the run record (finetune_settings.json)
     serving_class: Optional[type] = None
     batch_class: Optional[type] = None
+    # "module:Class" of its Keras model on raw text (a ``tasks.text_models.TextTaskModel`` subclass), imported by
+    # ``text_model_class``: a name, since the family is imported while flags are checked and text models import
+    # TensorFlow. None: ``xlnet_tf.load_text_model`` refuses its runs (they export).
+    text_model: Optional[str] = None
 
     @functools.cached_property
     def serving(self) -> Serving:
@@ -198,6 +203,12 @@ class TaskFamily(abc.ABC):
         """The settings to rebuild a run's model from (its record's ``values`` with the export's flags on top)."""
         return self.settings_class.from_values(dict(values, task_name=task_name))
 
+    def text_model_class(self) -> Optional[type]:
+        """The class ``text_model`` names (its module imported now), None if it names none."""
+        from xlnet_tf.registry import load
+
+        return load(self.text_model) if self.text_model else None
+
     # -- fine-tuning ---------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def task(self, settings) -> "Task":
@@ -225,14 +236,29 @@ def missing_hooks(family_class: type) -> list:
     return missing
 
 
+# ServingInfo's fields before ``extras`` (metadata.json of format xlnet_tf.serving/1, a .keras file's run_info):
+# each family's own, under the names its hooks read in ``extras`` (``squad`` held SQuAD's and tagging's).
+_FIELDS_NOW_EXTRAS = ("max_qa_length", "segment_length", "mem_len")
+
+
+def with_extras(values: dict) -> dict:
+    """``values`` (metadata.json, or a ``ServingInfo`` as a dict) with the family fields of an older export moved
+    into ``extras``, so that one loads and exports as it did."""
+    values = dict(values)
+    extras = dict(values.pop("squad", None) or {})
+    extras.update((name, values.pop(name)) for name in _FIELDS_NOW_EXTRAS if name in values)
+    values["extras"] = {**extras, **(values.get("extras") or {})}
+    return values
+
+
 class MetadataInfo:
     """A ``ServingInfo``-like view (attributes) of an export's metadata.json, which an older export may lack keys of
-    (the defaults here): what batch prediction hands to the serving hooks."""
+    (the defaults here) or hold its family's settings in fields of their own (``with_extras``): what batch
+    prediction hands to the serving hooks."""
 
     def __init__(self, meta: dict):
         self.__dict__.update(dict(kind=None, task="", max_seq_length=None, lower_case=False, labels=None, pair=False,
-                                  global_step=0, max_qa_length=128, squad={}, segment_length=0, mem_len=0),
-                             **meta)
+                                  global_step=0), **with_extras(meta))
 
 
 # -- a run's task ------------------------------------------------------------------------------------------------

@@ -1,19 +1,20 @@
 """Fine-tuning models on raw strings, the Keras way: ``compile``/``fit``/``evaluate``/``predict`` on text.
 
-``XLNetTextClassifier`` (and the families' own, e.g. ``XLNetTextSquad``) hold an ``XLNetPreprocessor`` (strings ->
-the fine-tuning layout, TensorFlow ops) and the very task network ``run_classifier.py`` and ``run_squad.py`` train
-(``xlnet_tf.models.heads.XLNetClassifier``, or a family's head, kept as ``.network``), so the heads, the input layout
-and the checkpoints are shared with the entry points. As in keras-hub, ``call`` takes token ids and
+The families' text models (``XLNetTextClassifier``, ``XLNetTextSquad``, ...) hold an ``XLNetPreprocessor`` (strings
+-> the fine-tuning layout, TensorFlow ops) and the very task network ``run_classifier.py`` and ``run_squad.py`` train
+(the family's head, e.g. ``XLNetClassifier``, kept as ``.network``), so the heads, the input layout and the
+checkpoints are shared with the entry points. As in keras-hub, ``call`` takes token ids and
 ``fit``/``evaluate``/``predict`` on strings run the preprocessor in the tf.data pipeline; ``export`` joins the two in
 one serving graph. ``from_checkpoint`` reads a release directory (``xlnet_config.json`` + ``xlnet_model.ckpt`` +
 ``spiece.model``), a directory or prefix of a native checkpoint (``xlnet-convert-checkpoint``, ``run_pretrain.py``,
 ``run_classifier.py``), pretrained (the head starts fresh) or fine-tuned (the head is loaded too).
 
-The text model base and the shared sequence classifier live here; a family package holds its own text model in a
-module of its own, imported only when used (the family's ``__init__`` is imported while flags are checked, before
-TensorFlow loads): ``XLNetTextMultipleChoice``, ``XLNetTextSquad`` and ``XLNetTextTagger`` are in
-``xlnet_tf.tasks.{multiple_choice,squad,tagging}.<family>_text_model``. A family needs no text model; one that
-wants the Keras API on strings subclasses ``TextTaskModel`` with its ``preprocess`` and ``call``.
+The text model base lives here; a family package holds its own text model in a module of its own, imported only when
+used (the family's ``__init__`` is imported while flags are checked, before TensorFlow loads):
+``XLNetTextClassifier``, ``XLNetTextMultipleChoice``, ``XLNetTextSquad`` and ``XLNetTextTagger`` are in
+``xlnet_tf.tasks.{classification,multiple_choice,squad,tagging}.<family>_text_model`` (named by the family's
+``text_model``). A family needs no text model; one that wants the Keras API on strings subclasses ``TextTaskModel``
+with its ``preprocess`` and ``call``. How Keras-style inputs become tf.data pipelines is ``tasks.text_data``'s.
 
 Example::
 
@@ -27,30 +28,29 @@ Example::
 
 from __future__ import annotations
 
-import collections.abc
-import concurrent.futures
-import contextlib
 import dataclasses
-import itertools
-import warnings
 from typing import Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import io_utils
-from xlnet_tf.checkpoint import config_next_to, load_task_weights
+from xlnet_tf import io_utils, tasks
+from xlnet_tf.checkpoint import config_next_to
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
-from xlnet_tf.models.heads import XLNetClassifier
 from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.tasks.text_data import (DEFAULT_BATCH_SIZE, array_dataset, array_parts, as_tensors, element_x,
+                                      end_of_data_expected, is_encoded, num_rows, read_once, source_kind,
+                                      split_arrays, streamed_dataset, yields_batches)
 
 
 def checkpoint_source(path):
     """An ``hf.HFCheckpoint`` for a HuggingFace directory or ``hf://`` name, else ``path``."""
-    return HFCheckpoint(path) if is_hf_dir(path) else path
+    if not is_hf_dir(path):
+        return path
+    tasks.families()  # every family's head is known: another family's is refused as not this task's, not unknown
+    return HFCheckpoint(path)
 
 
 def hf_summary_settings(source, heads: tuple) -> dict:
@@ -103,206 +103,6 @@ def build_parts(path, config, spiece_model, seq_length, lower_case, dropout, dro
         raise InputError(f"spiece_model: {preprocessor.vocabulary_size} pieces, but config has n_token="
                          f"{config.n_token} (a SentencePiece model of another checkpoint?)")
     return preprocessor, config
-
-
-# Keras' batch size for arrays; the strings of a batch are preprocessed together.
-DEFAULT_BATCH_SIZE = 32
-
-
-def _tensors(value):
-    """Python lists, numpy arrays and tensors (inside tuples and dicts) as tensors, so that tf.data slices them as
-    Keras slices arrays: a list is one array (of strings, numbers, or lists of strings for multiple-choice
-    options), a tuple or dict a structure of arrays."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return {k: _tensors(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_tensors(v) for v in value)
-    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
-        value = value.tolist()  # strings (str or bytes) in an object array
-    return tf.convert_to_tensor(value)
-
-
-def as_strings(value) -> tf.Tensor:
-    return tf.convert_to_tensor(value.tolist() if isinstance(value, np.ndarray) and value.dtype.kind == "O" else value,
-                                tf.string)
-
-
-def _rows(data) -> int:
-    return int(tf.nest.flatten(data)[0].shape[0])
-
-
-def array_parts(x, y=None, sample_weight=None) -> tuple:
-    """``(x, y, sample_weight)`` as tensors (see ``_tensors``; None stays None), each with the rows of ``x``, at
-    least one."""
-    parts = {"x": _tensors(x), "y": _tensors(y), "sample_weight": _tensors(sample_weight)}
-    # Arrays have rows, as Keras' do: a bare string is not taken as a batch of one (predict("text") would return
-    # a batch where the caller may expect one result), it is refused with what to pass.
-    for name, part in parts.items():
-        if part is not None and any(t.shape.rank == 0 for t in tf.nest.flatten(part)):
-            example = "a list of strings, e.g. [text] for one" if any(
-                t.dtype == tf.string for t in tf.nest.flatten(part)) else "a list or array with one row per example"
-            raise ValueError(f"{name}: a single value, not a batch: pass {example}")
-    rows = {name: [int(t.shape[0]) for t in tf.nest.flatten(part)] for name, part in parts.items() if part is not None}
-    if not rows.get("x") or rows["x"][0] == 0:
-        raise ValueError("x: no examples (an empty batch)")
-    for name, counts in rows.items():
-        if any(count != rows["x"][0] for count in counts):
-            raise ValueError(f"{name}: {', '.join(map(str, counts))} rows for the {rows['x'][0]} examples of x")
-    return parts["x"], parts["y"], parts["sample_weight"]
-
-
-def array_dataset(x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
-    """Arrays (see ``_tensors``) as a tf.data pipeline of batches, the way Keras batches arrays: ``batch_size``
-    rows (default 32) of ``x`` / ``(x, y)`` / ``(x, y, sample_weight)``, reshuffled every epoch if ``shuffle``."""
-    parts = array_parts(x, y, sample_weight)
-    dataset = tf.data.Dataset.from_tensor_slices(keras.utils.pack_x_y_sample_weight(*parts))
-    if shuffle:
-        dataset = dataset.shuffle(_rows(parts[0]), reshuffle_each_iteration=True)
-    return dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
-
-
-def streamed_dataset(x, as_arrays=lambda batch: batch):
-    """A Python generator or iterator of batches, or a ``keras.utils.PyDataset``, as a ``tf.data.Dataset`` of the
-    same batches (Keras' loops take them), each made arrays by ``as_arrays`` (lists are arrays, as ``fit``'s); any
-    other ``x`` as it is. A generator is read once, as Keras reads one (an epoch after it ends has no data); a
-    PyDataset every epoch, in order, its batches read ahead (up to ``max_queue_size``) by ``workers`` threads
-    (threads also where it asks for processes: the batches stay in this process). The first batch fixes the
-    structure and dtypes of all."""
-    if not is_streamed(x):
-        return x
-    if isinstance(x, keras.utils.PyDataset):
-        def batches():
-            x.on_epoch_begin()
-            indices = itertools.count() if x.num_batches is None else range(x.num_batches)  # None: endless
-            if x.workers > 1:
-                yield from _read_ahead(x, indices)
-            else:
-                for i in indices:
-                    yield x[i]
-            x.on_epoch_end()
-    else:
-        def batches():
-            return x
-    source = iter(batches())
-    try:
-        first = _tensors(as_arrays(next(source)))
-    except StopIteration:
-        raise ValueError(f"x: the {_kind(x)} yields no batches") from None
-
-    def as_numpy(tensors):
-        return tf.nest.map_structure(lambda t: t.numpy(), tensors)
-
-    def generate():
-        nonlocal first, source
-        if first is None:  # a later epoch (a PyDataset's; a generator's has ended)
-            source = iter(batches())
-        else:
-            yield as_numpy(first)
-            first = None
-        for batch in source:
-            yield as_numpy(_tensors(as_arrays(batch)))
-
-    spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None] * t.shape.rank, t.dtype), first)
-    return tf.data.Dataset.from_generator(generate, output_signature=spec)
-
-
-def _read_ahead(x: keras.utils.PyDataset, indices):
-    """``x[i]`` for ``i`` in ``indices``, in order, read by ``x.workers`` threads up to ``x.max_queue_size`` ahead
-    (a consumer that stops early waits for those already started)."""
-    with concurrent.futures.ThreadPoolExecutor(x.workers, thread_name_prefix="py_dataset") as pool:
-        pending = collections.deque()
-        for i in indices:
-            pending.append(pool.submit(x.__getitem__, i))
-            if len(pending) >= max(x.max_queue_size, x.workers):
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-
-def is_streamed(x) -> bool:
-    """Whether ``x`` is a Python generator or iterator, or a ``keras.utils.PyDataset`` (``streamed_dataset``)."""
-    return isinstance(x, (keras.utils.PyDataset, collections.abc.Iterator))
-
-
-def yields_batches(x) -> bool:
-    """Whether ``x`` yields its batches itself (a tf.data.Dataset, a generator, a PyDataset), not arrays to batch."""
-    return isinstance(x, tf.data.Dataset) or is_streamed(x)
-
-
-def _kind(x) -> str:
-    """What ``x`` is, in an error message: a dataset, PyDataset or generator (any iterator)."""
-    if isinstance(x, tf.data.Dataset):
-        return "tf.data.Dataset"
-    return "PyDataset" if isinstance(x, keras.utils.PyDataset) else "generator"
-
-
-def _split_arrays(x, y, sample_weight, validation_split: float):
-    """Keras' ``validation_split`` on arrays: the last ``validation_split`` of the rows (before any shuffling) are
-    the validation data. Returns ``((x, y, sample_weight), (x, y, sample_weight))``."""
-    data = tuple(_tensors(part) for part in (x, y, sample_weight))
-    cut = int(np.floor(_rows(data) * (1.0 - validation_split)))
-
-    def rows(part, take):
-        return None if part is None else tf.nest.map_structure(take, part)
-
-    return (tuple(rows(part, lambda t: t[:cut]) for part in data),
-            tuple(rows(part, lambda t: t[cut:]) for part in data))
-
-
-def element_x(spec):
-    """The ``x`` of a dataset element (or of its ``element_spec``), by Keras' rule: a tuple is ``(x,)``,
-    ``(x, y)`` or ``(x, y, sample_weight)``, anything else is ``x``."""
-    return keras.utils.unpack_x_y_sample_weight(spec)[0] if isinstance(spec, tuple) else spec
-
-
-def is_encoded(x) -> bool:
-    """Whether model inputs are token ids already (the preprocessor's dict), not raw strings."""
-    return isinstance(x, dict) and "input_ids" in x
-
-
-@contextlib.contextmanager
-def end_of_data_expected(steps):
-    """Without a step count Keras reads a dataset of unknown length (SQuAD's windows, a CsvDataset) to its end and
-    then warns that the input 'ran out of data; interrupting training': noise where no count was asked for."""
-    with warnings.catch_warnings():
-        if steps is None:
-            warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
-        yield
-
-
-def read_once(dataset: tf.data.Dataset, steps) -> tuple:
-    """``(dataset, steps)`` for a loop that reads its data once (evaluate, predict). When an epoch of known length
-    ends, Keras makes the next epoch's iterator at once, and each iterator instantiates the pipeline's functions
-    anew (the preprocessor's graph: most of a predict call on a few strings), for an epoch that never comes. Given
-    the length as ``steps``, of a dataset that does not know it, Keras makes one iterator and reads the same
-    batches."""
-    batches = int(dataset.cardinality())
-    if steps is not None or batches <= 0:
-        return dataset, steps
-    return dataset.filter(lambda *_: True), batches
-
-
-def checked_class_labels(y, num_classes: Optional[int] = None, what: str = "class labels"):
-    """``y`` as a classification loss may take it: Keras would truncate 1.7 to class 1 and train on it, so labels
-    that are not whole numbers in [0, num_classes) are refused (arrays: a ValueError now; in a pipeline: an error
-    when the batch is read). ``num_classes`` None: known only to the loss (multiple choice: the options)."""
-    y = tf.convert_to_tensor(y)
-    message = f"y: {what} must be whole numbers " + ("from 0" if num_classes is None else f"in [0, {num_classes})")
-    if not (y.dtype.is_integer or y.dtype.is_floating or y.dtype.is_bool):
-        raise ValueError(f"{message}, the class's index, got {y.dtype.name} labels: map names to indices first")
-    value = tf.cast(y, tf.float64)
-    valid = (value == tf.round(value)) & (value >= 0)
-    if num_classes is not None:
-        valid &= value < num_classes
-    valid = tf.reduce_all(valid)
-    if tf.executing_eagerly():  # arrays, checked before the pipeline is built
-        if not bool(valid):
-            raise ValueError(f"{message}, got {y.numpy().tolist()[:8]}")
-        return y
-    with tf.control_dependencies([tf.debugging.Assert(valid, [message, y], summarize=8)]):
-        return tf.identity(y)
 
 
 class TextTaskModel(keras.Model):
@@ -418,7 +218,7 @@ class TextTaskModel(keras.Model):
     def _source(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
         """``fit``/``evaluate``/``predict``'s data as a batched dataset, not yet encoded."""
         if yields_batches(x):
-            kind = _kind(x)
+            kind = source_kind(x)
             if y is not None or sample_weight is not None:
                 raise ValueError(f"y, sample_weight: not taken with a {kind} x (it yields them)")
             x = streamed_dataset(x, self._streamed_batch)
@@ -428,7 +228,7 @@ class TextTaskModel(keras.Model):
             return x
         x, y = self._arrays(x, y)
         if y is not None and not isinstance(y, (dict, tuple)):
-            self._checked_labels(_tensors(y))  # arrays: refused now, not when the pipeline reaches the row
+            self._checked_labels(as_tensors(y))  # arrays: refused now, not when the pipeline reaches the row
         return array_dataset(x, y, sample_weight, batch_size, shuffle)
 
     def _dataset(self, x, y=None, sample_weight=None, batch_size=None, shuffle=False) -> tf.data.Dataset:
@@ -443,8 +243,8 @@ class TextTaskModel(keras.Model):
         if validation_split and validation_data is None:
             if yields_batches(x):
                 raise ValueError("validation_split: not supported with a dataset or generator x; pass validation_data")
-            (x, y, sample_weight), validation_data = _split_arrays(*self._arrays(x, y), sample_weight,
-                                                                    validation_split)
+            (x, y, sample_weight), validation_data = split_arrays(*self._arrays(x, y), sample_weight,
+                                                                  validation_split)
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             vx, vy, vw = keras.utils.unpack_x_y_sample_weight(validation_data)
             validation_data = self._dataset(vx, vy, vw, validation_batch_size or batch_size)
@@ -475,7 +275,7 @@ class TextTaskModel(keras.Model):
         pipeline (``_encoded_batch``), others through it."""
         if steps is None and not yields_batches(x) and not is_encoded(x) and self._encodes_batches():
             x, y, sample_weight = array_parts(*self._arrays(x, y), sample_weight)  # tensors once, for either path
-            if _rows(x) <= (batch_size or DEFAULT_BATCH_SIZE):
+            if num_rows(x) <= (batch_size or DEFAULT_BATCH_SIZE):
                 encoded = keras.utils.pack_x_y_sample_weight(*self._encoded_batch(x, y, sample_weight))
                 return read_once(tf.data.Dataset.from_tensors(encoded), steps)
         return read_once(self._dataset(x, y, sample_weight, batch_size), steps)
@@ -492,7 +292,7 @@ class TextTaskModel(keras.Model):
 
     def predict_on_batch(self, x):
         if yields_batches(x):
-            raise ValueError(f"x: a {_kind(x)} goes to predict; predict_on_batch takes one batch")
+            raise ValueError(f"x: a {source_kind(x)} goes to predict; predict_on_batch takes one batch")
         if is_encoded(x):
             return super().predict_on_batch(x)
         if not self._encodes_batches():
@@ -500,14 +300,14 @@ class TextTaskModel(keras.Model):
         return super().predict_on_batch(self._encoded_batch(x)[0])
 
     def _batch_rows(self, x) -> int:
-        return _rows(_tensors(self._arrays(x)[0]))
+        return num_rows(as_tensors(self._arrays(x)[0]))
 
     def _one_step(self, x, y, sample_weight) -> tuple:
         """``*_on_batch``'s batch as the one step fit's pipeline makes of it; token ids as they are."""
         if is_encoded(x):
             return x, y, sample_weight
         if yields_batches(x):
-            raise ValueError(f"x: a {_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
+            raise ValueError(f"x: a {source_kind(x)} goes to fit/evaluate; train_on_batch/test_on_batch take one "
                              "batch")
         if self._encodes_batches():
             return self._encoded_batch(x, y, sample_weight)
@@ -548,7 +348,6 @@ class TextTaskModel(keras.Model):
         ``tf_saved_model`` only (other formats: the network's own ``export``, on token ids). A base path already
         serving a model with other inputs or classes takes no version of this one
         (``serving.check_same_interface``)."""
-        from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
 
         if format != "tf_saved_model":
@@ -569,15 +368,12 @@ class TextTaskModel(keras.Model):
         step += run.global_step if run is not None else 0
         info = ServingInfo(kind=kind, task=task, max_seq_length=pre.seq_length, lower_case=pre.lower_case,
                            labels=list(labels) if labels is not None else None, pair=pair, global_step=step,
-                           max_qa_length=pre.max_qa_length, squad=self._serving_squad(),
-                           family=tasks.for_kind(kind), **self._serving_long_document())
+                           extras=self._serving_extras(), family=tasks.for_kind(kind))
         return write_serving_model(self.network, export_dir, info, preprocessor=pre)
 
-    def _serving_squad(self) -> dict:
-        return {}  # SQuAD's window and beam settings (``ServingInfo.squad``); none for the other tasks
-
-    def _serving_long_document(self) -> dict:
-        return {}  # a long-document classifier's segment_length and mem_len (``ServingInfo``)
+    def _serving_extras(self) -> dict:
+        """The family's ``ServingInfo.extras`` of this model's export, as its task's ``serving_info`` records them."""
+        return {}
 
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         """The class names of the export's ``label`` output, where it has one (a classifier's)."""
@@ -593,6 +389,7 @@ class TextTaskModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         from xlnet_tf.finetuning.serving import ServingInfo
+        from xlnet_tf.tasks.base import with_extras
 
         config = dict(config)
         for key in ("preprocessor", "network"):
@@ -600,138 +397,5 @@ class TextTaskModel(keras.Model):
         run_info = config.pop("run_info", None)  # None too in a file written before it was kept
         model = cls(**config)
         if run_info is not None:
-            model.run_info = ServingInfo(**run_info)
+            model.run_info = ServingInfo(**with_extras(run_info))
         return model
-
-
-@keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetTextClassifier(TextTaskModel):
-    """Sequence classification / regression on raw strings: ``XLNetPreprocessor`` + ``XLNetClassifier``.
-
-    ``fit``/``evaluate``/``predict`` inputs: sentences, a tf.string [B] tensor (or a Python list / numpy array of
-    strings), or sentence pairs as a tuple ``(sentences, second_sentences)`` of two such [B] batches (``fit`` on a
-    ``tf.data`` of ``((a, b), label)``); ``call`` takes what ``preprocessor(sentences[, second_sentences])``
-    gives (``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]). Output: ``logits`` float32 [B, num_labels]
-    (``tf.nn.softmax`` for probabilities), or the score [B] for regression. Train with
-    ``SparseCategoricalCrossentropy(from_logits=True)`` (classes) or ``MeanSquaredError`` (regression), as
-    ``run_classifier.py`` does. ``labels``: the class names (an HF classifier's id2label), its export's by default.
-    """
-
-    def __init__(self, preprocessor: XLNetPreprocessor, network: keras.Model, labels: Optional[list] = None,
-                 **kwargs):
-        super().__init__(preprocessor, network, **kwargs)
-        self.labels = None if labels is None else self._serving_labels(labels)
-
-    @classmethod
-    def from_checkpoint(cls, path: str, num_labels: Optional[int] = None, seq_length: int = 128, *, config=None,
-                        spiece_model=None, lower_case: Optional[bool] = None, regression: Optional[bool] = None,
-                        task_scope: str = "task", summary_type: Optional[str] = None,
-                        use_summ_proj: Optional[bool] = None, dropout: float = 0.1, dropatt: float = 0.1,
-                        dtype: Optional[str] = None, name: Optional[str] = None, new_head: bool = False,
-                        num_segments: int = 1, mem_len: Optional[int] = None) -> "XLNetTextClassifier":
-        """A classifier from a checkpoint (see ``load_task_weights``): a release directory, a native checkpoint's
-        directory or prefix, a HuggingFace XLNet directory or ``hf://owner/name`` (``xlnet_tf.hf``).
-        ``config`` (an ``xlnet_config.json`` path or an ``XLNetConfig``) and ``spiece_model``
-        (a path or the proto's bytes) default to the files next to the checkpoint. ``task_scope`` names the head
-        of a fine-tuned TF1 checkpoint (``model/classification_{task_scope}/...``, the original's task name);
-        ``dropout``/``dropatt`` are the fine-tuning rates (run_classifier.py's defaults). A checkpoint fine-tuned
-        for another task is refused unless ``new_head=True`` (its network, a new head). Left as None,
-        ``num_labels``, ``regression``, ``summary_type``, ``use_summ_proj`` and ``lower_case`` are an HF
-        classifier's (its config.json and tokenizer_config.json), else 2 (1 for regression), False, "last", True,
-        False; an HF classifier whose head is loaded names its classes (``labels``: id2label).
-
-        ``num_segments`` > 1: long documents (run_classifier.py's ``--long_document=memory``): a text's first
-        ``num_segments * seq_length - 2`` tokens are read in segments of ``seq_length`` through ``mem_len`` hidden
-        states of memory per layer (default: all earlier segments; docs/long_documents.md); one text a row."""
-        if not isinstance(num_segments, int) or num_segments < 1:  # before seq_length * num_segments is checked
-            raise ValueError(f"num_segments={num_segments!r}: must be a positive int (1: no memory)")
-        if num_segments == 1 and mem_len:
-            raise ValueError(f"mem_len={mem_len}: memory carries a long document between segments; set "
-                             "num_segments > 1, or leave mem_len unset")
-        source = checkpoint_source(path)
-        hf_head = hf_summary_settings(source, ("XLNetClassifier",))
-        if hf_head:
-            num_labels = source.num_labels if num_labels is None else num_labels
-            regression = source.regression if regression is None else regression
-        preprocessor, config = build_parts(source, config, spiece_model, seq_length * num_segments, lower_case,
-                                            dropout, dropatt)
-        if num_labels is None:
-            num_labels = 1 if regression else 2
-        network = XLNetClassifier(config, num_labels=num_labels, task_scope=task_scope, regression=bool(regression),
-                                  summary_type=summary_type or hf_head.get("summary_type", "last"),
-                                  use_summ_proj=hf_head.get("use_summ_proj", True) if use_summ_proj is None
-                                  else use_summ_proj, dtype=dtype, num_segments=num_segments,
-                                  mem_len=(num_segments - 1) * seq_length if mem_len is None else mem_len)
-        loaded = load_task_weights(network, source, new_head)
-        labels = source.labels if hf_head and loaded == "fine-tuned" and not network.regression else None
-        return cls(preprocessor, network, labels=labels, name=name)
-
-    def preprocess(self, x) -> dict:
-        """Sentences [B] (a tf.string tensor), a pair ``(sentences, second_sentences)``, or a dict with keys
-        ``sentence`` (and ``sentence2``) -> ``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]."""
-        if isinstance(x, dict):
-            if "sentence" not in x:
-                raise ValueError(f"inputs: a dict of strings needs the key 'sentence' (and 'sentence2' for pairs), "
-                                 f"got keys {sorted(x)}")
-            sentences, second = x["sentence"], x.get("sentence2")
-        elif isinstance(x, (tuple, list)):
-            if len(x) != 2:
-                raise ValueError(f"inputs: expected sentences or (sentences, second_sentences), got a tuple of "
-                                 f"{len(x)}")
-            sentences, second = x
-        else:
-            sentences, second = x, None
-        self._check_layout(second is not None, "inputs")
-        return self.preprocessor(sentences, second)
-
-    def _check_layout(self, pair: bool, argument: str) -> None:
-        """Refuses what the model does not read, as its export does: pairs in a long document (its second text
-        would not be last, run_classifier.py refuses them too), single sentences where the run was fine-tuned on
-        pairs."""
-        if pair and self.network.num_segments > 1:
-            raise ValueError(f"{argument}: sentence pairs, but a long-document classifier (num_segments="
-                             f"{self.network.num_segments}) reads one text a row (the second text would not be "
-                             "last)")
-        if not pair and self.run_info is not None and self.run_info.pair:
-            raise ValueError(f"{argument}: single sentences, but this model was fine-tuned on sentence pairs (task "
-                             f"{self.run_info.task}): pass (sentences, second_sentences)")
-
-    def export(self, export_dir: str, labels: Optional[list] = None, task: Optional[str] = None,
-               pair: Optional[bool] = None, *, format: str = "tf_saved_model") -> str:
-        """As ``TextTaskModel.export``; a long-document classifier's export takes one text a row."""
-        if pair:
-            self._check_layout(True, f"pair={pair}")
-        return super().export(export_dir, labels, task, pair, format=format)
-
-    def call(self, inputs, training=None):
-        logits = self.network(self._token_ids(inputs), training=training)["logits"]
-        return logits[:, 0] if self.network.regression else logits
-
-    def _checked_labels(self, y):
-        if y is None or self.network.regression or isinstance(y, dict):
-            return y
-        return checked_class_labels(y, self.network.num_labels)
-
-    def _serving_kind(self) -> str:
-        return "regression" if self.network.regression else "classification"
-
-    def _serving_long_document(self) -> dict:
-        segments = self.network.num_segments
-        if segments == 1:
-            return {}
-        return dict(segment_length=self.preprocessor.seq_length // segments, mem_len=self.network.mem_len)
-
-    def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
-        if self.network.regression:
-            return super()._serving_labels(labels)
-        if labels is None:
-            recorded = self.run_info.labels if self.run_info is not None else self.labels
-            return list(recorded) if recorded else [str(i) for i in range(self.network.num_labels)]
-        if isinstance(labels, (str, bytes)) or len(labels) != self.network.num_labels:
-            raise ValueError(f"labels: one name for each of the {self.network.num_labels} classes, in order; got "
-                             f"{labels!r}" + (" (Keras' export(path, format) is export(path, format=...) here)"
-                                              if isinstance(labels, str) else ""))
-        return [str(label) for label in labels]
-
-    def get_config(self):
-        return dict(super().get_config(), labels=self.labels)

@@ -1,6 +1,7 @@
 """``load_text_model`` (``xlnet_tf.load_text_model``): the model of a fine-tuning run (``run_classifier.py``,
-``run_squad.py``, ``run_tagger.py``, a job's run) as the Keras text model of its family, rebuilt as its export is:
-from the run's record (``finetune_settings.json``) and its checkpoint, with the preprocessing it was trained with.
+``run_squad.py``, ``run_tagger.py``, a job's run) as the Keras text model of its family (``TaskFamily.text_model``),
+rebuilt as its export is: from the run's record (``finetune_settings.json``) and its checkpoint, with the
+preprocessing it was trained with.
 
     model = xlnet_tf.load_text_model("runs/tiny/finetune_sentiment")
     model.predict(["A gripping film."])
@@ -12,14 +13,6 @@ from typing import Optional
 
 from xlnet_tf import io_utils, tasks
 from xlnet_tf.errors import InputError
-from xlnet_tf.tasks.multiple_choice.multiple_choice_text_model import XLNetTextMultipleChoice
-from xlnet_tf.tasks.squad.squad_text_model import XLNetTextSquad
-from xlnet_tf.tasks.tagging.tagging_text_model import XLNetTextTagger
-from xlnet_tf.tasks.text_models import XLNetTextClassifier
-
-# The built-in families' text models (a family of your own has none: its runs export, see docs/design.md).
-TEXT_MODELS = {"classification": XLNetTextClassifier, "multiple_choice": XLNetTextMultipleChoice,
-               "squad": XLNetTextSquad, "tagging": XLNetTextTagger}
 
 
 def load_text_model(model_dir: str, *, checkpoint: Optional[str] = None, dtype: Optional[str] = None):
@@ -39,12 +32,13 @@ def load_text_model(model_dir: str, *, checkpoint: Optional[str] = None, dtype: 
                          "pretrained checkpoint loads with XLNetTextClassifier.from_checkpoint(path, ...) and the "
                          "other text models' from_checkpoint")
     family = settings.family()
-    if family.name not in TEXT_MODELS:
+    text_model = family.text_model_class()
+    if text_model is None:
         raise InputError(f"{model_dir}: a run of the {family.name} family, which has no Keras text model (its "
                          "runs export: python -m xlnet_tf.cli.export)")
     task = family.task(settings)
     network, restored = task.restored_model()
     info = task.export_info(checkpoint_step(restored))
-    model = TEXT_MODELS[family.name].from_run(network, info, preprocessor_for(info, settings.spiece_model_file))
+    model = text_model.from_run(network, info, preprocessor_for(info, settings.spiece_model_file))
     model.run_info = info
     return model

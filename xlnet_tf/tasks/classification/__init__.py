@@ -6,16 +6,18 @@ loss, the metrics and the outputs is shared (data layout, encoding, serving inpu
 (``regression`` for STS-B, as exports always have), and both kinds resolve to this family.
 
 Data reading and encoding: ``classifier_data`` (tasks, TSV/CSV/IMDB readers, the feature cache). Head:
-``models.heads.XLNetClassifier`` under the original scopes ``classification_{--cls_scope or task}`` and
-``regression_{task}``. Loss: softmax cross-entropy, or the squared error for regression. Metrics:
-``finetuning.metrics`` (accuracy, F1, MCC; Pearson/Spearman), the main one MCC (CoLA), Pearson (STS-B), else
-accuracy. Predictions: the GLUE submission TSV (``index<TAB>prediction``) and ``{task}.{split}.logits.json``.
-Serving: ``sentence`` (and ``sentence2`` for pair tasks) -> ``label``, ``probabilities``, ``logits``; regression
-``score``, ``logits``. Batch prediction rows: ``prediction`` (label) and ``probabilities``, or the score.
+``classification_head.XLNetClassifier`` under the original scopes ``classification_{--cls_scope or task}`` and
+``regression_{task}`` (a long document read through memory: ``classification_head.read_segments``; HF's
+``XLNetForSequenceClassification``: ``classification_hf_names``). Keras model on raw text:
+``classification_text_model.XLNetTextClassifier``. Loss: softmax cross-entropy, or the squared error for
+regression. Metrics: ``finetuning.metrics`` (accuracy, F1, MCC; Pearson/Spearman), the main one MCC (CoLA), Pearson
+(STS-B), else accuracy. Predictions: the GLUE submission TSV (``index<TAB>prediction``) and
+``{task}.{split}.logits.json``. Serving: ``sentence`` (and ``sentence2`` for pair tasks) -> ``label``,
+``probabilities``, ``logits``; regression ``score``, ``logits``. Batch prediction rows: ``prediction`` (label)
+and ``probabilities``, or the score.
 
-The head (``models.heads.XLNetClassifier``), its HF names (``hf``) and the Keras text model
-(``text_models.XLNetTextClassifier``) are not in this package: they are the shared sequence head that other families
-(a user's, ``tests/test_task_family.py``'s) build on.
+A family of your own may build on the head (``tests/test_task_family.py``'s does): importing
+``classification_head`` loads this package, which registers its HF names.
 """
 
 from __future__ import annotations
@@ -23,13 +25,23 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from xlnet_tf.tasks.classification import classifier_data
+from xlnet_tf import hf
+from xlnet_tf.tasks.classification import classification_hf_names, classifier_data
 from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily, weighted_loss, write_logits
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
 MAIN_METRIC = {"mcc": "mcc", "pearson": "pearson"}  # otherwise accuracy
 TEXT_INPUTS = ("sentence", "sentence2")
 IDS_INPUTS = {"input_ids", "segment_ids", "padding_mask"}
+
+hf.register_head(classification_hf_names.HEAD)
+
+
+def long_document(segment_length: int, mem_len: int) -> dict:
+    """An export's ``extras``: a long-document classifier (``--long_document=memory``) reads its ``max_seq_length``
+    tokens in segments of ``segment_length`` through ``mem_len`` of memory per layer; 0: one sequence. Recorded for
+    every classifier: the ``metadata`` signature has always had both."""
+    return dict(segment_length=segment_length, mem_len=mem_len)
 
 
 def _regression(meta: dict, output_names=()) -> bool:
@@ -47,7 +59,7 @@ class ClassificationServing(Serving):
     def ids_spec(self, info, length=None) -> dict:
         """[batch, seq]; a long document's length is fixed (max_segments * segment_length): the model splits it
         into segments of static shape."""
-        return super().ids_spec(info, info.max_seq_length if info.segment_length else length)
+        return super().ids_spec(info, info.max_seq_length if info.extras.get("segment_length") else length)
 
     def outputs_from_ids(self, model, features: dict, info) -> dict:
         import tensorflow as tf
@@ -114,6 +126,7 @@ class ClassificationBatch(BatchPrediction):
 class ClassificationFamily(TaskFamily):
     name = CLASSIFICATION
     serving_class = ClassificationServing
+    text_model = "xlnet_tf.tasks.classification.classification_text_model:XLNetTextClassifier"
     batch_class = ClassificationBatch
 
     # -- settings ------------------------------------------------------------------------------------------------
@@ -181,7 +194,7 @@ class ClassificationTask(RecordsTask):
         return classifier_data.dummy_features(self.settings.document_length, self.regression)
 
     def build_model(self):
-        from xlnet_tf.models.heads import XLNetClassifier
+        from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
 
         s = self.settings
         # Head names as the original: classification_{cls_scope or task}, regression_{task}.
@@ -247,8 +260,8 @@ class ClassificationTask(RecordsTask):
         from xlnet_tf.finetuning.serving import ServingInfo
 
         s = self.settings
-        long_document = {} if s.segments == 1 else dict(segment_length=s.max_seq_length, mem_len=s.memory_length)
+        segment_length = 0 if s.segments == 1 else s.max_seq_length
         return ServingInfo(kind=REGRESSION if self.regression else CLASSIFICATION, task=self.name,
                            max_seq_length=s.document_length, lower_case=s.uncased, labels=self.labels,
-                           pair=self.reads_pairs(), global_step=step, max_qa_length=s.max_qa_length, family=self.family,
-                           **long_document)
+                           pair=self.reads_pairs(), global_step=step, family=self.family,
+                           extras=long_document(segment_length, s.memory_length if segment_length else 0))

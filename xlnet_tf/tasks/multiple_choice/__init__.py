@@ -58,7 +58,7 @@ class MultipleChoiceServing(Serving):
         return self.outputs_from_ids(model, features, info)
 
     def preprocessor_kwargs(self, info) -> dict:
-        return {"max_qa_length": info.max_qa_length}
+        return {"max_qa_length": info.extras.get("max_qa_length", 128)}  # 128: older exports' default
 
     def serves_inputs(self, names: set) -> bool:
         return names == {"article", "question", "options"}
@@ -67,6 +67,7 @@ class MultipleChoiceServing(Serving):
 class MultipleChoiceFamily(TaskFamily):
     name = KIND
     serving_class = MultipleChoiceServing
+    text_model = "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model:XLNetTextMultipleChoice"
 
     # -- settings ------------------------------------------------------------------------------------------------
     def task_names(self) -> tuple:
@@ -167,5 +168,5 @@ class RaceTask(RecordsTask):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=self.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           labels=self.labels, pair=False, global_step=step, max_qa_length=s.max_qa_length,
-                           family=self.family)
+                           labels=self.labels, pair=False, global_step=step,
+                           extras=dict(max_qa_length=s.max_qa_length), family=self.family)

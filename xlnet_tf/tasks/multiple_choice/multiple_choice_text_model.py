@@ -12,8 +12,8 @@ import tensorflow as tf
 from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.tasks.multiple_choice.multiple_choice_graph import encode_choices
 from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
-from xlnet_tf.tasks.text_models import (TextTaskModel, build_parts, checkpoint_source, checked_class_labels,
-                                        hf_summary_settings)
+from xlnet_tf.tasks.text_data import checked_class_labels
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source, hf_summary_settings
 
 
 PARTS = ("article", "question", "options")
@@ -90,3 +90,6 @@ class XLNetTextMultipleChoice(TextTaskModel):
 
     def _serving_kind(self) -> str:
         return "multiple_choice"
+
+    def _serving_extras(self) -> dict:
+        return dict(max_qa_length=self.preprocessor.max_qa_length)

@@ -137,10 +137,10 @@ class SquadServing(Serving):
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
         from xlnet_tf.tasks.squad.squad_answers import best_answers
 
-        return best_answers(model, preprocessor, texts["question"], texts["context"], info.squad)
+        return best_answers(model, preprocessor, texts["question"], texts["context"], info.extras)
 
     def preprocessor_kwargs(self, info) -> dict:
-        return {"max_query_length": info.squad["max_query_length"], "doc_stride": info.squad["doc_stride"]}
+        return {"max_query_length": info.extras["max_query_length"], "doc_stride": info.extras["doc_stride"]}
 
     def serves_inputs(self, names: set) -> bool:
         return names == set(TEXT_INPUTS)
@@ -168,6 +168,7 @@ class SquadBatch(BatchPrediction):
 class SquadFamily(TaskFamily):
     name = KIND
     serving_class = SquadServing
+    text_model = "xlnet_tf.tasks.squad.squad_text_model:XLNetTextSquad"
     batch_class = SquadBatch
     entry_point = "run_squad.py"
     run_record_runner = KIND
@@ -390,8 +391,7 @@ class SquadTask(Task):
 
         s = self.settings
         return ServingInfo(kind=KIND, task=self.name, max_seq_length=s.max_seq_length, lower_case=s.uncased,
-                           global_step=step, family=self.family, squad=dict(max_query_length=s.max_query_length,
-                                                        doc_stride=s.doc_stride,
-                                                        max_answer_length=s.max_answer_length,
-                                                        start_n_top=s.start_n_top, end_n_top=s.end_n_top,
-                                                        n_best_size=s.n_best_size))
+                           global_step=step, family=self.family, extras=dict(
+                               max_query_length=s.max_query_length, doc_stride=s.doc_stride,
+                               max_answer_length=s.max_answer_length, start_n_top=s.start_n_top,
+                               end_n_top=s.end_n_top, n_best_size=s.n_best_size))

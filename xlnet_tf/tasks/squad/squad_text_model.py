@@ -16,9 +16,9 @@ from xlnet_tf.tasks.squad.squad_answers import (answerable_inputs, answers_from_
 from xlnet_tf.tasks.squad.squad_data import INFERENCE_KEYS
 from xlnet_tf.tasks.squad.squad_graph import squad_windows
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
-from xlnet_tf.tasks.text_models import (DEFAULT_BATCH_SIZE, TextTaskModel, as_strings, build_parts, checkpoint_source,
-                                        element_x, end_of_data_expected, is_encoded, streamed_dataset,
-                                        yields_batches)
+from xlnet_tf.tasks.text_data import (DEFAULT_BATCH_SIZE, as_strings, element_x, end_of_data_expected, is_encoded,
+                                      streamed_dataset, yields_batches)
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source
 
 LABEL_KEYS = ("start_positions", "end_positions", "is_impossible")
 MISPLACED = ("an answer that is not where its labels put it (answer_start and the answer's text or end, in "
@@ -88,7 +88,7 @@ class XLNetTextSquad(TextTaskModel):
 
     @classmethod
     def from_run(cls, network, info, preprocessor) -> "XLNetTextSquad":
-        return cls(preprocessor, network, max_answer_length=info.squad["max_answer_length"])
+        return cls(preprocessor, network, max_answer_length=info.extras["max_answer_length"])
 
     @staticmethod
     def _texts(inputs) -> tuple:
@@ -339,7 +339,7 @@ class XLNetTextSquad(TextTaskModel):
     def _serving_kind(self) -> str:
         return "squad"
 
-    def _serving_squad(self) -> dict:
+    def _serving_extras(self) -> dict:
         from xlnet_tf.tasks.squad import SquadSettings
 
         pre, network = self.preprocessor, self.network

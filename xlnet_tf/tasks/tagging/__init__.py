@@ -26,7 +26,7 @@ from xlnet_tf.tasks.task_settings import ClassifierSettings
 from xlnet_tf import hf
 from xlnet_tf.tasks.tagging import tagging_data
 from xlnet_tf.tasks.tagging import tagging_hf_names
-from xlnet_tf.tasks.base import BatchPrediction, RecordsTask, Serving, TaskFamily
+from xlnet_tf.tasks.base import BatchPrediction, MetadataInfo, RecordsTask, Serving, TaskFamily
 from xlnet_tf.training.settings import FinetuneSettings, path_missing, setting, setting_of
 
 KIND = TASK = "tagging"
@@ -123,8 +123,8 @@ class TaggingServing(Serving):
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
         from xlnet_tf.tasks.tagging.tagging_graph import tag_text
 
-        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.squad["window_stride"],
-                        info.squad["tag_scheme"] == "bio")
+        return tag_text(model, preprocessor, texts[TEXT_INPUT], info.labels, info.extras["window_stride"],
+                        info.extras["tag_scheme"] == "bio")
 
     def serves_inputs(self, names: set) -> bool:
         return names == {TEXT_INPUT}
@@ -154,13 +154,15 @@ class TaggingBatch(BatchPrediction):
         return row
 
     def identity(self, meta: dict, output_names) -> dict:
-        # A rerun must tag with the same tags and scheme (metadata.json keeps ServingInfo.squad, the family's extras).
-        return dict(labels=meta.get("labels"), regression=False, tag_scheme=meta.get("squad", {}).get("tag_scheme"))
+        # A rerun must tag with the same tags and scheme (metadata.json keeps the scheme in the family's extras).
+        return dict(labels=meta.get("labels"), regression=False,
+                    tag_scheme=MetadataInfo(meta).extras.get("tag_scheme"))
 
 
 class TaggingFamily(TaskFamily):
     name = KIND
     serving_class = TaggingServing
+    text_model = "xlnet_tf.tasks.tagging.tagging_text_model:XLNetTextTagger"
     batch_class = TaggingBatch
     entry_point = "run_tagger.py"
 
@@ -397,4 +399,4 @@ class TaggingTask(RecordsTask):
         s = self.settings
         return ServingInfo(kind=KIND, task=TASK, max_seq_length=s.max_seq_length, lower_case=s.uncased,
                            labels=self.labels, pair=False, global_step=step, family=self.family,
-                           squad=dict(tag_scheme=self.scheme, window_stride=s.stride))
+                           extras=dict(tag_scheme=self.scheme, window_stride=s.stride))

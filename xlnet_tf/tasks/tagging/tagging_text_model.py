@@ -14,8 +14,8 @@ from xlnet_tf.checkpoint import load_task_weights
 from xlnet_tf.hf import HFCheckpoint
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.tagging.tagging_head import XLNetTagger  # registered for Keras: a saved text tagger holds one
-from xlnet_tf.tasks.text_models import (TextTaskModel, array_dataset, as_strings, build_parts, checkpoint_source,
-                                        element_x, is_encoded, streamed_dataset)
+from xlnet_tf.tasks.text_data import array_dataset, as_strings, element_x, is_encoded, streamed_dataset
+from xlnet_tf.tasks.text_models import TextTaskModel, build_parts, checkpoint_source
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -74,8 +74,8 @@ class XLNetTextTagger(TextTaskModel):
 
     @classmethod
     def from_run(cls, network, info, preprocessor) -> "XLNetTextTagger":
-        return cls(preprocessor, network, labels=info.labels, window_stride=info.squad["window_stride"],
-                   tag_scheme=info.squad["tag_scheme"])
+        return cls(preprocessor, network, labels=info.labels, window_stride=info.extras["window_stride"],
+                   tag_scheme=info.extras["tag_scheme"])
 
     @staticmethod
     def _joined(rows):
@@ -205,7 +205,7 @@ class XLNetTextTagger(TextTaskModel):
     def _serving_labels(self, labels: Optional[list]) -> Optional[list]:
         return list(self.labels)
 
-    def _serving_squad(self) -> dict:
+    def _serving_extras(self) -> dict:
         return dict(tag_scheme=self.tag_scheme, window_stride=self.window_stride)
 
     def get_config(self):
