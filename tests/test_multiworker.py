@@ -142,12 +142,24 @@ def test_workers_pretraining_from_raw_text_train_on_the_data_the_chief_writes(tm
     writes the data, with a shard for each worker's input pipeline, while the other waits; both train on it. (Each
     worker used to write the same shards into the shared --data_dir at once, and the bundled corpus made one shard:
     too few for two pipelines.)"""
-    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=2", "--", sys.executable,
-                           "run_pretrain.py", "--config_file=configs/pretrain_tiny.yaml", "--strategy=multi_worker",
-                           f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path / 'data'}", "--train_steps=2",
-                           "--iterations=1", "--save_steps=2", "--warmup_steps=1"],
-                          capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE),
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)))
+    command = [sys.executable, "run_pretrain.py", "--config_file=configs/pretrain_tiny.yaml", "--strategy=multi_worker",
+               f"--model_dir={tmp_path / 'model'}", f"--data_dir={tmp_path / 'data'}", "--train_steps=2",
+               "--iterations=1", "--save_steps=2", "--warmup_steps=1"]
+
+    def launch(*command):
+        return subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=2", "--", *command],
+                              capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE),
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)))
+
+    # Worker 1 started with another learning rate: nothing compared the workers' settings, and they trained apart
+    # (another --iterations: each waited in a collective the other never entered, for ever). Refused on both.
+    done = launch("sh", "-c", " ".join(command) + " --learning_rate=$([ {worker} = 0 ] && echo 1e-3 || echo 5e-3)")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and not (tmp_path / "data").exists(), out[-3000:]
+    for worker, rate in ((0, 0.001), (1, 0.005)):
+        assert (f"other settings: --learning_rate={rate} on worker {worker} (see the other workers' lines)"
+                in out), out[-3000:]
+    done = launch(*command)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     writing = [line[:len("[worker 0]")] for line in out.splitlines() if "writing pretraining data" in line]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import re
 from typing import Callable, Optional
@@ -49,8 +50,40 @@ def start_run(settings: RunSettings) -> tf.distribute.Strategy:
         if getattr(settings, name) % replicas:
             raise SettingsError(f"--{name}={getattr(settings, name)} is not divisible by the {replicas} replicas of "
                                 f"--strategy={settings.strategy} (batch sizes are global)")
+    check_workers_agree(strategy, settings)
     keras.utils.set_random_seed(settings.seed)
     return strategy
+
+
+def check_workers_agree(strategy: tf.distribute.Strategy, settings: RunSettings) -> None:
+    """A SettingsError on every worker of a multi-worker job whose workers were started with other settings, naming
+    them (this worker's values): nothing else compares them, and workers of other learning rates or step counts
+    train apart without a word, or wait for ever in a collective that another never enters. Each setting's value
+    is hashed (two 15-bit digests); two all-reduces tell whether all replicas hold the same ones."""
+    if num_hosts(strategy) < 2 or isinstance(strategy, tf.distribute.TPUStrategy):  # a pod runs one program
+        return
+    names = [f.name for f in dataclasses.fields(settings)]
+    digests = []
+    for name in names:
+        digest = hashlib.sha256(json.dumps(getattr(settings, name), sort_keys=True, default=str).encode()).digest()
+        digests += [int.from_bytes(digest[:2], "big") >> 1, int.from_bytes(digest[2:4], "big") >> 1]
+    mine, summed = tf.constant(digests, tf.int32), _summed(strategy)
+    total = summed(mine)
+    # All equal iff every replica's n * value is the sum: then each |n * value - sum| is 0, and so is theirs
+    spread = summed(tf.abs(strategy.num_replicas_in_sync * mine - total)).numpy()
+    differ = [name for k, name in enumerate(names) if spread[2 * k] or spread[2 * k + 1]]
+    if differ:
+        worker = getattr(strategy.cluster_resolver, "task_id", "?")
+        raise SettingsError(f"the workers of this multi-worker job were started with other settings: "
+                            f"{' '.join(f'--{n}={getattr(settings, n)}' for n in differ)} on worker {worker} "
+                            "(see the other workers' lines): start every worker with the same flags")
+
+
+def _summed(strategy: tf.distribute.Strategy) -> Callable:
+    """A function summing a tensor over every replica of ``strategy`` (a collective: it returns once all have
+    called it; ``WORKER_LOST`` if a worker is lost meanwhile)."""
+    return tf.function(lambda value: strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                                     strategy.run(tf.identity, args=(value,)), axis=None))
 
 
 TRAIN_LOCK = ".train.lock"
@@ -198,11 +231,8 @@ WORKER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.Dea
 
 
 def sum_over_workers(strategy: tf.distribute.Strategy) -> Callable[[int], int]:
-    """A function summing an int over every worker of ``strategy`` (one all-reduce: it returns once every worker
-    has called it; ``WORKER_LOST`` if a worker is lost meanwhile)."""
-    @tf.function
-    def total(value):
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.identity, args=(value,)), axis=None)
+    """A function summing an int over every replica of ``strategy`` (``_summed``), for flags a worker raises."""
+    total = _summed(strategy)
     return lambda value: int(total(tf.constant(value)).numpy())
 
 
@@ -229,6 +259,7 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
     restores: the latest checkpoint in ``model_dir`` (weights, optimizer, step), else the network from
     ``init_checkpoint`` (original TF1 or native), else nothing (a warning if ``warn_from_scratch``)."""
     s = settings
+    check_workers_agree(strategy, s)  # (start_run checked the command-line tools' runs; a library caller's too)
     with strategy.scope():
         model = build_model()
         optimizer = create_optimizer(model, s.learning_rate, s.train_steps, s.warmup_steps, s.decay_method,
