@@ -85,6 +85,7 @@ def test_killed_or_preempted_workers_stop_together_and_a_rerun_resumes(tmp_path)
     killed = time.monotonic()
     try:
         out, _ = procs[0].communicate(timeout=150)
+        other, _ = procs[1].communicate(timeout=150)
     finally:
         for p in procs:
             p.kill()
@@ -95,6 +96,8 @@ def test_killed_or_preempted_workers_stop_together_and_a_rerun_resumes(tmp_path)
     resume = int(re.search(r"resume from step (\d+)", line[0]).group(1))
     assert resume >= 4 and resume % 4 == 0
     assert _latest_step(model) == resume
+    # Every worker names the checkpoint a rerun reads (worker 1 named its private copy in .worker-1/).
+    assert f"resume from step {resume} ({model / f'xlnet_model-{resume}'})" in other, other[-3000:]
 
     procs = _start_workers(tmp_path, 100000, 2, 4, workers=3)  # resumes from the lost worker's checkpoint
     _wait_for(model / f"xlnet_model-{resume + 4}.index", procs)

@@ -223,7 +223,8 @@ class Training:
         except WORKER_LOST as error:
             if num_hosts(strategy) < 2:
                 raise
-            raise WorkerLostError(lost_worker_message(error, self.manager.latest_checkpoint)) from None
+            # A rerun resumes from the chief's checkpoints in model_dir (another worker's own are private copies)
+            raise WorkerLostError(lost_worker_message(error, tf.train.latest_checkpoint(s.model_dir))) from None
 
 
 # What a collective raises when a peer of a multi-worker job stopped answering.
