@@ -103,6 +103,16 @@ def test_a_failed_worker_stops_the_others_after_stop_after():
     assert _gone([int(line.partition("] ")[2]) for line in out.splitlines() if line.startswith("[worker 0] ")])
 
 
+def test_workers_stopped_together_by_a_preemption_are_not_a_failure_of_one():
+    """SIGTERM to one worker of a multi-worker run: every worker saves at the same step and exits 143 (the tools'
+    status for a run to resume). The launcher said "worker 0 failed first (exited 143)"."""
+    proc = _launcher("--workers=2", "--", "sh", "-c", "exit 143")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "failed" not in err, err
+    assert "launch: every worker stopped on a signal (exited 143: stopped and saved, as a preemption); rerun the " \
+           "same command to resume" in err, err
+
+
 @pytest.mark.parametrize("host", ["not_a_host!!", "192.0.2.1"])  # not a name; an address of another machine
 def test_a_host_this_machine_cannot_listen_on_is_one_line_naming_it(host):
     with pytest.raises(InputError, match=rf"^--host={host}: ") as error:

@@ -169,7 +169,13 @@ def main(s: LaunchSettings) -> int:
     first = first or next((proc for proc in procs if proc.returncode), None)
     if received and not procs:  # stopped before any worker started
         return 128 + received[0]
-    if first is not None and not received:  # the workers' own lines are interleaved above: say which failed
+    statuses = {exit_status(proc.returncode) for proc in procs}
+    if not received and len(statuses) == 1 and statuses & {128 + signal.SIGTERM, 128 + signal.SIGINT}:
+        # Every worker stopped on a signal one of them got (the tools' status for a run saved to be resumed): a
+        # preemption, not a failure of the first one seen
+        sys.stderr.write(f"launch: every worker stopped on a signal (exited {statuses.pop()}: stopped and saved, "
+                         "as a preemption); rerun the same command to resume\n")
+    elif first is not None and not received:  # the workers' own lines are interleaved above: say which failed
         ended = ", ".join(f"worker {i} {_ended(proc.returncode)}" for i, proc in enumerate(procs))
         sys.stderr.write(f"launch: worker {procs.index(first)} failed first ({_ended(first.returncode)}), the "
                          f"launcher's status; {ended}\n")
