@@ -275,6 +275,23 @@ def test_no_prediction_slots_give_empty_logits_like_the_original():
     assert out["query_output"].shape == (2, 0, 8) and out["lm_logits"].shape == (2, 0, 20)
 
 
+def test_a_target_mapping_that_is_not_one_hot_is_refused_not_computed_otherwise():
+    """The query stream takes a row's argmax and sum, the original multiplies by the row: a 0.5/0.5 row gave logits
+    0.7 away from the original's, without a word. Refused where its values are known (eager calls)."""
+    cfg = dict(TINY)
+    batch = random_batch(np.random.default_rng(1))
+    model = make_model(random_weights(cfg, seed=2), cfg)
+    soft = batch["target_mapping"].astype(np.float32)
+    soft[0, 0] = 0.0
+    soft[0, 0, :2] = 0.5
+    with pytest.raises(ValueError, match="target_mapping's rows must be one-hot"):
+        model(model_inputs(**dict(batch, target_mapping=soft)))
+    twice = batch["target_mapping"].astype(np.float32)
+    twice[0, 0, :2] = 1.0
+    with pytest.raises(ValueError, match="target_mapping's rows must be one-hot"):
+        model(model_inputs(**dict(batch, target_mapping=twice)))
+
+
 @pytest.mark.parametrize("reuse_len", [None, 4])
 def test_parity_memory_over_two_segments(reuse_len):
     cfg = dict(TINY, mem_len=5, reuse_len=reuse_len)

@@ -171,6 +171,15 @@ class XLNetBlock(keras.layers.Layer):
         return h, (None if g is None else self.ff(g, training=training))
 
 
+def _check_one_hot(target_mapping) -> None:
+    """The query stream reads a row of ``target_mapping`` as a position (its argmax) and a weight (its sum), where
+    the original multiplies by it: a row that is neither one-hot nor all zero would be computed differently."""
+    rows = tf.cast(target_mapping, tf.float32)
+    if not (tf.reduce_all((rows == 0.0) | (rows == 1.0)) and tf.reduce_all(tf.reduce_sum(rows, axis=-1) <= 1.0)):
+        raise ValueError("inputs: target_mapping's rows must be one-hot at the predicted positions, or all zero for "
+                         "padded predictions (0s and 1s, at most one 1 a row)")
+
+
 def _at_positions(positions, content_pos, mlen, segment_diff):
     """Rows standing at sequence ``positions`` [B, R] (the query stream's, ``output_rows``): their key coordinates
     [B, R] and their rows of ``segment_diff`` [B, L, K] (None without one)."""
@@ -311,6 +320,8 @@ class XLNetModel(NamedInputs, keras.Model):
         at the positions ``target_mapping`` points to, masked by ``query_perm_mask`` or else by the rows of the
         content mask ``blocked`` [B|1, L, K] at those positions."""
         target_mapping = inputs["target_mapping"]
+        if tf.executing_eagerly():  # values known (a traced step adds no check)
+            _check_one_hot(target_mapping)
         batch, num_predict = tf.shape(target_mapping)[0], tf.shape(target_mapping)[1]
         target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
         g = self._embedding_dropout(self._query_start(inputs, query_tokens, batch, num_predict, self.compute_dtype),
