@@ -255,6 +255,9 @@ class RunSettings(Settings):
     gcp_project: Optional[str] = setting(None, "With a TPU name: its GCP project (default: from the VM's metadata).")
     tpu_timeout: int = setting(120, "Seconds to find, connect to and initialise the TPU before the run fails.",
                                above=0)
+    worker_timeout: int = setting(600, "With --strategy=multi_worker: seconds for every task of TF_CONFIG's cluster "
+                                  "to start and join before the run fails, naming the missing ones (long: a "
+                                  "scheduler may start workers minutes apart).", above=0)
     dtype: str = setting("float32", "Precision policy (mixed_bfloat16 on TPU and CPUs with AMX or AVX512-BF16, "
                          "mixed_float16 with dynamic loss scaling on GPU).", choices=DTYPES)
     seed: int = setting(0, "Seed of weight initialisation, dropout, data order and factorization orders.",
