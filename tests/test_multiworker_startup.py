@@ -66,13 +66,22 @@ def test_a_cluster_under_a_one_process_strategy_is_refused():
         assert check_tf_config(strategy, "not json") is None
 
 
-def test_worker_timeout_flag():
+def test_worker_timeout_flag(monkeypatch):
     values, _ = parsed(PretrainSettings, "--worker_timeout=30")
     assert cli.settings_from_flags(PretrainSettings, values).worker_timeout == 30
     assert PretrainSettings.__dataclass_fields__["worker_timeout"].default == 600
     errors = PretrainSettings(model_dir="m", data_dir="d", seq_len=16, reuse_len=8, num_predict=4,
                               model_config_path=os.path.join(REPO, "configs", "tiny.json"), worker_timeout=0).errors()
     assert "--worker_timeout=0 must be positive" in " ".join(errors)
+    # ... and reaches the strategy (start_run: what every tool's run starts with)
+    from xlnet_tf.training import setup
+
+    given = {}
+    monkeypatch.setattr(setup, "create_strategy", lambda *args, **kwargs: given.update(kwargs) or
+                        tf.distribute.OneDeviceStrategy("/cpu:0"))
+    setup.start_run(PretrainSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"), train_batch_size=2,
+                                     worker_timeout=30))
+    assert given["worker_timeout"] == 30
 
 
 def test_a_port_in_use_is_named_before_tensorflow_tries_it():

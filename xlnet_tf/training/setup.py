@@ -44,7 +44,8 @@ def start_run(settings: RunSettings) -> tf.distribute.Strategy:
     if settings.deterministic:
         _make_deterministic()
     strategy = create_strategy(settings.strategy, settings.tpu, tpu_zone=settings.tpu_zone,
-                               gcp_project=settings.gcp_project, tpu_timeout=settings.tpu_timeout)
+                               gcp_project=settings.gcp_project, tpu_timeout=settings.tpu_timeout,
+                               worker_timeout=settings.worker_timeout)
     replicas = strategy.num_replicas_in_sync
     for name in settings.BATCH_SIZES:
         if getattr(settings, name) % replicas:
