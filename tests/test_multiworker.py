@@ -170,3 +170,44 @@ def test_workers_pretraining_from_raw_text_train_on_the_data_the_chief_writes(tm
     assert out.count("done: trained to step 2") == 2, out[-3000:]
     shards = json.loads((tmp_path / "data" / "manifest.json").read_text())["shards"]
     assert len(shards) >= 2, shards
+
+
+@pytest.mark.alone  # two workers' heartbeats, as above
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_workers_fine_tuning_evaluate_all_the_data_and_the_chief_alone_writes(tmp_path):
+    """run_classifier.py on two workers (the launcher) with --do_eval (--eval_all_ckpt), --do_predict and
+    --export_dir, the micro model on the SST-2 fixture (6 dev examples: 2 batches of 4, one padded). Evaluation used
+    to shard the single eval file over the workers (an error) and would have counted each worker's share only;
+    every worker exported into --export_dir, and the chief lost the race for the version. Now both evaluate all of
+    it to the metrics of a one-device evaluation of the checkpoint, and only the chief writes the report, the
+    predictions and the export."""
+    from classifier_helpers import FIXTURES, make_flags, micro_config
+    from xlnet_tf.finetuning.serving import existing_versions
+    from xlnet_tf.runner import run
+
+    model, export = tmp_path / "model", tmp_path / "export"
+    flags = dict(task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"), model_dir=str(model),
+                 output_dir=str(tmp_path / "data"), model_config_path=micro_config(tmp_path),
+                 spiece_model_file=os.path.join(os.path.dirname(HERE), "data", "spiece.model"), max_seq_length=32,
+                 train_batch_size=4, eval_batch_size=4, dropout=0.0, dropatt=0.0)
+    done = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.launch", "--workers=2", "--", sys.executable,
+                           "run_classifier.py", "--strategy=multi_worker", "--do_train", "--do_eval",
+                           "--eval_all_ckpt", "--do_predict", "--train_steps=2", "--iterations=1", "--save_steps=1",
+                           f"--export_dir={export}", *(f"--{k}={v}" for k, v in flags.items())],
+                          capture_output=True, text=True, timeout=300, cwd=os.path.dirname(HERE),
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.dirname(HERE)))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    finished = [line for line in out.splitlines() if "done: trained to step 2" in line]
+    assert sorted(line[:len("[worker 0]")] for line in finished) == ["[worker 0]", "[worker 1]"], out[-3000:]
+    assert "the chief (worker 0) exports" in out and existing_versions(str(export)) == [2], out[-3000:]
+    evaluated = {re.search(r"evaluated [^;]*", line).group(0) for line in finished}  # both workers' metrics
+    assert len(evaluated) == 1, finished
+    written = json.loads((model / "eval_results.dev.json").read_text())
+    assert written["step"] == 2 and written["data"]["num_examples"] == 6 and len(written["all_checkpoints"]) == 2
+    assert out.count("predictions: ") == 2 and "predictions: written by the chief" in out, out[-3000:]
+    assert len((model / "predict" / "sst-2.dev.logits.json").read_text().split('"index"')) == 7
+    reference = run(make_flags(tmp_path, **flags, do_eval=True))["eval"]  # the same checkpoint on one device
+    assert reference["checkpoint"] == written["checkpoint"]
+    assert written["metrics"] == pytest.approx(reference["metrics"], rel=1e-5, abs=1e-6)

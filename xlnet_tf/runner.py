@@ -22,6 +22,9 @@ from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import check_pretrained
 from xlnet_tf.finetuning.serving import export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import ModelAndLoss, data_order, train
+from xlnet_tf.training.distribute import num_hosts
+from xlnet_tf.training.loop import worker_checkpoint_dir
+from xlnet_tf.training.pretraining import all_workers_here
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.setup import check_data_order, checkpoint_step, start_run, training_lock
 
@@ -76,8 +79,17 @@ def _check_resumes_its_own_run(s, family, task) -> None:
 
 
 def _stages(s, family, task, strategy) -> dict:
-    """``run``'s stages, once the strategy is up (and the training lock held)."""
+    """``run``'s stages, once the strategy is up (and the training lock held).
+
+    On several workers (``--strategy=multi_worker``) every worker trains, then evaluates and predicts on the whole
+    eval data (``trainer.predict``: no collective), so that every worker's result is the run's; the files written
+    once for the run (its record, the evaluation report and summaries, predictions, the export, --predict_input_glob's
+    batch prediction) are the chief's alone to write, as its checkpoints are: workers writing them too would race
+    the chief for the same paths (an export version: the loser failed). Every worker (the same flags) meets the
+    others after training and at the end: the others wait for the chief's writing rather than end before it."""
     result, model = {}, None
+    chief = worker_checkpoint_dir(strategy, s.model_dir)[1]
+    workers = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and num_hosts(strategy) > 1
 
     if s.do_train:
         _check_resumes_its_own_run(s, family, task)  # cheap checks first: a refused resume writes and encodes nothing
@@ -89,7 +101,8 @@ def _stages(s, family, task, strategy) -> dict:
         dataset_fn, summary = task.training_data(strategy.num_replicas_in_sync)
         # What `python -m xlnet_tf.cli.export` rebuilds the model from: written once the inputs were read, so that
         # a run that failed on them leaves the record of the run trained in this directory before (if any).
-        write_run_record(s.model_dir, family, s)
+        if chief:
+            write_run_record(s.model_dir, family, s)
         # labels: an HF --init_checkpoint's head is kept where it names the task's labels (checkpoint.warm_start)
         finetune = ModelAndLoss(task.build_model, task.loss, getattr(task, "labels", None),
                                 task.sequences_per_example)
@@ -112,6 +125,11 @@ def _stages(s, family, task, strategy) -> dict:
 
     evaluating = s.do_eval
     if evaluating or s.do_predict or s.export_dir:
+        if s.do_train and workers:
+            # The chief may still be writing the last checkpoint, which the workers read next (its path and step,
+            # the checkpoints of --eval_all_ckpt): every worker here first (training's last collective is before
+            # that save).
+            all_workers_here(strategy, "at the end of training")
         if model is None or s.predict_ckpt:
             model, checkpoint = inference_model(s.predict_ckpt)
         else:
@@ -120,13 +138,20 @@ def _stages(s, family, task, strategy) -> dict:
 
     predicting = s.do_predict
     if s.do_predict and task.predicts_input_files():  # large inputs, streamed (xlnet_tf.batch.prediction)
-        result["predict"] = predict_input_files(task, model, checkpoint, strategy)
+        if chief:  # (one job writes a predict directory: another worker's would be refused by its lock)
+            result["predict"] = predict_input_files(task, model, checkpoint, strategy)
+        else:
+            logging.info("--do_predict over --predict_input_glob: left to the chief (worker 0)")
         predicting = False
     if evaluating or predicting:
         data = task.eval_data()
         outputs = task.infer(strategy, model, data)
         if task.writes_predictions(predicting):
-            written = task.write_predictions(data, outputs, step, checkpoint)
+            if chief:
+                written = task.write_predictions(data, outputs, step, checkpoint)
+            else:
+                written = []
+                logging.info("predictions: written by the chief (worker 0)")
             if predicting:
                 result["predict"] = written
         if task.evaluates(data, evaluating):
@@ -135,21 +160,48 @@ def _stages(s, family, task, strategy) -> dict:
             if getattr(s, "eval_all_ckpt", False):  # every checkpoint in model_dir, best by the main metric
                 others = {}
                 state = tf.train.get_checkpoint_state(s.model_dir)
+                # One model for all of them, restored in turn: building one under a multi-worker strategy is a
+                # collective (its initial values come from the chief), which every worker must then do as often.
+                other, _ = inference_model(checkpoint)
                 for ckpt in (state.all_model_checkpoint_paths if state else []):
                     at = checkpoint_step(ckpt)
                     if at % s.checkpoint_every and at != s.train_steps and ckpt != checkpoint:
                         # Written where a signal stopped training (a preemption): a run never stopped has none
                         # there, and the best checkpoint must not depend on whether the run was stopped.
                         continue
-                    other, _ = inference_model(ckpt)
+                    task.restore(other, ckpt)
                     others[ckpt] = task.metrics(data, task.infer(strategy, other, data))
-                    task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])
+                    if chief:
+                        task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])
                 others[checkpoint] = metrics
-            result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
+            if chief:
+                result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
+            else:
+                result["eval"] = _unwritten_eval(task, metrics, step, checkpoint, data, others)
 
     if s.export_dir:
-        result["export"] = export_serving(model, s.export_dir, task.export_info(step), s.spiece_model_file)
+        if chief:
+            result["export"] = export_serving(model, s.export_dir, task.export_info(step), s.spiece_model_file)
+        else:
+            logging.info("--export_dir=%s: the chief (worker 0) exports", s.export_dir)
+    if workers and (evaluating or s.do_predict or s.export_dir):
+        # The others wait for the chief's writing (an export: minutes) rather than end: a worker gone is soon
+        # reported by the chief's coordination service as crashed. A chief that failed ends the others' wait.
+        all_workers_here(strategy, "while the chief wrote the evaluation, predictions or export")
     return result
+
+
+def _unwritten_eval(task, metrics: dict, step: int, checkpoint: str, data, others: Optional[dict]) -> dict:
+    """The evaluation report of a worker other than the chief, which computed it as the chief did but leaves the
+    writing to the chief (``task.write_eval``): the metrics and, with --eval_all_ckpt, the best checkpoint."""
+    report = dict(task=task.name, split=getattr(data, "split", task.eval_split), step=step, checkpoint=checkpoint,
+                  metrics=metrics, main_metric=task.main_metric)
+    if others:
+        best = max(others, key=lambda c: others[c][task.main_metric])
+        report.update(best_checkpoint=best, best_metrics=others[best], all_checkpoints=dict(others))
+    logging.info("eval %s at step %d: %s (the chief, worker 0, writes the report)", task.name, step,
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
+    return report
 
 
 def predict_input_files(task, model, checkpoint: str, strategy) -> list:

@@ -112,22 +112,57 @@ def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, k
             jit_compile: bool = False):
     """Runs ``model`` over ``dataset`` (global batches, finite; whole batches for static shapes) and returns numpy
     arrays, concatenated in order: the model's outputs plus the feature columns named in ``keep`` (e.g. example
-    ids). ``jit_compile``: the per-replica step compiled with XLA (plain kernels)."""
+    ids). ``jit_compile``: the per-replica step compiled with XLA (plain kernels).
+
+    Under ``MultiWorkerMirroredStrategy`` every worker runs the whole of ``dataset`` on its own replicas and gets
+    every output: exact, the same on every worker, and with no collective (see ``_local_batches``)."""
     check_jit_compile(strategy, jit_compile)
-    dist = strategy.experimental_distribute_dataset(dataset)
     fn = make_predict_step(model, keep, jit_compile)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        batches, replica_inputs = _local_batches(strategy, dataset)
+    else:
+        batches, replica_inputs = strategy.experimental_distribute_dataset(dataset), lambda features: features
 
     @tf.function(autograph=False)  # the model branches on Python values only (see Training.train)
     def step(features):
-        return strategy.run(fn, args=(features,))
+        return strategy.run(fn, args=(replica_inputs(features),))
 
     collected: dict[str, list] = {}
-    for features in dist:
+    for features in batches:
         outputs = step(features)
         for name, value in outputs.items():
             parts = strategy.experimental_local_results(value)
             collected.setdefault(name, []).extend(np.asarray(p) for p in parts)
     return {name: np.concatenate(parts) for name, parts in collected.items()}
+
+
+def _local_batches(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> tuple:
+    """``(batches, replica_inputs)`` for ``predict`` on one worker of a multi-worker strategy: ``dataset`` read
+    whole by this worker, each global batch split over its local replicas by ``replica_inputs`` (called in the
+    ``tf.function``), their local results concatenated in order being the batch's outputs.
+
+    Not ``experimental_distribute_dataset``: it shards the data by file across the workers (a single cache file
+    cannot be), and unsharded, each worker would still collect only its own replicas' share of every batch, so
+    metrics would be of part of the data. Its end-of-data check is also an all-reduce, which every worker must
+    reach as often as the others; the inference step itself has no collective, so read locally no worker waits
+    for another (the runner's chief alone may then run it again, e.g. for --predict_input_glob). Redundant work
+    on the other workers, but the evaluation is a small part of a fine-tuning run's time, and gathering shares
+    across the workers would be collectives to keep in step, exactly."""
+    local = len(strategy.extended.worker_devices)
+
+    def replica_inputs(features):
+        first = tf.nest.flatten(features)[0]
+        # static where the batches are (whole batches: one XLA compilation); a last, shorter batch of a dataset
+        # not padded to whole ones gives the last replicas fewer rows (or none)
+        rows = first.shape[0] if first.shape[0] is not None else tf.shape(first)[0]
+        per_replica = -(-rows // local)
+
+        def replica_slice(context):
+            # this worker's replicas have consecutive ids in the sync group, whatever the worker's index
+            start = context.replica_id_in_sync_group % local * per_replica
+            return tf.nest.map_structure(lambda v: v[start:start + per_replica], features)
+        return strategy.experimental_distribute_values_from_function(replica_slice)
+    return dataset, replica_inputs
 
 
 def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float], name: str = "eval") -> None:
