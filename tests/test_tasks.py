@@ -7,6 +7,7 @@ answers equal to the SavedModel export's, two replicas training as one device.""
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -701,6 +702,85 @@ def test_a_checkpoint_fine_tuned_for_another_task_is_refused_unless_a_new_head_i
         model.predict([])
     with pytest.raises(ValueError, match="x: no examples"):
         model.predict(np.array([], dtype=object))
+
+
+def test_every_reader_of_a_fine_tuned_checkpoint_gives_one_reason_for_a_head_that_does_not_fit(release, tmp_path,
+                                                                                                caplog):
+    """load_task_weights (text models), warm_start (--init_checkpoint for training) and Task.restore
+    (--init_checkpoint for eval/predict/export) judge an HF head by the same rules and say the same reason: the
+    text models judged it by a first failed assignment (a "missing variable", not "another kind"); an architecture of
+    a family that is not loaded was an error without the way out (new_head=True), stopped training from its
+    network, and a TF1 release named as --init_checkpoint for predictions was a list of missing head variables."""
+    import logging
+
+    from classifier_helpers import make_flags
+    from xlnet_tf import hf
+    from xlnet_tf.checkpoint import load_task_weights, warm_start
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
+    from xlnet_tf.tasks.multiple_choice.multiple_choice_head import XLNetMultipleChoice
+    from xlnet_tf.training.settings import SettingsError
+
+    config = xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG)
+    inputs = {"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32),
+              "padding_mask": np.ones((1, 4), np.float32)}
+
+    def classifier(num_labels=2, **kwargs):
+        model = XLNetClassifier(config, num_labels=num_labels, **kwargs)
+        model(inputs)
+        return model
+
+    def saved(name, model, labels=None):
+        return hf.save_model(model, str(tmp_path / name), SPIECE, labels=labels)
+
+    three = saved("three", classifier(3), ["a", "b", "c"])
+    regressor = saved("regressor", classifier(1, regression=True))
+    multiple_choice = XLNetMultipleChoice(config)
+    multiple_choice({k: v[:, None] for k, v in inputs.items()})
+    for folder, model, why in (
+            (three, classifier(2), "it has 3 labels, this task 2"),
+            (regressor, classifier(2), "it is a regressor; this task's head is not"),
+            (three, multiple_choice, "it is an XLNetForSequenceClassification; this task trains an "
+                                     "XLNetMultipleChoice")):
+        with pytest.raises(InputError, match=re.escape(f"fine-tuned for another task: its head "
+                                                       f"(XLNetForSequenceClassification) does not fit this "
+                                                       f"{type(model).__name__} ({why}); pass new_head=True")):
+            load_task_weights(model, hf.HFCheckpoint(folder))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            warm_start(model, folder)
+        assert f"its XLNetForSequenceClassification head is not loaded ({why})" in caplog.text, caplog.text
+
+    # An architecture no loaded family reads is a head, not this task's: refused with the way out, trained from its
+    # network with a warning, not a fine-tuned checkpoint of this task.
+    unknown = tmp_path / "unknown"
+    shutil.copytree(three, unknown)
+    values = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps(dict(values, architectures=["XLNetForMyTask"])))
+    with pytest.raises(InputError, match=r"fine-tuned for another task: its head \(XLNetForMyTask\) .*'XLNetForMyTask' "
+                                         r"is not one this stack reads.*new_head=True"):
+        load_task_weights(classifier(3), hf.HFCheckpoint(str(unknown)))
+    fresh = classifier(3)
+    assert load_task_weights(fresh, hf.HFCheckpoint(str(unknown)), new_head=True) == "pretrained"
+    trained = classifier(3)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        warm_start(trained, str(unknown))
+    assert "its XLNetForMyTask head is not loaded" in caplog.text, caplog.text
+    np.testing.assert_array_equal(trained.xlnet.word_embedding.numpy(), fresh.xlnet.word_embedding.numpy())
+
+    def restore(init_checkpoint):
+        flags = make_flags(tmp_path, task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"),
+                           do_train=False, do_predict=True, init_checkpoint=init_checkpoint,
+                           model_dir=str(tmp_path / "run"))
+        task = flags.family().task(flags)
+        return task.restore(task.build_model())
+
+    for init_checkpoint, why in ((three, "it has 3 labels, this task 2"), (release[0], "it has no task head"),
+                                 (str(unknown), "is not one this stack reads")):
+        with pytest.raises(SettingsError, match=re.escape(f"--init_checkpoint={init_checkpoint}: not a fine-tuned "
+                                                          "checkpoint of this task: ") + ".*" + re.escape(why)):
+            restore(init_checkpoint)
 
 
 @pytest.mark.slow

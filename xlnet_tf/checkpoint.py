@@ -5,9 +5,11 @@ Each model class lists its variables under their TF1 names (``tf1_variables``); 
 them against the checkpoint before assigning any, so a wrong file never leaves a half-loaded model.
 
 Every read of a model from a checkpoint is here: the pretrained network (``load_pretrained``, ``warm_start``), a
-trained model for evaluation, prediction and export (``restore_for_inference``), a Keras task model from any
-checkpoint (``load_task_weights``). Resuming a run's whole training state (optimizer, step, dropout seeds) is
-``xlnet_tf.training.setup``'s; which checkpoint a task reads, by its flags, is ``tasks.base.Task.restore``'s.
+trained model for evaluation, prediction and export (``restore_for_inference``), a task model from a fine-tuned
+checkpoint of any format, with one set of rules for whether its head fits (``load_fine_tuned``: ``warm_start``'s HF
+head, ``load_task_weights``, ``Task.restore``'s ``--init_checkpoint``). Resuming a run's whole training state
+(optimizer, step, dropout seeds) is ``xlnet_tf.training.setup``'s; which checkpoint a task reads, by its flags, is
+``tasks.base.Task.restore``'s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import keras
 import numpy as np
@@ -156,7 +158,11 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     names, other shapes. ``(None, None)``: the checkpoint has no task head (a bare or LM model)."""
     from xlnet_tf import hf
 
-    head, kind = checkpoint.head, type(model).__name__
+    kind = type(model).__name__
+    try:
+        head = checkpoint.head
+    except InputError as error:  # an architecture of a family not loaded (or none named): a head, not this model's
+        return None, _last_line(error)
     if head in (None, "XLNetPretrainer"):
         return None, None
     if head != kind:
@@ -178,7 +184,7 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     try:
         tensors = checkpoint.tf1_tensors(task_scope=scope)
     except InputError as error:
-        return None, str(error).splitlines()[-1].strip()
+        return None, _last_line(error)
     if order and order != sorted(order):
         for name in list(tensors):
             if re.search(r"_%s/logit/(kernel|bias)$" % re.escape(scope), name):
@@ -190,27 +196,74 @@ def hf_task_tensors(model, checkpoint, labels=None) -> tuple:
     return tensors, None
 
 
-def warm_start(model, path: str, labels=None) -> None:
-    """``--init_checkpoint`` into a task model about to be trained: the network (``load_pretrained``), and from an
-    HF checkpoint whose head fits (``hf_task_tensors``: the same kind, and the task's labels in any order, or
-    unnamed and as many) its head too. A head that does not fit is not loaded, and a warning says which and why:
-    a new head for a new task is right, but not silently."""
+class FineTuned(NamedTuple):
+    """What ``load_fine_tuned`` found. ``read``: the checkpoint the whole model was read from, None if it was not;
+    ``head``: the checkpoint's task head (HF's architecture, or its variables' names), None where it has none (a
+    pretrained network); ``why``: why that head does not fit the model (None where it has none)."""
+    read: Optional[str]
+    head: Optional[str] = None
+    why: Optional[str] = None
+
+
+def load_fine_tuned(model, path, labels=None) -> FineTuned:
+    """Reads the whole task model ``model`` from ``path`` if it is a fine-tuned checkpoint of its task: the
+    original's TF1 layout or a native checkpoint, every variable with its shape; an HF directory (or an
+    ``hf.HFCheckpoint``) whose head fits (``hf_task_tensors``: the same kind, regressor or not, the task's
+    ``labels`` in any order, or as many unnamed). Nothing is assigned unless all of it fits. A missing checkpoint,
+    or a TF1/native one whose index is unreadable, is an InputError naming it; any other reason it is not read is
+    the result's ``why``."""
+    source = _hf_or_prefix(path)
+    if not isinstance(source, str):
+        tensors, why = hf_task_tensors(model, source, labels)
+        if tensors is None:
+            return FineTuned(None, (source.architecture or "config.json names none") if why else None, why)
+        assign_arrays(model, tensors, source.source)
+        return FineTuned(source.source)
+    tf1 = is_tf1_checkpoint(source)  # outside the try: an unreadable index is said as such, not as a misfit
+    try:
+        if tf1:
+            load_original_checkpoint(model, source)
+        else:
+            read_model(model, source)
+        return FineTuned(source)
+    except ValueError as whole:
+        heads = head_variables(source)
+        return FineTuned(None, _listed(heads), _last_line(whole)) if heads else FineTuned(None)
+
+
+def _hf_or_prefix(path):
+    """An ``hf.HFCheckpoint`` for an HF directory (or that checkpoint itself), else the checkpoint's prefix."""
     from xlnet_tf import hf
 
-    if hf.is_hf_dir(path):
-        checkpoint = hf.HFCheckpoint(path)
-        tensors, why = hf_task_tensors(model, checkpoint, labels)
-        if tensors is not None:
-            assign_arrays(model, tensors, checkpoint.source)
-            logging.info("initialised the network and the %s head from %s", checkpoint.architecture, path)
-            return
+    if isinstance(path, hf.HFCheckpoint):
+        return path
+    return hf.HFCheckpoint(path) if hf.is_hf_dir(path) else resolve_checkpoint(path)
+
+
+def _listed(names: list) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
+def warm_start(model, path: str, labels=None) -> None:
+    """``--init_checkpoint`` into a task model about to be trained: the network (``load_pretrained``), and from an
+    HF checkpoint whose head fits (``load_fine_tuned``) its head too. A head that does not fit is not loaded, and a
+    warning says which and why: a new head for a new task is right, but not silently. A TF1 or native checkpoint's
+    head is never kept: nothing in it names its task's labels."""
+    from xlnet_tf import hf
+
+    if not hf.is_hf_dir(path):
         load_pretrained(model, path)
-        if why:
-            logging.warning("--init_checkpoint=%s: its %s head is not loaded (%s); the %s head starts from random "
-                            "weights", path, checkpoint.architecture, why, type(model).__name__)
         logging.info("initialised the network from %s", path)
         return
+    checkpoint = hf.HFCheckpoint(path)
+    found = load_fine_tuned(model, checkpoint, labels)
+    if found.read:
+        logging.info("initialised the network and the %s head from %s", checkpoint.architecture, path)
+        return
     load_pretrained(model, path)
+    if found.head:
+        logging.warning("--init_checkpoint=%s: its %s head is not loaded (%s); the %s head starts from random "
+                        "weights", path, found.head, found.why, type(model).__name__)
     logging.info("initialised the network from %s", path)
 
 
@@ -227,6 +280,11 @@ def read_model(model, path: str) -> None:
 
 def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _last_line(error: Exception) -> str:
+    """The particular of a multi-line error (``assign_tf1``'s last problem), the whole of a one-line one."""
+    return str(error).strip().splitlines()[-1].strip() if str(error).strip() else type(error).__name__
 
 
 def write_tf1_checkpoint(tensors: dict[str, np.ndarray], prefix: str) -> str:
@@ -388,55 +446,29 @@ def restore_for_inference(model, model_dir: str, checkpoint_path: Optional[str] 
 
 def load_task_weights(network: keras.Model, path: str, new_head: bool = False) -> str:
     """Loads a checkpoint into a task model (``XLNetClassifier``, ``XLNetMultipleChoice``, ``XLNetSquad``): the
-    whole model if the checkpoint holds this task's head (fine-tuned: TF1 layout of the original code, or
-    ``run_classifier.py``'s), else only the network (a pretrained release, conversion or pretraining checkpoint;
-    the head keeps its fresh initialisation). A checkpoint fine-tuned for another task (another head, number of
-    labels, regression) is refused, naming its head's weights. ``new_head``: the network only, a new head whatever
-    the checkpoint holds (e.g. RTE from an MNLI model; a head that fits is another task's too). Returns
-    "fine-tuned" or "pretrained"; a ValueError names the checkpoint if neither fits. ``path`` may be an
-    ``hf.HFCheckpoint`` (a HuggingFace model: its head, if it is this task's)."""
-    from xlnet_tf import hf
-
-    if isinstance(path, hf.HFCheckpoint):
-        return _load_hf_task_weights(network, path, new_head)
-    prefix = resolve_checkpoint(path)
-    reason = "new_head=True"
-    if not new_head:
-        try:
-            if is_tf1_checkpoint(prefix):
-                load_original_checkpoint(network, prefix)
-            else:
-                read_model(network, prefix)
-            return "fine-tuned"
-        except ValueError as whole:
-            reason = str(whole).strip().splitlines()[-1].strip()
+    whole model if the checkpoint holds this task's head (``load_fine_tuned``: fine-tuned in the TF1 layout of the
+    original code, by ``run_classifier.py``, or an HF model with this task's head), else only the network (a
+    pretrained release, conversion, pretraining checkpoint or HF base model; the head keeps its fresh
+    initialisation). A checkpoint fine-tuned for another task (another head, number of labels, regression) is
+    refused, saying why. ``new_head``: the network only, a new head whatever the checkpoint holds (e.g. RTE from an
+    MNLI model; a head that fits is another task's too). Returns "fine-tuned" or "pretrained"; a ValueError names
+    the checkpoint if neither fits. ``path`` may be an ``hf.HFCheckpoint``."""
+    source = _hf_or_prefix(path)
+    found = FineTuned(None) if new_head else load_fine_tuned(network, source)
+    if found.read:
+        return "fine-tuned"
     # The network alone first: where it does not fit either (another config), that, not the head, is what to fix.
-    load_pretrained(network, prefix)  # raises, naming the checkpoint, if the network does not fit
-    heads = head_variables(prefix)
-    if heads and not new_head:
-        raise InputError(f"{prefix}: fine-tuned for another task: its head ({', '.join(heads[:3])}"
-                         f"{', ...' if len(heads) > 3 else ''}) does not fit this {type(network).__name__} "
-                         f"({reason}); pass new_head=True to start a new head on its network")
-    logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", prefix,
-                 type(network).__name__, reason)
-    return "pretrained"
-
-
-def _load_hf_task_weights(network: keras.Model, checkpoint, new_head: bool) -> str:
-    if not new_head:
-        tensors = checkpoint.tf1_tensors(task_scope=getattr(network, "task_scope", "task"))
-        try:
-            assign_arrays(network, tensors, checkpoint.source)
-            return "fine-tuned"
-        except InputError as whole:
-            reason = str(whole).strip().splitlines()[-1].strip()
-        if checkpoint.head not in (None, "XLNetPretrainer"):
-            raise InputError(f"{checkpoint.source}: its head ({checkpoint.architecture}) does not fit this "
-                             f"{type(network).__name__} ({reason}); pass new_head=True to start a new head on its "
-                             "network")
-    load_hf_pretrained(network, checkpoint)
-    logging.info("%s: the network is loaded, the %s head starts from random weights", checkpoint.source,
-                 type(network).__name__)
+    if isinstance(source, str):
+        load_pretrained(network, source)  # raises, naming the checkpoint, if the network does not fit
+    else:
+        load_hf_pretrained(network, source)
+        source = source.source
+    if found.head:
+        raise InputError(f"{source}: fine-tuned for another task: its head ({found.head}) does not fit this "
+                         f"{type(network).__name__} ({found.why}); pass new_head=True to start a new head on its "
+                         "network")
+    logging.info("%s: the network is loaded, the %s head starts from random weights (%s)", source,
+                 type(network).__name__, "new_head=True" if new_head else "it has no task head")
     return "pretrained"
 
 

@@ -325,13 +325,12 @@ class Task(abc.ABC):
 
     def restore(self, model, checkpoint_path: Optional[str] = None) -> str:
         """Fine-tuned weights for eval/predict/export: ``checkpoint_path``, else the latest in ``--model_dir``, else
-        ``--init_checkpoint`` if it is a fine-tuned checkpoint (the original's TF1 layout with this task's head, a
-        native one, or a HuggingFace model with this task's head). Returns the checkpoint read."""
+        ``--init_checkpoint`` if it is a fine-tuned checkpoint of this task (``checkpoint.load_fine_tuned``: the
+        original's TF1 layout with this task's head, a native one, or a HuggingFace model with this task's head, its
+        classes in this task's label order). Returns the checkpoint read."""
         import tensorflow as tf
 
-        from xlnet_tf import hf
-        from xlnet_tf.checkpoint import (assign_arrays, hf_task_tensors, is_tf1_checkpoint, load_original_checkpoint,
-                                         read_model, resolve_checkpoint, restore_for_inference)
+        from xlnet_tf.checkpoint import load_fine_tuned, restore_for_inference
         from xlnet_tf.training.settings import SettingsError
 
         s = self.settings
@@ -343,24 +342,11 @@ class Task(abc.ABC):
         if not s.init_checkpoint:
             raise MissingInputError(f"--model_dir={s.model_dir} holds no fine-tuned checkpoint and there is no "
                                     "--init_checkpoint: train first (--do_train) or point at a fine-tuned checkpoint")
-        if hf.is_hf_dir(s.init_checkpoint):
-            checkpoint = hf.HFCheckpoint(s.init_checkpoint)
-            # its head, its classes put in the task's label order; refused (saying why) if it is not this task's
-            tensors, why = hf_task_tensors(model, checkpoint, getattr(self, "labels", None))
-            if tensors is None:
-                raise SettingsError(f"--init_checkpoint={s.init_checkpoint}: not a fine-tuned checkpoint of this "
-                                    f"task: {why or 'it has no task head'}")
-            assign_arrays(model, tensors, checkpoint.source)
-            return s.init_checkpoint
-        prefix = resolve_checkpoint(s.init_checkpoint)
-        if is_tf1_checkpoint(prefix):
-            load_original_checkpoint(model, prefix)  # names every missing head variable if it is not fine-tuned
-        else:
-            try:
-                read_model(model, prefix)
-            except ValueError as e:
-                raise SettingsError(f"--init_checkpoint: not a fine-tuned checkpoint of this task: {e}") from None
-        return prefix
+        found = load_fine_tuned(model, s.init_checkpoint, getattr(self, "labels", None))
+        if not found.read:
+            raise SettingsError(f"--init_checkpoint={s.init_checkpoint}: not a fine-tuned checkpoint of this task: "
+                                f"{found.why or 'it has no task head'}")
+        return found.read
 
     def _check_run_of(self, checkpoint_path: str) -> None:
         """Refuses a checkpoint of another fine-tuning run (``--predict_ckpt`` in another run's directory) that
