@@ -17,10 +17,10 @@ the file a reader takes as "this directory is complete" — ``saved_model.pb`` o
 ``xlnet_tf.cli.predict`` load a version once it is there), ``xlnet_model.ckpt.index`` of a release, ``checkpoint``
 of a converted checkpoint directory (training checkpoints are TensorFlow's: ``CheckpointManager`` writes the
 ``checkpoint`` state file after the bundle). A directory replaced on an object store is removed
-before the new one is moved in; on a local disk it is renamed aside, the new one renamed in, then it is removed. Writers of one path are not locked against
-each other here: each export takes a fresh version number and refuses one that appeared meanwhile. Where a second
-writer of a directory would mix its files with the first's (a training run's checkpoints, a batch prediction's
-outputs), the writer holds ``directory_lock``.
+before the new one is moved in; on a local disk it is renamed aside, the new one renamed in, then it is removed.
+Writers of one path are not locked against each other here: each export takes a fresh version number and refuses
+one that appeared meanwhile. Where a second writer of a directory would mix its files with the first's (a training
+run's checkpoints, a batch prediction's outputs), the writer holds ``directory_lock``.
 
 Unreachable URIs. A URI that cannot be read or written (no network, no credentials, permission denied, a filesystem
 TensorFlow lacks) raises an ``InputError`` naming the path and the cause in one line (``uri_error_message``), from

@@ -125,8 +125,8 @@ def check_tf_config(strategy: str, text: Optional[str]) -> Optional[ClusterTask]
     task = config.get("task")
     job = task.get("type") if isinstance(task, dict) else None
     if job is None:
-        raise InputError(f"TF_CONFIG has a cluster but no task: add \"task\": {{\"type\": \"worker\", \"index\": "
-                         "I}, this process's place in the cluster")
+        raise InputError('TF_CONFIG has a cluster but no task: add "task": {"type": "worker", "index": I}, this '
+                         "process's place in the cluster")
     if job not in COORDINATED_JOBS:
         raise InputError(f"TF_CONFIG's task type {job!r}: this stack's --strategy=multi_worker runs workers (and a "
                          "chief) only; give each process \"type\": \"worker\" (or \"chief\")")
