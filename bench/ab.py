@@ -45,7 +45,10 @@ class Classifier:
         import numpy as np
         import tensorflow as tf
         from xlnet_tf.finetuning.trainer import make_replica_step
-        from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
+        try:
+            from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
+        except ImportError:  # a checkout from before the classification family's package
+            from xlnet_tf.models.heads import XLNetClassifier
         from xlnet_tf.training.optimization import create_optimizer
 
         model = XLNetClassifier(cfg.xlnet_config(), num_labels=2, dtype=dtype)
