@@ -255,12 +255,7 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         scale = tf.cast(optimizer.scale_loss(tf.constant(1.0)), tf.float32)
         grads = [tf.cast(g, tf.float32) / scale for g in grads]
-    # An embedding lookup's gradient (IndexedSlices) holds a row per token, repeated tokens repeated: global_norm
-    # reads those rows as they are, a norm that depends on how often tokens repeat, not the gradient's (and a
-    # loss-scaled gradient, made dense, clipped by the other). Summed into the table's shape (static, as XLA needs;
-    # AdamW updates every row of it anyway).
-    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    norm = tf.linalg.global_norm(grads)
+    norm = tf.linalg.global_norm([_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g for g in grads])
     clip_scale = _clip_scale(norm, clip_norm) if clip_norm > 0 else None
     if scale is None:  # the clip multiply happens inside the update
         optimizer.apply_summed(grads, variables, clip_scale)
@@ -271,6 +266,19 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     with _summed_gradients(inner):
         optimizer.apply([g * scale for g in grads], variables)
     return norm
+
+
+def _summed_rows(grad: tf.IndexedSlices) -> tf.Tensor:
+    """The rows of an embedding lookup's gradient (a row per token) with those of one index summed, for its norm:
+    ``global_norm`` reads an IndexedSlices' rows as they are, repeated tokens apart, a norm that is not the
+    gradient's (a loss-scaled gradient, made dense, was clipped by the other). Sorted and numbered rather than
+    ``tf.unique`` (whose output has a dynamic shape, which XLA cannot compile statically) or made dense (the
+    whole table, not the batch's rows)."""
+    order = tf.argsort(grad.indices)
+    indices = tf.gather(grad.indices, order)
+    first = tf.not_equal(indices, tf.roll(indices, 1, axis=0)) | tf.equal(tf.range(tf.size(indices)), 0)
+    return tf.math.unsorted_segment_sum(tf.gather(grad.values, order), tf.cumsum(tf.cast(first, tf.int32)) - 1,
+                                        tf.shape(indices)[0])
 
 
 def _clip_scale(norm, clip_norm: float):
