@@ -177,7 +177,9 @@ def _stages(s, family, task, strategy) -> dict:
             if chief:
                 result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
             else:
-                result["eval"] = _unwritten_eval(task, metrics, step, checkpoint, data, others)
+                result["eval"] = task.eval_report(metrics, step, checkpoint, data, others)
+                logging.info("eval %s at step %d: %s (the chief, worker 0, writes the report)", task.name, step,
+                             {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
 
     if s.export_dir:
         if chief:
@@ -189,19 +191,6 @@ def _stages(s, family, task, strategy) -> dict:
         # reported by the chief's coordination service as crashed. A chief that failed ends the others' wait.
         all_workers_here(strategy, "while the chief wrote the evaluation, predictions or export")
     return result
-
-
-def _unwritten_eval(task, metrics: dict, step: int, checkpoint: str, data, others: Optional[dict]) -> dict:
-    """The evaluation report of a worker other than the chief, which computed it as the chief did but leaves the
-    writing to the chief (``task.write_eval``): the metrics and, with --eval_all_ckpt, the best checkpoint."""
-    report = dict(task=task.name, split=getattr(data, "split", task.eval_split), step=step, checkpoint=checkpoint,
-                  metrics=metrics, main_metric=task.main_metric)
-    if others:
-        best = max(others, key=lambda c: others[c][task.main_metric])
-        report.update(best_checkpoint=best, best_metrics=others[best], all_checkpoints=dict(others))
-    logging.info("eval %s at step %d: %s (the chief, worker 0, writes the report)", task.name, step,
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
-    return report
 
 
 def predict_input_files(task, model, checkpoint: str, strategy) -> list:

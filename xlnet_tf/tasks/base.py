@@ -412,20 +412,27 @@ class Task(abc.ABC):
     def eval_split(self) -> str:
         return getattr(self.settings, "eval_split", "dev")
 
-    def write_eval(self, metrics: dict, step: int, checkpoint: str, data, all_checkpoints: Optional[dict] = None
-                   ) -> dict:
-        """Writes the evaluation report (``<model_dir>/eval_results.<split>.json``: task, split, step, checkpoint,
-        metrics, main metric, data counts; with ``all_checkpoints`` (--eval_all_ckpt) the best checkpoint by
-        ``main_metric`` and every one's metrics) and TensorBoard summaries; returns the report."""
-        from xlnet_tf.io_utils import write_json_atomic
-
-        s, split = self.settings, self.eval_split
-        report = dict(task=self.name, split=split, step=step, checkpoint=checkpoint, metrics=metrics,
+    def eval_report(self, metrics: dict, step: int, checkpoint: str, data, all_checkpoints: Optional[dict] = None
+                    ) -> dict:
+        """The evaluation report ``write_eval`` writes (every worker of a multi-worker run makes it, the chief
+        writes it): task, split, step, checkpoint, metrics, main metric, data counts; with ``all_checkpoints``
+        (--eval_all_ckpt) the best checkpoint by ``main_metric`` and every one's metrics."""
+        report = dict(task=self.name, split=self.eval_split, step=step, checkpoint=checkpoint, metrics=metrics,
                       main_metric=self.main_metric, data=self.data_summary(data))
         if all_checkpoints:
             best = max(all_checkpoints, key=lambda c: all_checkpoints[c][self.main_metric])
             report.update(best_checkpoint=best, best_metrics=all_checkpoints[best],
                           all_checkpoints=dict(all_checkpoints))
+        return report
+
+    def write_eval(self, metrics: dict, step: int, checkpoint: str, data, all_checkpoints: Optional[dict] = None
+                   ) -> dict:
+        """Writes the evaluation report (``eval_report``, as ``<model_dir>/eval_results.<split>.json``) and
+        TensorBoard summaries; returns the report."""
+        from xlnet_tf.io_utils import write_json_atomic
+
+        s, split = self.settings, self.eval_split
+        report = self.eval_report(metrics, step, checkpoint, data, all_checkpoints)
         self.write_eval_summaries(step, metrics)
         write_json_atomic(os.path.join(s.model_dir, f"eval_results.{split}.json"), report)
         logging.info("eval %s %s at step %d: %s | data %s", self.name, split, step,

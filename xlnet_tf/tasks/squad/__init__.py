@@ -382,8 +382,12 @@ class SquadTask(Task):
         logging.info("%s = %.4f", s.target_eval_key, metrics.get(s.target_eval_key, float("nan")))
         logging.info("=" * 80)
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}))
-        return dict(task=self.name, split=os.path.basename(s.predict_file), step=step, checkpoint=checkpoint,
-                    metrics=metrics, main_metric=self.main_metric)
+        return self.eval_report(metrics, step, checkpoint, data, all_checkpoints)
+
+    def eval_report(self, metrics: dict, step: int, checkpoint: str, data: SquadEvalData,
+                    all_checkpoints: Optional[dict] = None) -> dict:
+        return dict(task=self.name, split=os.path.basename(self.settings.predict_file), step=step,
+                    checkpoint=checkpoint, metrics=metrics, main_metric=self.main_metric)
 
     def serving_info(self, step: int):
         """What a SQuAD export records: the windowing and the post-processing settings of ``--do_predict``."""
