@@ -101,7 +101,7 @@ def test_rows_of_files_without_a_header_have_exactly_the_tasks_columns(tmp_path)
     _write(str(tmp_path / "train.tsv"), "src\t1\t\tThe cat sat.\nsrc\t1\t\tThe cat sat\ton the mat today.\n")
     data = cd.read_examples(cd.get_task("cola"), str(tmp_path), "train")
     assert [ex.text_a for ex in data.examples] == ["The cat sat."]
-    assert data.skipped == [f"{tmp_path}/train.tsv:2: 5 columns, expected 4"]
+    assert data.skipped == [f"{tmp_path}/train.tsv:2: 5 columns, the cola train layout needs 4"]
     # blank lines (trailing ones are common) are no rows, in a file with a header too
     _write(str(tmp_path / "dev.tsv"), "sentence\tlabel\nGood.\t1\n\nBad.\t0\n\n\n")
     data = cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev")
@@ -109,7 +109,7 @@ def test_rows_of_files_without_a_header_have_exactly_the_tasks_columns(tmp_path)
     _write(str(tmp_path / "train.csv"), '"1","good"\n"2","good, and "fine"",x\n')
     data = cd.read_examples(cd.get_task("yelp2"), str(tmp_path), "train")
     assert [ex.text_a for ex in data.examples] == ["good"]
-    assert data.skipped == [f"{tmp_path}/train.csv:2: 3 columns, expected 2"]
+    assert data.skipped == [f"{tmp_path}/train.csv:2: 3 columns, the yelp2 train layout needs 2"]
 
 
 def test_a_csv_quote_left_open_skips_the_rows_it_swallowed_naming_their_lines(tmp_path, tokenizer):
@@ -245,3 +245,55 @@ def test_metrics_match_sklearn_and_scipy():
     mc = metrics.multiple_choice_metrics(np.eye(4)[[0, 1, 2, 3]], np.array([0, 1, 0, 0]), np.array([0, 0, 1, 1]))
     assert mc == {"accuracy": 0.5, "num_examples": 4, "accuracy_middle": 1.0, "num_middle": 2, "accuracy_high": 0.0,
                   "num_high": 2}
+
+
+def test_a_first_row_that_is_data_is_refused_not_dropped_as_the_header(tmp_path):
+    """Every row after the first was read, and the first was dropped unseen: a file without a header lost it."""
+    _write(str(tmp_path / "train.tsv"), "the very first row\t1\na fine film\t1\n")
+    with pytest.raises(ValueError, match=r"train\.tsv:1: the first row looks like data, not a header \(its label "
+                                         r"column holds '1'.*the official one: sentence, label"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "train")
+    _write(str(tmp_path / "test.tsv"), "0\tgreat film\n1\tbad film\n")
+    with pytest.raises(ValueError, match=r"test\.tsv:1: .*index column holds '0'.*index, sentence"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test")
+    _write(str(tmp_path / "train.tsv"), "a\tb\tc\td\te\tf\tg\thi\tthere\t4.5\n")
+    with pytest.raises(ValueError, match=r"train\.tsv:1: .*holds '4\.5', a score"):
+        cd.read_examples(cd.get_task("sts-b"), str(tmp_path), "train")
+    _write(str(tmp_path / "dev.tsv"), "text\tgold\ngood film\t1\n")  # a header of the user's own names
+    assert [ex.text_a for ex in cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev").examples] == ["good film"]
+
+
+def test_a_header_naming_the_columns_in_another_order_is_read_by_name(tmp_path):
+    """The index column was read as the text (and the text as the id) by position."""
+    _write(str(tmp_path / "test.tsv"), "sentence\tindex\ngreat film\t7\n")
+    ex = cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test").examples
+    assert [(e.guid, e.text_a) for e in ex] == [("7", "great film")]
+    _write(str(tmp_path / "dev.tsv"), "label\tsentence2\tindex\tsentence1\nentailment\tb\t0\ta\n")
+    ex = cd.read_examples(cd.get_task("rte"), str(tmp_path), "dev").examples
+    assert [(e.text_a, e.text_b, e.label) for e in ex] == [("a", "b", "entailment")]
+    _write(str(tmp_path / "test.tsv"), "sentence\ngreat film\n")  # some of the names, elsewhere
+    with pytest.raises(ValueError, match=r"test\.tsv:1: the header names 'sentence' but not every column the sst-2 "
+                                         r"test layout needs \(index, sentence\)"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test")
+    _write(str(tmp_path / "test.tsv"), "sentence\tindex\tsentence\nx\t0\ty\n")
+    with pytest.raises(ValueError, match="names column.s. 'sentence' more than once"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test")
+
+
+def test_a_row_too_short_for_the_layout_says_what_the_layout_needs(tmp_path):
+    _write(str(tmp_path / "test.tsv"), "idx\nx\n")
+    assert cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test").skipped == [
+        f"{tmp_path}/test.tsv:2: 1 column, the sst-2 test layout needs 2 (index, sentence)"]
+
+
+def test_a_carriage_return_inside_a_row_skips_it_and_cr_only_files_are_named(tmp_path):
+    (tmp_path / "train.tsv").write_bytes(b"sentence\tlabel\r\nhalf\rline\t1\r\na fine film\t1\r\n")
+    data = cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "train")
+    assert [ex.text_a for ex in data.examples] == ["a fine film"]
+    assert data.skipped == [f"{tmp_path}/train.tsv:2: a carriage return (\\r) inside the row (mixed line endings?)"]
+    (tmp_path / "dev.tsv").write_bytes(b"sentence\tlabel\rgood film\t1\rbad film\t0\r")
+    with pytest.raises(ValueError, match=r"dev\.tsv:1: a carriage return .* inside the file's only line \(CR-only"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev")
+    (tmp_path / "dev.tsv").write_bytes(b"sentence\tla\rbel\ngood film\t1\n")
+    with pytest.raises(ValueError, match=r"dev\.tsv:1: a carriage return .* inside the header"):
+        cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev")

@@ -6,10 +6,14 @@ label sets, task names and ``InputExample`` come from the library, and the files
 with column positions per task and split as in the official GLUE files (and BERT/XLNet's processors), each row
 checked, and aclImdb's directory layout as ``ImdbProcessor`` reads it (which names no file that is not UTF-8).
 
+Headers (``_header_columns``): one naming all the layout's columns is read by name; a first row that is data, or
+a header naming some of the layout's columns elsewhere, is an error naming what the layout expects.
+
 Row problems: a row with the wrong number of columns (the header's; in a file without one, the layout's), a CSV
-row running over lines (an unclosed quote) or an empty text (IMDB: an empty review) is *skipped* and counted
-(with its file and line); text that is not UTF-8 or a label outside the task's label set (or a regression label
-that is not a number) is an *error* naming the file and line, since it means wrong data or a wrong --task_name.
+row running over lines (an unclosed quote), a TSV row holding a carriage return or an empty text (IMDB: an empty
+review) is *skipped* and counted (with its file and line); text that is not UTF-8 or a label outside the task's
+label set (or a regression label that is not a number) is an *error* naming the file and line, since it means
+wrong data or a wrong --task_name.
 """
 
 from __future__ import annotations
@@ -32,11 +36,17 @@ from xlnet_tf.errors import InputError, MissingInputError
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
-    """Column positions in a TSV row (negative = from the end); ``index`` is the GLUE submission id column."""
+    """Column positions in a TSV row (negative = from the end); ``index`` is the GLUE submission id column;
+    ``names``: the official header's names of the columns used, in the order text_a, text_b, label, index."""
     text_a: int
     text_b: Optional[int] = None
     label: Optional[int] = None
     index: Optional[int] = None
+    names: tuple = ()
+
+    def roles(self) -> list:
+        """``(role, position)`` of the columns used, in the order of ``names``."""
+        return [(r, getattr(self, r)) for r in ("text_a", "text_b", "label", "index") if getattr(self, r) is not None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,29 +87,43 @@ BROWN_GENRES = ("press: reportage", "press: editorial", "press: reviews", "relig
                 "fiction: general", "fiction: mystery", "fiction: science", "fiction: adventure", "fiction: romance",
                 "humor")
 _GLUE_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+
+
+def _pair(label: str, first: int = 1) -> Columns:
+    return Columns(first, first + 1, -1, names=("sentence1", "sentence2", label))
+
+
+def _pair_test(first: int = 1) -> Columns:
+    return Columns(first, first + 1, None, 0, ("sentence1", "sentence2", "index"))
+
+
 TASKS = {t.name: t for t in [
     # CoLA train/dev: source, label, original label, sentence (no header); test: index, sentence (header).
-    _glue("cola", "ColaProcessor", _GLUE_FILES, Columns(3, None, 1), Columns(1, None, None, 0), "CoLA",
-          ("mcc", "accuracy"), header=("test",)),
-    _glue("sst-2", "SstProcessor", _GLUE_FILES, Columns(0, None, 1), Columns(1, None, None, 0), "SST-2"),
+    _glue("cola", "ColaProcessor", _GLUE_FILES, Columns(3, None, 1), Columns(1, None, None, 0, ("sentence", "index")),
+          "CoLA", ("mcc", "accuracy"), header=("test",)),
+    _glue("sst-2", "SstProcessor", _GLUE_FILES, Columns(0, None, 1, names=("sentence", "label")),
+          Columns(1, None, None, 0, ("sentence", "index")), "SST-2"),
     # MRPC: Quality, #1 ID, #2 ID, #1 String, #2 String.
-    _glue("mrpc", "MrpcProcessor", _GLUE_FILES, Columns(3, 4, 0), Columns(3, 4, None, 0), "MRPC",
-          ("f1", "accuracy")),
+    _glue("mrpc", "MrpcProcessor", _GLUE_FILES, Columns(3, 4, 0, names=("#1 String", "#2 String", "Quality")),
+          Columns(3, 4, None, 0, ("#1 String", "#2 String", "index")), "MRPC", ("f1", "accuracy")),
     # STS-B: index genre filename year old_index source1 source2 sentence1 sentence2 score.
-    _glue("sts-b", "StsBProcessor", _GLUE_FILES, Columns(7, 8, -1), Columns(7, 8, None, 0), "STS-B",
-          ("pearson", "spearman"), label_range=(0.0, 5.0)),
+    _glue("sts-b", "StsBProcessor", _GLUE_FILES, Columns(7, 8, -1, names=("sentence1", "sentence2", "score")),
+          Columns(7, 8, None, 0, ("sentence1", "sentence2", "index")), "STS-B", ("pearson", "spearman"),
+          label_range=(0.0, 5.0)),
     # QQP: id qid1 qid2 question1 question2 is_duplicate; test: id question1 question2.
-    _glue("qqp", "QqpProcessor", _GLUE_FILES, Columns(3, 4, 5), Columns(1, 2, None, 0), "QQP", ("f1", "accuracy")),
+    _glue("qqp", "QqpProcessor", _GLUE_FILES, Columns(3, 4, 5, names=("question1", "question2", "is_duplicate")),
+          Columns(1, 2, None, 0, ("question1", "question2", "id")), "QQP", ("f1", "accuracy")),
     # MNLI: ... sentence1(8) sentence2(9) [label1 ... ] gold_label(last).
     _glue("mnli_matched", "MnliProcessor", {"train": "train.tsv", "dev": "dev_matched.tsv",
                                             "test": "test_matched.tsv"},
-          Columns(8, 9, -1), Columns(8, 9, None, 0), "MNLI-m"),
+          _pair("gold_label", 8), _pair_test(8), "MNLI-m"),
     _glue("mnli_mismatched", "MnliProcessor", {"train": "train.tsv", "dev": "dev_mismatched.tsv",
                                                "test": "test_mismatched.tsv"},
-          Columns(8, 9, -1), Columns(8, 9, None, 0), "MNLI-mm"),
-    _glue("qnli", "QnliProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "QNLI"),
-    _glue("rte", "RteProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "RTE"),
-    _glue("wnli", "WnliProcessor", _GLUE_FILES, Columns(1, 2, -1), Columns(1, 2, None, 0), "WNLI"),
+          _pair("gold_label", 8), _pair_test(8), "MNLI-mm"),
+    _glue("qnli", "QnliProcessor", _GLUE_FILES, Columns(1, 2, -1, names=("question", "sentence", "label")),
+          Columns(1, 2, None, 0, ("question", "sentence", "index")), "QNLI"),
+    _glue("rte", "RteProcessor", _GLUE_FILES, _pair("label"), _pair_test(), "RTE"),
+    _glue("wnli", "WnliProcessor", _GLUE_FILES, _pair("label"), _pair_test(), "WNLI"),
     # IMDB: aclImdb/{train,test}/{pos,neg}/*.txt (the library's ImdbProcessor); dev = test as in the original.
     TaskSpec("imdb", "ImdbProcessor", {"train": "train", "dev": "test"}, reader="imdb", submission="IMDB"),
     # Yelp review full / polarity CSVs: "label","text" with labels 1..5 / 1..2; dev = test.csv (original).
@@ -148,24 +172,99 @@ def _decoded_lines(path: str, f):
                              f"{e.reason}){hint}") from None
 
 
+CR_ONLY = "CR-only (classic Mac) or mixed line endings? convert them to \\n"
+
+
+def tsv_cells(line: str) -> tuple[Optional[list], str]:
+    """``(cells, "")`` of a TSV line (its line break dropped, tab-separated, no quoting), or ``(None, why not)``:
+    a carriage return inside a line is no TSV line break (Python's csv stopped the whole file there) but a sign of
+    mixed line endings, where the text would be half of one row and half of the next."""
+    body = line[:-1] if line.endswith("\n") else line
+    body = body[:-1] if body.endswith("\r") else body
+    if "\r" in body:
+        return None, "a carriage return (\\r) inside the row (mixed line endings?)"
+    return body.split("\t"), ""
+
+
 def _read_rows(path: str, delimiter: str):
-    """(first line, last line, row) for every row; the GLUE files are TSV without quoting (the official readers'
-    csv ``quotechar=None``); Yelp CSVs use standard quoting, so a row can run over lines (an unclosed quote)."""
+    """(first line, last line, row or the reason it is unreadable) for every row; the GLUE files are TSV without
+    quoting (the official readers' csv ``quotechar=None``); Yelp CSVs use standard quoting, so a row can run over
+    lines (an unclosed quote)."""
     csv.field_size_limit(sys.maxsize)
     with io_utils.open(path, "rb") as f:
         lines = _decoded_lines(path, f)
         if delimiter == "\t":
-            reader = csv.reader(lines, delimiter="\t", quotechar=None)
-        else:
-            reader = csv.reader(lines)
+            for number, line in enumerate(lines, start=1):
+                cells, problem = tsv_cells(line)
+                if problem and not line.endswith("\n") and number == 1:
+                    raise InputError(f"{path}:1: a carriage return (\\r) inside the file's only line ({CR_ONLY})")
+                yield number, number, cells if cells is not None else problem
+            return
+        reader = csv.reader(lines)
         last = 0
         try:
             for row in reader:
                 yield last + 1, reader.line_num, row
                 last = reader.line_num
         except csv.Error as e:
-            raise InputError(f"{path}:{reader.line_num}: malformed {'TSV' if delimiter == chr(9) else 'CSV'} "
-                             f"({e})") from None
+            why = "a carriage return (\\r) inside a row: mixed line endings" if "new-line" in str(e) else str(e)
+            raise InputError(f"{path}:{reader.line_num}: malformed CSV ({why})") from None
+
+
+def _looks_like_data(task: TaskSpec, columns: Columns, labels: Optional[list], row: list) -> str:
+    """Why a file's first row is taken for data rather than its header ("" if not): its label cell holds one of
+    the task's labels (a number for a regression), or its index cell a number."""
+    def cell(position):
+        return row[position].strip() if position is not None and -len(row) <= position < len(row) else None
+
+    label, index = cell(columns.label), cell(columns.index)
+    if label is not None:
+        if task.regression:
+            try:
+                float(label)
+                return f"its label column holds {label!r}, a score"
+            except ValueError:
+                pass
+        elif label in labels:
+            return f"its label column holds {label!r}, one of the labels"
+    if index is not None and index.isdigit():
+        return f"its index column holds {index!r}, an id"
+    return ""
+
+
+def _header_columns(task: TaskSpec, split: str, columns: Columns, labels: Optional[list], header: list,
+                    where: str) -> Columns:
+    """The layout of a file whose first row is ``header``: a header naming every column of the official layout
+    is read by name (so one that orders them otherwise is read as it says); one naming some of them elsewhere,
+    or a first row that is data (a file without a header would lose its first example), is an error naming
+    what the layout expects; any other header (one of the user's own names) keeps the official positions."""
+    names = [cell.strip() for cell in header]
+    roles = columns.roles()
+    layout = ", ".join(n for n in _layout_order(columns))
+    twice = sorted({n for n in names if n in columns.names and names.count(n) > 1})
+    if twice:
+        raise InputError(f"{where}: the header names column(s) {', '.join(map(repr, twice))} more than once")
+    if all(n in names for n in columns.names):
+        return dataclasses.replace(columns, **{r: names.index(n) for (r, _), n in zip(roles, columns.names)})
+    moved = [n for (_, position), n in zip(roles, columns.names)
+             if n in names and names.index(n) != (position if position >= 0 else len(names) + position)]
+    if moved:
+        raise InputError(f"{where}: the header names {', '.join(map(repr, moved))} but not every column "
+                         f"the {task.name} {split} layout needs ({layout}) (give them all by name, or none)")
+    data = _looks_like_data(task, columns, labels, header)
+    if data:
+        raise InputError(f"{where}: the first row looks like data, not a header ({data}); {task.name} {split} files "
+                         f"start with a header row (the official one: {layout}); add one")
+    return columns
+
+
+def _layout_order(columns: Columns) -> list:
+    """The names of the columns used, in the order of their positions in the official layout."""
+    return [n for _, n in sorted(zip((p if p >= 0 else 1 << 20 for _, p in columns.roles()), columns.names))]
+
+
+def _column_word(n: int) -> str:
+    return f"{n} column{'' if n == 1 else 's'}"
 
 
 def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
@@ -186,25 +285,37 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         return _read_jsonl(path, labels, split != "test")
     columns = task.test if split == "test" else task.labeled
     labeled = split != "test"
-    needed = 1 + max(c for c in (columns.text_a, columns.text_b, columns.label, columns.index)
-                     if c is not None and c >= 0)
+    has_header = split in task.header
     # Every data row must have the header's columns; a file without a header (CoLA train/dev, Yelp) has exactly
     # the columns its layout names, so an extra tab or an unquoted comma is not read as a shorter text.
-    width = None if split in task.header else needed
+    width = None
+    needed = 1 + max(p for _, p in columns.roles() if p >= 0)
     examples, skipped = [], []
     for line, end, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
         where = f"{path}:{line}"
+        if isinstance(row, str):
+            if has_header and width is None:
+                raise InputError(f"{where}: a carriage return (\\r) inside the header ({CR_ONLY})")
+            skipped.append(f"{where}: {row}")
+            continue
         if not any(cell.strip() for cell in row):  # a blank line (trailing ones are common): no row, no skip
             continue
-        if split in task.header and width is None:
-            width = len(row)  # the header row
+        if has_header and width is None:
+            columns = _header_columns(task, split, columns, labels, row, where)
+            width = len(row)
+            needed = 1 + max(p for _, p in columns.roles() if p >= 0)
             continue
         if end != line:  # Yelp CSVs write a review's newlines as \n: a real one is an unclosed quote's doing
             skipped.append(f"{where}: a quoted field runs on to line {end} (an unclosed quote?); the rows of "
                            f"lines {line}-{end} are skipped")
             continue
-        if (width is not None and len(row) != width) or len(row) < needed:
-            skipped.append(f"{where}: {len(row)} columns, expected {width or needed}")
+        if width is not None and len(row) != width:
+            skipped.append(f"{where}: {_column_word(len(row))}, the header has {width}")
+            continue
+        if len(row) < needed or (width is None and len(row) != needed):
+            names = f" ({', '.join(_layout_order(columns))})" if columns.names else ""
+            skipped.append(f"{where}: {_column_word(len(row))}, the {task.name} {split} layout needs "
+                           f"{needed}{names}")
             continue
         text_a = row[columns.text_a].strip()
         if task.reader == "csv":  # Yelp CSVs escape newlines as a literal backslash-n
