@@ -1,17 +1,19 @@
 """GLUE/IMDB/Yelp reading in the official layouts, XLNet's input layout, bad input, feature caching, metrics."""
 
 import gzip
+import json
 import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy import stats
 from sklearn import metrics as skm
 
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, SPIECE
 from xlnet_tf.tasks.classification import classifier_data as cd
 from xlnet_tf.finetuning import metrics, records
-from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
+from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer, file_sha256
 
 GLUE = os.path.join(FIXTURES, "glue")
 
@@ -200,6 +202,31 @@ def test_feature_cache_follows_its_input_and_a_failed_encoding_leaves_none(tmp_p
     assert not [f for f in os.listdir(out) if f.startswith("sst-2")]
     _write(os.path.join(data, "train.tsv"), "sentence\tlabel\n" + "fine film\t1\n" * 3)
     assert cd.prepare_features(task, data, "train", tokenizer, 16, out)[1]["num_examples"] == 3
+
+
+def test_feature_cache_of_another_data_dir_with_a_same_named_same_sized_file_is_not_reused(tmp_path, tokenizer):
+    """The cache knew its input by name, size and mtime: a relabelled copy in another --data_dir (cp -p, rsync -t)
+    was served the first directory's labels."""
+    task, out = cd.get_task("sst-2"), str(tmp_path / "out")
+    for name, rows in (("c1", "good film\t1\nbad film\t0\n"), ("c2", "good film\t0\nbad film\t1\n")):
+        _write(str(tmp_path / name / "train.tsv"), "sentence\tlabel\n" + rows)
+        os.utime(tmp_path / name / "train.tsv", ns=(10**18, 10**18))
+    labels = []
+    for name in ("c1", "c2"):
+        path, meta = cd.prepare_features(task, str(tmp_path / name), "train", tokenizer, 16, out)
+        parse = records.parse_fn(cd.feature_spec(16, False))
+        labels.append([int(r["label"]) for r in tf.data.TFRecordDataset(path).map(parse)])
+        assert meta["source"] == str(tmp_path / name / "train.tsv")
+    assert labels == [[1, 0], [0, 1]]
+    identity = records.file_identity(str(tmp_path / "c2" / "train.tsv"))
+    assert identity == [[str(tmp_path / "c2" / "train.tsv"), 38, file_sha256(str(tmp_path / "c2" / "train.tsv"))]]
+    # a cache written with the old identity (name, size, mtime) is encoded again, not refused or reused
+    with open(path + ".json") as f:
+        meta = json.load(f)
+    meta["inputs"] = [["train.tsv", 38, 10**18]]
+    with open(path + ".json", "w") as f:
+        json.dump(meta, f)
+    assert cd.prepare_features(task, str(tmp_path / "c2"), "train", tokenizer, 16, out)[1]["inputs"] == identity
 
 
 def test_unknown_task_and_missing_files(tmp_path):

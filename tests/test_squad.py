@@ -417,9 +417,9 @@ def test_feature_caches_follow_the_records_policy(tmp_path, caplog):
     old = {"cache_version": 2, "data_file": train, "max_seq_length": 64, "num_features": 3}
     with open(path + ".json", "w") as f:
         json.dump(old, f)
-    with pytest.raises(InputError, match=r"features cached in another format \(version 2, now 3\); rerun --do_prepro"):
+    with pytest.raises(InputError, match=r"features cached in another format \(version 2, now 4\); rerun --do_prepro"):
         squad_data.check_train_shards([path], train, s)
-    assert squad_data.prepare_train_shard(train, out, s)["cache_version"] == 3 and "another format" in caplog.text
+    assert squad_data.prepare_train_shard(train, out, s)["cache_version"] == 4 and "another format" in caplog.text
     for damaged in ("{", "[]"):
         with open(path + ".json", "w") as f:
             f.write(damaged)

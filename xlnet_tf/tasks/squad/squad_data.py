@@ -38,8 +38,9 @@ from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
 # 2: the eval features are JSON (1 pickled them: a pickle can run code when read); 3: records.cache_features'
-# metadata (num_records, inputs). Another version is encoded again (records.cached_meta), never misread.
-CACHE_VERSION = 3
+# metadata (num_records, inputs); 4: inputs are records.file_identity (path, size, SHA-256) as every family's.
+# Another version is encoded again (records.cached_meta), never misread.
+CACHE_VERSION = 4
 
 
 class SquadFileError(InputError):
@@ -364,7 +365,7 @@ class FeatureSettings:
         return dict(cache_version=CACHE_VERSION, task="squad", split=split,
                     spiece_sha256=file_sha256(self.spiece_model_file), max_seq_length=self.max_seq_length,
                     max_query_length=self.max_query_length, doc_stride=self.doc_stride, uncased=self.uncased,
-                    inputs=[io_utils.abspath(data_file), file_sha256(data_file)])
+                    inputs=records.file_identity(data_file))
 
 
 def train_record_path(output_dir: str, s: FeatureSettings, proc_id) -> str:
