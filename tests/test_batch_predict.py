@@ -147,6 +147,23 @@ def test_rows_are_streamed_and_bad_ones_named(tmp_path):
         bp.list_shards(str(tmp_path))
 
 
+def test_tsv_line_endings_and_duplicate_columns_are_named(tmp_path):
+    """A CR-only file was one header line: 0 rows, complete, exit 0. A column named twice: the last one was read."""
+    fields = bp.Fields.parse("sentence", "id")
+    cr = tmp_path / "cr.tsv"
+    cr.write_bytes(b"sentence\tid\rgood film\t1\rbad film\t2\r")
+    with pytest.raises(ValueError, match=r"cr\.tsv:1: a carriage return \(\\r\) inside the header \(CR-only"):
+        bp.check_header(str(cr), "tsv", fields)
+    mixed = tmp_path / "mixed.tsv"
+    mixed.write_bytes(b"sentence\tid\r\nhalf\rline\t1\r\nfine\t2\r\n")
+    assert [(r.line, r.text_a, r.problem) for r in bp.read_rows(str(mixed), "tsv", fields)] == [
+        (2, "", "a carriage return (\\r) inside the row (mixed line endings?)"), (3, "fine", "")]
+    twice = tmp_path / "twice.tsv"
+    twice.write_text("sentence\tsentence\nfirst\tsecond\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"twice\.tsv:1: header names column 'sentence' more than once"):
+        bp.check_header(str(twice), "tsv", bp.Fields.parse("sentence"))
+
+
 def test_saved_model_version_is_the_highest(tmp_path):
     for version in ("3", "12", "7"):
         os.makedirs(tmp_path / version)

@@ -412,6 +412,20 @@ def read_jsonl(path: str) -> Iterator[tuple]:
             yield number, value
 
 
+CR_LINE_ENDINGS = "CR-only (classic Mac) or mixed line endings? convert them to \\n"
+
+
+def tsv_cells(line: str) -> tuple[Optional[list], str]:
+    """``(cells, "")`` of a TSV line (its line break dropped, tab-separated, no quoting), or ``(None, why not)``:
+    a carriage return inside a line is no TSV line break (Python's csv stopped the whole file there) but a sign of
+    mixed line endings, where the text would be half of one row and half of the next."""
+    body = line[:-1] if line.endswith("\n") else line
+    body = body[:-1] if body.endswith("\r") else body
+    if "\r" in body:
+        return None, "a carriage return (\\r) inside the row (mixed line endings?)"
+    return body.split("\t"), ""
+
+
 def non_finite_keys(value, prefix: str = "") -> list:
     """The keys (``a.b[2]``) of NaN and infinite numbers in a parsed JSON/YAML value: Python's json reads ``NaN``
     and ``Infinity``, YAML ``.nan`` and ``.inf``, and no setting of this stack means one."""

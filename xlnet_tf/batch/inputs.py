@@ -97,7 +97,9 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
     wanted = [n for n in (fields.text_a, fields.text_b, fields.id) if n]
     columns = None
     offset = 0
-    with tf.io.gfile.GFile(path, "rb") as f:
+    # Not GFile's line iterator: it deletes every carriage return, so "half\rline" was predicted as "halfline",
+    # a CR-only file was one line, and the byte offsets of progress came short.
+    with io_utils.open(path, "rb") as f:
         for line_no, raw in enumerate(f, start=1):
             offset += len(raw)
             if line_no == 1:
@@ -106,21 +108,33 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
                 if raw.startswith(codecs.BOM_UTF8):  # a byte-order mark (spreadsheet exports): not text
                     raw = raw[len(codecs.BOM_UTF8):]
             try:
-                text = raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 yield Row(line_no, offset, problem=f"not UTF-8 ({e.reason})")
                 continue
+            text = line.rstrip("\r\n")
             if not text.strip():
                 continue
             if fmt == "tsv":
-                cells = text.split("\t")
+                cells, problem = io_utils.tsv_cells(line)
                 if columns is None:
-                    columns = {name.strip(): i for i, name in enumerate(cells)}
+                    if problem:  # a CR-only file is one line: it was read as a header and no rows, "complete"
+                        raise InputError(f"{path}:{line_no}: a carriage return (\\r) inside the header "
+                                         f"({io_utils.CR_LINE_ENDINGS})")
+                    names = [name.strip() for name in cells]
+                    twice = [n for n in wanted if names.count(n) > 1]
+                    if twice:  # the last one was read, silently
+                        raise InputError(f"{path}:{line_no}: header names column {', '.join(map(repr, twice))} "
+                                         "more than once")
+                    columns = {name: i for i, name in enumerate(names)}
                     missing = [n for n in wanted if n not in columns]
                     if missing:
                         raise InputError(f"{path}:{line_no}: header has no column {', '.join(map(repr, missing))} "
                                          f"(columns: {', '.join(columns)}); set the text/id field flags")
                     width = len(cells)
+                    continue
+                if problem:
+                    yield Row(line_no, offset, problem=problem)
                     continue
                 if len(cells) != width:
                     yield Row(line_no, offset, problem=f"{len(cells)} columns, header has {width}")

@@ -172,20 +172,6 @@ def _decoded_lines(path: str, f):
                              f"{e.reason}){hint}") from None
 
 
-CR_ONLY = "CR-only (classic Mac) or mixed line endings? convert them to \\n"
-
-
-def tsv_cells(line: str) -> tuple[Optional[list], str]:
-    """``(cells, "")`` of a TSV line (its line break dropped, tab-separated, no quoting), or ``(None, why not)``:
-    a carriage return inside a line is no TSV line break (Python's csv stopped the whole file there) but a sign of
-    mixed line endings, where the text would be half of one row and half of the next."""
-    body = line[:-1] if line.endswith("\n") else line
-    body = body[:-1] if body.endswith("\r") else body
-    if "\r" in body:
-        return None, "a carriage return (\\r) inside the row (mixed line endings?)"
-    return body.split("\t"), ""
-
-
 def _read_rows(path: str, delimiter: str):
     """(first line, last line, row or the reason it is unreadable) for every row; the GLUE files are TSV without
     quoting (the official readers' csv ``quotechar=None``); Yelp CSVs use standard quoting, so a row can run over
@@ -195,9 +181,10 @@ def _read_rows(path: str, delimiter: str):
         lines = _decoded_lines(path, f)
         if delimiter == "\t":
             for number, line in enumerate(lines, start=1):
-                cells, problem = tsv_cells(line)
+                cells, problem = io_utils.tsv_cells(line)
                 if problem and not line.endswith("\n") and number == 1:
-                    raise InputError(f"{path}:1: a carriage return (\\r) inside the file's only line ({CR_ONLY})")
+                    raise InputError(f"{path}:1: a carriage return (\\r) inside the file's only line "
+                                     f"({io_utils.CR_LINE_ENDINGS})")
                 yield number, number, cells if cells is not None else problem
             return
         reader = csv.reader(lines)
@@ -295,7 +282,7 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         where = f"{path}:{line}"
         if isinstance(row, str):
             if has_header and width is None:
-                raise InputError(f"{where}: a carriage return (\\r) inside the header ({CR_ONLY})")
+                raise InputError(f"{where}: a carriage return (\\r) inside the header ({io_utils.CR_LINE_ENDINGS})")
             skipped.append(f"{where}: {row}")
             continue
         if not any(cell.strip() for cell in row):  # a blank line (trailing ones are common): no row, no skip
