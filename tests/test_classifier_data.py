@@ -229,6 +229,15 @@ def test_feature_cache_of_another_data_dir_with_a_same_named_same_sized_file_is_
     assert cd.prepare_features(task, str(tmp_path / "c2"), "train", tokenizer, 16, out)[1]["inputs"] == identity
 
 
+def test_jsonl_text_with_a_lone_surrogate_is_skipped_and_counted(tmp_path):
+    """JSON's "\\ud800" reached SentencePiece, whose pybind error named no file or line."""
+    _write(str(tmp_path / "genre_train.jsonl"), '{"text": "fine", "label": "humor"}\n'
+                                                '{"text": "x\\ud800y", "label": "humor"}\n')
+    data = cd.read_examples(cd.get_task("brown_genre"), str(tmp_path), "train")
+    assert [ex.text_a for ex in data.examples] == ["fine"]
+    assert data.skipped == [f"{tmp_path}/genre_train.jsonl:2: 'text' holds a lone surrogate (not valid Unicode)"]
+
+
 def test_unknown_task_and_missing_files(tmp_path):
     with pytest.raises(ValueError, match="unknown task; known: brown_genre, cola"):
         cd.get_task("glue")

@@ -103,6 +103,21 @@ def test_bad_input(tmp_path):
         race_data.read_examples(str(tmp_path), "train")
 
 
+def test_a_bom_is_dropped_and_a_lone_surrogate_names_the_file(tmp_path):
+    """A BOM was 'not a RACE JSON file' while every other reader drops it; "\\ud800" reached SentencePiece."""
+    root = _race_copy(tmp_path)
+    path = os.path.join(root, "dev", "high", "1.txt")
+    with open(path, "rb") as f:
+        text = f.read()
+    with open(path, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + text)
+    assert len(race_data.read_examples(root, "dev")[0]) == 8
+    with open(path, "w") as f:
+        f.write(text.decode().replace('"questions": ["', '"questions": ["\\ud800', 1))
+    with pytest.raises(InputError, match=r"high/1\.txt: 'questions\[0\]' holds a lone surrogate"):
+        race_data.read_examples(root, "dev")
+
+
 @pytest.mark.slow
 def test_race_end_to_end(tmp_path, monkeypatch):
     flags = make_flags(tmp_path, task_name="race", data_dir=RACE, do_train=True, do_eval=True, do_predict=True,

@@ -78,6 +78,14 @@ def _one_line(error, *parts):
         assert part in str(error), str(error)
 
 
+def test_an_input_file_with_a_lone_surrogate_names_its_line(tmp_path):
+    """JSON's "\\ud800" ended in a UnicodeEncodeError traceback when the request was encoded."""
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"sentence": "ok"}\n{"sentence": "ok \\ud800"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=rf"^{path}:2: 'sentence' holds a lone surrogate \(not valid Unicode\)"):
+        client.read_rows(str(path))
+
+
 def test_a_good_reply_is_read():
     rows, _ = _call(_reply(json.dumps({"outputs": {"label": ["0"]}}).encode()))
     assert rows == [{"label": "0"}]

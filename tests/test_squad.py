@@ -122,6 +122,23 @@ def test_bad_input_is_reported_and_counted(tmp_path, tokenizer):
     assert [e.qas_id for e in squad_data.read_squad_file(path, is_training=False).examples] == ["ok", "offset", "long"]
 
 
+def test_a_bom_is_dropped_and_a_lone_surrogate_skips_its_question(tmp_path):
+    """A BOM was refused while every other reader drops it; "\\ud800" reached SentencePiece (a pybind error naming no
+    question), in training and in batch prediction."""
+    from xlnet_tf.tasks.squad import read_squad_rows
+
+    qas = [{"id": "s", "question": "Who built it\ud800?", "answers": [{"text": "Bob", "answer_start": 0}]},
+           {"id": "ok", "question": "Who built it?", "answers": [{"text": "Bob", "answer_start": 0}]}]
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"data": [{"paragraphs": [{"context": "Bob built it.",
+                                                                               "qas": qas}]}]}).encode())
+    squad = squad_data.read_squad_file(str(path), is_training=True)
+    assert [e.qas_id for e in squad.examples] == ["ok"]
+    assert squad.skipped == {"a lone surrogate in the question (not valid Unicode)": ["s"]}
+    assert [r.problem for r in read_squad_rows(str(path))] == [
+        "data[0].paragraphs[0].qas[0]: a lone surrogate in the question (not valid Unicode)", ""]
+
+
 @pytest.mark.parametrize("value", ["false", 0, None])
 def test_is_impossible_must_be_a_json_boolean(tmp_path, value):
     """bool("false") is True: a file written with strings made every question unanswerable, silently."""

@@ -426,6 +426,29 @@ def tsv_cells(line: str) -> tuple[Optional[list], str]:
     return body.split("\t"), ""
 
 
+def lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: JSON's "\\ud800" reads as one, but it is no Unicode text, and
+    SentencePiece, TensorFlow and UTF-8 writers fail on it with errors naming no file or line."""
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def surrogate_keys(value, prefix: str = "") -> list:
+    """The keys (``a.b[2]``, as ``non_finite_keys``) of the strings in a parsed JSON value holding a lone
+    surrogate: every reader of users' JSON asks this one question, then skips or refuses as it does bad text."""
+    if isinstance(value, str):
+        return [prefix or "value"] if lone_surrogate(value) else []
+    if isinstance(value, dict):
+        return [k for key, v in value.items()
+                for k in surrogate_keys(v, f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(value, (list, tuple)):
+        return [k for i, v in enumerate(value) for k in surrogate_keys(v, f"{prefix}[{i}]")]
+    return []
+
+
 def non_finite_keys(value, prefix: str = "") -> list:
     """The keys (``a.b[2]``) of NaN and infinite numbers in a parsed JSON/YAML value: Python's json reads ``NaN``
     and ``Infinity``, YAML ``.nan`` and ``.inf``, and no setting of this stack means one."""

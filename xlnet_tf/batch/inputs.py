@@ -178,9 +178,6 @@ def _json_fields_problem(obj: dict, text_fields: list, id_field: str) -> str:
     if id_field and (isinstance(obj[id_field], bool) or not isinstance(obj[id_field], (str, int, float))):
         return f"{id_field!r} (the id) is {type(obj[id_field]).__name__}, not a string or number"
     for name in [*text_fields, id_field]:
-        if name and isinstance(obj[name], str):
-            try:
-                obj[name].encode("utf-8")
-            except UnicodeEncodeError:
-                return f"{name!r} holds a lone surrogate (not valid Unicode)"
+        if name and isinstance(obj[name], str) and io_utils.lone_surrogate(obj[name]):
+            return f"{name!r} holds a lone surrogate (not valid Unicode)"
     return ""

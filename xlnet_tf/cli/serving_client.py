@@ -294,6 +294,10 @@ def read_rows(path: str) -> list:
             isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in row.values())
         if not ok:
             raise InputError(f"{path}:{number}: expected an object of texts (RACE's options: a list of texts)")
+        bad = io_utils.surrogate_keys(row)
+        if bad:
+            raise InputError(f"{path}:{number}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid "
+                             "Unicode)")
         rows.append(row)
     if not rows:
         raise InputError(f"--input_file={path}: no rows")

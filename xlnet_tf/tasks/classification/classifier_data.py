@@ -365,7 +365,8 @@ def _read_imdb(path: str) -> ExampleSet:
 
 def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
     """JSON lines ``{"id", "text", "label"}`` (``id`` optional: the example's number); the label is required in
-    labelled splits. A line that is no JSON object is an error; one without text is skipped."""
+    labelled splits. A line that is no JSON object is an error; one without text, or with a lone surrogate (JSON's
+    "\\ud800", no Unicode) in a value, is skipped."""
     from official.nlp.data import classifier_data_lib as lib
 
     examples, skipped = [], []
@@ -377,6 +378,10 @@ def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
         if not isinstance(text, str) or not text.strip():
             skipped.append(f"{where}: no text")
             continue
+        bad = io_utils.surrogate_keys(row)
+        if bad:
+            skipped.append(f"{where}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid Unicode)")
+            continue
         label = row.get("label")
         if labeled and label not in labels:
             raise InputError(f"{where}: label {label!r} is not in the task's label set {labels} (wrong "
@@ -385,7 +390,8 @@ def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
         examples.append(lib.InputExample(guid=guid, text_a=text, text_b=None,
                                          label=label if labeled else None, example_id=where))
     if skipped:
-        logging.warning("%s: skipped %d line(s) without text, e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
+        logging.warning("%s: skipped %d line(s) without usable text, e.g. %s", path, len(skipped),
+                        "; ".join(skipped[:3]))
     return ExampleSet(examples, skipped, path)
 
 

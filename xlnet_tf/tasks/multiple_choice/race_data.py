@@ -63,7 +63,7 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
             if not name.endswith(".txt") or not io_utils.isfile(path):
                 continue
             try:
-                with io_utils.open(path, encoding="utf-8") as f:
+                with io_utils.open(path, encoding="utf-8-sig") as f:  # a BOM (some editors write one) is no JSON
                     data = json.load(f)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise InputError(f"{path}: not a RACE JSON file ({e})") from None
@@ -79,6 +79,9 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                      if not isinstance(data[key], kind)]
             if wrong:
                 raise InputError(f"{path}: {'; '.join(wrong)}")
+            bad = io_utils.surrogate_keys(data)
+            if bad:
+                raise InputError(f"{path}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid Unicode)")
             questions, options, answers = data["questions"], data["options"], data["answers"]
             if not (len(questions) == len(options) == len(answers)):
                 raise InputError(f"{path}: {len(questions)} questions, {len(options)} option lists and "

@@ -118,7 +118,7 @@ def load_squad_json(path: str) -> tuple[int, list]:
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a UTF-8 BOM (some editors write one), dropped as every reader drops it
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
         raise SquadFileError(f"{path}:{line}: not UTF-8 text (byte {e.start}: {e.reason})") from None
@@ -166,10 +166,15 @@ def _question(where: str, context: str, qa) -> SquadQuestion:
 
 
 def empty_text(question: SquadQuestion) -> str:
-    """Why no tool answers ``question`` although it is well-formed ("empty question", "empty context"), or ""."""
+    """Why no tool answers ``question`` although it is well-formed ("empty question", "empty context", a lone
+    surrogate: JSON's "\\ud800", no Unicode, which SentencePiece fails on naming no question), or ""."""
     if not question.question.strip():
         return "empty question"
-    return "" if question.context.strip() else "empty context"
+    if not question.context.strip():
+        return "empty context"
+    bad = [name for name, text in (("question", question.question), ("context", question.context))
+           if io_utils.lone_surrogate(text)]
+    return f"a lone surrogate in the {' and '.join(bad)} (not valid Unicode)" if bad else ""
 
 
 def read_squad_file(path: str, is_training: bool) -> SquadFile:
