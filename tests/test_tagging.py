@@ -89,6 +89,19 @@ def test_jsonl_empty_tokens_and_duplicate_ids_name_their_lines(tmp_path):
         td.read_sentences(str(jsonl), labelled=False)
 
 
+def test_jsonl_tokens_with_whitespace_and_lone_surrogates_name_their_lines(tmp_path):
+    """"New York" was one word here and two in the .conll output (its columns shifted) and the raw-text export;
+    "\\ud800" reached SentencePiece, whose error named no file."""
+    jsonl = tmp_path / "test.jsonl"
+    for tokens, tags in ((["New York", "is"], ["np", "bez"]), (["a\tb", "c"], ["x", "y"]), (["a", "b"], ["x y", "z"])):
+        jsonl.write_text('{"tokens": ["x"], "tags": ["o"]}\n' + json.dumps({"tokens": tokens, "tags": tags}) + "\n")
+        with pytest.raises(InputError, match=rf"^{jsonl}:2: .*whitespace"):
+            td.read_sentences(str(jsonl))
+    jsonl.write_text('{"tokens": ["x"], "tags": ["o"]}\n{"tokens": ["x\\ud800y", "dog"], "tags": ["at", "nn"]}\n')
+    with pytest.raises(InputError, match=rf"^{jsonl}:2: 'tokens\[0\]' holds a lone surrogate"):
+        td.read_sentences(str(jsonl))
+
+
 def test_windows_label_each_word_once_on_its_first_piece():
     # Words of 1, 3, 1, 2, 1, 2 pieces (10 pieces); windows of 4 pieces every 2: [0,4) [2,6) [4,8) [6,10).
     pieces = [[11], [12, 13, 14], [15], [16, 17], [18], [19, 20]]

@@ -101,12 +101,20 @@ def _jsonl(path: str, labelled: bool) -> list:
         tokens = obj.get("tokens") if isinstance(obj, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, str) and t.strip() for t in tokens):
             raise InputError(f'{path}:{n}: expected {{"tokens": [non-empty strings], "tags": [...]}}')
+        spaced = next((t for t in tokens if any(ch.isspace() for ch in t)), None)
+        if spaced is not None:  # one word here, several in the .conll output, a CoNLL file and the raw-text export
+            raise InputError(f"{path}:{n}: token {spaced!r} holds whitespace (words are split at whitespace "
+                             "everywhere else: give its parts as tokens)")
+        bad = io_utils.surrogate_keys(obj)
+        if bad:
+            raise InputError(f"{path}:{n}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid Unicode)")
         if not tokens:  # was dropped silently: a prediction file then had fewer output rows than input rows
             raise InputError(f"{path}:{n}: 'tokens' is empty (a sentence needs a word; remove the line)")
         tags = obj.get("tags") if labelled else []
         if labelled and (not isinstance(tags, list) or len(tags) != len(tokens)
-                         or not all(isinstance(t, str) and t for t in tags)):
-            raise InputError(f"{path}:{n}: 'tags' must be a list of {len(tokens)} non-empty strings, one per token")
+                         or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tags)):
+            raise InputError(f"{path}:{n}: 'tags' must be a list of {len(tokens)} non-empty strings without "
+                             "whitespace, one per token")
         guid = str(obj.get("id", f"{os.path.basename(path)}:{n}"))
         if guid in ids:  # the predictions are keyed by id
             raise InputError(f"{path}:{n}: id {guid!r} is also the id of line {ids[guid]} (ids must be unique)")
@@ -117,8 +125,8 @@ def _jsonl(path: str, labelled: bool) -> list:
 
 def read_sentences(path: str, word_column: int = 0, tag_column: int = -1, labelled: bool = True) -> list:
     """The sentences of a CoNLL or JSONL file (by its extension; see the module docstring). A line that is not
-    UTF-8, has other columns than the file's first word line, or (JSONL) no tokens or an id an earlier line has
-    is an InputError naming the file and line."""
+    UTF-8, has other columns than the file's first word line, or (JSONL) no tokens, a token or tag holding
+    whitespace, a lone surrogate or an id an earlier line has is an InputError naming the file and line."""
     if not io_utils.exists(path):
         raise InputError(f"{path}: file not found")
     if path.endswith(".jsonl"):
