@@ -325,6 +325,23 @@ def test_train_spm_trains_on_lines_longer_than_sentencepieces_default_limit(tmp_
     assert "\u2581zebras" in vocab or "\u2581zebra" in vocab, sorted(vocab)
 
 
+def test_train_spm_skips_and_reports_lines_that_are_not_utf8(tmp_path, caplog):
+    """They were decoded with U+FFFD, silently: a Latin-1 corpus's accented letters were all <unk>."""
+    from xlnet_tf.tokenization import train_sentencepiece
+
+    words = "the quick brown fox jumps over a lazy dog while zebras graze quietly".split()
+    good = "\n".join(" ".join(words[i:] + words[:i]) for i in range(len(words)))
+    (tmp_path / "good.txt").write_text(good + "\n", encoding="utf-8")
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 na\u00efve\nr\u00e9sum\u00e9\n".encode("latin-1"))
+    with caplog.at_level("WARNING"):
+        train_sentencepiece([str(tmp_path / "good.txt"), str(tmp_path / "latin1.txt")], str(tmp_path / "sp"), 50)
+    assert f"skipping {tmp_path / 'latin1.txt'}:1: invalid UTF-8 at byte 3" in caplog.text
+    assert "skipped 2 unusable lines" in caplog.text
+    with pytest.raises(cli.InputError, match=r"no UTF-8 text to train on: all 2 line\(s\) of 1 file\(s\) are not UTF-8, "
+                                         r"e\.g\. .*latin1\.txt:1: invalid UTF-8 at byte 3"):
+        train_sentencepiece([str(tmp_path / "latin1.txt")], str(tmp_path / "sp2"), 40)
+
+
 def test_positional_arguments_come_from_the_command_line():
     values, rest = parsed(JobsSettings, "finetune", "job.yaml", "--only=a,b", "--dry_run")
     s = cli.settings_from_flags(JobsSettings, values, rest)

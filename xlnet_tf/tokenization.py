@@ -14,6 +14,7 @@ import unicodedata
 from typing import Iterable
 
 import sentencepiece as spm
+from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.errors import InputError, MissingInputError
@@ -133,6 +134,9 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
     """Trains a SentencePiece model with the original XLNet recipe and special ids; returns the .model path.
 
     Text goes through ``preprocess_text`` first (as the original data pipeline feeds it), one line per sentence.
+    A line that is not UTF-8 is skipped and reported (``file:line``, as ``create_data`` does): decoded with
+    replacement characters it trained the model on U+FFFD, and every accented letter of a Latin-1 corpus was
+    ``<unk>``. Input with no UTF-8 line at all is an ``InputError``.
     The model and vocab are written under temporary names and renamed, so a killed run leaves no partial model.
     Inputs and ``model_prefix`` may be URIs (the trainer itself works in a local temporary directory).
     """
@@ -145,15 +149,30 @@ def train_sentencepiece(input_files: list[str], model_prefix: str, vocab_size: i
         os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".spm-") as tmp:
         text_path = os.path.join(tmp, "input.txt")
-        longest = 0
+        longest, bad, lines = 0, [], 0
         with open(text_path, "w", encoding="utf-8") as out:
             for path in input_files:
-                with io_utils.open(path, encoding="utf-8", errors="replace") as f:
-                    for line in f:
-                        line = preprocess_text(line, lower=lower)
-                        if line:
-                            out.write(line + "\n")
-                            longest = max(longest, len(line.encode("utf-8")))
+                with io_utils.open(path, "rb") as f:
+                    for number, raw in enumerate(f, start=1):
+                        lines += 1
+                        try:
+                            text = raw.decode("utf-8")
+                        except UnicodeDecodeError as e:
+                            bad.append(f"{path}:{number}: invalid UTF-8 at byte {e.start}")
+                            if len(bad) <= 10:
+                                logging.warning("skipping %s", bad[-1])
+                            continue
+                        # the line breaks text mode read before: \r\n and a lone \r end a line too
+                        for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+                            line = preprocess_text(line, lower=lower)
+                            if line:
+                                out.write(line + "\n")
+                                longest = max(longest, len(line.encode("utf-8")))
+        if bad:
+            logging.warning("skipped %d unusable lines; first: %s", len(bad), bad[:5])
+            if len(bad) == lines:
+                raise InputError(f"no UTF-8 text to train on: all {lines} line(s) of {len(input_files)} file(s) "
+                                 f"are not UTF-8, e.g. {bad[0]}")
         tmp_prefix = os.path.join(tmp, "spiece")
         spm.SentencePieceTrainer.Train(
             input=text_path, model_prefix=tmp_prefix, vocab_size=vocab_size, model_type=model_type,
