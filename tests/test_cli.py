@@ -337,8 +337,8 @@ def test_train_spm_skips_and_reports_lines_that_are_not_utf8(tmp_path, caplog):
         train_sentencepiece([str(tmp_path / "good.txt"), str(tmp_path / "latin1.txt")], str(tmp_path / "sp"), 50)
     assert f"skipping {tmp_path / 'latin1.txt'}:1: invalid UTF-8 at byte 3" in caplog.text
     assert "skipped 2 unusable lines" in caplog.text
-    with pytest.raises(cli.InputError, match=r"no UTF-8 text to train on: all 2 line\(s\) of 1 file\(s\) are not UTF-8, "
-                                         r"e\.g\. .*latin1\.txt:1: invalid UTF-8 at byte 3"):
+    with pytest.raises(cli.InputError, match=r"no UTF-8 text to train on: all 2 line\(s\) of 1 file\(s\) are not "
+                                             r"UTF-8, e\.g\. .*latin1\.txt:1: invalid UTF-8 at byte 3"):
         train_sentencepiece([str(tmp_path / "latin1.txt")], str(tmp_path / "sp2"), 40)
 
 
