@@ -397,6 +397,11 @@ def test_the_last_line_says_what_was_done():
     assert line == ("trained to step 300 (nothing left to train); evaluated dev at step 300: accuracy 0.785; "
                     "predictions in p/SST-2.tsv; exported runs/export/1")
     assert cli.summary({}).startswith("nothing to do")
+    # Counts print as integers (SQuAD's "total 1.8e+04" was 18000 questions), other values to 4 digits.
+    squad = cli.summary({"eval": {"split": "sq.json", "step": 2, "metrics": {
+        "exact": 0.0, "f1": 1.3889, "total": 18000.0, "HasAns_total": 12961, "loss": 12345.67, "lr": 2e-05}}})
+    assert squad == ("evaluated sq.json at step 2: exact 0, f1 1.389, total 18000, HasAns_total 12961, loss 12346, "
+                     "lr 2e-05")
 
 
 def test_tools_check_their_settings_before_tensorflow_loads():

@@ -63,6 +63,7 @@ import dataclasses
 import errno
 import gc
 import importlib
+import math
 import os
 import re
 import signal
@@ -492,6 +493,21 @@ def exit_status(result) -> int:
     return 128 + (signal.SIGINT if by == "SIGINT" else signal.SIGTERM)  # "another worker": its preemption
 
 
+def _number(value) -> str:
+    """A metric for the last line: a count as the integer it is (SQuAD's ``total 18000``, not ``1.8e+04``), other
+    values to 4 significant digits, without an exponent below 1e15 (an eval loss of 12345.67 reads ``12346``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        return str(value)
+    number = float(value)
+    if not math.isfinite(number):
+        return str(number)
+    if number.is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    if 1e4 <= abs(number) < 1e15:
+        return f"{number:.0f}"
+    return f"{number:.4g}"
+
+
 def summary(result: dict) -> str:
     """What a run did, for its last log line: ``result`` is pretraining's last metrics, or fine-tuning's stages
     (``train``, ``eval``, ``predict``, ``export``)."""
@@ -506,7 +522,7 @@ def summary(result: dict) -> str:
                      + ("; rerun the same command to resume" if by else ""))
     if "eval" in result:
         report = result["eval"]
-        metrics = ", ".join(f"{k} {v:.4g}" for k, v in report["metrics"].items())
+        metrics = ", ".join(f"{k} {_number(v)}" for k, v in report["metrics"].items())
         parts.append(f"evaluated {report.get('split', '')} at step {report.get('step')}: {metrics}")
     if result.get("predict"):
         parts.append(f"predictions in {', '.join(result['predict'])}")
