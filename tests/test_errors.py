@@ -58,6 +58,37 @@ def test_errors_a_user_caused_are_one_line_and_bugs_keep_their_traceback(tmp_pat
         None, None, "a bug")) is None
 
 
+def test_a_full_disk_or_a_file_size_limit_is_one_line_naming_the_file(tmp_path):
+    """TensorFlow's writers (TFRecord caches, SaveV2 of checkpoints and exports) said "No space left on device" in a
+    ResourceExhaustedError's traceback; a file-size limit (ulimit -f) was a traceback through atomic_write, and a full
+    disk there named no file."""
+    import errno
+
+    from xlnet_tf import io_utils
+
+    cache = tf.errors.ResourceExhaustedError(None, None, "/d/feat/.sst-2.tf_record.tmp-4eumh6am/out; No space left "
+                                             "on device")
+    assert user_error_message(cache) == "/d/feat/.sst-2.tf_record.tmp-4eumh6am/out: No space left on device"
+    save = tf.errors.ResourceExhaustedError(None, None, "{{function_node __wrapped__SaveV2_dtypes_1_device_/job:"
+                                            "localhost}} /m/model-2_temp/part-00000-of-00001.data-00000-of-00001."
+                                            "tempstate1; Disk quota exceeded [Op:SaveV2]")
+    assert user_error_message(save) == ("/m/model-2_temp/part-00000-of-00001.data-00000-of-00001.tempstate1: "
+                                        "Disk quota exceeded")
+    # Memory, not disk: a bug or a too-big model, kept with its traceback.
+    assert user_error_message(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")) is None
+    target = str(tmp_path / "part-1.tsv.predictions.jsonl")
+    for code in (errno.ENOSPC, errno.EFBIG):
+        def write(f, code=code):
+            f.write("{}\n")
+            raise OSError(code, os.strerror(code))  # what f.write raises on a full disk, or past ulimit -f
+        error = raised(lambda: io_utils.atomic_write(target, write))
+        assert user_error_message(error) == f"{target}: {os.strerror(code)}"
+        assert not os.listdir(tmp_path)  # nothing half-written left
+    # Another errno without a file name (write_fn reading its input) is not put on the target.
+    error = raised(lambda: io_utils.atomic_write(target, lambda f: (_ for _ in ()).throw(OSError(errno.EINVAL, "x"))))
+    assert error.filename is None
+
+
 def test_a_missing_input_is_an_input_error_for_library_callers_too(tmp_path):
     """Files named but not there were FileNotFoundErrors in some modules and InputErrors in others: a caller
     catching InputError (the library's "what the user gave") missed a missing SentencePiece model or data split.

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import functools
 import io
 import json
@@ -567,6 +568,11 @@ def atomic_path(path: str, last=()):
         rmtree(tmp)
 
 
+# What writing a file raises for the disk, not the data: out of space or quota, over a file-size limit (ulimit -f),
+# a read-only file system, an I/O error.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
 @_names_uri_errors
 def atomic_write(path: str, write_fn, mode: str = "w") -> str:
     """Writes ``path`` through ``write_fn(file)`` atomically (``mode`` "w" for text, "wb" for bytes): into a
@@ -597,9 +603,15 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, local)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(error, OSError) and error.errno is not None and (
+                error.filename == tmp or error.filename is None and error.errno in _WRITE_ERRNOS):
+            # A full disk or a file-size limit raised by a write names no file, a failed fsync or rename the
+            # temporary one, which is gone now: the target is what the user can look for. (Another errno without
+            # a name may be write_fn's reading of its input: left as it is.)
+            raise OSError(error.errno, error.strerror or os.strerror(error.errno), path) from error
         raise
     return path
 

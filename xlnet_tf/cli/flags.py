@@ -48,7 +48,8 @@ A tool is a settings dataclass and a function that takes it::
     resume (no ``--helpfull`` pointer: no flag is wrong).
   - One of these raised inside TensorFlow (a tf.data generator, a py_function), which re-raises it as its own
     error with the Python traceback in its message: the message alone is printed. And TensorFlow's
-    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a read-only file system, a
+    ``DataLossError`` (a damaged TFRecord or checkpoint file), a full disk or quota, a file-size limit
+    (``ulimit -f``), a read-only file system (the file being written named, also from TensorFlow's writers), a
     URI TensorFlow cannot use: no network, no credentials, permission denied (``io_utils.uri_error_message``;
     ``user_error_message``).
 
@@ -409,8 +410,14 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
 _WRAPPED = re.compile(r"(?:^|\}\} |\n)(\w+): (.*?)(?:\nTraceback \(most recent call last\)|\Z)", re.S)
 # A URI in TensorFlow's message of a filesystem error (io_utils.uri_error_message says which are).
 _URI_IN_MESSAGE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"]+")
-# Out of disk or quota, a read-only file system: the user's to fix, whichever file was being written.
-_USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
+# Out of disk or quota, a file-size limit (ulimit -f), a read-only file system: the user's to fix, whichever file
+# was being written.
+_USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG}
+# TensorFlow's C++ writers (TFRecord files, SaveV2's checkpoints and exports) report these errnos as a
+# ResourceExhaustedError (or another class) whose message is "<path>; <strerror>", after a "{{function_node ...}}"
+# and before an " [Op:SaveV2]".
+_DISK_ERROR = re.compile(r"^(?:\{\{[^}]*\}\}\s*)?(.*?);\s*(" + "|".join(re.escape(os.strerror(e)) for e in
+                                                                  sorted(_USER_ERRNOS)) + r")\b")
 
 
 def _user_error_names() -> set:
@@ -426,7 +433,8 @@ def user_error_message(error: BaseException) -> Optional[str]:
     """The one line to print for an error the user caused, or None for a bug (it keeps its traceback):
     ``USER_ERRORS``; one of them raised inside TensorFlow (a tf.data generator, a py_function), which TensorFlow
     re-raises as its own error with the Python traceback in the message; a ``DataLossError`` (a damaged TFRecord
-    or checkpoint file); a full disk or a read-only file system."""
+    or checkpoint file); a full disk or quota, a file-size limit or a read-only file system, raised by Python or by
+    TensorFlow's writers, named with the file being written."""
     if isinstance(error, USER_ERRORS):
         return str(error)
     if isinstance(error, OSError) and error.errno in _USER_ERRNOS:
@@ -437,6 +445,9 @@ def user_error_message(error: BaseException) -> Optional[str]:
     wrapped = _WRAPPED.search(text)
     if wrapped and wrapped.group(1) in _user_error_names():
         return wrapped.group(2).strip()
+    disk = _DISK_ERROR.search(text.strip().splitlines()[0] if text.strip() else "")
+    if disk:
+        return f"{disk.group(1).strip()}: {disk.group(2)}"
     uri = _URI_IN_MESSAGE.search(text)  # a checkpoint, summary or TFRecord on gs://... that TensorFlow cannot use
     message = uri and io_utils.uri_error_message(uri.group(0).rstrip(".,;:'\")"), error)
     if message:
