@@ -86,6 +86,40 @@ def test_atomic_path_replaces_a_file_with_a_directory_and_back(tmp_path, where):
     assert io_utils.listdir(io_utils.dirname(path)) == ["out"]  # nothing temporary left
 
 
+def test_a_killed_writers_temporaries_are_removed_by_the_next_write_of_its_target(tmp_path):
+    """A feature cache's or an export version's temporary directory of a killed run stayed forever (102 MB beside
+    one cache): the next write of the same target removes those of processes gone from this host, and only those
+    (another run alive may be writing the same cache; another host's processes cannot be asked)."""
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = io_utils._host()
+    cache = tmp_path / "sst-2.len-64.train.tf_record"
+    stale = tmp_path / f".{cache.name}.tmp-{host}-{dead.pid}-abc_12"
+    (stale / "out").mkdir(parents=True)
+    (stale / "out" / "half").write_bytes(b"x" * 1000)
+    stale_file = tmp_path / f".{cache.name}.tmp-{host}-{dead.pid}-q1w2e3"
+    stale_file.write_text("half")
+    live = tmp_path / f".{cache.name}.tmp-{host}-{os.getppid()}-zz9"  # a process that is alive: another writer
+    live.mkdir()
+    elsewhere = tmp_path / f".{cache.name}.tmp-otherhost-{dead.pid}-k8"
+    elsewhere.mkdir()
+    other_target = tmp_path / f".other.tmp-{host}-{dead.pid}-r5"  # another target's: not this write's to judge
+    other_target.mkdir()
+    with io_utils.atomic_path(str(cache)) as tmp:
+        io_utils.write_text_atomic(tmp, "records")
+    assert cache.read_text() == "records"
+    assert sorted(os.listdir(tmp_path)) == sorted([cache.name, live.name, elsewhere.name, other_target.name])
+    # A file written by atomic_write clears its dead temporaries too, and its own carry this host and pid.
+    stale_file.write_text("half")
+    io_utils.write_text_atomic(str(cache), "again")
+    assert not stale_file.exists() and live.exists()
+    with io_utils.atomic_path(str(tmp_path / "v")) as tmp:
+        assert os.path.basename(os.path.dirname(tmp)).startswith(f".v.tmp-{host}-{os.getpid()}-")
+        io_utils.write_text_atomic(tmp, "v")
+
+
 def test_settings_check_uris_after_tensorflow_loads():
     """The settings layer never imports TensorFlow: a URI is taken as present until it is loaded (probe None),
     then checked with tf.io.gfile with the local message. The config and SentencePiece model beside a URI

@@ -7,8 +7,8 @@ check local files before TensorFlow loads); every path with a scheme goes throug
 first use). ``probe`` answers "does it exist" without importing TensorFlow: for a URI it says "not known yet"
 (None) until TensorFlow is loaded, so the tools check URIs after it loads, with the same messages.
 
-Atomic writes. A file is written under a temporary name next to the target (``.<name>.tmp-*``: a killed
-writer's leftovers are recognisable) and renamed over it. On a local disk (a plain path or ``file://``) the file
+Atomic writes. A file is written under a temporary name next to the target (``.<name>.tmp-<host>-<pid>-*`` on a
+local disk: a later write of the target removes those of processes gone from this host) and renamed over it. On a local disk (a plain path or ``file://``) the file
 is fsynced first and the rename is atomic, for files and directories alike. On object stores (``gs://``) a rename
 is a copy and a delete: still atomic for one file (an object appears whole when its upload ends, and the temporary
 object is removed after), not for a directory, which is many objects. So a directory (``atomic_path``) is built
@@ -509,6 +509,47 @@ def _tmp_name(path: str, tag: str = "tmp") -> str:
     return join(dirname(path), f".{basename(path)}.{tag}-{uuid.uuid4().hex[:12]}")
 
 
+def _host() -> str:
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
+
+
+def _local_tmp_prefix(path: str, tag: str = "tmp") -> str:
+    """The start of a local temporary name beside ``path``: ``.<name>.<tag>-<host>-<pid>-``, then mkstemp's or
+    mkdtemp's random part. The host and pid say whose it is: a later writer of ``path`` removes those of processes
+    gone from this host (``_remove_dead_temps``)."""
+    return f".{os.path.basename(path)}.{tag}-{_host()}-{os.getpid()}-"
+
+
+def _remove_dead_temps(path: str) -> None:
+    """Removes the temporaries a killed writer of the local ``path`` left beside it (``.<name>.tmp-*`` and
+    ``.<name>.old-*``: a feature cache's was 102 MB, an export's a whole version), only those of processes this
+    host says are gone: a live process's temporary may be another run writing the same cache; one of another
+    host, whose processes cannot be asked, is left (as an unnamed one from before names carried a pid). A pid
+    reused since by another process keeps its temporary: left, never removed wrongly."""
+    parent, name = os.path.split(os.path.abspath(path))
+    # An .old-* is the previous output moved aside: while the target is missing (a crash between the two
+    # renames), it is the only copy, kept.
+    tags = "tmp|old" if os.path.lexists(path) else "tmp"
+    pattern = re.compile(rf"\.{re.escape(name)}\.(?:{tags})-{re.escape(_host())}-(\d+)-[^-]*$")
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(f".{name}.")]
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if not match or int(match.group(1)) == os.getpid() or _process_alive(int(match.group(1))):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.remove(entry.path)
+            except OSError:  # removed by another writer meanwhile
+                pass
+
+
 def _move_tree(src: str, dst: str, last=()) -> None:
     """Moves the files below ``src`` to the same places below ``dst``, those named in ``last`` after all others
     (file by file: an object store has no directory rename; ram:// loses the files of a renamed directory)."""
@@ -542,7 +583,8 @@ def atomic_path(path: str, last=()):
         tmp = _tmp_name(path)
         makedirs(tmp)
     else:
-        tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+        _remove_dead_temps(path)
+        tmp = tempfile.mkdtemp(dir=parent, prefix=_local_tmp_prefix(path))
     target = join(tmp, "out")
     try:
         yield target
@@ -550,7 +592,7 @@ def atomic_path(path: str, last=()):
             if os.path.lexists(path) and (os.path.isdir(target) or os.path.isdir(path)):
                 # rename() replaces a file with a file only: the old one goes aside first (a crash between the
                 # two renames leaves it in .<name>.old-*)
-                old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
+                old = tempfile.mkdtemp(dir=parent, prefix=_local_tmp_prefix(path, "old"))
                 os.replace(path, os.path.join(old, "out"))
                 os.replace(target, path)
                 shutil.rmtree(old, ignore_errors=True)
@@ -593,7 +635,8 @@ def atomic_write(path: str, write_fn, mode: str = "w") -> str:
         return path
     parent = os.path.dirname(os.path.abspath(local))
     os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(local)}.tmp-")
+    _remove_dead_temps(local)
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=_local_tmp_prefix(local))
     try:
         umask = os.umask(0)
         os.umask(umask)
