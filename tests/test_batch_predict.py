@@ -147,6 +147,45 @@ def test_rows_are_streamed_and_bad_ones_named(tmp_path):
         bp.list_shards(str(tmp_path))
 
 
+class _LengthPredictor(bp.Predictor):
+    """A raw-text "model" (no TensorFlow model to build): probabilities from the text's length, for the engine's
+    tests that need no real model."""
+    takes_text, pair = True, False
+    identity = {"sha256": "length"}
+
+    def __init__(self):
+        from xlnet_tf import tasks
+
+        self.family = tasks.get("classification")
+        self.meta = {"labels": ["0", "1"]}
+        self._describe(["probabilities"])
+
+    def __call__(self, batch):
+        odd = np.asarray([len(t) % 2 for t in np.asarray(batch["text_a"])], np.float32)
+        return {"probabilities": np.stack([1 - odd, odd], axis=1)}
+
+
+def test_a_truncated_output_is_predicted_again_on_resume(tmp_path):
+    """A rerun skipped a finished shard whose predictions file had been cut (a partial copy or sync: 6,886 of
+    25,000 lines) and reported all its rows, complete: the size written is recorded and compared."""
+    (tmp_path / "in").mkdir()
+    for k in range(2):
+        (tmp_path / "in" / f"part-{k}.tsv").write_text("sentence\n" + "".join(f"row {i}\n" for i in range(50)))
+    out, fields = tmp_path / "out", bp.Fields.parse("sentence")
+    first = bp.predict_shards(_LengthPredictor(), str(tmp_path / "in" / "*.tsv"), str(out), fields, batch_size=16)
+    whole = (out / "part-1.tsv.predictions.jsonl").read_bytes()
+    assert [s["output_bytes"] for s in first["shards"]][1] == len(whole)
+    (out / "part-1.tsv.predictions.jsonl").write_bytes(whole[:100])
+    untouched = (out / "part-0.tsv.predictions.jsonl").stat().st_ino
+    with absl_messages() as logs:
+        again = bp.predict_shards(_LengthPredictor(), str(tmp_path / "in" / "*.tsv"), str(out), fields,
+                                  batch_size=16)
+    assert (out / "part-1.tsv.predictions.jsonl").read_bytes() == whole
+    assert (out / "part-0.tsv.predictions.jsonl").stat().st_ino == untouched  # the intact shard is skipped
+    assert again["complete"] and again["rows"] == 100
+    assert any("part-1.tsv.predictions.jsonl: 100 bytes, written with" in m and "truncated" in m for m in logs), logs
+
+
 def test_tsv_line_endings_and_duplicate_columns_are_named(tmp_path):
     """A CR-only file was one header line: 0 rows, complete, exit 0. A column named twice: the last one was read."""
     fields = bp.Fields.parse("sentence", "id")

@@ -13,7 +13,8 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   ``"prediction": 3.25``), written under a temporary name and renamed when the shard is complete; and
   ``predict_summary.json`` (settings, per-shard counts, skipped rows with file:line), rewritten after each shard.
   What a row's prediction holds is the task family's (``xlnet_tf.tasks``: ``batch.row``).
-* **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since); the one being
+* **Resuming**: a rerun skips the shards whose output exists (unless their input file changed since, or the output's
+  size is not the one recorded when it was written: a truncated copy is predicted again); the one being
   written when a job was killed is predicted again from its start, so a rerun's files equal an uninterrupted run's.
   A rerun with another model or other settings than ``predict_summary.json`` records is an error (``--overwrite``
   deletes every earlier output and predicts every shard again); a model is told by its files' content, not the path
@@ -338,10 +339,16 @@ def _plan(predictor: Predictor, shards: list, output_dir: str, fields: Fields, i
     for path, name in zip(shards, names):
         out = os.path.join(output_dir, name)
         if not overwrite and tf.io.gfile.exists(out) and path in done_before:
-            if done_before[path].get("input_identity") == identity[path]:
+            written = done_before[path].get("output_bytes")
+            if done_before[path].get("input_identity") != identity[path]:
+                logging.warning("%s changed since its predictions were written; predicting it again", path)
+            elif written is not None and tf.io.gfile.stat(out).length != written:
+                # A partial copy or sync, a restored backup: the summary's rows would not be in the file.
+                logging.warning("%s: %d bytes, written with %d (truncated or replaced); predicting %s again", out,
+                                tf.io.gfile.stat(out).length, written, path)
+            else:
                 records.append(done_before[path])
                 continue
-            logging.warning("%s changed since its predictions were written; predicting it again", path)
         todo.append(path)
     if len(todo) < len(shards):
         logging.info("predict: %d of %d shards already done in %s; skipping them", len(shards) - len(todo),
@@ -373,6 +380,7 @@ def _predict_shard(predictor: Predictor, path: str, fmt: str, fields: Fields, ba
     atomic_write(output, write)
     if stats.skipped:
         logging.warning("%s: skipped %d bad row(s), e.g. %s", path, stats.skipped, "; ".join(stats.skipped_rows[:3]))
-    return dict(output=output, format=fmt, rows=stats.rows, skipped=stats.skipped,
+    return dict(output=output, output_bytes=tf.io.gfile.stat(output).length, format=fmt, rows=stats.rows,
+                skipped=stats.skipped,
                 truncated=stats.truncated, skipped_rows=stats.skipped_rows,
                 seconds=round(time.monotonic() - started, 2))
