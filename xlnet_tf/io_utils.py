@@ -8,8 +8,9 @@ first use). ``probe`` answers "does it exist" without importing TensorFlow: for 
 (None) until TensorFlow is loaded, so the tools check URIs after it loads, with the same messages.
 
 Atomic writes. A file is written under a temporary name next to the target (``.<name>.tmp-<host>-<pid>-*`` on a
-local disk: a later write of the target removes those of processes gone from this host) and renamed over it. On a local disk (a plain path or ``file://``) the file
-is fsynced first and the rename is atomic, for files and directories alike. On object stores (``gs://``) a rename
+local disk: a later write of the target removes those of processes gone from this host) and renamed over it. On a
+local disk (a plain path or ``file://``) the file is fsynced first and the rename is atomic, for files and
+directories alike. On object stores (``gs://``) a rename
 is a copy and a delete: still atomic for one file (an object appears whole when its upload ends, and the temporary
 object is removed after), not for a directory, which is many objects. So a directory (``atomic_path``) is built
 under a temporary name and its files are then moved into place one by one, the files named in ``last`` moved last:
