@@ -186,6 +186,50 @@ def test_a_truncated_output_is_predicted_again_on_resume(tmp_path):
     assert any("part-1.tsv.predictions.jsonl: 100 bytes, written with" in m and "truncated" in m for m in logs), logs
 
 
+def test_a_row_over_max_line_bytes_is_skipped_and_named_without_being_read_whole(tmp_path):
+    """One 55 MB TSV row cost 2.5 GB of memory and was predicted from its first tokens, with nothing said."""
+    from xlnet_tf.batch import inputs
+
+    (tmp_path / "in").mkdir()
+    tsv = tmp_path / "in" / "part-0.tsv"
+    tsv.write_bytes(b"sentence\tlabel\n" + b"good film. " * 300 + b"\t1\nbad film\t0\n" + b"x" * 1000)
+    fields = bp.Fields.parse("sentence")
+    asked = []
+    real_open = inputs.io_utils.open
+
+    class Recorded:  # the sizes read_rows asks readline for: never the whole over-long row
+        def __init__(self, f):
+            self.f = f
+
+        def readline(self, size=-1):
+            asked.append(size)
+            return self.f.readline(size)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    inputs.io_utils.open = lambda path, mode="r", **kw: Recorded(real_open(path, mode, **kw))
+    try:
+        rows = list(bp.read_rows(str(tsv), "tsv", fields, max_line_bytes=500))
+    finally:
+        inputs.io_utils.open = real_open
+    assert [(r.line, r.text_a, r.problem) for r in rows] == [
+        (2, "", "3303 bytes, longer than --max_line_bytes=500"), (3, "bad film", ""),
+        (4, "", "1000 bytes, longer than --max_line_bytes=500")]
+    assert rows[-1].end == tsv.stat().st_size and max(asked) <= 1 << 20 and -1 not in asked
+    summary = bp.predict_shards(_LengthPredictor(), str(tsv), str(tmp_path / "out"), fields, max_line_bytes=500)
+    assert summary["rows"] == 1 and summary["shards"][0]["skipped_rows"] == [
+        f"{tsv}:2: 3303 bytes, longer than --max_line_bytes=500", f"{tsv}:4: 1000 bytes, longer than "
+        "--max_line_bytes=500"]
+    with pytest.raises(InputError, match=r"part-0.tsv:1: the header is 15 bytes, longer than --max_line_bytes=10"):
+        bp.check_header(str(tsv), "tsv", fields, max_line_bytes=10)
+    # The default bound leaves every usual row alone.
+    assert [r.line for r in bp.read_rows(str(tsv), "tsv", fields) if not r.problem] == [2, 3]
+
+
 def test_tsv_line_endings_and_duplicate_columns_are_named(tmp_path):
     """A CR-only file was one header line: 0 rows, complete, exit 0. A column named twice: the last one was read."""
     fields = bp.Fields.parse("sentence", "id")

@@ -23,6 +23,11 @@ def input_format_error(input_format: str):
 
 SIGNATURES = ("auto", "serving_default", "serve_ids")
 DEFAULT_MAX_SEQ_LENGTH = 128  # token-id signatures of exports that do not record their length
+# The longest TSV/JSONL row batch prediction reads (--max_line_bytes). A row held ~45 times its size in memory on
+# its way to the model (a 55 MB row cost 2.5 GB), and the model reads only its first max_seq_length tokens (512
+# tokens are a few kB of text): 1 MB is hundreds of times any row a model can read whole, and bounds a row's cost
+# to ~50 MB, where a file without newlines (a wrongly globbed binary) would exhaust memory.
+DEFAULT_MAX_LINE_BYTES = 1_000_000
 # The Beam runners ``python -m xlnet_tf.cli.predict --runner`` names (xlnet_tf.batch.beam; docs/batch.md). Local:
 # DirectRunner (Beam 2.77 tries Prism first, which downloads its binary, then falls back to FnApiRunner), FnApiRunner
 # (the DirectRunner's batch engine, in memory or in worker processes, directly), BundleBasedDirectRunner (the one

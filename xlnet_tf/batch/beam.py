@@ -45,7 +45,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, PortableOption
 
 from xlnet_tf import tasks
 from xlnet_tf.batch import SUMMARY_FILE, input_format_error
-from xlnet_tf.batch.inputs import Fields, check_header, read_rows, shard_format
+from xlnet_tf.batch.inputs import DEFAULT_MAX_LINE_BYTES, Fields, check_header, read_rows, shard_format
 from xlnet_tf.batch.predictors import SavedModelPredictor
 from xlnet_tf.batch.rows import (DEAD_LETTERS, PREDICTIONS, earlier_outputs, input_shards, model_inputs, output_lines,
                                  settings_of, stack_inputs, totals, with_id)
@@ -140,8 +140,8 @@ class ReadShard(beam.DoFn):
     """``(path, format)`` -> its usable rows ``(file, line, id or None, text_a, text_b)``, and its bad ones
     ``(file, line, reason)`` to the ``bad`` output (never an exception: a dead letter)."""
 
-    def __init__(self, fields: Fields, task_module: Optional[str]):
-        self.fields, self.task_module = fields, task_module
+    def __init__(self, fields: Fields, task_module: Optional[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+        self.fields, self.task_module, self.max_line_bytes = fields, task_module, max_line_bytes
         self.rows, self.skipped = Metrics.counter(NAMESPACE, "rows_read"), Metrics.counter(NAMESPACE, "skipped")
 
     def setup(self):
@@ -150,7 +150,7 @@ class ReadShard(beam.DoFn):
     def process(self, shard):
         path, fmt = shard
         ids = with_id(self.fields, fmt)
-        for row in read_rows(path, fmt, self.fields):
+        for row in read_rows(path, fmt, self.fields, self.max_line_bytes):
             if row.problem:
                 self.skipped.inc()
                 yield beam.pvalue.TaggedOutput("bad", (path, row.line, row.problem))
@@ -226,6 +226,7 @@ class Plan:
     task_module: Optional[str] = None
     runner: str = "DirectRunner"
     source: dict = dataclasses.field(default_factory=dict)
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
 
 def build(pipeline: beam.Pipeline, plan: Plan) -> None:
@@ -233,7 +234,8 @@ def build(pipeline: beam.Pipeline, plan: Plan) -> None:
     read = (pipeline
             | "Inputs" >> beam.Create([(p, plan.formats[p]) for p in plan.shards])
             | "SpreadInputs" >> beam.Reshuffle()  # input files (few elements) over the workers
-            | "ReadRows" >> beam.ParDo(ReadShard(plan.fields, plan.task_module)).with_outputs("bad", main="rows"))
+            | "ReadRows" >> beam.ParDo(ReadShard(plan.fields, plan.task_module, plan.max_line_bytes))
+            .with_outputs("bad", main="rows"))
     predicted = read.rows | "Predict" >> RunInference(plan.handler)
     lines = predicted | "Lines" >> beam.Map(_line)
     _ = lines | "WritePredictions" >> beam.io.WriteToText(
@@ -272,6 +274,7 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     if problem := input_format_error(s.input_format):
         raise InputError(problem)
     fields = Fields.parse(s.text_fields, s.id_field)
+    max_line_bytes = getattr(s, "max_line_bytes", DEFAULT_MAX_LINE_BYTES)
     spec = ModelSpec(s.saved_model, s.signature, s.spiece_model_file, s.max_seq_length, s.uncased, s.task_module)
     predictor = spec.load()
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
@@ -280,7 +283,7 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     shards = input_shards(s.input_glob, s.output_dir)  # not its own results, which --overwrite deletes
     formats = {path: shard_format(path, s.input_format, predictor.family) for path in shards}
     for path in shards:
-        check_header(path, formats[path], fields)
+        check_header(path, formats[path], fields, max_line_bytes)
     settings = settings_of(predictor, fields)
     there = earlier_outputs(s.output_dir)
     if there and not s.overwrite:
@@ -291,7 +294,7 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     tf.io.gfile.makedirs(s.output_dir)
     handler = handler or ExportHandler(spec, bool(fields.text_b), s.batch_size, s.share_model)
     return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner,
-                predictor.source)
+                predictor.source, max_line_bytes)
 
 
 def local_runner(runner: str) -> str:

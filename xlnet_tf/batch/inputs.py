@@ -13,6 +13,7 @@ from typing import Iterator, Optional
 import tensorflow as tf
 
 from xlnet_tf import io_utils, tasks
+from xlnet_tf.batch import DEFAULT_MAX_LINE_BYTES
 from xlnet_tf.errors import InputError
 from xlnet_tf.io_utils import GZIP_MAGIC
 from xlnet_tf.tasks.base import Row
@@ -77,19 +78,40 @@ def shard_format(path: str, input_format: str = "auto", family=None) -> str:
                      "or set --input_format)")
 
 
-def check_header(path: str, fmt: str, fields: Fields) -> None:
+def check_header(path: str, fmt: str, fields: Fields, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
     """A TSV shard's header must name the fields, and a shard must not be a gzip file: checked for every shard
     before any is predicted (inside the tf.data generator the error would surface as an opaque iterator error)."""
     if fmt not in ("tsv", "jsonl"):
         return
-    for row in read_rows(path, fmt, fields):  # read_rows raises on a bad header or a gzip file, before its first row
+    for row in read_rows(path, fmt, fields, max_line_bytes):  # raises on a bad header or a gzip file, first
         break
 
 
-def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
+def _lines(f, limit: int) -> Iterator[tuple]:
+    """``(raw line, its size in bytes)`` of the binary file ``f``; a line longer than ``limit`` bytes (its newline
+    not counted) as ``(None, size)`` (newline included, as the offsets count), read past in pieces, never held
+    whole."""
+    while True:
+        raw = f.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield raw, len(raw)
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = f.readline(1 << 20)
+            if not raw:
+                break
+            size += len(raw)
+        yield None, size
+
+
+def read_rows(path: str, fmt: str, fields: Fields, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Row]:
     """Streams the rows of one shard, line by line (1-based line numbers; TSV line 1 is the header). Blank lines
-    are ignored. A TSV header without a named field is an error naming the file. A task family's own format (e.g.
-    SQuAD files): its reader, whose rows carry their ids."""
+    are ignored. A TSV header without a named field is an error naming the file. A row longer than
+    ``max_line_bytes`` is skipped with its size (never read whole). A task family's own format (e.g. SQuAD files):
+    its reader, whose rows carry their ids."""
     readers = family_formats()
     if fmt in readers:
         yield from readers[fmt](path)
@@ -100,8 +122,14 @@ def read_rows(path: str, fmt: str, fields: Fields) -> Iterator[Row]:
     # Not GFile's line iterator: it deletes every carriage return, so "half\rline" was predicted as "halfline",
     # a CR-only file was one line, and the byte offsets of progress came short.
     with io_utils.open(path, "rb") as f:
-        for line_no, raw in enumerate(f, start=1):
-            offset += len(raw)
+        for line_no, (raw, size) in enumerate(_lines(f, max_line_bytes), start=1):
+            offset += size
+            if raw is None:
+                if fmt == "tsv" and columns is None:
+                    raise InputError(f"{path}:{line_no}: the header is {size} bytes, longer than --max_line_bytes="
+                                     f"{max_line_bytes} (is it {fmt.upper()} text?)")
+                yield Row(line_no, offset, problem=f"{size} bytes, longer than --max_line_bytes={max_line_bytes}")
+                continue
             if line_no == 1:
                 if raw.startswith(GZIP_MAGIC):
                     raise InputError(f"{path}: a gzip file, not {fmt.upper()} text: decompress it first")

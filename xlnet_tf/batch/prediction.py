@@ -19,8 +19,9 @@ fine-tuned checkpoint (``run_classifier.py --do_predict --predict_input_glob=...
   A rerun with another model or other settings than ``predict_summary.json`` records is an error (``--overwrite``
   deletes every earlier output and predicts every shard again); a model is told by its files' content, not the path
   naming it (``Predictor.identity``).
-* **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8) are skipped, counted and listed with
-  file:line in the summary and the log; a missing field in a TSV header is an error naming the file.
+* **Bad rows** (wrong column count, empty text, invalid JSON, not UTF-8, longer than ``--max_line_bytes``, which is
+  never read whole) are skipped, counted and listed with file:line in the summary and the log; a missing field in
+  a TSV header is an error naming the file.
 
 SavedModels: ``--saved_model`` is a SavedModel directory or a base path of numbered versions
 (``<base>/<version>/saved_model.pb``, TF Serving's layout; the highest version is used). ``--signature=auto``
@@ -52,7 +53,7 @@ from absl import logging
 # Defined in the package (no TensorFlow there) so the command line checks flags before TensorFlow loads.
 from xlnet_tf.batch import DEFAULT_MAX_SEQ_LENGTH, SIGNATURES, SUMMARY_FILE, input_format_error
 # The parts shared with the Beam pipeline, named here for this engine's callers (run_classifier.py, tests, bench/).
-from xlnet_tf.batch.inputs import Fields, check_header, list_shards, read_rows, shard_format
+from xlnet_tf.batch.inputs import DEFAULT_MAX_LINE_BYTES, Fields, check_header, list_shards, read_rows, shard_format
 from xlnet_tf.batch.predictors import (KerasPredictor, Predictor, SavedModelPredictor, checkpoint_sha256,
                                        resolve_saved_model)
 from xlnet_tf.batch.rows import (LOCK_FILE, OUTPUT_SUFFIX, earlier_outputs, input_shards, model_inputs, output_lines,
@@ -80,7 +81,7 @@ class ShardStats:
 
 
 def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int,
-                  stats: ShardStats) -> tf.data.Dataset:
+                  stats: ShardStats, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tf.data.Dataset:
     """Batches of one shard, streamed: ``line``, ``end`` int64 [B], ``id`` string [B] and the model inputs
     (``text_a``, ``text_b`` string [B], or ``input_ids``, ``segment_ids`` int32 [B, L], ``padding_mask`` float32
     [B, L]). Skipped rows are counted in ``stats``, never batched. The generator yields whole batches: tf.data's
@@ -103,7 +104,7 @@ def shard_dataset(predictor: Predictor, path: str, fmt: str, fields: Fields, bat
             return dict(stack_inputs(inputs), line=np.asarray(lines, np.int64), end=np.asarray(ends, np.int64),
                         id=np.asarray(ids, object))
 
-        for row in read_rows(path, fmt, fields):
+        for row in read_rows(path, fmt, fields, max_line_bytes):
             if row.problem:
                 stats.skipped += 1
                 if len(stats.skipped_rows) < MAX_LISTED_SKIPS:
@@ -226,7 +227,7 @@ class _Flags:
 
 def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, fields: Fields, batch_size: int = 128,
                    input_format: str = "auto", overwrite: bool = False, progress_every_s: float = 30.0,
-                   glob_flag: str = "--input_glob") -> dict:
+                   glob_flag: str = "--input_glob", max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict:
     """Predicts every shard matching ``input_glob`` into ``output_dir`` (see the module docstring); returns the
     summary written to ``predict_summary.json``. One job at a time writes into an output directory
     (``output_lock``)."""
@@ -240,7 +241,7 @@ def predict_shards(predictor: Predictor, input_glob: str, output_dir: str, field
     tf.io.gfile.makedirs(output_dir)
     with output_lock(output_dir, flags.output_dir):
         return _predict_shards(predictor, shards, input_glob, output_dir, fields, batch_size, input_format,
-                               overwrite, progress_every_s, flags)
+                               overwrite, progress_every_s, flags, max_line_bytes)
 
 
 def output_lock(output_dir: str, flag: str = "--output_dir"):
@@ -255,8 +256,8 @@ def output_lock(output_dir: str, flag: str = "--output_dir"):
 
 def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_dir: str, fields: Fields,
                     batch_size: int, input_format: str, overwrite: bool, progress_every_s: float,
-                    flags: _Flags) -> dict:
-    plan = _plan(predictor, shards, output_dir, fields, input_format, overwrite, flags)
+                    flags: _Flags, max_line_bytes: int) -> dict:
+    plan = _plan(predictor, shards, output_dir, fields, input_format, overwrite, flags, max_line_bytes)
     sizes = {p: identity[0] for p, identity in plan.identity.items()}
     progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in plan.todo), progress_every_s)
     summary = dict(model_source=predictor.source, settings=plan.settings, input_glob=input_glob,
@@ -273,7 +274,8 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     write_summary()
     for path in plan.todo:
         label = f"shard {shards.index(path) + 1}/{len(shards)} {os.path.basename(path)}"
-        record = _predict_shard(predictor, path, plan.formats[path], fields, batch_size, output_dir, progress, label)
+        record = _predict_shard(predictor, path, plan.formats[path], fields, batch_size, output_dir, progress, label,
+                                max_line_bytes)
         progress.shard_done(sizes[path])
         progress.update(0, 0, f"{label} done", force=True)
         summary["shards"].append(dict(input=path, input_identity=plan.identity[path], **record))
@@ -298,7 +300,7 @@ class _Plan:
 
 
 def _plan(predictor: Predictor, shards: list, output_dir: str, fields: Fields, input_format: str, overwrite: bool,
-          flags: _Flags) -> _Plan:
+          flags: _Flags, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> _Plan:
     """Checks the inputs against the output directory and an earlier job's summary there (refusing a clash of
     output names, a Beam job's directory, other settings), clears what ``overwrite`` or a killed job left, and
     says what remains to do; every remaining input's header is read (a wrong column is an error now, not after
@@ -354,16 +356,16 @@ def _plan(predictor: Predictor, shards: list, output_dir: str, fields: Fields, i
         logging.info("predict: %d of %d shards already done in %s; skipping them", len(shards) - len(todo),
                      len(shards), output_dir)
     for path in todo:
-        check_header(path, formats[path], fields)
+        check_header(path, formats[path], fields, max_line_bytes)
     return _Plan(formats, identity, settings, records, todo, stale)
 
 
 def _predict_shard(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int, output_dir: str,
-                   progress: Progress, label: str) -> dict:
+                   progress: Progress, label: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict:
     """Predicts one input file into its output (written whole or not at all); returns its summary record (after
     ``input`` and ``input_identity``)."""
     stats = ShardStats()
-    dataset = shard_dataset(predictor, path, fmt, fields, batch_size, stats)
+    dataset = shard_dataset(predictor, path, fmt, fields, batch_size, stats, max_line_bytes)
     started = time.monotonic()
 
     def write(f):

@@ -19,8 +19,8 @@ import sys
 from typing import Optional, Sequence
 
 from absl import app
-from xlnet_tf.batch import (BEAM_RUNNERS, DEFAULT_MAX_SEQ_LENGTH, SIGNATURES, SUMMARY_FILE, formats,
-                            input_format_error)
+from xlnet_tf.batch import (BEAM_RUNNERS, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_SEQ_LENGTH, SIGNATURES, SUMMARY_FILE,
+                            formats, input_format_error)
 from xlnet_tf.cli import flags as cli
 from xlnet_tf.training.settings import Settings, path_missing, setting
 
@@ -54,6 +54,8 @@ class PredictSettings(Settings):
     overwrite: bool = setting(False, "Predict every shard again, even those done; every earlier output in "
                               "--output_dir is deleted.")
     progress_every_s: float = setting(30.0, "Seconds between progress lines.", above=0)
+    max_line_bytes: int = setting(DEFAULT_MAX_LINE_BYTES, "TSV/JSONL rows longer than this are skipped and "
+                                  "listed (file:line), never read whole.", above=0)
     task_module: Optional[str] = setting(None, "The module (dotted name or .py file) of a task family of your own, "
                                          "for its exports (xlnet_tf.tasks).")
     runner: Optional[str] = setting(None, "Run as an Apache Beam pipeline on this runner (docs/batch.md); the "
@@ -108,7 +110,7 @@ def main(s: PredictSettings) -> None:
     logging.info("predicting with %s (signature %s, %s)", predictor.path, predictor.signature,
                  "raw text" if predictor.takes_text else f"token ids, max_seq_length {predictor.max_seq_length}")
     prediction.predict_shards(predictor, s.input_glob, s.output_dir, fields, s.batch_size, s.input_format,
-                              s.overwrite, s.progress_every_s)
+                              s.overwrite, s.progress_every_s, max_line_bytes=s.max_line_bytes)
 
 
 # --- Beam's pipeline options -----------------------------------------------------------------------------------
