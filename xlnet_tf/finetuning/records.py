@@ -147,11 +147,16 @@ def cache_features(path: str, expected: dict, overwrite: bool,
         raise InputError(f"{meta.get('source', path)}: no usable examples ({meta.get('num_skipped', 0)} rows "
                          f"skipped{', e.g. ' + '; '.join(skipped[:3]) if skipped else ''})")
     truncated = 0
+    from xlnet_tf.training.progress import CountProgress
+
+    # Every cache is written here: the classifier's 504,000 rows took 23 s, a 20 MB CoNLL file 19 s, in silence.
+    progress = CountProgress(f"encoding {os.path.basename(path)}", meta["num_examples"])
 
     def features():
         nonlocal truncated
         for feature, cut in rows:
             truncated += cut
+            progress.advance()
             yield feature
 
     meta = write_records(path, features(), dict(expected, **meta, num_truncated=0))
