@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import tensorflow as tf
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
+from xlnet_tf.errors import InputError
 from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID, XLNetTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -326,3 +328,70 @@ def test_manifest_json_is_plain(written):
     with open(os.path.join(save_dir, "manifest.json")) as f:
         data = json.load(f)
     assert all(not os.path.isabs(s["file"]) for s in data["shards"]), "relocatable: paths relative to save_dir"
+
+
+def test_a_run_killed_between_passes_is_incomplete_and_training_names_the_command_that_completes_it(
+        written, corpus, tmp_path, monkeypatch):
+    """--num_passes=2 stopped during pass 1 leaves a manifest marked incomplete (it was complete with pass 0 only,
+    and training used half the data); the error names the missing pass and the command that writes it."""
+    _, one_pass = written
+    out = tmp_path / "passes"
+    write = cpd.write_shard
+
+    def killed_in_pass_1(save_dir, job, *args, **kw):
+        if "-pass1-" in job.file:
+            raise KeyboardInterrupt
+        return write(save_dir, job, *args, **kw)
+
+    monkeypatch.setattr(cpd, "write_shard", killed_in_pass_1)
+    with pytest.raises(KeyboardInterrupt):
+        cpd.run(config(corpus / "*.txt", out, num_passes=2))
+    monkeypatch.undo()
+    with open(out / "manifest.json") as f:
+        written_manifest = json.load(f)
+    assert not written_manifest["complete"] and written_manifest["missing_tasks"] == ["pass 1 task 0"]
+    with pytest.raises(InputError, match="writer tasks missing: pass 1 task 0; write them by rerunning") as error:
+        mf.load_manifest(str(out))
+    command = str(error.value).split("python -m ", 1)[1]
+    assert "--pass_id=0 --num_passes=2" in command and f"--save_dir={out}" in command
+    done = subprocess.run([sys.executable, "-m", *shlex.split(command)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = mf.load_manifest(str(out))
+    assert m["complete"] and m["passes"] == [0, 1] and m["num_records"] == 2 * one_pass["num_records"]
+
+
+def test_manifests_written_before_passes_were_recorded_still_load(written, tmp_path):
+    """Parts and manifests without ``passes_requested`` (older writers) count only the passes they hold."""
+    import shutil
+
+    save_dir, manifest = written
+    old = tmp_path / "old"
+    shutil.copytree(save_dir, old)
+    for path in [*(old / "parts").iterdir(), old / "manifest.json"]:
+        data = json.loads(path.read_text())
+        data.pop("passes_requested")
+        data["complete"] = path.name != "manifest.json"  # a stale manifest: load_manifest merges the parts
+        path.write_text(json.dumps(data))
+    m = mf.load_manifest(str(old))
+    assert m["complete"] and m["num_records"] == manifest["num_records"]
+
+
+def test_rerun_rewrites_a_truncated_shard(written, corpus, tmp_path, caplog):
+    """A shard cut short after it was written (a partial copy) is refused by training, which says that a rerun
+    repairs it, and the rerun rewrites it (it used to trust any file that existed)."""
+    import shutil
+
+    save_dir, _ = written
+    reference = shard_bytes(save_dir)
+    copy = tmp_path / "copy"
+    shutil.copytree(save_dir, copy)
+    name = sorted(reference)[1]
+    (copy / "tfrecords" / name).write_bytes(reference[name][:1000])
+    with pytest.raises(InputError, match=r"truncated or replaced\)\nrerunning the create_data command"):
+        mf.load_manifest(str(copy))
+    with caplog.at_level("WARNING", logger="xlnet_tf.data"):
+        cpd.run(config(corpus / "*.txt", copy))
+    assert f"rewriting tfrecords/{name}: 1000 bytes, written with {len(reference[name])}" in caplog.text
+    assert shard_bytes(copy) == reference
+    assert mf.load_manifest(str(copy))["complete"]

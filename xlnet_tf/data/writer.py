@@ -17,8 +17,9 @@ parallel rows (``bi_data``: forward rows and their reversals, per core) and read
 ``reuse_len``, so row r of host batch k+1 continues row r of host batch k (what the model's memory needs).
 
 Robustness: a shard is written under a temporary name and renamed when complete; its sidecar JSON records the
-settings and input fingerprint, so a rerun skips finished shards and rewrites only missing ones (a killed run
-resumes without duplicate or missing records). All randomness is seeded per host batch from
+settings, input fingerprint and size, so a rerun skips finished shards and rewrites missing or damaged ones (a
+killed run resumes without duplicate or missing records). Each task's part lists the passes asked for, so the
+manifest is complete only when all of them are written by every task. All randomness is seeded per host batch from
 ``(--seed, task, pass_id, batch index)``, so the output does not depend on ``--num_workers`` or on resuming.
 Unreadable input (bad UTF-8, over-long lines, empty or unreadable files) is skipped and reported with file and
 line number.
@@ -257,8 +258,10 @@ class ShardJob:
 
 
 def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
-    """A finished shard has its file and a sidecar written with the same settings and input; a shard from other
-    settings is refused (it would silently mix two datasets)."""
+    """A finished shard has its file, of the size its sidecar records, and a sidecar written with the same settings
+    and input; a shard from other settings is refused (it would silently mix two datasets). A shard of another
+    size (a partial copy or sync, a restored backup) is rewritten: training refuses it, and a rerun is the repair
+    it names."""
     path = os.path.join(save_dir, job.file)
     side = path + ".json"
     if not (io_utils.exists(path) and io_utils.exists(side)):
@@ -269,6 +272,10 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
         raise InputError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
                          f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "
                          "delete the old shards")
+    size = io_utils.getsize(path)
+    if done.get("bytes") is not None and size != done["bytes"]:
+        log.warning("rewriting %s: %d bytes, written with %d (truncated or replaced)", job.file, size, done["bytes"])
+        return False
     return True
 
 
@@ -397,14 +404,18 @@ def run(cfg: WriterConfig) -> dict:
     if bad_lines:
         log.warning("skipped %d unusable lines/files; first: %s", bad_lines, [b for t in tokenized for b in t.bad][:5])
     # The original's --num_passes: each pass of the text shuffled anew, with other masks (seeds of pass_id).
-    for pass_id in range(cfg.pass_id, cfg.pass_id + cfg.num_passes):
-        manifest = _write_pass(dataclasses.replace(cfg, pass_id=pass_id), tokenized, tokenizer, params, t0)
+    # Every part records all the passes asked for, so that the manifest is complete only once the last is written.
+    requested = list(range(cfg.pass_id, cfg.pass_id + cfg.num_passes))
+    for pass_id in requested:
+        manifest = _write_pass(dataclasses.replace(cfg, pass_id=pass_id), tokenized, tokenizer, params, t0,
+                               requested)
     return manifest
 
 
-def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, params: dict, t0: float) -> dict:
-    """``run``'s pass ``cfg.pass_id`` over the tokenised files: its shards and part manifest, then the merged
-    manifest (returned)."""
+def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, params: dict, t0: float,
+                requested: list) -> dict:
+    """``run``'s pass ``cfg.pass_id`` over the tokenised files (one of the ``requested`` passes): its shards and
+    part manifest, then the merged manifest (returned)."""
     s = cfg.settings
     tokens, sent_ids, order = build_stream(tokenized, cfg.task, cfg.pass_id)
     report = {
@@ -479,7 +490,7 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
         shards.append({"file": job.file, "num_records": side["num_records"], "num_batches": side["num_batches"],
                        "bytes": side.get("bytes"), "task": cfg.task, "pass_id": cfg.pass_id})
     part = {"params": params, "writer": writer_info, "task": cfg.task, "pass_id": cfg.pass_id,
-            "num_task": cfg.num_task, "shards": shards, "input_report": report}
+            "passes_requested": requested, "num_task": cfg.num_task, "shards": shards, "input_report": report}
     mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)
     manifest = mf.merge_parts(cfg.save_dir, cfg.split)
     if manifest["complete"] and manifest["num_records"] == 0:
