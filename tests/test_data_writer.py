@@ -395,3 +395,75 @@ def test_rerun_rewrites_a_truncated_shard(written, corpus, tmp_path, caplog):
     assert f"rewriting tfrecords/{name}: 1000 bytes, written with {len(reference[name])}" in caplog.text
     assert shard_bytes(copy) == reference
     assert mf.load_manifest(str(copy))["complete"]
+
+
+def test_a_failed_shard_write_removes_its_temporary_file(corpus, tmp_path, monkeypatch):
+    """A write error (a full disk) leaves no partial shard filling the disk until a rerun."""
+    calls = []
+    serialize = cpd.serialize_example
+
+    def disk_full(tf_module, e):
+        calls.append(1)
+        if len(calls) > 20:
+            raise OSError(28, "No space left on device")
+        return serialize(tf_module, e)
+
+    monkeypatch.setattr(cpd, "serialize_example", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        cpd.run(config(corpus / "*.txt", tmp_path / "full"))
+    assert not [n for n in os.listdir(tmp_path / "full" / "tfrecords") if ".tmp-" in n]
+
+
+def test_the_stream_copy_for_workers_is_removed_after_a_failure_and_by_a_rerun(written, corpus, tmp_path,
+                                                                                monkeypatch):
+    """save_dir/.work (the token stream for the shard workers, ~1.2x the corpus) does not outlive the run: not
+    after a failure, nor when a killed run left it and its rerun has nothing to write."""
+    import shutil
+
+    def no_pool(n, initializer, initargs):
+        assert initializer is cpd._init_shard_worker and os.path.isdir(initargs[0]), "the stream copy is written"
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(cpd, "_spawn_pool", no_pool)
+    with pytest.raises(OSError, match="Too many open files"):  # one file: tokenised in this process
+        cpd.run(config(corpus / "a.txt", tmp_path / "failed", num_workers=2, batches_per_shard=4))
+    assert not (tmp_path / "failed" / ".work").exists()
+    monkeypatch.undo()
+    save_dir, _ = written
+    copy = tmp_path / "copy"
+    shutil.copytree(save_dir, copy)
+    left = copy / ".work" / "train-pass0-task0"
+    left.mkdir(parents=True)
+    (left / "rows.npy").write_bytes(b"x" * 1000)
+    cpd.run(config(corpus / "*.txt", copy))
+    assert not (copy / ".work").exists()
+
+
+def test_shards_find_sentence_starts_once_per_pass_and_copy_no_rows(corpus, tmp_path, monkeypatch):
+    """Each shard used to convert the whole stream to int64 and find every sentence start again: O(shards x
+    tokens) time, and a copy of the stream in every worker. Now sentence starts are found once per pass, and a
+    shard reads its windows of the (memory-mapped) rows."""
+    import tracemalloc
+
+    calls = []
+    boundaries = ex.sentence_boundaries
+    monkeypatch.setattr(ex, "sentence_boundaries", lambda s: calls.append(1) or boundaries(s))
+    m = cpd.run(config(corpus / "*.txt", tmp_path / "few", batches_per_shard=4))
+    assert len(m["shards"]) > 10 and len(calls) == SETTINGS.bsz_per_host
+
+    rng = np.random.default_rng(0)
+    steps = 400_000
+    tokens = rng.integers(100, 8000, size=(SETTINGS.bsz_per_host, steps), dtype=np.int32)
+    np.save(tmp_path / "rows.npy", tokens)
+    rows = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    sent = (np.arange(steps) // 20) % 2 == 0
+    bounds = cpd.RowBoundaries.of(np.stack([sent] * SETTINGS.bsz_per_host))
+    is_start = ex.start_piece_table(XLNetTokenizer(SP_MODEL))
+    (tmp_path / "tfrecords").mkdir()
+    job = cpd.ShardJob(0, 0, 3, "tfrecords/x.tfrecord", {})
+    tracemalloc.start()
+    side = cpd.write_shard(str(tmp_path), job, rows, bounds, SETTINGS, is_start, (0, 0, 0))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert side["num_records"] == 3 * SETTINGS.bsz_per_host
+    assert peak < tokens.nbytes / 10, f"{peak} bytes allocated for a shard of 3 host batches"

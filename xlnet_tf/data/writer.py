@@ -279,38 +279,80 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     return True
 
 
-def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, sent_rows: np.ndarray, settings: ex.ExampleSettings,
-                is_start: np.ndarray, seed_key: tuple, progress=None) -> dict:
-    """Writes host batches [first_batch, end_batch) to ``job.file`` via a temporary file; returns the sidecar."""
+class RowBoundaries:
+    """Each row's sentence starts (``ex.sentence_boundaries``), found once per pass rather than by every shard
+    (which made writing O(shards x tokens)): one flat array and each row's offsets into it, so that shard-writing
+    processes map one file instead of each holding a copy."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat, self.offsets = flat, offsets
+
+    @classmethod
+    def of(cls, sent_rows: np.ndarray) -> "RowBoundaries":
+        per_row = [ex.sentence_boundaries(sent_rows[r]) for r in range(len(sent_rows))]
+        offsets = np.cumsum([0] + [len(b) for b in per_row], dtype=np.int64)
+        flat = np.concatenate(per_row).astype(np.int64) if per_row else np.zeros(0, np.int64)
+        return cls(flat, offsets)
+
+    def save(self, directory: str) -> None:
+        np.save(os.path.join(directory, "boundaries.npy"), self.flat)
+        np.save(os.path.join(directory, "boundary_offsets.npy"), self.offsets)
+
+    @classmethod
+    def load(cls, directory: str) -> "RowBoundaries":
+        return cls(np.load(os.path.join(directory, "boundaries.npy"), mmap_mode="r"),
+                   np.load(os.path.join(directory, "boundary_offsets.npy")))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        # A plain ndarray view: a memmap slice costs far more per numpy call, and examples make many.
+        return np.asarray(self.flat[self.offsets[r]:self.offsets[r + 1]])
+
+
+def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, boundaries: RowBoundaries,
+                settings: ex.ExampleSettings, is_start: np.ndarray, seed_key: tuple, progress=None) -> dict:
+    """Writes host batches [first_batch, end_batch) to ``job.file`` via a temporary file; returns the sidecar.
+
+    ``rows`` may be a memory map: a shard reads only its batches' windows and the random B spans, as views."""
     import tensorflow as tf  # imported here so tokenisation workers and --help stay light
 
     path = os.path.join(save_dir, job.file)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    boundaries = [ex.sentence_boundaries(sent_rows[r]) for r in range(len(rows))]
-    rows = [np.asarray(r, dtype=np.int64) for r in rows]
+    row_views = [np.asarray(rows[r]) for r in range(len(rows))]  # views, not copies
     num_records = num_batches = dropped = 0
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for b in range(job.first_batch, job.end_batch):
-            rng = np.random.default_rng([*seed_key, b])
-            batch = ex.make_host_batch(rows, boundaries, b, settings, is_start, rng)
-            if batch is None:
-                dropped += 1
-                log.info("%s: host batch %d dropped (a row could not be split into A and B)", job.file, b)
-                continue
-            for e in batch:
-                writer.write(serialize_example(tf, e))
-            num_records += len(batch)
-            num_batches += 1
-            if progress is not None:
-                progress(len(batch))
-    if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
-        with open(io_utils.local_path(tmp), "rb") as f:
-            os.fsync(f.fileno())
-    sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
-                   bytes=io_utils.getsize(tmp))
-    # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
-    mf.write_json_atomic(path + ".json", sidecar)
-    io_utils.rename(tmp, path)
+    try:
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for b in range(job.first_batch, job.end_batch):
+                rng = np.random.default_rng([*seed_key, b])
+                batch = ex.make_host_batch(row_views, boundaries, b, settings, is_start, rng)
+                if batch is None:
+                    dropped += 1
+                    log.info("%s: host batch %d dropped (a row could not be split into A and B)", job.file, b)
+                    continue
+                for e in batch:
+                    writer.write(serialize_example(tf, e))
+                num_records += len(batch)
+                num_batches += 1
+                if progress is not None:
+                    progress(len(batch))
+        if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
+            with open(io_utils.local_path(tmp), "rb") as f:
+                os.fsync(f.fileno())
+        sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
+                       bytes=io_utils.getsize(tmp))
+        # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
+        mf.write_json_atomic(path + ".json", sidecar)
+        io_utils.rename(tmp, path)
+    except BaseException:
+        # A full disk stays full until a rerun otherwise, and Ctrl-C leaves no partial shard either.
+        try:
+            if io_utils.exists(tmp):
+                io_utils.remove(tmp)
+        except Exception as e:  # noqa: BLE001  the write's own error is the one to report
+            log.warning("could not remove %s: %s", tmp, e)
+        raise
     return sidecar
 
 
@@ -320,15 +362,14 @@ _shard_state: dict = {}
 def _init_shard_worker(stream_dir: str, sp_path: str, settings: ex.ExampleSettings, seed_key: tuple,
                        save_dir: str):
     _shard_state.update(
-        rows=np.load(os.path.join(stream_dir, "rows.npy"), mmap_mode="r"),
-        sent_rows=np.load(os.path.join(stream_dir, "sent_rows.npy"), mmap_mode="r"),
+        rows=np.load(os.path.join(stream_dir, "rows.npy"), mmap_mode="r"), boundaries=RowBoundaries.load(stream_dir),
         is_start=ex.start_piece_table(XLNetTokenizer(sp_path)), settings=settings, seed_key=seed_key,
         save_dir=save_dir)
 
 
 def _write_shard_in_worker(job: ShardJob) -> dict:
     s = _shard_state
-    return write_shard(s["save_dir"], job, s["rows"], s["sent_rows"], s["settings"], s["is_start"], s["seed_key"])
+    return write_shard(s["save_dir"], job, s["rows"], s["boundaries"], s["settings"], s["is_start"], s["seed_key"])
 
 
 class _Progress:
@@ -461,26 +502,30 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
     if todo and not parallel:
         import tensorflow  # noqa: F401  (loaded before the clock starts, so records/s is the writing rate)
     progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
+    boundaries = RowBoundaries.of(sent_rows) if todo else None
+    del sent_rows
+    work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
+    local_work = None if io_utils.is_uri(cfg.save_dir) else os.path.join(cfg.save_dir, ".work", work)
     if parallel:
         # The token rows for the worker processes (np.load with mmap: a local file; next to the data when that
         # is local, else in the local temporary directory).
-        work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
-        stream_dir = (os.path.join(cfg.save_dir, ".work", work) if not io_utils.is_uri(cfg.save_dir)
-                      else tempfile.mkdtemp(prefix=f"xlnet_data_{work}-"))
-        os.makedirs(stream_dir, exist_ok=True)
-        np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
-        np.save(os.path.join(stream_dir, "sent_rows.npy"), np.ascontiguousarray(sent_rows))
-        with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
-                         (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
-            for side in pool.imap_unordered(_write_shard_in_worker, todo):
-                progress(side["num_records"], force=True)
-        for name in ("rows.npy", "sent_rows.npy"):
-            os.remove(os.path.join(stream_dir, name))
-        os.rmdir(stream_dir)
+        stream_dir = local_work or tempfile.mkdtemp(prefix=f"xlnet_data_{work}-")
+        try:
+            os.makedirs(stream_dir, exist_ok=True)
+            np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
+            boundaries.save(stream_dir)
+            with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
+                             (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
+                for side in pool.imap_unordered(_write_shard_in_worker, todo):
+                    progress(side["num_records"], force=True)
+        finally:
+            _remove_work_dir(stream_dir)
     else:
+        if local_work:  # a copy of the stream (~1.2x the corpus) that a killed parallel run left
+            _remove_work_dir(local_work)
         is_start = ex.start_piece_table(tokenizer)
         for job in todo:
-            write_shard(cfg.save_dir, job, rows, sent_rows, s, is_start, seed_key, progress)
+            write_shard(cfg.save_dir, job, rows, boundaries, s, is_start, seed_key, progress)
             progress(0, force=True)
 
     # 4. Part manifest for this task, then the merged manifest (written last, atomically).
@@ -510,6 +555,20 @@ def _no_records_message(cfg: WriterConfig, report: dict) -> str:
             f"{report['files']} files ({report['lines']} lines, {report['bad_lines']} unusable), but one host batch "
             f"lays the text out in {rows} rows of at least seq_len={s.seq_len} tokens each "
             f"(about {rows * s.seq_len} tokens). Give more text, or a smaller batch size or --seq_len.")
+
+
+def _remove_work_dir(stream_dir: str) -> None:
+    """Deletes a pass's copy of the token stream, and ``.work`` once no task's copy is left in it."""
+    if os.path.isdir(stream_dir):
+        for name in os.listdir(stream_dir):
+            os.remove(os.path.join(stream_dir, name))
+        os.rmdir(stream_dir)
+    parent = os.path.dirname(stream_dir)
+    if os.path.basename(parent) == ".work":
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty: another task of a cluster run is writing
+            pass
 
 
 def _remove_stale_temps(cfg: WriterConfig) -> None:
