@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -467,3 +468,17 @@ def test_shards_find_sentence_starts_once_per_pass_and_copy_no_rows(corpus, tmp_
     tracemalloc.stop()
     assert side["num_records"] == 3 * SETTINGS.bsz_per_host
     assert peak < tokens.nbytes / 10, f"{peak} bytes allocated for a shard of 3 host batches"
+
+
+def test_tokenising_a_big_file_logs_progress(tmp_path, monkeypatch, caplog):
+    """One big input file takes minutes to tokenise: lines with bytes done, rate and ETA, as shards get."""
+    path = tmp_path / "big.txt"
+    path.write_text("\n".join(brown_lines(3000)) + "\n", encoding="utf-8")
+    monkeypatch.setattr(cpd, "PROGRESS_EVERY_S", 0.0)
+    with caplog.at_level("INFO", logger="xlnet_tf.data"):
+        cpd.tokenize_file(str(path), XLNetTokenizer(SP_MODEL), True, 10**6)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenising")]
+    size = os.path.getsize(path) / 1e6
+    assert len(lines) >= 2, caplog.text
+    assert re.fullmatch(rf"tokenising {re.escape(str(path))}: [\d.]+/{size:.1f} MB \([\d.]+ MB/s, ETA \d+ s\)",
+                        lines[0]), lines[0]

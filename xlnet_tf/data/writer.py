@@ -49,6 +49,7 @@ from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported by the shard writers
 log = _pylogging.getLogger("xlnet_tf.data")
 MAX_REPORTED = 100  # bad-input lines kept in the manifest (all are counted)
+PROGRESS_EVERY_S = 10.0  # between the progress lines of a long step (tokenising a file, writing shards)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,22 +157,29 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
 
     try:
         f = io_utils.open(path, "rb")
+        size = io_utils.getsize(path)
     except Exception as e:  # noqa: BLE001  OSError, or tf.errors.OpError for a URI
         bad(0, f"cannot open file: {e}")
         return out
+    # One big file takes minutes (~10 MB/s per process): say how far it is, as shard writing does.
+    progress = _Progress(size, unit="MB", scale=1e-6, what=f"tokenising {path}:")
     with f:
-        lineno = 0
+        lineno = read = 0
         while True:
             raw = f.readline(max_line_bytes + 1)
             if not raw:
                 break
             lineno += 1
             digest.update(raw)
+            read += len(raw)
+            if not lineno % 1000:  # a clock read per line would cost ~2% of the tokenising
+                progress(read - progress.done)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 # Read the rest of the line in bounded chunks (never holding it in memory) and skip it.
                 while raw and not raw.endswith(b"\n"):
                     raw = f.readline(1 << 20)
                     digest.update(raw)
+                    read += len(raw)
                 bad(lineno, f"line longer than --max_line_bytes={max_line_bytes}")
                 continue
             try:
@@ -373,18 +381,24 @@ def _write_shard_in_worker(job: ShardJob) -> dict:
 
 
 class _Progress:
-    def __init__(self, total_records: int, every_s: float = 10.0):
-        self.total, self.done, self.every = total_records, 0, every_s
+    """Logs ``<what> <done>/<total> (<rate> <unit>/s, ETA <s>)`` every ``PROGRESS_EVERY_S`` (and when forced)."""
+
+    def __init__(self, total: int, unit: str = "records", scale: float = 1.0, what: str = "records"):
+        self.total, self.done, self.unit, self.scale, self.what = total, 0, unit, scale, what
         self.t0 = self.last = time.time()
 
     def __call__(self, n: int, force: bool = False):
         self.done += n
         now = time.time()
-        if force or now - self.last >= self.every:
+        if force or now - self.last >= PROGRESS_EVERY_S:
             self.last = now
             rate = self.done / max(now - self.t0, 1e-9)
             eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            log.info("records %d/%d (%.0f records/s, ETA %.0f s)", self.done, self.total, rate, eta)
+            if self.scale == 1:
+                log.info("%s %d/%d (%.0f %s/s, ETA %.0f s)", self.what, self.done, self.total, rate, self.unit, eta)
+            else:
+                log.info("%s %.1f/%.1f %s (%.1f %s/s, ETA %.0f s)", self.what, self.done * self.scale,
+                         self.total * self.scale, self.unit, rate * self.scale, self.unit, eta)
 
 
 # ----------------------------------------------------------------------------------------------------------
