@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import tensorflow as tf
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
+from xlnet_tf.errors import InputError
 from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID, XLNetTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -326,3 +329,156 @@ def test_manifest_json_is_plain(written):
     with open(os.path.join(save_dir, "manifest.json")) as f:
         data = json.load(f)
     assert all(not os.path.isabs(s["file"]) for s in data["shards"]), "relocatable: paths relative to save_dir"
+
+
+def test_a_run_killed_between_passes_is_incomplete_and_training_names_the_command_that_completes_it(
+        written, corpus, tmp_path, monkeypatch):
+    """--num_passes=2 stopped during pass 1 leaves a manifest marked incomplete (it was complete with pass 0 only,
+    and training used half the data); the error names the missing pass and the command that writes it."""
+    _, one_pass = written
+    out = tmp_path / "passes"
+    write = cpd.write_shard
+
+    def killed_in_pass_1(save_dir, job, *args, **kw):
+        if "-pass1-" in job.file:
+            raise KeyboardInterrupt
+        return write(save_dir, job, *args, **kw)
+
+    monkeypatch.setattr(cpd, "write_shard", killed_in_pass_1)
+    with pytest.raises(KeyboardInterrupt):
+        cpd.run(config(corpus / "*.txt", out, num_passes=2))
+    monkeypatch.undo()
+    with open(out / "manifest.json") as f:
+        written_manifest = json.load(f)
+    assert not written_manifest["complete"] and written_manifest["missing_tasks"] == ["pass 1 task 0"]
+    with pytest.raises(InputError, match="writer tasks missing: pass 1 task 0; write them by rerunning") as error:
+        mf.load_manifest(str(out))
+    command = str(error.value).split("python -m ", 1)[1]
+    assert "--pass_id=0 --num_passes=2" in command and f"--save_dir={out}" in command
+    done = subprocess.run([sys.executable, "-m", *shlex.split(command)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = mf.load_manifest(str(out))
+    assert m["complete"] and m["passes"] == [0, 1] and m["num_records"] == 2 * one_pass["num_records"]
+
+
+def test_manifests_written_before_passes_were_recorded_still_load(written, tmp_path):
+    """Parts and manifests without ``passes_requested`` (older writers) count only the passes they hold."""
+    import shutil
+
+    save_dir, manifest = written
+    old = tmp_path / "old"
+    shutil.copytree(save_dir, old)
+    for path in [*(old / "parts").iterdir(), old / "manifest.json"]:
+        data = json.loads(path.read_text())
+        data.pop("passes_requested")
+        data["complete"] = path.name != "manifest.json"  # a stale manifest: load_manifest merges the parts
+        path.write_text(json.dumps(data))
+    m = mf.load_manifest(str(old))
+    assert m["complete"] and m["num_records"] == manifest["num_records"]
+
+
+def test_rerun_rewrites_a_truncated_shard(written, corpus, tmp_path, caplog):
+    """A shard cut short after it was written (a partial copy) is refused by training, which says that a rerun
+    repairs it, and the rerun rewrites it (it used to trust any file that existed)."""
+    import shutil
+
+    save_dir, _ = written
+    reference = shard_bytes(save_dir)
+    copy = tmp_path / "copy"
+    shutil.copytree(save_dir, copy)
+    name = sorted(reference)[1]
+    (copy / "tfrecords" / name).write_bytes(reference[name][:1000])
+    with pytest.raises(InputError, match=r"truncated or replaced\)\nrerunning the create_data command"):
+        mf.load_manifest(str(copy))
+    with caplog.at_level("WARNING", logger="xlnet_tf.data"):
+        cpd.run(config(corpus / "*.txt", copy))
+    assert f"rewriting tfrecords/{name}: 1000 bytes, written with {len(reference[name])}" in caplog.text
+    assert shard_bytes(copy) == reference
+    assert mf.load_manifest(str(copy))["complete"]
+
+
+def test_a_failed_shard_write_removes_its_temporary_file(corpus, tmp_path, monkeypatch):
+    """A write error (a full disk) leaves no partial shard filling the disk until a rerun."""
+    calls = []
+    serialize = cpd.serialize_example
+
+    def disk_full(tf_module, e):
+        calls.append(1)
+        if len(calls) > 20:
+            raise OSError(28, "No space left on device")
+        return serialize(tf_module, e)
+
+    monkeypatch.setattr(cpd, "serialize_example", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        cpd.run(config(corpus / "*.txt", tmp_path / "full"))
+    assert not [n for n in os.listdir(tmp_path / "full" / "tfrecords") if ".tmp-" in n]
+
+
+def test_the_stream_copy_for_workers_is_removed_after_a_failure_and_by_a_rerun(written, corpus, tmp_path,
+                                                                                monkeypatch):
+    """save_dir/.work (the token stream for the shard workers, ~1.2x the corpus) does not outlive the run: not
+    after a failure, nor when a killed run left it and its rerun has nothing to write."""
+    import shutil
+
+    def no_pool(n, initializer, initargs):
+        assert initializer is cpd._init_shard_worker and os.path.isdir(initargs[0]), "the stream copy is written"
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(cpd, "_spawn_pool", no_pool)
+    with pytest.raises(OSError, match="Too many open files"):  # one file: tokenised in this process
+        cpd.run(config(corpus / "a.txt", tmp_path / "failed", num_workers=2, batches_per_shard=4))
+    assert not (tmp_path / "failed" / ".work").exists()
+    monkeypatch.undo()
+    save_dir, _ = written
+    copy = tmp_path / "copy"
+    shutil.copytree(save_dir, copy)
+    left = copy / ".work" / "train-pass0-task0"
+    left.mkdir(parents=True)
+    (left / "rows.npy").write_bytes(b"x" * 1000)
+    cpd.run(config(corpus / "*.txt", copy))
+    assert not (copy / ".work").exists()
+
+
+def test_shards_find_sentence_starts_once_per_pass_and_copy_no_rows(corpus, tmp_path, monkeypatch):
+    """Each shard used to convert the whole stream to int64 and find every sentence start again: O(shards x
+    tokens) time, and a copy of the stream in every worker. Now sentence starts are found once per pass, and a
+    shard reads its windows of the (memory-mapped) rows."""
+    import tracemalloc
+
+    calls = []
+    boundaries = ex.sentence_boundaries
+    monkeypatch.setattr(ex, "sentence_boundaries", lambda s: calls.append(1) or boundaries(s))
+    m = cpd.run(config(corpus / "*.txt", tmp_path / "few", batches_per_shard=4))
+    assert len(m["shards"]) > 10 and len(calls) == SETTINGS.bsz_per_host
+
+    rng = np.random.default_rng(0)
+    steps = 400_000
+    tokens = rng.integers(100, 8000, size=(SETTINGS.bsz_per_host, steps), dtype=np.int32)
+    np.save(tmp_path / "rows.npy", tokens)
+    rows = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    sent = (np.arange(steps) // 20) % 2 == 0
+    bounds = cpd.RowBoundaries.of(np.stack([sent] * SETTINGS.bsz_per_host))
+    is_start = ex.start_piece_table(XLNetTokenizer(SP_MODEL))
+    (tmp_path / "tfrecords").mkdir()
+    job = cpd.ShardJob(0, 0, 3, "tfrecords/x.tfrecord", {})
+    tracemalloc.start()
+    side = cpd.write_shard(str(tmp_path), job, rows, bounds, SETTINGS, is_start, (0, 0, 0))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert side["num_records"] == 3 * SETTINGS.bsz_per_host
+    assert peak < tokens.nbytes / 10, f"{peak} bytes allocated for a shard of 3 host batches"
+
+
+def test_tokenising_a_big_file_logs_progress(tmp_path, monkeypatch, caplog):
+    """One big input file takes minutes to tokenise: lines with bytes done, rate and ETA, as shards get."""
+    path = tmp_path / "big.txt"
+    path.write_text("\n".join(brown_lines(3000)) + "\n", encoding="utf-8")
+    monkeypatch.setattr(cpd, "PROGRESS_EVERY_S", 0.0)
+    with caplog.at_level("INFO", logger="xlnet_tf.data"):
+        cpd.tokenize_file(str(path), XLNetTokenizer(SP_MODEL), True, 10**6)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenising")]
+    size = os.path.getsize(path) / 1e6
+    assert len(lines) >= 2, caplog.text
+    assert re.fullmatch(rf"tokenising {re.escape(str(path))}: [\d.]+/{size:.1f} MB \([\d.]+ MB/s, ETA \d+ s\)",
+                        lines[0]), lines[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from typing import Any
 
 from xlnet_tf import io_utils
@@ -63,8 +64,12 @@ def merge_parts(save_dir: str, split: str = "train") -> dict:
                              f"{first['task']}); write them into separate directories")
     num_task = first["num_task"]
     passes = sorted({p["pass_id"] for p in parts})
+    # Each part lists every pass its run was asked for (--pass_id, --num_passes), so that a run killed between
+    # passes leaves an incomplete data set, not a smaller complete one; parts written before they did so only
+    # count their own pass.
+    requested = sorted({q for p in parts for q in p.get("passes_requested", [p["pass_id"]])})
     have = {(p["pass_id"], p["task"]) for p in parts}
-    missing = [f"pass {q} task {t}" for q in passes for t in range(num_task) if (q, t) not in have]
+    missing = [f"pass {q} task {t}" for q in requested for t in range(num_task) if (q, t) not in have]
     shards = [s for p in parts for s in p["shards"]]
     return {
         "format": FORMAT,
@@ -73,6 +78,7 @@ def merge_parts(save_dir: str, split: str = "train") -> dict:
         "writer": {k: v for k, v in first["writer"].items() if k not in ("task", "pass_id")},
         "num_task": num_task,
         "passes": passes,
+        "passes_requested": requested,
         "complete": not missing,
         "missing_tasks": missing,
         "shards": shards,
@@ -97,11 +103,32 @@ def load_manifest(data_dir: str, split: str = "train") -> dict:
         manifest = merge_parts(data_dir, split)
         if not manifest["complete"]:
             raise InputError(f"{data_dir}: data incomplete, writer tasks missing: "
-                             f"{', '.join(manifest['missing_tasks'])}")
+                             f"{', '.join(manifest['missing_tasks'])}; {completing_command(data_dir, manifest)}")
     for shard in manifest["shards"]:
         shard["path"] = os.path.join(data_dir, shard["file"])
     _check_shard_files(path, manifest["shards"])
     return manifest
+
+
+def completing_command(data_dir: str, manifest: dict) -> str:
+    """How to write the passes and tasks an incomplete manifest lacks: its create_data command (the settings it
+    records), which resumes, skipping what is written."""
+    missing = [tuple(int(w) for w in m.split()[1::2]) for m in manifest["missing_tasks"]]  # "pass P task T"
+    params, writer = manifest["params"], manifest.get("writer", {})
+    requested = manifest.get("passes_requested") or sorted({q for q, _ in missing})
+    tasks = sorted({t for _, t in missing})
+    flags = dict(input_glob=writer.get("input_glob"), spiece_model_file=writer.get("sp_path"), save_dir=data_dir,
+                 **{k: params.get(k) for k in ("seq_len", "reuse_len", "num_predict", "bsz_per_host",
+                                               "num_core_per_host", "bi_data", "mask_alpha", "mask_beta",
+                                               "uncased", "use_eod")},
+                 **{k: writer.get(k) for k in ("seed", "original_span_bug", "batches_per_shard", "max_line_bytes")},
+                 split=manifest.get("split"), pass_id=requested[0], num_passes=requested[-1] - requested[0] + 1,
+                 task="<T>" if len(tasks) > 1 else tasks[0], num_task=manifest.get("num_task"))
+    words = [(f"--{k}" if v else f"--no{k}") if isinstance(v, bool)
+             else f"--{k}={v if v == '<T>' else shlex.quote(str(v))}" for k, v in flags.items() if v is not None]
+    tasks_note = f" for each --task=<T> of {', '.join(map(str, tasks))}" if len(tasks) > 1 else ""
+    return (f"write them by rerunning the command that wrote the data{tasks_note} (it skips what is written): "
+            "python -m xlnet_tf.cli.create_data " + " ".join(words))
 
 
 def _check_shard_files(manifest_path: str, shards: list) -> None:
@@ -119,7 +146,8 @@ def _check_shard_files(manifest_path: str, shards: list) -> None:
             problems.append(f"{shard['path']}: {size} bytes, written with {shard['bytes']} (truncated or replaced)")
     if problems:
         raise InputError(f"{manifest_path} lists shards that are not intact:\n  " + "\n  ".join(problems[:20])
-                         + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""))
+                         + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
+                         + "\nrerunning the create_data command that wrote the data rewrites them")
 
 
 def find_damaged_shards(paths: list) -> list:

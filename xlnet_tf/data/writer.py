@@ -17,8 +17,9 @@ parallel rows (``bi_data``: forward rows and their reversals, per core) and read
 ``reuse_len``, so row r of host batch k+1 continues row r of host batch k (what the model's memory needs).
 
 Robustness: a shard is written under a temporary name and renamed when complete; its sidecar JSON records the
-settings and input fingerprint, so a rerun skips finished shards and rewrites only missing ones (a killed run
-resumes without duplicate or missing records). All randomness is seeded per host batch from
+settings, input fingerprint and size, so a rerun skips finished shards and rewrites missing or damaged ones (a
+killed run resumes without duplicate or missing records). Each task's part lists the passes asked for, so the
+manifest is complete only when all of them are written by every task. All randomness is seeded per host batch from
 ``(--seed, task, pass_id, batch index)``, so the output does not depend on ``--num_workers`` or on resuming.
 Unreadable input (bad UTF-8, over-long lines, empty or unreadable files) is skipped and reported with file and
 line number.
@@ -48,6 +49,7 @@ from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported by the shard writers
 log = _pylogging.getLogger("xlnet_tf.data")
 MAX_REPORTED = 100  # bad-input lines kept in the manifest (all are counted)
+PROGRESS_EVERY_S = 10.0  # between the progress lines of a long step (tokenising a file, writing shards)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,22 +157,29 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
 
     try:
         f = io_utils.open(path, "rb")
+        size = io_utils.getsize(path)
     except Exception as e:  # noqa: BLE001  OSError, or tf.errors.OpError for a URI
         bad(0, f"cannot open file: {e}")
         return out
+    # One big file takes minutes (~10 MB/s per process): say how far it is, as shard writing does.
+    progress = _Progress(size, unit="MB", scale=1e-6, what=f"tokenising {path}:")
     with f:
-        lineno = 0
+        lineno = read = 0
         while True:
             raw = f.readline(max_line_bytes + 1)
             if not raw:
                 break
             lineno += 1
             digest.update(raw)
+            read += len(raw)
+            if not lineno % 1000:  # a clock read per line would cost ~2% of the tokenising
+                progress(read - progress.done)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 # Read the rest of the line in bounded chunks (never holding it in memory) and skip it.
                 while raw and not raw.endswith(b"\n"):
                     raw = f.readline(1 << 20)
                     digest.update(raw)
+                    read += len(raw)
                 bad(lineno, f"line longer than --max_line_bytes={max_line_bytes}")
                 continue
             try:
@@ -257,8 +266,10 @@ class ShardJob:
 
 
 def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
-    """A finished shard has its file and a sidecar written with the same settings and input; a shard from other
-    settings is refused (it would silently mix two datasets)."""
+    """A finished shard has its file, of the size its sidecar records, and a sidecar written with the same settings
+    and input; a shard from other settings is refused (it would silently mix two datasets). A shard of another
+    size (a partial copy or sync, a restored backup) is rewritten: training refuses it, and a rerun is the repair
+    it names."""
     path = os.path.join(save_dir, job.file)
     side = path + ".json"
     if not (io_utils.exists(path) and io_utils.exists(side)):
@@ -269,41 +280,87 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
         raise InputError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
                          f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "
                          "delete the old shards")
+    size = io_utils.getsize(path)
+    if done.get("bytes") is not None and size != done["bytes"]:
+        log.warning("rewriting %s: %d bytes, written with %d (truncated or replaced)", job.file, size, done["bytes"])
+        return False
     return True
 
 
-def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, sent_rows: np.ndarray, settings: ex.ExampleSettings,
-                is_start: np.ndarray, seed_key: tuple, progress=None) -> dict:
-    """Writes host batches [first_batch, end_batch) to ``job.file`` via a temporary file; returns the sidecar."""
+class RowBoundaries:
+    """Each row's sentence starts (``ex.sentence_boundaries``), found once per pass rather than by every shard
+    (which made writing O(shards x tokens)): one flat array and each row's offsets into it, so that shard-writing
+    processes map one file instead of each holding a copy."""
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat, self.offsets = flat, offsets
+
+    @classmethod
+    def of(cls, sent_rows: np.ndarray) -> "RowBoundaries":
+        per_row = [ex.sentence_boundaries(sent_rows[r]) for r in range(len(sent_rows))]
+        offsets = np.cumsum([0] + [len(b) for b in per_row], dtype=np.int64)
+        flat = np.concatenate(per_row).astype(np.int64) if per_row else np.zeros(0, np.int64)
+        return cls(flat, offsets)
+
+    def save(self, directory: str) -> None:
+        np.save(os.path.join(directory, "boundaries.npy"), self.flat)
+        np.save(os.path.join(directory, "boundary_offsets.npy"), self.offsets)
+
+    @classmethod
+    def load(cls, directory: str) -> "RowBoundaries":
+        return cls(np.load(os.path.join(directory, "boundaries.npy"), mmap_mode="r"),
+                   np.load(os.path.join(directory, "boundary_offsets.npy")))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        # A plain ndarray view: a memmap slice costs far more per numpy call, and examples make many.
+        return np.asarray(self.flat[self.offsets[r]:self.offsets[r + 1]])
+
+
+def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, boundaries: RowBoundaries,
+                settings: ex.ExampleSettings, is_start: np.ndarray, seed_key: tuple, progress=None) -> dict:
+    """Writes host batches [first_batch, end_batch) to ``job.file`` via a temporary file; returns the sidecar.
+
+    ``rows`` may be a memory map: a shard reads only its batches' windows and the random B spans, as views."""
     import tensorflow as tf  # imported here so tokenisation workers and --help stay light
 
     path = os.path.join(save_dir, job.file)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    boundaries = [ex.sentence_boundaries(sent_rows[r]) for r in range(len(rows))]
-    rows = [np.asarray(r, dtype=np.int64) for r in rows]
+    row_views = [np.asarray(rows[r]) for r in range(len(rows))]  # views, not copies
     num_records = num_batches = dropped = 0
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for b in range(job.first_batch, job.end_batch):
-            rng = np.random.default_rng([*seed_key, b])
-            batch = ex.make_host_batch(rows, boundaries, b, settings, is_start, rng)
-            if batch is None:
-                dropped += 1
-                log.info("%s: host batch %d dropped (a row could not be split into A and B)", job.file, b)
-                continue
-            for e in batch:
-                writer.write(serialize_example(tf, e))
-            num_records += len(batch)
-            num_batches += 1
-            if progress is not None:
-                progress(len(batch))
-    if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
-        with open(io_utils.local_path(tmp), "rb") as f:
-            os.fsync(f.fileno())
-    sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
-                   bytes=io_utils.getsize(tmp))
-    # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
-    mf.write_json_atomic(path + ".json", sidecar)
-    io_utils.rename(tmp, path)
+    try:
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for b in range(job.first_batch, job.end_batch):
+                rng = np.random.default_rng([*seed_key, b])
+                batch = ex.make_host_batch(row_views, boundaries, b, settings, is_start, rng)
+                if batch is None:
+                    dropped += 1
+                    log.info("%s: host batch %d dropped (a row could not be split into A and B)", job.file, b)
+                    continue
+                for e in batch:
+                    writer.write(serialize_example(tf, e))
+                num_records += len(batch)
+                num_batches += 1
+                if progress is not None:
+                    progress(len(batch))
+        if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
+            with open(io_utils.local_path(tmp), "rb") as f:
+                os.fsync(f.fileno())
+        sidecar = dict(job.sidecar, num_records=num_records, num_batches=num_batches, dropped_batches=dropped,
+                       bytes=io_utils.getsize(tmp))
+        # Commit order: sidecar first, then the shard itself; the rename of the shard is what marks it done.
+        mf.write_json_atomic(path + ".json", sidecar)
+        io_utils.rename(tmp, path)
+    except BaseException:
+        # A full disk stays full until a rerun otherwise, and Ctrl-C leaves no partial shard either.
+        try:
+            if io_utils.exists(tmp):
+                io_utils.remove(tmp)
+        except Exception as e:  # noqa: BLE001  the write's own error is the one to report
+            log.warning("could not remove %s: %s", tmp, e)
+        raise
     return sidecar
 
 
@@ -313,30 +370,35 @@ _shard_state: dict = {}
 def _init_shard_worker(stream_dir: str, sp_path: str, settings: ex.ExampleSettings, seed_key: tuple,
                        save_dir: str):
     _shard_state.update(
-        rows=np.load(os.path.join(stream_dir, "rows.npy"), mmap_mode="r"),
-        sent_rows=np.load(os.path.join(stream_dir, "sent_rows.npy"), mmap_mode="r"),
+        rows=np.load(os.path.join(stream_dir, "rows.npy"), mmap_mode="r"), boundaries=RowBoundaries.load(stream_dir),
         is_start=ex.start_piece_table(XLNetTokenizer(sp_path)), settings=settings, seed_key=seed_key,
         save_dir=save_dir)
 
 
 def _write_shard_in_worker(job: ShardJob) -> dict:
     s = _shard_state
-    return write_shard(s["save_dir"], job, s["rows"], s["sent_rows"], s["settings"], s["is_start"], s["seed_key"])
+    return write_shard(s["save_dir"], job, s["rows"], s["boundaries"], s["settings"], s["is_start"], s["seed_key"])
 
 
 class _Progress:
-    def __init__(self, total_records: int, every_s: float = 10.0):
-        self.total, self.done, self.every = total_records, 0, every_s
+    """Logs ``<what> <done>/<total> (<rate> <unit>/s, ETA <s>)`` every ``PROGRESS_EVERY_S`` (and when forced)."""
+
+    def __init__(self, total: int, unit: str = "records", scale: float = 1.0, what: str = "records"):
+        self.total, self.done, self.unit, self.scale, self.what = total, 0, unit, scale, what
         self.t0 = self.last = time.time()
 
     def __call__(self, n: int, force: bool = False):
         self.done += n
         now = time.time()
-        if force or now - self.last >= self.every:
+        if force or now - self.last >= PROGRESS_EVERY_S:
             self.last = now
             rate = self.done / max(now - self.t0, 1e-9)
             eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            log.info("records %d/%d (%.0f records/s, ETA %.0f s)", self.done, self.total, rate, eta)
+            if self.scale == 1:
+                log.info("%s %d/%d (%.0f %s/s, ETA %.0f s)", self.what, self.done, self.total, rate, self.unit, eta)
+            else:
+                log.info("%s %.1f/%.1f %s (%.1f %s/s, ETA %.0f s)", self.what, self.done * self.scale,
+                         self.total * self.scale, self.unit, rate * self.scale, self.unit, eta)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -397,14 +459,18 @@ def run(cfg: WriterConfig) -> dict:
     if bad_lines:
         log.warning("skipped %d unusable lines/files; first: %s", bad_lines, [b for t in tokenized for b in t.bad][:5])
     # The original's --num_passes: each pass of the text shuffled anew, with other masks (seeds of pass_id).
-    for pass_id in range(cfg.pass_id, cfg.pass_id + cfg.num_passes):
-        manifest = _write_pass(dataclasses.replace(cfg, pass_id=pass_id), tokenized, tokenizer, params, t0)
+    # Every part records all the passes asked for, so that the manifest is complete only once the last is written.
+    requested = list(range(cfg.pass_id, cfg.pass_id + cfg.num_passes))
+    for pass_id in requested:
+        manifest = _write_pass(dataclasses.replace(cfg, pass_id=pass_id), tokenized, tokenizer, params, t0,
+                               requested)
     return manifest
 
 
-def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, params: dict, t0: float) -> dict:
-    """``run``'s pass ``cfg.pass_id`` over the tokenised files: its shards and part manifest, then the merged
-    manifest (returned)."""
+def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, params: dict, t0: float,
+                requested: list) -> dict:
+    """``run``'s pass ``cfg.pass_id`` over the tokenised files (one of the ``requested`` passes): its shards and
+    part manifest, then the merged manifest (returned)."""
     s = cfg.settings
     tokens, sent_ids, order = build_stream(tokenized, cfg.task, cfg.pass_id)
     report = {
@@ -450,26 +516,30 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
     if todo and not parallel:
         import tensorflow  # noqa: F401  (loaded before the clock starts, so records/s is the writing rate)
     progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
+    boundaries = RowBoundaries.of(sent_rows) if todo else None
+    del sent_rows
+    work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
+    local_work = None if io_utils.is_uri(cfg.save_dir) else os.path.join(cfg.save_dir, ".work", work)
     if parallel:
         # The token rows for the worker processes (np.load with mmap: a local file; next to the data when that
         # is local, else in the local temporary directory).
-        work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
-        stream_dir = (os.path.join(cfg.save_dir, ".work", work) if not io_utils.is_uri(cfg.save_dir)
-                      else tempfile.mkdtemp(prefix=f"xlnet_data_{work}-"))
-        os.makedirs(stream_dir, exist_ok=True)
-        np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
-        np.save(os.path.join(stream_dir, "sent_rows.npy"), np.ascontiguousarray(sent_rows))
-        with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
-                         (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
-            for side in pool.imap_unordered(_write_shard_in_worker, todo):
-                progress(side["num_records"], force=True)
-        for name in ("rows.npy", "sent_rows.npy"):
-            os.remove(os.path.join(stream_dir, name))
-        os.rmdir(stream_dir)
+        stream_dir = local_work or tempfile.mkdtemp(prefix=f"xlnet_data_{work}-")
+        try:
+            os.makedirs(stream_dir, exist_ok=True)
+            np.save(os.path.join(stream_dir, "rows.npy"), np.ascontiguousarray(rows))
+            boundaries.save(stream_dir)
+            with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
+                             (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
+                for side in pool.imap_unordered(_write_shard_in_worker, todo):
+                    progress(side["num_records"], force=True)
+        finally:
+            _remove_work_dir(stream_dir)
     else:
+        if local_work:  # a copy of the stream (~1.2x the corpus) that a killed parallel run left
+            _remove_work_dir(local_work)
         is_start = ex.start_piece_table(tokenizer)
         for job in todo:
-            write_shard(cfg.save_dir, job, rows, sent_rows, s, is_start, seed_key, progress)
+            write_shard(cfg.save_dir, job, rows, boundaries, s, is_start, seed_key, progress)
             progress(0, force=True)
 
     # 4. Part manifest for this task, then the merged manifest (written last, atomically).
@@ -479,7 +549,7 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
         shards.append({"file": job.file, "num_records": side["num_records"], "num_batches": side["num_batches"],
                        "bytes": side.get("bytes"), "task": cfg.task, "pass_id": cfg.pass_id})
     part = {"params": params, "writer": writer_info, "task": cfg.task, "pass_id": cfg.pass_id,
-            "num_task": cfg.num_task, "shards": shards, "input_report": report}
+            "passes_requested": requested, "num_task": cfg.num_task, "shards": shards, "input_report": report}
     mf.write_json_atomic(mf.part_path(cfg.save_dir, cfg.split, cfg.pass_id, cfg.task), part)
     manifest = mf.merge_parts(cfg.save_dir, cfg.split)
     if manifest["complete"] and manifest["num_records"] == 0:
@@ -499,6 +569,20 @@ def _no_records_message(cfg: WriterConfig, report: dict) -> str:
             f"{report['files']} files ({report['lines']} lines, {report['bad_lines']} unusable), but one host batch "
             f"lays the text out in {rows} rows of at least seq_len={s.seq_len} tokens each "
             f"(about {rows * s.seq_len} tokens). Give more text, or a smaller batch size or --seq_len.")
+
+
+def _remove_work_dir(stream_dir: str) -> None:
+    """Deletes a pass's copy of the token stream, and ``.work`` once no task's copy is left in it."""
+    if os.path.isdir(stream_dir):
+        for name in os.listdir(stream_dir):
+            os.remove(os.path.join(stream_dir, name))
+        os.rmdir(stream_dir)
+    parent = os.path.dirname(stream_dir)
+    if os.path.basename(parent) == ".work":
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty: another task of a cluster run is writing
+            pass
 
 
 def _remove_stale_temps(cfg: WriterConfig) -> None:
