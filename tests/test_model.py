@@ -549,6 +549,43 @@ def test_save_restore_round_trip(tmp_path):
     np.testing.assert_allclose(loaded(batch)["lm_logits"].numpy(), expected, atol=1e-6)
 
 
+def test_a_frozen_network_stays_frozen_through_a_keras_file(tmp_path):
+    """get_config wrote config, name and dtype only: a frozen network came back trainable from a .keras file, and a
+    fit after loading trained the weights the user froze."""
+    for cls in (XLNetModel, XLNetPretrainer):
+        net = cls(XLNetConfig(**TINY))
+        net.trainable = False
+        net.save(str(tmp_path / "net.keras"))
+        loaded = keras.models.load_model(str(tmp_path / "net.keras"))
+        assert not loaded.trainable and loaded.trainable_weights == [], cls.__name__
+    ids = keras.Input((None,), dtype="int32", name="input_ids")
+    net = XLNetModel(XLNetConfig(**TINY))
+    model = keras.Model({"input_ids": ids}, keras.layers.Dense(3)(net({"input_ids": ids})["sequence_output"][:, -1]))
+    net.trainable = False
+    model.save(str(tmp_path / "m.keras"))
+    assert len(keras.models.load_model(str(tmp_path / "m.keras")).trainable_weights) == 2  # the Dense's alone
+
+
+def test_a_functional_model_of_the_block_and_the_summary_saves_and_loads(tmp_path):
+    """XLNetBlock and SequenceSummary were registered serializable without a get_config: Keras refused to save a
+    model holding them."""
+    from xlnet_tf.models.heads import SequenceSummary
+    from xlnet_tf.models.xlnet import XLNetBlock
+
+    config = XLNetConfig(**TINY, dropout=0.0, dropatt=0.0)
+    block = XLNetBlock(config, name="block")
+    assert XLNetBlock.from_config(block.get_config()).config == config
+    ids = keras.Input((None,), dtype="int32", name="input_ids")
+    summary = SequenceSummary(config, "first", trainable=False)
+    model = keras.Model({"input_ids": ids}, summary(XLNetModel(config)({"input_ids": ids})["sequence_output"]))
+    batch = {"input_ids": np.array([[1, 2, 3], [4, 5, 6]], np.int32)}
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    np.testing.assert_array_equal(loaded(batch).numpy(), model(batch).numpy())
+    restored = loaded.layers[-1]
+    assert (restored.summary_type, restored.config, restored.trainable) == ("first", config, False)
+
+
 def test_gradients_are_finite_and_reach_every_weight():
     cfg = dict(TINY, mem_len=4)
     model = XLNetPretrainer(XLNetConfig(**cfg))

@@ -142,6 +142,16 @@ def _as_config(config) -> XLNetConfig:
     raise TypeError(f"expected an XLNetConfig or a dict, got {type(config).__name__}")
 
 
+def from_config_frozen_or_not(cls, config):
+    """``cls(**config)`` with the saved ``trainable`` set once built: Layer.__init__ sets it on the layer alone,
+    before ours create their sublayers, whose weights would come back trainable in a frozen network."""
+    config = dict(config)
+    trainable = config.pop("trainable", True)
+    layer = cls(**config)
+    layer.trainable = trainable
+    return layer
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetBlock(keras.layers.Layer):
     """One XLNet layer: ``rel_attn`` then ``ff``, applied to the content stream and (if given) the query stream
@@ -150,7 +160,8 @@ class XLNetBlock(keras.layers.Layer):
     def __init__(self, config: XLNetConfig, **kwargs):
         kwargs["autocast"] = False  # keeps the float32 attention mask biases float32 (see RelativeAttention)
         super().__init__(**kwargs)
-        policy = self.dtype_policy
+        self.config = _as_config(config)
+        config, policy = self.config, self.dtype_policy
         self.rel_attn = RelativeAttention(config.d_model, config.n_head, config.d_head, config.dropout,
                                           config.dropatt, config.initializer_range, name="rel_attn", dtype=policy)
         self.ff = PositionwiseFeedForward(config.d_model, config.d_inner, config.ff_activation, config.dropout,
@@ -160,6 +171,13 @@ class XLNetBlock(keras.layers.Layer):
         self.rel_attn.build()
         self.ff.build()
         self.built = True
+
+    def get_config(self):  # from_config's dict config becomes an XLNetConfig in __init__
+        return dict(super().get_config(), config=self.config.to_dict())
+
+    @classmethod
+    def from_config(cls, config):
+        return from_config_frozen_or_not(cls, config)
 
     def call(self, content, position, biases, query=None, query_keys=False, training=None, content_out=True,
              **attention_args):
@@ -447,11 +465,12 @@ class XLNetModel(NamedInputs, keras.Model):
         return {prefix + name: var for name, var in names.items()}
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+        # From Layer's: ``trainable`` (a frozen network stays frozen through a .keras file) and what Keras adds.
+        return dict(super().get_config(), config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_config_frozen_or_not(cls, config)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -507,8 +526,9 @@ class XLNetPretrainer(NamedInputs, keras.Model):
         return names
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+        # From Layer's: ``trainable`` (a frozen network stays frozen through a .keras file) and what Keras adds.
+        return dict(super().get_config(), config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_config_frozen_or_not(cls, config)
