@@ -70,6 +70,35 @@ def test_bad_config_is_a_value_error_naming_the_key(tmp_path, values, overrides,
     assert path in str(info.value)
 
 
+HF_TINY = {"model_type": "xlnet", "vocab_size": 20, "d_model": 8, "n_layer": 2, "n_head": 2, "d_inner": 16}
+
+
+@pytest.mark.parametrize("values,message", [
+    (dict(HF_TINY, n_head=3), "d_model 8 is not a multiple of n_head 3"),
+    (dict(HF_TINY, d_head=2), "d_head 2 is not d_model / n_head = 4"),
+    (dict(HF_TINY, clamp_len="x"), "clamp_len must be a number, got 'x'"),
+])
+def test_an_hf_config_huggingface_refuses_is_refused_naming_the_file(tmp_path, values, message):
+    """A d_model the heads do not divide was read with d_head rounded down, a d_head of the file's own was
+    replaced, a clamp_len not a number was Python's TypeError."""
+    path = write_json(tmp_path / "config.json", values)
+    with pytest.raises(InputError, match=f"{path}: {message}"):
+        XLNetConfig.from_json(path)
+    assert XLNetConfig.from_json(write_json(tmp_path / "config.json", dict(HF_TINY, d_head=4))).d_head == 4
+
+
+def test_config_edges_are_clear_errors_and_numpy_scalars_are_values(tmp_path):
+    with pytest.raises(InputError, match="settings: an XLNet config is a dict of settings, got list"):
+        XLNetConfig.from_dict([1, 2], source="settings")
+    with pytest.raises(InputError, match=f"{tmp_path}: is a directory; XLNetConfig.to_json writes a file"):
+        XLNetConfig(**TINY).to_json(tmp_path)
+    config = XLNetConfig(**dict(TINY, n_head=np.int64(2), untie_r=np.bool_(True)), dropout=np.float32(0.5))
+    assert config == XLNetConfig(**TINY, dropout=0.5) and type(config.n_head) is int
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    with pytest.raises(InputError, match="n_head must be int"):
+        XLNetConfig(**dict(TINY, n_head=np.float64(2.0)))
+
+
 def test_malformed_json_names_the_file(tmp_path):
     path = tmp_path / "xlnet_config.json"
     path.write_text("{not json")

@@ -60,7 +60,7 @@ def resolve_checkpoint(path: str) -> str:
     if not tf.io.gfile.exists(path + ".index"):
         other = _other_format(path)
         if other:
-            raise InputError(f"{path} is {other}, not a TensorFlow checkpoint (a prefix with its .index)")
+            raise InputError(f"{path} is not a TensorFlow checkpoint (a prefix with its .index): it is {other}")
         raise MissingInputError(f"{path}: no checkpoint here ({path}.index does not exist)")
     return path
 
