@@ -102,6 +102,10 @@ class FinetuneModel(NamedInputs, keras.Model):
         self.config = _as_config(config)
         self.xlnet = XLNetModel(self.config, dtype=self.dtype_policy)
 
+    @classmethod
+    def from_config(cls, config):
+        return from_config_frozen_or_not(cls, config)
+
     def tf1_variables(self):
         return dict(self.xlnet.tf1_variables())
 

@@ -298,7 +298,9 @@ def _check_values(inputs, config: XLNetConfig, output_rows=None):
     mapping = inputs.get("target_mapping")
     if mapping is not None:
         rules.dims("target_mapping", mapping, {0: b, 2: l})
-        if rules.mode == "graph":  # eager: _query_stream's _check_one_hot
+        if rules.mode == "eager":
+            _check_one_hot(mapping)
+        else:
             rows = tf.cast(mapping, tf.float32)
             rules.require(tf.reduce_all((rows == 0.0) | (rows == 1.0)) &
                           tf.reduce_all(tf.reduce_sum(rows, axis=-1) <= 1.0),
@@ -339,7 +341,11 @@ def _rows_of(blocked, positions):
 def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
     """Whether ``query_perm_mask`` [B, P, L or L + P] covers the query rows as keys (its static shape tells)."""
     columns, length, rows = query_perm_mask.shape[-1], input_ids.shape[1], query_perm_mask.shape[1]
-    if None in (columns, length, rows) or columns not in (length, length + rows):
+    if None in (columns, length, rows):
+        raise ValueError(f"inputs: query_perm_mask {_shape(query_perm_mask).as_list()} and input_ids "
+                         f"{_shape(input_ids).as_list()} need their lengths known when traced (whether the query rows "
+                         "are keys, L or L + P columns, decides the graph): give them static shapes")
+    if columns not in (length, length + rows):
         raise ValueError(f"query_perm_mask {query_perm_mask.shape} must have L = {length} or L + P columns "
                          "(static shapes)")
     return columns != length
@@ -463,8 +469,6 @@ class XLNetModel(NamedInputs, keras.Model):
         at the positions ``target_mapping`` points to, masked by ``query_perm_mask`` or else by the rows of the
         content mask ``blocked`` [B|1, L, K] at those positions."""
         target_mapping = inputs["target_mapping"]
-        if tf.executing_eagerly():  # values known (a traced step adds no check)
-            _check_one_hot(target_mapping)
         batch, num_predict = tf.shape(target_mapping)[0], tf.shape(target_mapping)[1]
         target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
         g = self._embedding_dropout(self._query_start(inputs, query_tokens, batch, num_predict, self.compute_dtype),
