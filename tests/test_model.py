@@ -564,11 +564,17 @@ def test_traced_calls_check_the_values_and_the_dimensions_eager_calls_check():
     rows({"input_ids": good["input_ids"]}, tf.constant([4]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"output_rows must be in \[0, the length\)"):
         rows({"input_ids": good["input_ids"]}, tf.constant([5]))
+    floats = tf.function(lambda x: network({"input_ids": x})["sequence_output"],
+                         input_signature=[tf.TensorSpec([None, None], tf.float32)])  # as Keras' SavedModel's
+    floats(tf.cast(good["input_ids"], tf.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids must be integers, got float values"):
+        floats(tf.cast(good["input_ids"], tf.float32) + 0.5)
 
 
 def test_eager_calls_name_ids_positions_and_rows_out_of_range_and_floats():
     """Eager: ids past the vocabulary and rows past the length were TensorFlow's GatherV2 error, float ids and
-    positions were truncated, mems as one stacked tensor was numpy's 'truth value of an array is ambiguous'."""
+    positions were truncated (1.7 read as 1), mems as one stacked tensor was numpy's 'truth value of an array is
+    ambiguous'."""
     model = XLNetModel(XLNetConfig(**TINY))
     ids = np.ones((2, 5), np.int32)
     for inputs, kwargs, expected in [
@@ -577,7 +583,8 @@ def test_eager_calls_name_ids_positions_and_rows_out_of_range_and_floats():
             ({"input_ids": ids}, {"output_rows": tf.constant([5])}, r"output_rows must be in \[0, 5\)"),
             ({"input_ids": ids}, {"output_rows": tf.constant([[1]] * 3)}, r"output_rows \[batch, rows\] must have "
                                                                           r"input_ids' batch 2, got \[3, 1\]"),
-            ({"input_ids": ids + 0.7}, {}, "input_ids must be integers, got dtype float"),
+            ({"input_ids": ids + 0.7}, {}, "input_ids must be integers, got float32 values with fractions"),
+            ({"input_ids": ids.astype(str)}, {}, "input_ids must be integers, got dtype string"),
             ({"input_ids": ids}, {"output_rows": tf.constant([1.5])}, "output_rows must be integers"),
             ({"input_ids": ids, "mems": tf.zeros((2, 2, 3, 8))}, {}, "mems must be a list of n_layer tensors")]:
         with pytest.raises(ValueError, match=expected):
@@ -585,6 +592,8 @@ def test_eager_calls_name_ids_positions_and_rows_out_of_range_and_floats():
     pretrainer = XLNetPretrainer(XLNetConfig(**TINY))
     with pytest.raises(ValueError, match="lm_positions must be integers"):
         pretrainer({"input_ids": ids, "lm_positions": np.array([[1.7]] * 2)})
+    np.testing.assert_array_equal(model({"input_ids": ids.astype(np.float32)})["sequence_output"],
+                                  model({"input_ids": ids})["sequence_output"])  # as Keras' SavedModel traces them
     with pytest.raises(ValueError, match=r"lm_positions must be \[batch, predictions\] = \[2, None\]"):
         pretrainer({"input_ids": ids, "lm_positions": np.array([[1]] * 3)})
 

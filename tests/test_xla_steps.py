@@ -112,6 +112,9 @@ def test_the_model_checks_its_inputs_in_traced_calls_but_adds_nothing_under_xla(
     traced = {jit: input_checks(tf.function(lambda x: model(x)["lm_logits"], jit_compile=jit), signature)
               for jit in (False, True)}
     assert len(traced[False]) >= 10 and traced[True] == [], traced  # (the model has no Assert of its own)
+    # No cond around them: a graph with control flow is exported without its 16-bit weights (read_in_16_bits).
+    graph = tf.function(lambda x: model(x)["lm_logits"]).get_concrete_function(signature).graph
+    assert not [op.name for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
     nested = tf.function(lambda x: model(x)["lm_logits"])  # traced inside a jit-compiled function: compiled too
     assert input_checks(tf.function(lambda x: nested(x), jit_compile=True), signature) == []
 

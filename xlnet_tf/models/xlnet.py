@@ -56,10 +56,11 @@ def check_inputs(inputs, model: str, config: XLNetConfig | None = None) -> None:
 
 
 def _check_integer(value, name: str, model: str) -> None:
-    """Ids and positions are read by tf.cast, which truncates floats (1.7 is row 1) and fails on strings with
-    TensorFlow's words: refused when traced, where the dtype is known (no op is added)."""
+    """Ids and positions are read by tf.cast, which fails on strings with TensorFlow's words: refused when traced,
+    where the dtype is known (no op is added). Floats pass here, their values are checked (``_Rules.whole``):
+    Keras' own SavedModel signature of a subclassed model traces every input as float32."""
     dtype = getattr(value, "dtype", None)
-    if dtype is not None and not tf.as_dtype(dtype).is_integer:
+    if dtype is not None and not (tf.as_dtype(dtype).is_integer or tf.as_dtype(dtype).is_floating):
         raise ValueError(f"inputs: {model}'s {name} must be integers, got dtype {tf.as_dtype(dtype).name}")
 
 
@@ -234,14 +235,31 @@ class _Rules:
         self.mode = "eager" if tf.executing_eagerly() else None if ops.in_xla_context() else "graph"
 
     def require(self, ok, message: str, *data) -> None:
-        """Traced: an Assert that ``ok`` (a bool scalar), else ``message`` and ``data``'s values. (No apostrophe in
-        ``message``: the Assert's text shows it escaped.)"""
+        """Traced: an Assert that ``ok`` (a bool scalar), else ``message`` and ``data``'s values (int32: with other
+        dtypes TensorFlow guards the Assert with a cond, and a graph with control flow is not exported with its
+        16-bit weights, ``finetuning.serving.read_in_16_bits``). No apostrophe in ``message``: it shows escaped."""
         self.asserts.append(tf.debugging.Assert(ok, [f"inputs of {self.model}: {message}; got", *data]))
+
+    def whole(self, name: str, value) -> None:
+        """Floats of ``value`` (ids, positions) whole numbers: tf.cast would truncate them (1.7 is row 1)."""
+        if value is None or self.mode is None:
+            return
+        value = tf.convert_to_tensor(value)  # output_rows may be a list
+        if not value.dtype.is_floating:
+            return
+        whole = tf.reduce_all(tf.equal(value, tf.floor(value)))
+        if self.mode == "eager":
+            if not bool(whole):
+                raise ValueError(f"inputs: {self.model}'s {name} must be integers, got {value.dtype.name} values "
+                                 "with fractions")
+            return
+        self.require(whole, f"{name} must be integers, got float values with fractions")
 
     def in_range(self, name: str, value, high, what: str) -> None:
         """Every entry of ``value`` in [0, ``high``); ``what``: what the bound is."""
         if value is None or self.mode is None:
             return
+        self.whole(name, value)
         value = tf.cast(value, tf.int64)
         low, top = tf.reduce_min(value), tf.reduce_max(value)
         if self.mode == "eager":
@@ -249,8 +267,10 @@ class _Rules:
                 raise ValueError(f"inputs: {self.model}'s {name} must be in [0, {int(high)}) ({what}), got "
                                  f"{int(low)}..{int(top)}")
             return
+        shown = [tf.cast(tf.clip_by_value(x, -2 ** 31, 2 ** 31 - 1), tf.int32) for x in (low, top)]
         self.require(tf.equal(tf.size(value), 0) | ((low >= 0) & (top < tf.cast(high, tf.int64))),
-                     f"{name} must be in [0, {what}): its least and greatest, and {what}", low, top, high)
+                     f"{name} must be in [0, {what}): its least and greatest, and {what}", *shown,
+                     tf.cast(high, tf.int32))
 
     def dims(self, name: str, value, expected: dict) -> None:  # eager shapes are static: _check_shapes
         """Traced: ``value``'s dimensions {axis: (name, size, static size or None)} equal, where the static shapes
@@ -305,7 +325,7 @@ def _check_values(inputs, config: XLNetConfig, output_rows=None):
             rules.require(tf.reduce_all((rows == 0.0) | (rows == 1.0)) &
                           tf.reduce_all(tf.reduce_sum(rows, axis=-1) <= 1.0),
                           "target_mapping rows must be one-hot at the predicted positions, or all zero for "
-                          "padded predictions (0s and 1s, at most one 1 a row)", tf.reduce_max(rows))
+                          "padded predictions (0s and 1s, at most one 1 a row)")
         p = ("predicted", tf.shape(mapping)[1], _shape(mapping)[1])
         for name in ("query_ids", "pseudo_mask"):
             rules.dims(name, inputs.get(name), {0: b, 1: p})
