@@ -11,6 +11,7 @@ from reference_xlnet import random_weights, reference_forward
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetPretrainer, load_original_checkpoint
 from xlnet_tf.checkpoint import load_network, load_pretrained, write_tf1_checkpoint
 from xlnet_tf.cli.convert import convert
+from xlnet_tf.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE_BASE = {"d_head": 64, "d_inner": 3072, "d_model": 768, "ff_activation": "gelu", "n_head": 12,
@@ -69,6 +70,35 @@ def test_bad_config_is_a_value_error_naming_the_key(tmp_path, values, overrides,
     assert path in str(info.value)
 
 
+HF_TINY = {"model_type": "xlnet", "vocab_size": 20, "d_model": 8, "n_layer": 2, "n_head": 2, "d_inner": 16}
+
+
+@pytest.mark.parametrize("values,message", [
+    (dict(HF_TINY, n_head=3), "d_model 8 is not a multiple of n_head 3"),
+    (dict(HF_TINY, d_head=2), "d_head 2 is not d_model / n_head = 4"),
+    (dict(HF_TINY, clamp_len="x"), "clamp_len must be a number, got 'x'"),
+])
+def test_an_hf_config_huggingface_refuses_is_refused_naming_the_file(tmp_path, values, message):
+    """A d_model the heads do not divide was read with d_head rounded down, a d_head of the file's own was
+    replaced, a clamp_len not a number was Python's TypeError."""
+    path = write_json(tmp_path / "config.json", values)
+    with pytest.raises(InputError, match=f"{path}: {message}"):
+        XLNetConfig.from_json(path)
+    assert XLNetConfig.from_json(write_json(tmp_path / "config.json", dict(HF_TINY, d_head=4))).d_head == 4
+
+
+def test_config_edges_are_clear_errors_and_numpy_scalars_are_values(tmp_path):
+    with pytest.raises(InputError, match="settings: an XLNet config is a dict of settings, got list"):
+        XLNetConfig.from_dict([1, 2], source="settings")
+    with pytest.raises(InputError, match=f"{tmp_path}: is a directory; XLNetConfig.to_json writes a file"):
+        XLNetConfig(**TINY).to_json(tmp_path)
+    config = XLNetConfig(**dict(TINY, n_head=np.int64(2), untie_r=np.bool_(True)), dropout=np.float32(0.5))
+    assert config == XLNetConfig(**TINY, dropout=0.5) and type(config.n_head) is int
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    with pytest.raises(InputError, match="n_head must be int"):
+        XLNetConfig(**dict(TINY, n_head=np.float64(2.0)))
+
+
 def test_malformed_json_names_the_file(tmp_path):
     path = tmp_path / "xlnet_config.json"
     path.write_text("{not json")
@@ -125,6 +155,39 @@ def test_missing_or_misshaped_variables_are_named_and_nothing_is_assigned(tmp_pa
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_original_checkpoint(XLNetModel(XLNetConfig(**TINY)), str(tmp_path / "nothing.ckpt"))
+
+
+def test_a_variable_of_another_dtype_is_named_and_nothing_is_assigned(tmp_path):
+    """Values were assigned one by one: a string variable raised numpy's bare ValueError after the ones before it
+    were overwritten, and an integer one was cast without a word."""
+    weights = {k: v.astype(np.float32) for k, v in random_weights(dict(TINY, **RUNTIME), seed=1).items()}
+    model = XLNetPretrainer(XLNetConfig(**TINY))
+    before = [v.numpy().copy() for v in model.weights]
+    for value, dtype in ((np.array([b"x"] * TINY["n_token"]), "object"), (np.arange(TINY["n_token"]), "int64")):
+        prefix = write_tf1_checkpoint(dict(weights, **{"model/lm_loss/bias": value}), str(tmp_path / dtype))
+        with pytest.raises(InputError, match=f"{prefix}: .*\n  model/lm_loss/bias: dtype {dtype} "):
+            load_original_checkpoint(model, prefix)
+        for var, value in zip(model.weights, before):
+            np.testing.assert_array_equal(var.numpy(), value)
+
+
+def test_files_of_other_formats_are_named_with_what_reads_them(tmp_path):
+    """An HF directory, a .keras or .weights.h5 file, HF's weight files: 'no checkpoint here' did not say what the
+    path was, nor which call reads it."""
+    model = XLNetPretrainer(XLNetConfig(**TINY))
+    (tmp_path / "hf").mkdir()
+    write_json(tmp_path / "hf" / "config.json", {"model_type": "xlnet", "vocab_size": 20})
+    model.save(str(tmp_path / "m.keras"))
+    model.save_weights(str(tmp_path / "m.weights.h5"))
+    for name in ("pytorch_model.bin", "model.safetensors"):
+        (tmp_path / "hf" / name).write_bytes(b"weights")
+    for path, expected in [("hf", "is a HuggingFace XLNet directory .* xlnet_tf.load_pretrained"),
+                           ("m.keras", "is a Keras model file: keras.models.load_model"),
+                           ("m.weights.h5", "is a Keras weights file: model.load_weights"),
+                           ("hf/pytorch_model.bin", "is a HuggingFace weights file: name its directory"),
+                           ("hf/model.safetensors", "is a HuggingFace weights file: .* xlnet_tf.load_network")]:
+        with pytest.raises(InputError, match=expected):
+            load_original_checkpoint(model, str(tmp_path / path))
 
 
 def test_convert_release_directory_then_load_native(tmp_path):

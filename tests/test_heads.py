@@ -57,6 +57,16 @@ def test_a_padding_mask_under_another_name_is_refused(head):
 
 
 @pytest.mark.parametrize("head", ["classifier", "multiple choice", "squad", "tagger"])
+def test_a_frozen_head_stays_frozen_through_its_config(head):
+    """The heads' get_config wrote no ``trainable``: a frozen model came back from a .keras file trainable."""
+    model = HEADS[head][0]()
+    model.trainable = False
+    restored = type(model).from_config(model.get_config())
+    assert not restored.trainable and restored.trainable_weights == []
+    assert restored.get_config() == model.get_config()
+
+
+@pytest.mark.parametrize("head", ["classifier", "multiple choice", "squad", "tagger"])
 def test_weight_paths_do_not_count_the_heads_built_before(head):
     """Training checkpoints and XLNetAdamW's no_decay_paths / lr_multipliers name weights by path: a head built
     after another in the process (a notebook's second model, a .keras file loaded beside one) has the same

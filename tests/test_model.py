@@ -515,6 +515,112 @@ def test_inputs_of_other_shapes_than_input_ids_are_refused_by_name():
         model({"input_ids": ids, "target_mapping": mapping, "query_perm_mask": np.zeros((2, 2, keys), np.float32)})
 
 
+def traced_inputs(batch=2, length=5, predict=2, n_token=20):
+    """Valid inputs of every kind a traced call checks, and the signature of each with unknown dimensions."""
+    mapping = np.zeros((batch, predict, length), np.float32)
+    mapping[:, 0, 1] = mapping[:, 1, 3] = 1
+    inputs = {"input_ids": np.arange(batch * length).reshape(batch, length) % n_token,
+              "segment_ids": np.zeros((batch, length), np.int32), "padding_mask": np.ones((batch, length), np.float32),
+              "perm_mask": np.zeros((batch, length, length), np.float32), "target_mapping": mapping,
+              "position_ids": np.tile(np.arange(length)[::-1], (batch, 1)), "lm_positions": np.array([[0, 6]] * batch)}
+    inputs = {k: tf.constant(v, tf.int32 if v.dtype.kind == "i" else tf.float32) for k, v in inputs.items()}
+    return inputs, {k: tf.TensorSpec([None] * v.shape.rank, v.dtype) for k, v in inputs.items()}
+
+
+def test_traced_calls_check_the_values_and_the_dimensions_eager_calls_check():
+    """predict, fit, tf.function and every serving signature trace the model: there the eager checks did not run,
+    and with unknown dimensions neither did the shape checks. An out-of-range lm_positions read the LM bias alone,
+    a two-hot target_mapping row or a target past L computed other numbers, a padding_mask of batch 1 was every
+    example's, ids past the vocabulary read zeros on a GPU, position ids past the length were clamped: all without
+    a word. Each now stops the call naming the input and its rule."""
+    model = XLNetPretrainer(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
+    good, signature = traced_inputs()
+    traced = tf.function(lambda x: model(x)["lm_logits"], input_signature=[signature])
+    np.testing.assert_array_equal(traced(good).numpy(), model(good)["lm_logits"].numpy())
+    two_hot = good["target_mapping"].numpy()
+    two_hot[0, 0, 2] = 1
+    past_length = np.zeros((2, 2, 7), np.float32)
+    past_length[:, :, 6] = 1
+    ids = good["input_ids"].numpy()
+    for name, value, rule in [
+            ("lm_positions", [[0, 7]] * 2, r"lm_positions must be in \[0, the content rows, then the query rows\)"),
+            ("target_mapping", two_hot, "target_mapping rows must be one-hot"),
+            ("target_mapping", past_length, "target_mapping must have the batch at axis 0, length at axis 2 of "
+                                            "input_ids"),
+            ("input_ids", ids + 20, r"input_ids must be in \[0, n_token\)"),
+            ("input_ids", ids - 1, r"input_ids must be in \[0, n_token\)"),
+            ("padding_mask", np.ones((1, 5)), "padding_mask must have the batch at axis 0"),
+            ("segment_ids", np.zeros((1, 5)), "segment_ids must have the batch"),
+            ("perm_mask", np.zeros((1, 5, 5)), "perm_mask must have the batch"),
+            ("position_ids", [[0, 2, 4, 6, 8]] * 2, r"position_ids must be in \[0, the length\)")]:
+        bad = dict(good, **{name: tf.constant(value, good[name].dtype)})
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"inputs of (XLNetModel|xlnet_pretrainer): {rule}"):
+            traced(bad)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"lm_positions must be in"):
+        model.predict(dict(good, lm_positions=tf.constant([[0, 7]] * 2)), verbose=0)
+    network = model.xlnet
+    rows = tf.function(lambda x, r: network(x, output_rows=r)["sequence_output"],
+                       input_signature=[{"input_ids": signature["input_ids"]}, tf.TensorSpec([None], tf.int32)])
+    rows({"input_ids": good["input_ids"]}, tf.constant([4]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"output_rows must be in \[0, the length\)"):
+        rows({"input_ids": good["input_ids"]}, tf.constant([5]))
+    floats = tf.function(lambda x: network({"input_ids": x})["sequence_output"],
+                         input_signature=[tf.TensorSpec([None, None], tf.float32)])  # as Keras' SavedModel's
+    floats(tf.cast(good["input_ids"], tf.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids must be integers, got float values"):
+        floats(tf.cast(good["input_ids"], tf.float32) + 0.5)
+
+
+def test_eager_calls_name_ids_positions_and_rows_out_of_range_and_floats():
+    """Eager: ids past the vocabulary and rows past the length were TensorFlow's GatherV2 error, float ids and
+    positions were truncated (1.7 read as 1), mems as one stacked tensor was numpy's 'truth value of an array is
+    ambiguous'."""
+    model = XLNetModel(XLNetConfig(**TINY))
+    ids = np.ones((2, 5), np.int32)
+    for inputs, kwargs, expected in [
+            ({"input_ids": ids + 20}, {}, r"input_ids must be in \[0, 20\) \(n_token\), got 21..21"),
+            ({"input_ids": ids, "position_ids": [[0, 1, 2, 3, 9]] * 2}, {}, r"position_ids must be in \[0, 5\)"),
+            ({"input_ids": ids}, {"output_rows": tf.constant([5])}, r"output_rows must be in \[0, 5\)"),
+            ({"input_ids": ids}, {"output_rows": tf.constant([[1]] * 3)}, r"output_rows \[batch, rows\] must have "
+                                                                          r"input_ids' batch 2, got \[3, 1\]"),
+            ({"input_ids": ids + 0.7}, {}, "input_ids must be integers, got float32 values with fractions"),
+            ({"input_ids": ids.astype(str)}, {}, "input_ids must be integers, got dtype string"),
+            ({"input_ids": ids}, {"output_rows": tf.constant([1.5])}, "output_rows must be integers"),
+            ({"input_ids": ids, "mems": tf.zeros((2, 2, 3, 8))}, {}, "mems must be a list of n_layer tensors")]:
+        with pytest.raises(ValueError, match=expected):
+            model(inputs, **kwargs)
+    pretrainer = XLNetPretrainer(XLNetConfig(**TINY))
+    with pytest.raises(ValueError, match="lm_positions must be integers"):
+        pretrainer({"input_ids": ids, "lm_positions": np.array([[1.7]] * 2)})
+    np.testing.assert_array_equal(model({"input_ids": ids.astype(np.float32)})["sequence_output"],
+                                  model({"input_ids": ids})["sequence_output"])  # as Keras' SavedModel traces them
+    with pytest.raises(ValueError, match=r"lm_positions must be \[batch, predictions\] = \[2, None\]"):
+        pretrainer({"input_ids": ids, "lm_positions": np.array([[1]] * 3)})
+
+
+def test_relative_attention_refuses_a_table_of_other_keys_and_names_missing_arguments():
+    """A table built for other keys (klen or memory) was read from its first columns: other position terms, no
+    error. A missing bias was KeyError: r_r; content of another width a reshape error."""
+    model = XLNetModel(XLNetConfig(**TINY))
+    attention, encoding = model.blocks[0].rel_attn, model.position_encoding
+    content, biases = tf.zeros((2, 5, 8)), model._layer_biases(0, False)
+    attention(content, encoding(tf.constant(5), tf.constant(5)), biases)
+    with pytest.raises(ValueError, match=r"position must have 10 rows \('bi'\) or 6 \('uni'\), the encoding of 5 "
+                                         r"queries and 5 keys \(0 of memory\), got 13"):
+        attention(content, encoding(tf.constant(5), tf.constant(8)), biases)
+    with pytest.raises(ValueError, match=r"15 rows .* 10 keys \(5 of memory\), got 10"):
+        attention(content, encoding(tf.constant(5), tf.constant(5)), biases, memory=tf.zeros((2, 5, 8)))
+    with pytest.raises(ValueError, match=r"biases lack r_r"):
+        attention(content, encoding(tf.constant(5), tf.constant(5)), {"r_w": biases["r_w"]})
+    with pytest.raises(ValueError, match=r"content must end in d_model = 8, got shape \[2, 5, 12\]"):
+        attention(tf.zeros((2, 5, 12)), encoding(tf.constant(5), tf.constant(5)), biases)
+    traced = tf.function(lambda h, p: attention(h, p, biases)[0],
+                         input_signature=[tf.TensorSpec([None, None, 8]), tf.TensorSpec([1, None, 8])])
+    traced(content, encoding(tf.constant(5), tf.constant(5)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="position must have keys \\+ queries rows"):
+        traced(content, encoding(tf.constant(5), tf.constant(8)))
+
+
 def test_unidirectional_memory_equals_one_pass():
     cfg = dict(TINY, attn_type="uni", mem_len=6, reuse_len=6)
     model = make_model(random_weights(cfg, seed=11), cfg, cls=XLNetModel)
@@ -547,6 +653,43 @@ def test_save_restore_round_trip(tmp_path):
     model.save(str(tmp_path / "model.keras"))
     loaded = keras.models.load_model(str(tmp_path / "model.keras"))
     np.testing.assert_allclose(loaded(batch)["lm_logits"].numpy(), expected, atol=1e-6)
+
+
+def test_a_frozen_network_stays_frozen_through_a_keras_file(tmp_path):
+    """get_config wrote config, name and dtype only: a frozen network came back trainable from a .keras file, and a
+    fit after loading trained the weights the user froze."""
+    for cls in (XLNetModel, XLNetPretrainer):
+        net = cls(XLNetConfig(**TINY))
+        net.trainable = False
+        net.save(str(tmp_path / "net.keras"))
+        loaded = keras.models.load_model(str(tmp_path / "net.keras"))
+        assert not loaded.trainable and loaded.trainable_weights == [], cls.__name__
+    ids = keras.Input((None,), dtype="int32", name="input_ids")
+    net = XLNetModel(XLNetConfig(**TINY))
+    model = keras.Model({"input_ids": ids}, keras.layers.Dense(3)(net({"input_ids": ids})["sequence_output"][:, -1]))
+    net.trainable = False
+    model.save(str(tmp_path / "m.keras"))
+    assert len(keras.models.load_model(str(tmp_path / "m.keras")).trainable_weights) == 2  # the Dense's alone
+
+
+def test_a_functional_model_of_the_block_and_the_summary_saves_and_loads(tmp_path):
+    """XLNetBlock and SequenceSummary were registered serializable without a get_config: Keras refused to save a
+    model holding them."""
+    from xlnet_tf.models.heads import SequenceSummary
+    from xlnet_tf.models.xlnet import XLNetBlock
+
+    config = XLNetConfig(**TINY, dropout=0.0, dropatt=0.0)
+    block = XLNetBlock(config, name="block")
+    assert XLNetBlock.from_config(block.get_config()).config == config
+    ids = keras.Input((None,), dtype="int32", name="input_ids")
+    summary = SequenceSummary(config, "first", trainable=False)
+    model = keras.Model({"input_ids": ids}, summary(XLNetModel(config)({"input_ids": ids})["sequence_output"]))
+    batch = {"input_ids": np.array([[1, 2, 3], [4, 5, 6]], np.int32)}
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    np.testing.assert_array_equal(loaded(batch).numpy(), model(batch).numpy())
+    restored = loaded.layers[-1]
+    assert (restored.summary_type, restored.config, restored.trainable) == ("first", config, False)
 
 
 def test_gradients_are_finite_and_reach_every_weight():

@@ -93,6 +93,32 @@ def test_pretraining_step_compiles_static(objective):
     assert_static_step(tf.function(step, jit_compile=True), [batch], mems)
 
 
+def input_checks(fn, *args) -> list:
+    """The Assert ops of ``fn``'s trace for ``args``, in its graph and in the functions it calls (nested
+    tf.functions, the cond guards TensorFlow builds around an Assert)."""
+    graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
+    nodes = list(graph_def.node) + [node for f in graph_def.library.function for node in f.node_def]
+    return [node.name for node in nodes if node.op == "Assert"]
+
+
+def test_the_model_checks_its_inputs_in_traced_calls_but_adds_nothing_under_xla():
+    """A traced call (predict, serving) asserts what the eager checks check; under XLA nothing is added (XLA drops
+    Assert ops, logging each): the jit-compiled steps' HLO is the same as without the checks."""
+    model = XLNetPretrainer(XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=VOCAB))
+    names = ("input_ids", "segment_ids", "position_ids", "lm_positions")
+    signature = {name: tf.TensorSpec([None, None], tf.int32) for name in names}
+    signature.update(padding_mask=tf.TensorSpec([None, None]), perm_mask=tf.TensorSpec([None, None, None]),
+                     target_mapping=tf.TensorSpec([None, None, None]))
+    traced = {jit: input_checks(tf.function(lambda x: model(x)["lm_logits"], jit_compile=jit), signature)
+              for jit in (False, True)}
+    assert len(traced[False]) >= 10 and traced[True] == [], traced  # (the model has no Assert of its own)
+    # No cond around them: a graph with control flow is exported without its 16-bit weights (read_in_16_bits).
+    graph = tf.function(lambda x: model(x)["lm_logits"]).get_concrete_function(signature).graph
+    assert not [op.name for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+    nested = tf.function(lambda x: model(x)["lm_logits"])  # traced inside a jit-compiled function: compiled too
+    assert input_checks(tf.function(lambda x: nested(x), jit_compile=True), signature) == []
+
+
 # -- fine-tuning ---------------------------------------------------------------------------------------------------
 
 def classifier_task(tmp_path, **flags):

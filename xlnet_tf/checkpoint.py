@@ -48,6 +48,9 @@ def resolve_checkpoint(path: str) -> str:
         not_hf = hf.why_not_xlnet(path)  # an HF directory whose config.json is damaged or of another model
         if not_hf:
             raise InputError(f"{path}: {not_hf}")
+        if hf.is_hf_dir(path):
+            raise InputError(f"{path} is a HuggingFace XLNet directory (config.json, model_type 'xlnet'), not a "
+                             f"TensorFlow checkpoint: {_READS_HF}")
         raise MissingInputError(f"{path}: no checkpoint in this directory (no 'checkpoint' file and no "
                                 "xlnet_model.ckpt.index)")
     for suffix in (".index", ".meta"):
@@ -55,8 +58,29 @@ def resolve_checkpoint(path: str) -> str:
             path = path[: -len(suffix)]
     path = re.sub(r"\.data-\d{5}-of-\d{5}$", "", path)
     if not tf.io.gfile.exists(path + ".index"):
+        other = _other_format(path)
+        if other:
+            raise InputError(f"{path} is not a TensorFlow checkpoint (a prefix with its .index): it is {other}")
         raise MissingInputError(f"{path}: no checkpoint here ({path}.index does not exist)")
     return path
+
+
+_READS_HF = "xlnet_tf.load_pretrained(model, path) or xlnet_tf.load_network(path) reads it"
+
+
+def _other_format(path: str) -> Optional[str]:
+    """What another format's file at ``path`` is and what reads it, or None: a user who names the file Keras or
+    HuggingFace wrote gets the call that reads it, not only that no checkpoint is there."""
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+        return None
+    name = os.path.basename(path)
+    if name.endswith(".keras"):
+        return "a Keras model file: keras.models.load_model(path) reads it"
+    if name.endswith(".h5"):
+        return "a Keras weights file: model.load_weights(path) reads it into a model of the same config"
+    if name.endswith((".safetensors", ".bin")):
+        return f"a HuggingFace weights file: name its directory (with config.json); {_READS_HF}"
+    return None
 
 
 # What TensorFlow raises for a truncated, corrupt or foreign file: "not an sstable", "Read less bytes than
@@ -114,8 +138,8 @@ def load_original_checkpoint(model, ckpt_prefix: str) -> list[str]:
 
 def assign_tf1(model, shapes: dict, read, source: str) -> None:
     """Assigns ``read(names)`` ({TF1 name: array}) to ``model.tf1_variables()`` after checking that every one of
-    them is in ``shapes`` ({TF1 name: shape}) with its shape: an InputError naming ``source`` lists each missing
-    or mis-shaped variable, and nothing is assigned."""
+    them is in ``shapes`` ({TF1 name: shape}) with its shape and a floating dtype: an InputError naming ``source``
+    lists each missing, mis-shaped or non-float variable, and nothing is assigned."""
     wanted = model.tf1_variables()
     problems = []
     for name, var in wanted.items():
@@ -130,8 +154,18 @@ def assign_tf1(model, shapes: dict, read, source: str) -> None:
     if problems:
         raise InputError(f"{source}: cannot load into {type(model).__name__}:\n  " + "\n  ".join(problems))
     values = read(list(wanted))
+    converted, wrong = {}, []
+    for name, var in wanted.items():  # every value converted before any is assigned: nothing half-loaded
+        value = np.asarray(values[name])
+        if not np.issubdtype(value.dtype, np.floating):  # TF's own restore refuses a dtype mismatch too
+            wrong.append(f"{name}: dtype {value.dtype} (model variable {var.dtype})")
+        else:
+            converted[name] = value.astype(var.dtype)
+    if wrong:
+        raise InputError(f"{source}: cannot load into {type(model).__name__}, not floating-point weights:\n  "
+                         + "\n  ".join(wrong))
     for name, var in wanted.items():
-        var.assign(np.asarray(values[name], dtype=var.dtype))
+        var.assign(converted[name])
 
 
 def assign_arrays(model, tensors: dict, source: str) -> None:

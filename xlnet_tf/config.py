@@ -68,7 +68,8 @@ class XLNetConfig:
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
+            value = _python_scalar(getattr(self, field.name))
+            object.__setattr__(self, field.name, value)  # frozen: the dataclass's own way round it
             _check_type(field.name, value, field.type)
             if isinstance(value, float) and not math.isfinite(value):
                 raise InputError(f"XLNetConfig: {field.name} must be a finite number, got {value}")
@@ -98,6 +99,8 @@ class XLNetConfig:
     def from_dict(cls, values: dict[str, Any], source: str = "config", **overrides) -> "XLNetConfig":
         """Builds a config from a dict (e.g. a parsed xlnet_config.json) plus keyword overrides."""
         known = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(values, dict):
+            raise InputError(f"{source}: an XLNet config is a dict of settings, got {type(values).__name__}")
         merged = dict(values)
         merged.update(overrides)
         unknown = sorted(set(merged) - known)
@@ -138,6 +141,8 @@ class XLNetConfig:
             raise InputError(f"{source}: layer_norm_eps {c['layer_norm_eps']} (this stack's LayerNorms use "
                              "XLNet's 1e-12)")
         clamp_len = c.get("clamp_len") or -1
+        if not isinstance(clamp_len, (int, float)) or isinstance(clamp_len, bool):
+            raise InputError(f"{source}: clamp_len must be a number, got {clamp_len!r}")
         # HF's null (or 0) mem_len keeps every past state when memory is asked for (use_mems): no fixed memory,
         # which here is 0; its dropout is also the attention probabilities' (it has no dropatt).
         mem_len, reuse_len, dropout = c.get("mem_len") or 0, c.get("reuse_len") or None, c.get("dropout", 0.1)
@@ -148,8 +153,16 @@ class XLNetConfig:
                       clamp_len=clamp_len if clamp_len > 0 else -1, same_length=bool(c.get("same_length", False)),
                       initializer_range=c.get("initializer_range", 0.02), mem_len=mem_len, reuse_len=reuse_len,
                       dropout=dropout, dropatt=dropout)
-        if isinstance(values["d_model"], int) and isinstance(values["n_head"], int) and values["n_head"] > 0:
-            values["d_head"] = values["d_model"] // values["n_head"]  # HF derives it
+        d_model, n_head = values["d_model"], values["n_head"]
+        if isinstance(d_model, int) and isinstance(n_head, int) and n_head > 0:
+            # HF derives d_head and refuses what it cannot: a d_model heads do not divide, another d_head
+            if d_model % n_head:
+                raise InputError(f"{source}: d_model {d_model} is not a multiple of n_head {n_head} (HuggingFace "
+                                 "refuses it too)")
+            if c.get("d_head", d_model // n_head) != d_model // n_head:
+                raise InputError(f"{source}: d_head {c['d_head']!r} is not d_model / n_head = {d_model // n_head} "
+                                 "(HuggingFace refuses it too)")
+            values["d_head"] = d_model // n_head
         return cls.from_dict(values, source=source, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,10 +173,22 @@ class XLNetConfig:
         values = self.to_dict()
         if checkpoint_keys_only:
             values = {k: values[k] for k in CHECKPOINT_KEYS}
-        write_json_atomic(os.fspath(path), values)
+        path = os.fspath(path)
+        if io_utils.probe(path, "dir"):
+            raise InputError(f"{path}: is a directory; XLNetConfig.to_json writes a file (e.g. "
+                             f"{io_utils.join(path, 'xlnet_config.json')})")
+        write_json_atomic(path, values)
 
     def replace(self, **changes) -> "XLNetConfig":
         return self.from_dict(self.to_dict(), source="XLNetConfig.replace", **changes)
+
+
+def _python_scalar(value: Any) -> Any:
+    """A numpy scalar (a config built from arrays' values) as the Python one its checks, equality and JSON read;
+    others as they are. (numpy is not imported here: settings read configs before the heavy imports.)"""
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
 
 
 def _check_type(name: str, value: Any, annotation: str) -> None:

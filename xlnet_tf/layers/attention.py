@@ -250,6 +250,8 @@ class RelativeAttention(keras.layers.Layer):
     def call(self, content, position, biases, memory=None, content_mask=None, segment_diff=None, query=None,
              query_pos=None, query_mask=None, query_segment_diff=None, query_weight=None, content_pos=None,
              key_pos=None, query_keys=False, training=None, content_out=True):
+        position = self._check_arguments(content, position, biases, memory, query,
+                                         segment_diff is not None or query_segment_diff is not None)
         dtype = self.compute_dtype
         content = tf.cast(content, dtype)
         biases = {name: tf.cast(value, dtype) for name, value in biases.items()}
@@ -279,6 +281,40 @@ class RelativeAttention(keras.layers.Layer):
         g_out = self._attend(query, k, v, k_r, biases, query_pos, key_pos, query_mask, query_segment_diff,
                              query_weight, training)
         return h_out, g_out
+
+    def _check_arguments(self, content, position, biases, memory, query, segments: bool):
+        """A ValueError naming the argument where TensorFlow's error would come from deep in the layer, or none
+        at all: a position table of another length than the keys' (``rel_shift`` reads its first columns)."""
+        wanted = ("r_w", "r_r") + (("r_s", "seg_embed") if segments else ())
+        missing = [name for name in wanted if name not in biases]
+        if missing:
+            raise ValueError(f"{self.name}: biases lack {', '.join(missing)} (they hold r_w and r_r, and with "
+                             f"segment_diff r_s and seg_embed), got {sorted(biases)}")
+        shapes = {name: tf.TensorShape(value.shape) for name, value in (
+            ("content", content), ("memory", memory), ("query", query), ("position", position)) if value is not None}
+        for name, shape in shapes.items():
+            if shape.rank is not None and shape[-1] not in (None, self.d_model):
+                raise ValueError(f"{self.name}: {name} must end in d_model = {self.d_model}, got shape "
+                                 f"{shape.as_list()}")
+        if shapes["position"].rank is None or shapes["content"].rank is None:
+            return position
+        rows, qlen = shapes["position"][-2], shapes["content"][1]
+        mlen = 0 if memory is None else (shapes["memory"][1] if shapes["memory"].rank else None)
+        if None not in (rows, qlen, mlen):
+            klen = mlen + qlen
+            if rows not in (klen + qlen, klen + 1):
+                raise ValueError(f"{self.name}: position must have {klen + qlen} rows ('bi') or {klen + 1} ('uni'), "
+                                 f"the encoding of {qlen} queries and {klen} keys ({mlen} of memory), got {rows}")
+            return position
+        if tf.executing_eagerly() or ops.in_xla_context():  # XLA drops Assert ops (and logs each)
+            return position
+        rows, qlen = tf.shape(position)[-2], tf.shape(content)[1]
+        klen = qlen + (0 if memory is None else tf.shape(memory)[1])
+        check = tf.debugging.Assert(tf.equal(rows, klen + qlen) | tf.equal(rows, klen + 1), [
+            f"{self.name}: position must have keys + queries rows (attn_type bi) or keys + 1 (uni); got rows, "
+            "queries, keys:", rows, qlen, klen])
+        with tf.control_dependencies([check]):
+            return tf.identity(position)
 
     def _attend(self, x, k, v, k_r, biases, query_pos, key_pos, mask, segment_diff, weight, training):
         """One stream: queries from x [B, Lq, D] (rows at ``query_pos``, or the consecutive content rows) against

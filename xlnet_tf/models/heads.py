@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import SUMMARY_TYPES, XLNetConfig
-from xlnet_tf.models.xlnet import NamedInputs, XLNetModel, _as_config, refuse_their_names
+from xlnet_tf.models.xlnet import NamedInputs, XLNetModel, _as_config, from_config_frozen_or_not, refuse_their_names
 
 
 def dense_layer(units, config, name, activation=None, use_bias=True, dtype=None):
@@ -39,6 +39,7 @@ class SequenceSummary(keras.layers.Layer):
         super().__init__(**kwargs)
         if summary_type not in SUMMARY_TYPES:
             raise ValueError(f"summary_type must be one of {SUMMARY_TYPES}, got {summary_type!r}")
+        config = _as_config(config)  # from_config gives its dict
         self.config, self.summary_type, self.use_proj = config, summary_type, use_proj
         self.proj = dense_layer(config.d_model, config, "summary", activation="tanh", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(config.dropout, dtype=self.dtype_policy)
@@ -72,6 +73,14 @@ class SequenceSummary(keras.layers.Layer):
             summary = self.proj(summary)
         return self.dropout(summary, training=training)
 
+    def get_config(self):
+        return dict(super().get_config(), config=self.config.to_dict(), summary_type=self.summary_type,
+                    use_proj=self.use_proj)
+
+    @classmethod
+    def from_config(cls, config):
+        return from_config_frozen_or_not(cls, config)
+
     def tf1_variables(self):
         if not self.use_proj:
             return {}
@@ -92,6 +101,10 @@ class FinetuneModel(NamedInputs, keras.Model):
         super().__init__(name=kwargs.pop("name", None), dtype=kwargs.pop("dtype", None))
         self.config = _as_config(config)
         self.xlnet = XLNetModel(self.config, dtype=self.dtype_policy)
+
+    @classmethod
+    def from_config(cls, config):
+        return from_config_frozen_or_not(cls, config)
 
     def tf1_variables(self):
         return dict(self.xlnet.tf1_variables())

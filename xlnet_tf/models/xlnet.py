@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import kernels
+from xlnet_tf import kernels, ops
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.dropout import Dropout
@@ -45,8 +45,23 @@ def check_inputs(inputs, model: str, config: XLNetConfig | None = None) -> None:
         raise ValueError(f"inputs: {model}'s input_ids hold no tokens (shape {shape.as_list()}): every sequence "
                          "needs at least one")
     refuse_their_names(inputs, model)
+    for name in ("input_ids", "query_ids", "lm_positions"):
+        _check_integer(inputs.get(name), name, model)
+    mems = inputs.get("mems")
+    if mems is not None and not isinstance(mems, (list, tuple)):
+        raise ValueError(f"inputs: {model}'s mems must be a list of n_layer tensors [batch, memory, d_model], one "
+                         f"per layer, got a {type(mems).__name__} of shape {_shape(mems).as_list()}")
     if config is not None and shape.rank == 2:
         _check_shapes(inputs, model, config, *shape)
+
+
+def _check_integer(value, name: str, model: str) -> None:
+    """Ids and positions are read by tf.cast, which fails on strings with TensorFlow's words: refused when traced,
+    where the dtype is known (no op is added). Floats pass here, their values are checked (``_Rules.whole``):
+    Keras' own SavedModel signature of a subclassed model traces every input as float32."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and not (tf.as_dtype(dtype).is_integer or tf.as_dtype(dtype).is_floating):
+        raise ValueError(f"inputs: {model}'s {name} must be integers, got dtype {tf.as_dtype(dtype).name}")
 
 
 def _shape(value) -> tf.TensorShape:
@@ -75,6 +90,8 @@ def _check_shapes(inputs, model: str, config: XLNetConfig, batch, length) -> Non
         if query_mask is not None and not _shape(query_mask).is_compatible_with([batch, predict, with_query_keys]):
             expect("query_perm_mask", query_mask, ("batch", "predicted", "length [+ predicted]"),
                    [batch, predict, length])
+    if inputs.get("lm_positions") is not None:
+        expect("lm_positions", inputs["lm_positions"], ("batch", "predictions"), [batch, None])
     memory = None
     for i, mem in enumerate(inputs.get("mems") or ()):
         expect(f"mems[{i}]", mem, ("batch", "memory", "d_model"), [batch, memory, config.d_model])
@@ -142,6 +159,16 @@ def _as_config(config) -> XLNetConfig:
     raise TypeError(f"expected an XLNetConfig or a dict, got {type(config).__name__}")
 
 
+def from_config_frozen_or_not(cls, config):
+    """``cls(**config)`` with the saved ``trainable`` set once built: Layer.__init__ sets it on the layer alone,
+    before ours create their sublayers, whose weights would come back trainable in a frozen network."""
+    config = dict(config)
+    trainable = config.pop("trainable", True)
+    layer = cls(**config)
+    layer.trainable = trainable
+    return layer
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetBlock(keras.layers.Layer):
     """One XLNet layer: ``rel_attn`` then ``ff``, applied to the content stream and (if given) the query stream
@@ -150,7 +177,8 @@ class XLNetBlock(keras.layers.Layer):
     def __init__(self, config: XLNetConfig, **kwargs):
         kwargs["autocast"] = False  # keeps the float32 attention mask biases float32 (see RelativeAttention)
         super().__init__(**kwargs)
-        policy = self.dtype_policy
+        self.config = _as_config(config)
+        config, policy = self.config, self.dtype_policy
         self.rel_attn = RelativeAttention(config.d_model, config.n_head, config.d_head, config.dropout,
                                           config.dropatt, config.initializer_range, name="rel_attn", dtype=policy)
         self.ff = PositionwiseFeedForward(config.d_model, config.d_inner, config.ff_activation, config.dropout,
@@ -160,6 +188,13 @@ class XLNetBlock(keras.layers.Layer):
         self.rel_attn.build()
         self.ff.build()
         self.built = True
+
+    def get_config(self):  # from_config's dict config becomes an XLNetConfig in __init__
+        return dict(super().get_config(), config=self.config.to_dict())
+
+    @classmethod
+    def from_config(cls, config):
+        return from_config_frozen_or_not(cls, config)
 
     def call(self, content, position, biases, query=None, query_keys=False, training=None, content_out=True,
              **attention_args):
@@ -180,6 +215,134 @@ def _check_one_hot(target_mapping) -> None:
                          "padded predictions (0s and 1s, at most one 1 a row)")
 
 
+# The inputs ``XLNetModel`` reads, gated behind a traced call's checks (``_Rules.gate``).
+_READ = ("input_ids", "segment_ids", "padding_mask", "perm_mask", "target_mapping", "mems", "mems_padding_mask",
+         "position_ids", "query_ids", "pseudo_mask", "query_perm_mask", "lm_positions")
+
+
+class _Rules:
+    """What inputs' shapes cannot tell: their values, and in a traced call the dimensions unknown when traced.
+
+    Eager calls check the values at once (a ValueError). A traced call that XLA does not compile (``predict``,
+    ``fit`` and ``tf.function`` without jit_compile, every serving signature) adds ``tf.debugging.Assert`` ops, and
+    ``gate`` puts the inputs behind them, so that a bad input stops the call with its rule named rather than
+    giving wrong numbers (an index out of range reads zeros on a GPU, a batch-1 mask is broadcast to every
+    example) or TensorFlow's error from deep in the attention. Under XLA (jit_compile, TPUs) nothing is added:
+    XLA drops Assert ops, and logs each."""
+
+    def __init__(self, model: str):
+        self.model, self.asserts = model, []
+        self.mode = "eager" if tf.executing_eagerly() else None if ops.in_xla_context() else "graph"
+
+    def require(self, ok, message: str, *data) -> None:
+        """Traced: an Assert that ``ok`` (a bool scalar), else ``message`` and ``data``'s values (int32: with other
+        dtypes TensorFlow guards the Assert with a cond, and a graph with control flow is not exported with its
+        16-bit weights, ``finetuning.serving.read_in_16_bits``). No apostrophe in ``message``: it shows escaped."""
+        self.asserts.append(tf.debugging.Assert(ok, [f"inputs of {self.model}: {message}; got", *data]))
+
+    def whole(self, name: str, value) -> None:
+        """Floats of ``value`` (ids, positions) whole numbers: tf.cast would truncate them (1.7 is row 1)."""
+        if value is None or self.mode is None:
+            return
+        value = tf.convert_to_tensor(value)  # output_rows may be a list
+        if not value.dtype.is_floating:
+            return
+        whole = tf.reduce_all(tf.equal(value, tf.floor(value)))
+        if self.mode == "eager":
+            if not bool(whole):
+                raise ValueError(f"inputs: {self.model}'s {name} must be integers, got {value.dtype.name} values "
+                                 "with fractions")
+            return
+        self.require(whole, f"{name} must be integers, got float values with fractions")
+
+    def in_range(self, name: str, value, high, what: str) -> None:
+        """Every entry of ``value`` in [0, ``high``); ``what``: what the bound is."""
+        if value is None or self.mode is None:
+            return
+        self.whole(name, value)
+        value = tf.cast(value, tf.int64)
+        low, top = tf.reduce_min(value), tf.reduce_max(value)
+        if self.mode == "eager":
+            if tf.size(value) and not 0 <= int(low) <= int(top) < int(high):
+                raise ValueError(f"inputs: {self.model}'s {name} must be in [0, {int(high)}) ({what}), got "
+                                 f"{int(low)}..{int(top)}")
+            return
+        shown = [tf.cast(tf.clip_by_value(x, -2 ** 31, 2 ** 31 - 1), tf.int32) for x in (low, top)]
+        self.require(tf.equal(tf.size(value), 0) | ((low >= 0) & (top < tf.cast(high, tf.int64))),
+                     f"{name} must be in [0, {what}): its least and greatest, and {what}", *shown,
+                     tf.cast(high, tf.int32))
+
+    def dims(self, name: str, value, expected: dict) -> None:  # eager shapes are static: _check_shapes
+        """Traced: ``value``'s dimensions {axis: (name, size, static size or None)} equal, where the static shapes
+        do not already say so (``_check_shapes``)."""
+        if value is None or self.mode != "graph":
+            return
+        static = _shape(value)
+        unknown = [(axis, size) for axis, (_, size, known) in expected.items()
+                   if static.rank is None or known is None or static[axis] is None]
+        if unknown:
+            actual = tf.shape(value)
+            names = ", ".join(f"{n} at axis {axis}" for axis, (n, _, _) in expected.items())
+            self.require(tf.reduce_all([tf.equal(actual[axis], size) for axis, size in unknown]),
+                         f"{name} must have the {names} of input_ids: its shape, and what those must be", actual,
+                         tf.stack([size for _, size, _ in expected.values()]))
+
+    def gate(self, value):
+        """``value`` (a tensor, a list of them, or None) behind the asserts added so far: what reads it runs after
+        them (a failed rule is then the error, not what the bad input does first)."""
+        if not self.asserts or value is None:
+            return value
+        if isinstance(value, (list, tuple)):
+            return [self.gate(v) for v in value]
+        with tf.control_dependencies(self.asserts):
+            return tf.identity(value)
+
+
+def _check_values(inputs, config: XLNetConfig, output_rows=None):
+    """``_Rules`` of ``XLNetModel``'s inputs -> the inputs and ``output_rows`` behind them (unchanged eager or
+    under XLA)."""
+    rules = _Rules("XLNetModel")
+    if rules.mode is None:
+        return inputs, output_rows
+    ids = inputs["input_ids"]
+    id_shape = tf.shape(ids)
+    batch, length = id_shape[0], id_shape[1]
+    static_batch, static_length = _shape(ids)[0], _shape(ids)[1]
+    b, l = ("batch", batch, static_batch), ("length", length, static_length)
+    rules.in_range("input_ids", ids, config.n_token, "n_token")
+    rules.in_range("query_ids", inputs.get("query_ids"), config.n_token, "n_token")
+    rules.in_range("position_ids", inputs.get("position_ids"), length, "the length")
+    for name in ("segment_ids", "padding_mask", "position_ids"):
+        rules.dims(name, inputs.get(name), {0: b, 1: l})
+    rules.dims("perm_mask", inputs.get("perm_mask"), {0: b, 1: l, 2: l})
+    mapping = inputs.get("target_mapping")
+    if mapping is not None:
+        rules.dims("target_mapping", mapping, {0: b, 2: l})
+        if rules.mode == "eager":
+            _check_one_hot(mapping)
+        else:
+            rows = tf.cast(mapping, tf.float32)
+            rules.require(tf.reduce_all((rows == 0.0) | (rows == 1.0)) &
+                          tf.reduce_all(tf.reduce_sum(rows, axis=-1) <= 1.0),
+                          "target_mapping rows must be one-hot at the predicted positions, or all zero for "
+                          "padded predictions (0s and 1s, at most one 1 a row)")
+        p = ("predicted", tf.shape(mapping)[1], _shape(mapping)[1])
+        for name in ("query_ids", "pseudo_mask"):
+            rules.dims(name, inputs.get(name), {0: b, 1: p})
+        rules.dims("query_perm_mask", inputs.get("query_perm_mask"), {0: b, 1: p})
+    mems = inputs.get("mems")
+    if mems:
+        m = ("memory", tf.shape(mems[0])[1], _shape(mems[0])[1])
+        for i, mem in enumerate(mems):
+            rules.dims(f"mems[{i}]", mem, {0: b, 1: m})
+        rules.dims("mems_padding_mask", inputs.get("mems_padding_mask"), {0: b, 1: m})
+    if output_rows is not None:
+        rules.in_range("output_rows", output_rows, length, "the length")
+        if _shape(output_rows).rank == 2:
+            rules.dims("output_rows", output_rows, {0: b})
+    return {k: rules.gate(v) if k in _READ else v for k, v in inputs.items()}, rules.gate(output_rows)
+
+
 def _at_positions(positions, content_pos, mlen, segment_diff):
     """Rows standing at sequence ``positions`` [B, R] (the query stream's, ``output_rows``): their key coordinates
     [B, R] and their rows of ``segment_diff`` [B, L, K] (None without one)."""
@@ -198,7 +361,11 @@ def _rows_of(blocked, positions):
 def _query_rows_are_keys(query_perm_mask, input_ids) -> bool:
     """Whether ``query_perm_mask`` [B, P, L or L + P] covers the query rows as keys (its static shape tells)."""
     columns, length, rows = query_perm_mask.shape[-1], input_ids.shape[1], query_perm_mask.shape[1]
-    if None in (columns, length, rows) or columns not in (length, length + rows):
+    if None in (columns, length, rows):
+        raise ValueError(f"inputs: query_perm_mask {_shape(query_perm_mask).as_list()} and input_ids "
+                         f"{_shape(input_ids).as_list()} need their lengths known when traced (whether the query rows "
+                         "are keys, L or L + P columns, decides the graph): give them static shapes")
+    if columns not in (length, length + rows):
         raise ValueError(f"query_perm_mask {query_perm_mask.shape} must have L = {length} or L + P columns "
                          "(static shapes)")
     return columns != length
@@ -218,9 +385,9 @@ class XLNetModel(NamedInputs, keras.Model):
       mems: list of n_layer float tensors [B, M, D] (optional).
       mems_padding_mask: [B, M], 1 = the memory row holds a real token, 0 = padding (optional; default: all
         memory visible, as in pretraining). A document read segment by segment carries its left padding here.
-      position_ids: int [B, L], each token's position (optional; default 0..L-1). Tokens may share a position
-        (MPNet's placeholders sit at the position of the token they stand for): relative distances are
-        differences of position ids.
+      position_ids: int [B, L], each token's position, in [0, L) (optional; default 0..L-1). Tokens may share a
+        position (MPNet's placeholders sit at the position of the token they stand for): relative distances are
+        differences of position ids, and in [0, L) each is in the encoding's table (one past it was clamped).
       query_ids: int [B, P], the tokens the query rows start from (optional; default: every row starts from
         ``mask_emb``, as XLNet's query stream). pseudo_mask: [B, P], 1 = the row starts from ``mask_emb`` anyway
         (UniLMv2's pseudo masks [P]).
@@ -229,7 +396,9 @@ class XLNetModel(NamedInputs, keras.Model):
         L + P columns the query rows are keys of the query stream too, after the content (UniLMv2's appended
         tokens: the content stream never sees them, so it is computed on its own, as s2s-ft's split attention).
     Other XLNet code's names for these (HF's attention_mask, the original's input_mask) are refused, not unread;
-    so are shapes that disagree with input_ids' (as far as they are known when traced).
+    so are shapes that disagree with input_ids', ids, positions and rows out of range, and target_mapping rows
+    neither one-hot nor zero: when traced where known, else when run (``_Rules``: not under XLA, which drops
+    Assert ops).
     Call argument ``output_rows``: int positions [R] or [B, R] (optional; not with target_mapping). The last
     layer then runs at those rows only, as query rows at their own positions under the content stream's mask and
     weights (the same math), and sequence_output holds their final states [B, R, D]: a head that reads one row
@@ -320,8 +489,6 @@ class XLNetModel(NamedInputs, keras.Model):
         at the positions ``target_mapping`` points to, masked by ``query_perm_mask`` or else by the rows of the
         content mask ``blocked`` [B|1, L, K] at those positions."""
         target_mapping = inputs["target_mapping"]
-        if tf.executing_eagerly():  # values known (a traced step adds no check)
-            _check_one_hot(target_mapping)
         batch, num_predict = tf.shape(target_mapping)[0], tf.shape(target_mapping)[1]
         target_pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
         g = self._embedding_dropout(self._query_start(inputs, query_tokens, batch, num_predict, self.compute_dtype),
@@ -353,6 +520,13 @@ class XLNetModel(NamedInputs, keras.Model):
 
     def call(self, inputs, training=None, output_rows=None):
         check_inputs(inputs, "XLNetModel", self.config)
+        if output_rows is not None:
+            _check_integer(output_rows, "output_rows", "XLNetModel")
+            if _shape(output_rows).rank == 2 and not _shape(output_rows)[:1].is_compatible_with(
+                    _shape(inputs["input_ids"])[:1]):
+                raise ValueError(f"output_rows [batch, rows] must have input_ids' batch "
+                                 f"{_shape(inputs['input_ids'])[0]}, got {_shape(output_rows).as_list()}")
+        inputs, output_rows = _check_values(inputs, self.config, output_rows)
         c = self.config
         dtype = self.compute_dtype
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
@@ -447,11 +621,12 @@ class XLNetModel(NamedInputs, keras.Model):
         return {prefix + name: var for name, var in names.items()}
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+        # From Layer's: ``trainable`` (a frozen network stays frozen through a .keras file) and what Keras adds.
+        return dict(super().get_config(), config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_config_frozen_or_not(cls, config)
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -476,13 +651,20 @@ class XLNetPretrainer(NamedInputs, keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
+        check_inputs(inputs, self.name, self.config)  # before the rules read them
+        positions = inputs.get("lm_positions")
+        rules = _Rules(self.name)
+        if positions is not None and rules.mode is not None:
+            query = inputs.get("target_mapping") is not None
+            rows = tf.shape(inputs["input_ids"])[1] + (tf.shape(inputs["target_mapping"])[1] if query else 0)
+            rules.in_range("lm_positions", positions, rows, "the content rows" + (", then the query rows" if query
+                                                                                    else ""))
+            positions = rules.gate(positions)
         outputs = dict(self.xlnet(inputs, training=training))
         hidden = outputs.get("query_output", outputs["sequence_output"])
-        if inputs.get("lm_positions") is not None:
+        if positions is not None:
             rows = tf.concat([outputs["sequence_output"]] + ([hidden] if "query_output" in outputs else []), axis=1)
-            positions = tf.cast(inputs["lm_positions"], tf.int32)
-            if tf.executing_eagerly():  # values known (a traced step adds no check)
-                self._check_positions(positions, rows.shape[1], "query_output" in outputs)
+            positions = tf.cast(positions, tf.int32)
             # The rows picked by a one-hot product: a matmul each way, where a gather's gradient is a scatter.
             pick = tf.one_hot(positions, tf.shape(rows)[1], dtype=rows.dtype)
             hidden = tf.matmul(pick, rows)
@@ -494,21 +676,15 @@ class XLNetPretrainer(NamedInputs, keras.Model):
         outputs["lm_logits"] = tf.cast(logits, tf.float32) + self.lm_bias
         return outputs
 
-    def _check_positions(self, positions, rows: int, query: bool):
-        """A position past the rows would pick none: its logits would be the bias alone, without an error."""
-        if tf.size(positions) and not 0 <= int(tf.reduce_min(positions)) <= int(tf.reduce_max(positions)) < rows:
-            raise ValueError(f"inputs: {self.name}'s lm_positions must be in [0, {rows}) (the content rows"
-                             f"{', then the query rows' if query else ''}), got {int(tf.reduce_min(positions))}.."
-                             f"{int(tf.reduce_max(positions))}")
-
     def tf1_variables(self) -> dict[str, keras.Variable]:
         names = self.xlnet.tf1_variables()
         names["model/lm_loss/bias"] = self.lm_bias
         return names
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "dtype": self.dtype_policy.name}
+        # From Layer's: ``trainable`` (a frozen network stays frozen through a .keras file) and what Keras adds.
+        return dict(super().get_config(), config=self.config.to_dict())
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        return from_config_frozen_or_not(cls, config)

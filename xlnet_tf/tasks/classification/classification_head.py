@@ -71,10 +71,9 @@ class XLNetClassifier(FinetuneModel):
         return names
 
     def get_config(self):
-        return dict(config=self.config.to_dict(), num_labels=self.num_labels, task_scope=self.task_scope,
-                    regression=self.regression, summary_type=self.summary_type, use_summ_proj=self.use_summ_proj,
-                    num_segments=self.num_segments, mem_len=self.mem_len, name=self.name,
-                    dtype=self.dtype_policy.name)
+        return dict(super().get_config(), config=self.config.to_dict(), num_labels=self.num_labels,
+                    task_scope=self.task_scope, regression=self.regression, summary_type=self.summary_type,
+                    use_summ_proj=self.use_summ_proj, num_segments=self.num_segments, mem_len=self.mem_len)
 
 
 def read_segments(network, inputs: dict, num_segments: int, training=None) -> list:

@@ -46,5 +46,5 @@ class XLNetMultipleChoice(FinetuneModel):
         return names
 
     def get_config(self):
-        return dict(config=self.config.to_dict(), summary_type=self.summary_type, use_summ_proj=self.use_summ_proj,
-                    name=self.name, dtype=self.dtype_policy.name)
+        return dict(super().get_config(), config=self.config.to_dict(), summary_type=self.summary_type,
+                    use_summ_proj=self.use_summ_proj)

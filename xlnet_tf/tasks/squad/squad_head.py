@@ -108,8 +108,8 @@ class XLNetSquad(FinetuneModel):
         return names
 
     def get_config(self):
-        return dict(config=self.config.to_dict(), start_n_top=self.start_n_top, end_n_top=self.end_n_top,
-                    name=self.name, dtype=self.dtype_policy.name)
+        return dict(super().get_config(), config=self.config.to_dict(), start_n_top=self.start_n_top,
+                    end_n_top=self.end_n_top)
 
 
 def _masked(logits, p_mask):

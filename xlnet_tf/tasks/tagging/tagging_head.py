@@ -32,5 +32,5 @@ class XLNetTagger(FinetuneModel):
         return names
 
     def get_config(self):
-        return dict(config=self.config.to_dict(), num_labels=self.num_labels, task_scope=self.task_scope,
-                    name=self.name, dtype=self.dtype_policy.name)
+        return dict(super().get_config(), config=self.config.to_dict(), num_labels=self.num_labels,
+                    task_scope=self.task_scope)
