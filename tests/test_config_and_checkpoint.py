@@ -169,6 +169,11 @@ def test_a_variable_of_another_dtype_is_named_and_nothing_is_assigned(tmp_path):
             load_original_checkpoint(model, prefix)
         for var, value in zip(model.weights, before):
             np.testing.assert_array_equal(var.numpy(), value)
+    import ml_dtypes  # half-precision weights (a bf16 or fp16 checkpoint) are weights: loaded, not refused
+    for dtype in (ml_dtypes.bfloat16, np.float16):
+        prefix = write_tf1_checkpoint({k: v.astype(dtype) for k, v in weights.items()}, str(tmp_path / str(dtype)))
+        load_original_checkpoint(model, prefix)
+        np.testing.assert_array_equal(model.lm_bias.numpy(), weights["model/lm_loss/bias"].astype(dtype))
 
 
 def test_files_of_other_formats_are_named_with_what_reads_them(tmp_path):

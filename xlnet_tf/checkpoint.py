@@ -157,7 +157,7 @@ def assign_tf1(model, shapes: dict, read, source: str) -> None:
     converted, wrong = {}, []
     for name, var in wanted.items():  # every value converted before any is assigned: nothing half-loaded
         value = np.asarray(values[name])
-        if not np.issubdtype(value.dtype, np.floating):  # TF's own restore refuses a dtype mismatch too
+        if not _floating(value.dtype):  # TF's own restore refuses a dtype mismatch too
             wrong.append(f"{name}: dtype {value.dtype} (model variable {var.dtype})")
         else:
             converted[name] = value.astype(var.dtype)
@@ -166,6 +166,15 @@ def assign_tf1(model, shapes: dict, read, source: str) -> None:
                          + "\n  ".join(wrong))
     for name, var in wanted.items():
         var.assign(converted[name])
+
+
+def _floating(dtype) -> bool:
+    """Whether weights of ``dtype`` are numbers to load: bfloat16 (ml_dtypes', as TensorFlow reads a bf16
+    checkpoint) is, though numpy does not call it floating."""
+    try:
+        return tf.as_dtype(dtype).is_floating
+    except TypeError:
+        return False
 
 
 def assign_arrays(model, tensors: dict, source: str) -> None:
