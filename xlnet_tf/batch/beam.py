@@ -274,7 +274,6 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     if problem := input_format_error(s.input_format):
         raise InputError(problem)
     fields = Fields.parse(s.text_fields, s.id_field)
-    max_line_bytes = getattr(s, "max_line_bytes", DEFAULT_MAX_LINE_BYTES)
     spec = ModelSpec(s.saved_model, s.signature, s.spiece_model_file, s.max_seq_length, s.uncased, s.task_module)
     predictor = spec.load()
     if predictor.pair is not None and predictor.pair != bool(fields.text_b):
@@ -283,7 +282,7 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     shards = input_shards(s.input_glob, s.output_dir)  # not its own results, which --overwrite deletes
     formats = {path: shard_format(path, s.input_format, predictor.family) for path in shards}
     for path in shards:
-        check_header(path, formats[path], fields, max_line_bytes)
+        check_header(path, formats[path], fields, s.max_line_bytes)
     settings = settings_of(predictor, fields)
     there = earlier_outputs(s.output_dir)
     if there and not s.overwrite:
@@ -294,7 +293,7 @@ def plan_of(s, handler: Optional[ModelHandler] = None) -> Plan:
     tf.io.gfile.makedirs(s.output_dir)
     handler = handler or ExportHandler(spec, bool(fields.text_b), s.batch_size, s.share_model)
     return Plan(shards, formats, fields, s.input_glob, s.output_dir, settings, handler, s.task_module, s.runner,
-                predictor.source, max_line_bytes)
+                predictor.source, s.max_line_bytes)
 
 
 def local_runner(runner: str) -> str:

@@ -33,6 +33,7 @@ import hashlib
 import logging as _pylogging
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -573,10 +574,7 @@ def _no_records_message(cfg: WriterConfig, report: dict) -> str:
 
 def _remove_work_dir(stream_dir: str) -> None:
     """Deletes a pass's copy of the token stream, and ``.work`` once no task's copy is left in it."""
-    if os.path.isdir(stream_dir):
-        for name in os.listdir(stream_dir):
-            os.remove(os.path.join(stream_dir, name))
-        os.rmdir(stream_dir)
+    shutil.rmtree(stream_dir, ignore_errors=True)
     parent = os.path.dirname(stream_dir)
     if os.path.basename(parent) == ".work":
         try:
