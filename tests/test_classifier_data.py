@@ -267,15 +267,15 @@ def test_feature_cache_is_reused_and_checked(tmp_path, tokenizer):
 
 def test_a_long_cache_build_logs_its_progress_and_a_short_one_nothing(tmp_path, tokenizer, monkeypatch):
     """Every feature cache is written by records.cache_features: 504,000 rows took 23 s without a line, a 20 MB
-    CoNLL file 19 s. Now a line every CountProgress.EVERY_S (20 s) after the first 20 s: count, share, rate, ETA."""
+    CoNLL file 19 s. Now a line every Progress.EVERY_S (20 s) after the first 20 s: count, share, rate, ETA."""
     from pretraining_helpers import absl_messages
-    from xlnet_tf.training import progress
+    from xlnet_tf.progress_lines import Progress
 
     task, data_dir = cd.get_task("cola"), os.path.join(GLUE, "CoLA")
     with absl_messages() as quiet:
         cd.prepare_features(task, data_dir, "train", tokenizer, 24, str(tmp_path / "a"))
     assert not [m for m in quiet if " | " in m], quiet  # a small input: no progress line
-    monkeypatch.setattr(progress.CountProgress, "EVERY_S", 0.0)
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
     with absl_messages() as logged:
         cd.prepare_features(task, data_dir, "train", tokenizer, 24, str(tmp_path / "b"))
     lines = [m for m in logged if m.startswith("encoding cola.spiece.model.len-24.train.tf_record | ")]
@@ -283,12 +283,19 @@ def test_a_long_cache_build_logs_its_progress_and_a_short_one_nothing(tmp_path, 
                                                      "examples (100%), ") and lines[-1].endswith("ETA 0m00s"), lines
     # Its clock: nothing before every_s, then at most one line per every_s; past the total no share or ETA.
     now = [0.0]
-    counter = progress.CountProgress("x", 3, every_s=10, clock=lambda: now[0])
+    counter = Progress("x", 3, every_s=10, clock=lambda: now[0])
     with absl_messages() as ticks:
         for t in (1, 9, 11, 12, 25, 26):
             now[0] = t
             counter.advance()
     assert ticks == ["x | 3/3 examples (100%), 0 examples/s, ETA 0m00s", "x | 5 examples, 0 examples/s"]
+    # A resumed job (a quarter done before) in MB: the share counts that quarter, the rate and ETA this run's bytes.
+    now[0] = 0.0
+    counter = Progress("predict", 4e6, "MB", every_s=0, scale=1e-6, done=1e6, clock=lambda: now[0])
+    with absl_messages() as ticks:
+        now[0] = 10.0
+        counter.advance(1e6, note="shard 2/4")
+    assert ticks == ["predict | shard 2/4 | 2.0/4.0 MB (50%), 0.1 MB/s, ETA 0m20s"]
 
 
 def test_metrics_match_sklearn_and_scipy():

@@ -166,14 +166,14 @@ def test_resume_after_simulated_crash(written, corpus, tmp_path):
 # (Killed from inside, at a fixed point: a kill from here would race 85 shards of ~3 ms each against polling.)
 _KILLED_AT_SECOND_SHARD = """
 import os, runpy, signal, sys
-from xlnet_tf.data import writer
-report, done = writer._Progress.__call__, []
-def report_or_die(self, n, force=False):
-    report(self, n, force)
+from xlnet_tf.progress_lines import Progress
+report, done = Progress.advance, []
+def report_or_die(self, n=1, *, force=False, note=""):
+    report(self, n, force=force, note=note)
     done.append(force)
     if done.count(True) == 2:
         os.killpg(0, signal.SIGINT)  # a terminal's Ctrl-C: to the writer and its workers
-writer._Progress.__call__ = report_or_die
+Progress.advance = report_or_die
 sys.argv[0] = "xlnet_tf.cli.create_data"
 runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True)
 """
@@ -480,5 +480,5 @@ def test_tokenising_a_big_file_logs_progress(tmp_path, monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tokenising")]
     size = os.path.getsize(path) / 1e6
     assert len(lines) >= 2, caplog.text
-    assert re.fullmatch(rf"tokenising {re.escape(str(path))}: [\d.]+/{size:.1f} MB \([\d.]+ MB/s, ETA \d+ s\)",
-                        lines[0]), lines[0]
+    assert re.fullmatch(rf"tokenising {re.escape(str(path))} \| [\d.]+/{size:.1f} MB \(\d+%\), [\d.]+ MB/s, ETA "
+                        r"\d+m\d\ds", lines[0]), lines[0]

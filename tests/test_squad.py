@@ -36,13 +36,13 @@ def _features(tokenizer, name, is_training, seq=64, query=16, stride=16):
 
 
 def test_feature_conversion_logs_its_progress(tokenizer, monkeypatch):
-    """18,000 questions took 3.5 min without a line; now a line every CountProgress.EVERY_S (none for small files)."""
+    """18,000 questions took 3.5 min without a line; now a line every Progress.EVERY_S (none for small files)."""
     from pretraining_helpers import absl_messages
-    from xlnet_tf.training import progress
+    from xlnet_tf.progress_lines import Progress
 
     from absl import logging
 
-    monkeypatch.setattr(progress.CountProgress, "EVERY_S", 0.0)
+    monkeypatch.setattr(Progress, "EVERY_S", 0.0)
     verbosity = logging.get_verbosity()
     logging.set_verbosity(logging.INFO)  # as a run's (squad_lib_sp's quiet spells restore it)
     try:

@@ -59,6 +59,7 @@ from xlnet_tf.batch.predictors import (KerasPredictor, Predictor, SavedModelPred
 from xlnet_tf.batch.rows import (LOCK_FILE, OUTPUT_SUFFIX, earlier_outputs, input_shards, model_inputs, output_lines,
                                  output_name, settings_of, stack_inputs, totals, with_id)
 from xlnet_tf.errors import InputError
+from xlnet_tf.progress_lines import Progress
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 
@@ -179,34 +180,26 @@ def _remove_stale_temporaries(output_dir: str, names: list) -> None:
             tf.io.gfile.remove(stale)
 
 
-class Progress:
-    """Progress lines every ``every_s`` seconds: rows and examples/s of this run, the share of the input bytes
-    done (shards finished before included) and the ETA from this run's bytes per second."""
+class _InputProgress(Progress):
+    """Progress through the input's bytes (its share and the ETA; shards finished before count as done), with
+    the rows predicted from them this run and their rate."""
 
     def __init__(self, total_bytes: int, done_bytes: int, every_s: float):
-        self.total, self.done, self.run_start_bytes, self.every = max(total_bytes, 1), done_bytes, done_bytes, every_s
-        self.start = self.last = time.monotonic()
-        self.rows = 0
+        super().__init__("predict", total_bytes, "MB", every_s, scale=1e-6, done=done_bytes)
+        self.rows, self.shard_start = 0, done_bytes
 
-    def rate(self) -> float:
-        return self.rows / max(time.monotonic() - self.start, 1e-9)
+    def row_rate(self) -> float:
+        return self.rows / max(self.clock() - self.start, 1e-9)
 
     def update(self, rows: int, shard_bytes: int, label: str, force: bool = False) -> None:
         """``rows`` more predicted; ``shard_bytes`` of the current shard read."""
-        from xlnet_tf.training.progress import format_duration
         self.rows += rows
-        now = time.monotonic()
-        if not force and now - self.last < self.every:
-            return
-        self.last = now
-        done = self.done + shard_bytes
-        read = done - self.run_start_bytes
-        eta = format_duration((self.total - done) * (now - self.start) / read) if read > 0 else "?"
-        logging.info("predict %s | %d rows this run, %.1f examples/s | %.1f%% of input | ETA %s", label, self.rows,
-                     self.rate(), 100.0 * done / self.total, eta)
+        self.advance(self.shard_start + shard_bytes - self.done, force=force,
+                     note=f"{label} | {self.rows} rows this run, {self.row_rate():.1f} examples/s")
 
-    def shard_done(self, shard_bytes: int) -> None:
-        self.done += shard_bytes
+    def shard_done(self, shard_bytes: int, label: str) -> None:
+        self.update(0, shard_bytes, f"{label} done", force=True)
+        self.shard_start = self.done
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +252,8 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
                     flags: _Flags, max_line_bytes: int) -> dict:
     plan = _plan(predictor, shards, output_dir, fields, input_format, overwrite, flags, max_line_bytes)
     sizes = {p: identity[0] for p, identity in plan.identity.items()}
-    progress = Progress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in plan.todo), progress_every_s)
+    progress = _InputProgress(sum(sizes.values()), sum(sizes[p] for p in shards if p not in plan.todo),
+                              progress_every_s)
     summary = dict(model_source=predictor.source, settings=plan.settings, input_glob=input_glob,
                    shards=plan.records, outputs_of_other_inputs=plan.stale)
     summary_path = os.path.join(output_dir, SUMMARY_FILE)
@@ -267,7 +261,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
     def write_summary():
         summary.update(complete=len(summary["shards"]) == len(shards), shards_total=len(shards),
                        **totals(summary["shards"]),
-                       examples_per_s_this_run=round(progress.rate(), 2))
+                       examples_per_s_this_run=round(progress.row_rate(), 2))
         summary["shards"].sort(key=lambda s: shards.index(s["input"]) if s["input"] in shards else len(shards))
         write_json_atomic(summary_path, summary)
 
@@ -276,8 +270,7 @@ def _predict_shards(predictor: Predictor, shards: list, input_glob: str, output_
         label = f"shard {shards.index(path) + 1}/{len(shards)} {os.path.basename(path)}"
         record = _predict_shard(predictor, path, plan.formats[path], fields, batch_size, output_dir, progress, label,
                                 max_line_bytes)
-        progress.shard_done(sizes[path])
-        progress.update(0, 0, f"{label} done", force=True)
+        progress.shard_done(sizes[path], label)
         summary["shards"].append(dict(input=path, input_identity=plan.identity[path], **record))
         write_summary()
     skipped = sum(s["skipped"] for s in summary["shards"])
@@ -361,7 +354,7 @@ def _plan(predictor: Predictor, shards: list, output_dir: str, fields: Fields, i
 
 
 def _predict_shard(predictor: Predictor, path: str, fmt: str, fields: Fields, batch_size: int, output_dir: str,
-                   progress: Progress, label: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict:
+                   progress: _InputProgress, label: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> dict:
     """Predicts one input file into its output (written whole or not at all); returns its summary record (after
     ``input`` and ``input_identity``)."""
     stats = ShardStats()

@@ -45,6 +45,7 @@ from xlnet_tf import io_utils
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
 from xlnet_tf.errors import InputError
+from xlnet_tf.progress_lines import Progress
 from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported by the shard writers
@@ -163,7 +164,7 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
         bad(0, f"cannot open file: {e}")
         return out
     # One big file takes minutes (~10 MB/s per process): say how far it is, as shard writing does.
-    progress = _Progress(size, unit="MB", scale=1e-6, what=f"tokenising {path}:")
+    progress = Progress(f"tokenising {path}", size, "MB", PROGRESS_EVERY_S, scale=1e-6, log=log.info)
     with f:
         lineno = read = 0
         while True:
@@ -174,7 +175,7 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
             digest.update(raw)
             read += len(raw)
             if not lineno % 1000:  # a clock read per line would cost ~2% of the tokenising
-                progress(read - progress.done)
+                progress.advance(read - progress.done)
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 # Read the rest of the line in bounded chunks (never holding it in memory) and skip it.
                 while raw and not raw.endswith(b"\n"):
@@ -345,7 +346,7 @@ def write_shard(save_dir: str, job: ShardJob, rows: np.ndarray, boundaries: RowB
                 num_records += len(batch)
                 num_batches += 1
                 if progress is not None:
-                    progress(len(batch))
+                    progress.advance(len(batch))
         if io_utils.local_path(tmp) is not None:  # fsync where the disk is local (an object store has none)
             with open(io_utils.local_path(tmp), "rb") as f:
                 os.fsync(f.fileno())
@@ -379,27 +380,6 @@ def _init_shard_worker(stream_dir: str, sp_path: str, settings: ex.ExampleSettin
 def _write_shard_in_worker(job: ShardJob) -> dict:
     s = _shard_state
     return write_shard(s["save_dir"], job, s["rows"], s["boundaries"], s["settings"], s["is_start"], s["seed_key"])
-
-
-class _Progress:
-    """Logs ``<what> <done>/<total> (<rate> <unit>/s, ETA <s>)`` every ``PROGRESS_EVERY_S`` (and when forced)."""
-
-    def __init__(self, total: int, unit: str = "records", scale: float = 1.0, what: str = "records"):
-        self.total, self.done, self.unit, self.scale, self.what = total, 0, unit, scale, what
-        self.t0 = self.last = time.time()
-
-    def __call__(self, n: int, force: bool = False):
-        self.done += n
-        now = time.time()
-        if force or now - self.last >= PROGRESS_EVERY_S:
-            self.last = now
-            rate = self.done / max(now - self.t0, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            if self.scale == 1:
-                log.info("%s %d/%d (%.0f %s/s, ETA %.0f s)", self.what, self.done, self.total, rate, self.unit, eta)
-            else:
-                log.info("%s %.1f/%.1f %s (%.1f %s/s, ETA %.0f s)", self.what, self.done * self.scale,
-                         self.total * self.scale, self.unit, rate * self.scale, self.unit, eta)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -516,7 +496,8 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
     parallel = cfg.num_workers > 1 and len(todo) > 1
     if todo and not parallel:
         import tensorflow  # noqa: F401  (loaded before the clock starts, so records/s is the writing rate)
-    progress = _Progress(sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host)
+    progress = Progress("writing shards", sum(j.end_batch - j.first_batch for j in todo) * s.bsz_per_host,
+                        "records", PROGRESS_EVERY_S, log=log.info)
     boundaries = RowBoundaries.of(sent_rows) if todo else None
     del sent_rows
     work = f"{cfg.split}-pass{cfg.pass_id}-task{cfg.task}"
@@ -532,7 +513,7 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
             with _spawn_pool(min(cfg.num_workers, len(todo)), _init_shard_worker,
                              (stream_dir, cfg.sp_path, s, seed_key, cfg.save_dir)) as pool:
                 for side in pool.imap_unordered(_write_shard_in_worker, todo):
-                    progress(side["num_records"], force=True)
+                    progress.advance(side["num_records"], force=True)
         finally:
             _remove_work_dir(stream_dir)
     else:
@@ -541,7 +522,7 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
         is_start = ex.start_piece_table(tokenizer)
         for job in todo:
             write_shard(cfg.save_dir, job, rows, boundaries, s, is_start, seed_key, progress)
-            progress(0, force=True)
+            progress.advance(0, force=True)
 
     # 4. Part manifest for this task, then the merged manifest (written last, atomically).
     shards = []

@@ -13,6 +13,7 @@ from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.io_utils import atomic_path, write_json_atomic
+from xlnet_tf.progress_lines import Progress
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, file_sha256
 from xlnet_tf.errors import InputError
 
@@ -147,11 +148,8 @@ def cache_features(path: str, expected: dict, overwrite: bool,
         raise InputError(f"{meta.get('source', path)}: no usable examples ({meta.get('num_skipped', 0)} rows "
                          f"skipped{', e.g. ' + '; '.join(skipped[:3]) if skipped else ''})")
     truncated = 0
-    # progress.py imports TensorFlow, which the tools' settings checks (which import this module) run without.
-    from xlnet_tf.training.progress import CountProgress
-
     # Every cache is written here: the classifier's 504,000 rows took 23 s, a 20 MB CoNLL file 19 s, in silence.
-    progress = CountProgress(f"encoding {os.path.basename(path)}", meta["num_examples"])
+    progress = Progress(f"encoding {os.path.basename(path)}", meta["num_examples"])
 
     def features():
         nonlocal truncated

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 import tensorflow as tf
 from absl import logging
+
+from xlnet_tf.progress_lines import format_duration
 
 # Dense peak FLOP/s per device for MFU (bf16/fp16 tensor peak for mixed precision; TF32 / FP32 otherwise).
 _ACCELERATOR_PEAKS = {  # name fragment: (half precision, float32 path)
@@ -123,39 +124,3 @@ class ProgressReporter:
         self.writer.flush()
         logging.info("%s", " | ".join(parts))
         return scalars
-
-
-class CountProgress:
-    """Progress of a long loop over a known number of items (encoding a feature cache, SQuAD's features): a line
-    ``<what> | N/M <unit> (P%), R <unit>/s, ETA ...`` at most every ``every_s`` seconds, the first after
-    ``every_s``: an input done sooner logs nothing (tests, small files). Past ``total`` (the caller counted another
-    unit: SQuAD's examples become several features each), the count and rate without a share or an ETA."""
-
-    EVERY_S = 20.0  # within create_data's and cli.predict's 10 and 30 s
-
-    def __init__(self, what: str, total: int, unit: str = "examples", every_s: Optional[float] = None, clock=None):
-        self.what, self.total, self.unit = what, total, unit
-        self.every = self.EVERY_S if every_s is None else every_s
-        self.clock = clock or time.monotonic
-        self.done = 0
-        self.start = self.last = self.clock()
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        now = self.clock()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        if self.total and self.done <= self.total:
-            left = format_duration((self.total - self.done) / rate) if rate > 0 else "?"
-            logging.info("%s | %d/%d %s (%.0f%%), %.0f %s/s, ETA %s", self.what, self.done, self.total, self.unit,
-                         100.0 * self.done / self.total, rate, self.unit, left)
-        else:
-            logging.info("%s | %d %s, %.0f %s/s", self.what, self.done, self.unit, rate, self.unit)
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

@@ -35,7 +35,7 @@ from xlnet_tf import io_utils
 from xlnet_tf.finetuning import records
 from xlnet_tf.io_utils import atomic_write, write_json_atomic
 from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
-from xlnet_tf.training.progress import CountProgress
+from xlnet_tf.progress_lines import Progress
 from xlnet_tf.errors import InputError
 UNIQUE_ID_BASE = 1_000_000_000
 # 2: the eval features are JSON (1 pickled them: a pickle can run code when read); 3: records.cache_features'
@@ -297,7 +297,7 @@ def convert_examples_to_features(examples: list, tokenizer: XLNetTokenizer, max_
     features, skipped = [], collections.defaultdict(list)
     unique_id = unique_id_base
     # 18,000 questions took 3.5 min, in silence.
-    progress = CountProgress(f"{source or 'SQuAD'}: features", len(examples), unit="questions")
+    progress = Progress(f"{source or 'SQuAD'}: features", len(examples), unit="questions")
     for index, example in enumerate(examples):
         progress.advance()
         if len(example.paragraph_text) > MAX_PARAGRAPH_CHARS:
