@@ -26,7 +26,7 @@ LAYERS = (
     ("layers", ("layers/",)),
     ("text", ("config.py", "tokenization.py")),
     ("kernels", ("kernels/", "ops/")),
-    ("base", ("errors.py", "io_utils.py", "registry.py")),
+    ("base", ("errors.py", "io_utils.py", "progress_lines.py", "registry.py")),
 )
 # A string that names a module of the package (``"xlnet_tf.tasks.squad:SquadFamily"``): a dynamic import.
 DOTTED = re.compile(r"xlnet_tf(\.\w+)+(:\w+)?")
