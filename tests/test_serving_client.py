@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.server
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -84,6 +86,16 @@ def test_an_input_file_with_a_lone_surrogate_names_its_line(tmp_path):
     path.write_text('{"sentence": "ok"}\n{"sentence": "ok \\ud800"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=rf"^{path}:2: 'sentence' holds a lone surrogate \(not valid Unicode\)"):
         client.read_rows(str(path))
+
+
+def test_a_text_argument_that_is_not_utf8_is_refused_before_a_request():
+    """Argument bytes that are not UTF-8 (a Latin-1 terminal's 'caf\\xe9') reached the request as a lone surrogate:
+    over gRPC a UnicodeEncodeError traceback naming no argument, over REST sent on as JSON's "\\udce9"."""
+    run = subprocess.run([sys.executable, "-m", "xlnet_tf.cli.serving_client", "--server=127.0.0.1:9",
+                          "--model_name=m", "--protocol=rest", b"caf\xe9", "fine"], capture_output=True)
+    err = run.stderr.decode("utf-8", "replace")
+    assert run.returncode == 1 and "Traceback" not in err, err
+    assert "text 1 ('caf\\udce9'): not UTF-8" in err and "text 2" not in err, err
 
 
 def test_a_good_reply_is_read():

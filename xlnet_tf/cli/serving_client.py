@@ -60,6 +60,9 @@ class ServingClientSettings(Settings):
             errors.append(f"--server={self.server}: expected host:port, no scheme or path (e.g. localhost:8500)")
         if bool(self.texts) == bool(self.input_file):
             errors.append("give texts as arguments or --input_file, one of the two")
+        # Python reads argument bytes that are not UTF-8 as lone surrogates, which no request can carry.
+        errors += [f"text {i} ({text!r}): not UTF-8 (arguments are read as UTF-8; --input_file takes a JSONL file)"
+                   for i, text in enumerate(self.texts, 1) if io_utils.lone_surrogate(text)]
         if self.timeout <= 0:
             errors.append(f"--timeout={self.timeout}: must be positive")
         if self.max_reply_mb <= 0:
