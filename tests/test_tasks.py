@@ -239,6 +239,9 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
                       metrics=["accuracy"])
     raw, ids = models
     encoded = _encoded(tokenizer, examples)
+    # preprocess reads a list of strings as predict does, a batch: a list of two was taken for one pair.
+    np.testing.assert_array_equal(raw.preprocess(texts[:2])["segment_ids"], encoded["segment_ids"][:2])
+    np.testing.assert_array_equal(raw.preprocess(texts)["input_ids"], encoded["input_ids"])
 
     def same(a, b):  # loss and accuracy, or weights
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -78,14 +78,16 @@ class XLNetTextClassifier(TextTaskModel):
         return cls(preprocessor, network, labels=labels, name=name)
 
     def preprocess(self, x) -> dict:
-        """Sentences [B] (a tf.string tensor), a pair ``(sentences, second_sentences)``, or a dict with keys
-        ``sentence`` (and ``sentence2``) -> ``input_ids``, ``segment_ids``, ``padding_mask`` [B, S]."""
+        """Sentences [B] (a tf.string tensor, a list of strings), a pair ``(sentences, second_sentences)``, or a
+        dict with keys ``sentence`` (and ``sentence2``) -> ``input_ids``, ``segment_ids``, ``padding_mask``
+        [B, S]."""
         if isinstance(x, dict):
             if "sentence" not in x:
                 raise ValueError(f"inputs: a dict of strings needs the key 'sentence' (and 'sentence2' for pairs), "
                                  f"got keys {sorted(x)}")
             sentences, second = x["sentence"], x.get("sentence2")
-        elif isinstance(x, (tuple, list)):
+        elif isinstance(x, tuple) or (isinstance(x, list) and not all(isinstance(s, (str, bytes)) for s in x)):
+            # A list of strings is a batch, as predict reads it: two sentences were taken for one pair.
             if len(x) != 2:
                 raise ValueError(f"inputs: expected sentences or (sentences, second_sentences), got a tuple of "
                                  f"{len(x)}")
