@@ -139,9 +139,11 @@ def test_the_clipped_norm_of_an_embedding_gradient_is_that_of_the_gradient():
     assert norms == [pytest.approx(np.sqrt(2 * 3.0 ** 2 + 2 * 1.0 ** 2))] * 2  # rows 5 (x3) and 7, two columns
 
 
-def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
+@pytest.mark.parametrize("loss_scale", [False, True])
+def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas(loss_scale):
     """Used as a plain Keras optimizer (model.fit) under two replicas, XLNetAdamW sums the replicas' gradients
-    as Keras does: the same weights as on one device."""
+    once, as Keras does, inside mixed_float16's LossScaleOptimizer too: the same weights and Adam moments as on
+    one device (the moments show a gradient summed twice, Adam's normalised step hardly does)."""
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
     init = [rng.normal(size=(3, 1)).astype(np.float32), np.zeros(1, np.float32)]
@@ -150,9 +152,10 @@ def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
         with strategy.scope():
             model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
             model.set_weights(init)
-            model.compile(optimizer=XLNetAdamW(learning_rate=0.1, weight_decay=0.01), loss="mse")
+            opt = XLNetAdamW(learning_rate=0.1, weight_decay=0.01)
+            model.compile(optimizer=keras.optimizers.LossScaleOptimizer(opt) if loss_scale else opt, loss="mse")
         model.fit(x, y, batch_size=8, epochs=4, shuffle=False, verbose=0)
-        return model.get_weights()
+        return model.get_weights() + [m.numpy() for m in opt._momentums]
 
     for got, want in zip(fit(_mirrored()), fit(tf.distribute.get_strategy())):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -178,24 +181,28 @@ def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
     assert opt._use_weight_decay(net.blocks[0].rel_attn.q_kernel)
 
 
-def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
+def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False, loss_scale=False):
     """``steps`` of apply_gradients_across_replicas on a few variables (decayed, excluded, scalar and per-slice
-    multipliers); returns (variables, moments, the step's op types)."""
+    multipliers), through mixed_float16's LossScaleOptimizer if ``loss_scale``; returns (variables, moments, the
+    step's op types)."""
     strategy = strategy or tf.distribute.get_strategy()
     rng = np.random.default_rng(1)
     init = {"kernel": rng.normal(size=(64, 33)), "bias": rng.normal(size=(33,)),
             "scaled": rng.normal(size=(7, 5)), "stacked": rng.normal(size=(2, 9))}
     with strategy.scope():
         variables = [keras.Variable(v.astype(np.float32), name=k) for k, v in init.items()]
-        opt = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
-                         lr_multipliers={variables[2].path: 0.25,
-                                                      variables[3].path: np.array([[0.5], [1.0]], np.float32)})
-        opt.exclude_from_weight_decay(var_list=[variables[1]])
+        inner = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
+                           lr_multipliers={variables[2].path: 0.25,
+                                           variables[3].path: np.array([[0.5], [1.0]], np.float32)})
+        inner.exclude_from_weight_decay(var_list=[variables[1]])
+        opt = keras.optimizers.LossScaleOptimizer(inner) if loss_scale else inner
         opt.build(variables)
     grads = [[tf.constant(rng.normal(size=v.shape) * 3, tf.float32) for v in variables] for _ in range(steps)]
 
-    def replica_fn(g):  # each replica's share: the all-reduced sum is g (halving is exact)
+    def replica_fn(g):  # each replica's share: the all-reduced sum is g (halving and the power-of-2 scale: exact)
         share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
+        if loss_scale:  # the gradient of the scaled loss
+            share *= opt.scale_loss(tf.constant(1.0))
         return apply_gradients_across_replicas(opt, [x * share for x in g], variables, clip_norm)
 
     fn = tf.function(replica_fn, jit_compile=True) if jit_compile else replica_fn
@@ -206,7 +213,7 @@ def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
     op_types |= {n.op for f in graph.as_graph_def().library.function for n in f.node_def}
     for g in grads:
         step(g)
-    moments = [m.numpy() for m in opt._momentums + opt._velocities]
+    moments = [m.numpy() for m in inner._momentums + inner._velocities]
     return [v.numpy() for v in variables], moments, op_types
 
 
@@ -239,6 +246,20 @@ def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
     reference, _, _ = _train("plain", 1.0)
     for a, b in zip(xla_vars, reference):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_loss_scaled_steps_on_two_replicas_equal_one_device_as_float32_steps_do():
+    """mixed_float16 (Keras' LossScaleOptimizer) on two replicas must apply the summed, clipped gradient once, as
+    float32 does: Keras applies the inner optimizer on new replica threads, which summed the summed gradients
+    again (twice the gradient in Adam's moments, the clip bound exceeded twice over)."""
+    reference_vars, reference_moments, _ = _train("fast", 1.0)  # float32, one device
+    for loss_scale, strategy in ((True, None), (False, _mirrored()), (True, _mirrored())):
+        got_vars, got_moments, _ = _train("fast", 1.0, strategy=strategy, loss_scale=loss_scale)
+        run = f"loss_scale={loss_scale}, {2 if strategy else 1} replica(s)"
+        for got, want in zip(got_moments, reference_moments):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9, err_msg=f"Adam's moments, {run}")
+        for got, want in zip(got_vars, reference_vars):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9, err_msg=f"weights, {run}")
 
 
 @pytest.mark.alone

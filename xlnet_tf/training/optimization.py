@@ -263,9 +263,38 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     # The LossScaleOptimizer checks the scaled gradients, then unscales what it is given.
     if clip_scale is not None:
         grads = [g * clip_scale for g in grads]
-    with _summed_gradients(inner):
-        optimizer.apply([g * scale for g in grads], variables)
+    _apply_loss_scaled(optimizer, [g * scale for g in grads], variables)
     return norm
+
+
+def _apply_loss_scaled(optimizer, grads, variables):
+    """``optimizer.apply`` (a LossScaleOptimizer around an XLNetAdamW) for gradients already summed over replicas:
+    Keras' own finite check, skip and loss-scale update, with the inner optimizer told that they are summed on
+    the thread where it applies them. Keras' ``apply`` calls the inner optimizer from ``call_for_each_replica``
+    inside a ``merge_call``, i.e. on new replica threads that do not see ``_SUMMED`` set on this one: it summed
+    the summed gradients again (n replicas applied n times the gradient)."""
+    inner = optimizer.inner_optimizer
+    if not optimizer.built:
+        optimizer.build(variables)
+
+    def finite_step(grads, variables):
+        with _summed_gradients(inner):
+            optimizer._stateful_handle_finite_grads(grads, variables)
+
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(optimizer.check_finite(grads), lambda: finite_step(grads, variables),
+                optimizer._stateful_handle_non_finite_grads)
+        return
+
+    # A cond whose branch calls merge_call (the inner optimizer's update) must be built in cross-replica context.
+    def cross_replica(distribution, grads, variables):
+        # Summed gradients: every replica finds the same, the first one's answer is all of them.
+        finite = distribution.experimental_local_results(
+            distribution.extended.call_for_each_replica(optimizer.check_finite, args=(grads,)))[0]
+        tf.cond(finite, lambda: distribution.extended.call_for_each_replica(finite_step, args=(grads, variables)),
+                optimizer._stateful_handle_non_finite_grads)
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, variables))
 
 
 def _summed_rows(grad: tf.IndexedSlices) -> tf.Tensor:
