@@ -33,7 +33,7 @@ DEFAULTS = dict(
     eval_all_ckpt=False, predict_ckpt=None, predict_threshold=0, train_steps=1000, warmup_steps=0,
     learning_rate=1e-5, lr_layer_decay_rate=1.0, min_lr_ratio=0.0, clip=1.0, max_save=0, save_steps=None,
     iterations=1000, train_batch_size=8, eval_batch_size=128, predict_batch_size=128, weight_decay=0.0,
-    adam_epsilon=1e-8, decay_method="poly", jit_compile=False)
+    adam_epsilon=1e-8, adam_bias_correction=True, decay_method="poly", jit_compile=False)
 
 
 def micro_config(tmp_path):

@@ -15,8 +15,9 @@ from xlnet_tf.training.optimization import (WarmupDecaySchedule, XLNetAdamW, app
                                             create_optimizer, layerwise_lr_multipliers)
 
 
-def numpy_adamw(params, grads_per_step, lrs, multipliers, decayed, wd, b1=0.9, b2=0.999, eps=1e-8):
-    """Decay ``p -= p * wd * lr_p`` (decayed variables), then Adam with bias correction at ``lr_p``."""
+def numpy_adamw(params, grads_per_step, lrs, multipliers, decayed, wd, b1=0.9, b2=0.999, eps=1e-8,
+                bias_correction=True):
+    """Decay ``p -= p * wd * lr_p`` (decayed variables), then Adam with (or without) bias correction at ``lr_p``."""
     params = {k: v.astype(np.float64).copy() for k, v in params.items()}
     m = {k: np.zeros_like(v) for k, v in params.items()}
     v2 = {k: np.zeros_like(v) for k, v in params.items()}
@@ -28,12 +29,13 @@ def numpy_adamw(params, grads_per_step, lrs, multipliers, decayed, wd, b1=0.9, b
             g = grads[k].astype(np.float64)
             m[k] += (g - m[k]) * (1 - b1)
             v2[k] += (g * g - v2[k]) * (1 - b2)
-            alpha = lr_k * math.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            alpha = lr_k * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) if bias_correction else lr_k
             params[k] -= alpha * m[k] / (np.sqrt(v2[k]) + eps)
     return params
 
 
-def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers():
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers(bias_correction):
     rng = np.random.default_rng(0)
     init = {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=(3,)),
             "stacked": rng.normal(size=(2, 3)), "scaled": rng.normal(size=(5,))}
@@ -41,7 +43,8 @@ def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers():
     multipliers = {"stacked": np.array([[0.5], [1.0]], np.float32), "scaled": 0.25}
     schedule = WarmupDecaySchedule(1e-2, warmup_steps=2, decay_steps=10)
     opt = XLNetAdamW(learning_rate=schedule, weight_decay=0.1, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
-                     lr_multipliers={variables[k].path: m for k, m in multipliers.items()})
+                     lr_multipliers={variables[k].path: m for k, m in multipliers.items()},
+                     adam_bias_correction=bias_correction)
     opt.exclude_from_weight_decay(var_list=[variables["bias"]])
     var_list = list(variables.values())
     opt.build(var_list)
@@ -52,7 +55,7 @@ def test_adamw_matches_the_reference_with_decay_exclusions_and_multipliers():
         lrs.append(float(schedule(opt.iterations)))
         step([tf.constant(grads[k], tf.float32) for k in variables])
     expected = numpy_adamw(init, grads_per_step, lrs, {k: np.asarray(m, np.float64) for k, m in multipliers.items()},
-                           decayed={"kernel", "stacked", "scaled"}, wd=0.1)
+                           decayed={"kernel", "stacked", "scaled"}, wd=0.1, bias_correction=bias_correction)
     assert lrs[0] == 0.0 and lrs[1] == pytest.approx(5e-3)  # linear warmup from 0
     for k, var in variables.items():
         np.testing.assert_allclose(var.numpy(), expected[k], rtol=1e-5, atol=1e-6, err_msg=k)
@@ -62,10 +65,12 @@ def test_xlnet_adamw_config_round_trips_and_refuses_a_model_it_does_not_name():
     """create_optimizer's settings (schedule, layer-wise multipliers, decay exclusions) live in the optimizer's
     config by variable path: from_config gives the same optimizer; built for other variables it raises."""
     model = XLNetPretrainer(XLNetConfig(n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, n_token=20))
-    opt = create_optimizer(model, 1e-3, train_steps=10, warmup_steps=2, weight_decay=0.01, lr_layer_decay_rate=0.5)
+    opt = create_optimizer(model, 1e-3, train_steps=10, warmup_steps=2, weight_decay=0.01, lr_layer_decay_rate=0.5,
+                           adam_bias_correction=False)
     config = keras.saving.serialize_keras_object(opt)
     again = keras.saving.deserialize_keras_object(config)
     assert isinstance(again, XLNetAdamW) and again.get_config() == opt.get_config()
+    assert again.adam_bias_correction is False
     again.build(model.trainable_variables)
     decayed = {v.path for v in model.trainable_variables if again._use_weight_decay(v)}
     assert "transformer/layer_0/rel_attn/q_kernel" in decayed and not any(p.endswith("gamma") for p in decayed)
@@ -139,9 +144,11 @@ def test_the_clipped_norm_of_an_embedding_gradient_is_that_of_the_gradient():
     assert norms == [pytest.approx(np.sqrt(2 * 3.0 ** 2 + 2 * 1.0 ** 2))] * 2  # rows 5 (x3) and 7, two columns
 
 
-def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
+@pytest.mark.parametrize("loss_scale", [False, True])
+def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas(loss_scale):
     """Used as a plain Keras optimizer (model.fit) under two replicas, XLNetAdamW sums the replicas' gradients
-    as Keras does: the same weights as on one device."""
+    once, as Keras does, inside mixed_float16's LossScaleOptimizer too: the same weights and Adam moments as on
+    one device (the moments show a gradient summed twice, Adam's normalised step hardly does)."""
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32)
     init = [rng.normal(size=(3, 1)).astype(np.float32), np.zeros(1, np.float32)]
@@ -150,9 +157,10 @@ def test_model_fit_with_xlnet_adamw_sums_gradients_over_replicas():
         with strategy.scope():
             model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
             model.set_weights(init)
-            model.compile(optimizer=XLNetAdamW(learning_rate=0.1, weight_decay=0.01), loss="mse")
+            opt = XLNetAdamW(learning_rate=0.1, weight_decay=0.01)
+            model.compile(optimizer=keras.optimizers.LossScaleOptimizer(opt) if loss_scale else opt, loss="mse")
         model.fit(x, y, batch_size=8, epochs=4, shuffle=False, verbose=0)
-        return model.get_weights()
+        return model.get_weights() + [m.numpy() for m in opt._momentums]
 
     for got, want in zip(fit(_mirrored()), fit(tf.distribute.get_strategy())):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -178,24 +186,29 @@ def test_layerwise_multipliers_cover_layers_embeddings_and_stacked_biases():
     assert opt._use_weight_decay(net.blocks[0].rel_attn.q_kernel)
 
 
-def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
+def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False, loss_scale=False, bias_correction=True):
     """``steps`` of apply_gradients_across_replicas on a few variables (decayed, excluded, scalar and per-slice
-    multipliers); returns (variables, moments, the step's op types)."""
+    multipliers), through mixed_float16's LossScaleOptimizer if ``loss_scale``; returns (variables, moments, the
+    step's op types)."""
     strategy = strategy or tf.distribute.get_strategy()
     rng = np.random.default_rng(1)
     init = {"kernel": rng.normal(size=(64, 33)), "bias": rng.normal(size=(33,)),
             "scaled": rng.normal(size=(7, 5)), "stacked": rng.normal(size=(2, 9))}
     with strategy.scope():
         variables = [keras.Variable(v.astype(np.float32), name=k) for k, v in init.items()]
-        opt = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
-                         lr_multipliers={variables[2].path: 0.25,
-                                                      variables[3].path: np.array([[0.5], [1.0]], np.float32)})
-        opt.exclude_from_weight_decay(var_list=[variables[1]])
+        inner = XLNetAdamW(learning_rate=WarmupDecaySchedule(1e-2, 1, 10), weight_decay=0.1, epsilon=1e-8,
+                           lr_multipliers={variables[2].path: 0.25,
+                                           variables[3].path: np.array([[0.5], [1.0]], np.float32)},
+                           adam_bias_correction=bias_correction)
+        inner.exclude_from_weight_decay(var_list=[variables[1]])
+        opt = keras.optimizers.LossScaleOptimizer(inner) if loss_scale else inner
         opt.build(variables)
     grads = [[tf.constant(rng.normal(size=v.shape) * 3, tf.float32) for v in variables] for _ in range(steps)]
 
-    def replica_fn(g):  # each replica's share: the all-reduced sum is g (halving is exact)
+    def replica_fn(g):  # each replica's share: the all-reduced sum is g (halving and the power-of-2 scale: exact)
         share = 1.0 / tf.distribute.get_replica_context().num_replicas_in_sync
+        if loss_scale:  # the gradient of the scaled loss
+            share *= opt.scale_loss(tf.constant(1.0))
         return apply_gradients_across_replicas(opt, [x * share for x in g], variables, clip_norm)
 
     fn = tf.function(replica_fn, jit_compile=True) if jit_compile else replica_fn
@@ -206,7 +219,7 @@ def _train(backend, clip_norm, steps=3, strategy=None, jit_compile=False):
     op_types |= {n.op for f in graph.as_graph_def().library.function for n in f.node_def}
     for g in grads:
         step(g)
-    moments = [m.numpy() for m in opt._momentums + opt._velocities]
+    moments = [m.numpy() for m in inner._momentums + inner._velocities]
     return [v.numpy() for v in variables], moments, op_types
 
 
@@ -239,6 +252,85 @@ def test_fused_adamw_under_mirrored_strategy_and_inside_xla():
     reference, _, _ = _train("plain", 1.0)
     for a, b in zip(xla_vars, reference):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_loss_scaled_steps_on_two_replicas_equal_one_device_as_float32_steps_do(bias_correction):
+    """mixed_float16 (Keras' LossScaleOptimizer) on two replicas must apply the summed, clipped gradient once, as
+    float32 does: Keras applies the inner optimizer on new replica threads, which summed the summed gradients
+    again (twice the gradient in Adam's moments, the clip bound exceeded twice over)."""
+    reference_vars, reference_moments, _ = _train("fast", 1.0, bias_correction=bias_correction)  # float32, 1 device
+    for loss_scale, strategy in ((True, None), (False, _mirrored()), (True, _mirrored())):
+        got_vars, got_moments, _ = _train("fast", 1.0, strategy=strategy, loss_scale=loss_scale,
+                                          bias_correction=bias_correction)
+        run = f"loss_scale={loss_scale}, {2 if strategy else 1} replica(s)"
+        for got, want in zip(got_moments, reference_moments):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9, err_msg=f"Adam's moments, {run}")
+        for got, want in zip(got_vars, reference_vars):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9, err_msg=f"weights, {run}")
+
+
+def numpy_adam_weight_decay_optimizer(params, grads_per_step, lrs, decayed, wd, clip, b1=0.9, b2=0.999, eps=1e-6):
+    """The original's update when weight_decay > 0, as ``model_utils.get_train_op`` and
+    ``AdamWeightDecayOptimizer.apply_gradients`` write it: ``tf.clip_by_global_norm``, then per variable
+    ``update = next_m / (sqrt(next_v) + eps)`` (no bias correction), ``+ wd * param`` unless excluded,
+    ``param - lr * update``."""
+    params = {k: v.astype(np.float64).copy() for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    for grads, lr in zip(grads_per_step, lrs):
+        norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values()))
+        for k, param in params.items():
+            grad = grads[k].astype(np.float64) * clip / max(norm, clip)
+            next_m = b1 * m[k] + (1.0 - b1) * grad
+            next_v = b2 * v[k] + (1.0 - b2) * np.square(grad)
+            update = next_m / (np.sqrt(next_v) + eps)
+            if k in decayed:
+                update += wd * param
+            params[k], m[k], v[k] = param - lr * update, next_m, next_v
+    return params
+
+
+def test_without_bias_correction_the_update_is_the_originals_adam_weight_decay_optimizer():
+    """With weight decay the original trains with AdamWeightDecayOptimizer, which has no bias correction (its
+    early steps several times larger): adam_bias_correction=False reproduces three of its steps (clipped, the
+    bias excluded from decay) to float32 round-off; the default keeps the bias-corrected update of earlier runs."""
+    rng = np.random.default_rng(5)
+    init = {"kernel": rng.normal(size=(4, 3)), "bias": rng.normal(size=(3,))}
+    grads = [{k: rng.normal(size=p.shape) * 2 for k, p in init.items()} for _ in range(3)]  # norm ~8: clipped
+    lrs = [1e-2 * (1 - t / 10) for t in range(3)]  # no warmup, linear decay to 0 at step 10
+    clipped = []
+    for g in grads:
+        norm = math.sqrt(sum(float(np.sum(x ** 2)) for x in g.values()))
+        clipped.append({k: x / max(norm, 1.0) for k, x in g.items()})
+    expected = {False: numpy_adam_weight_decay_optimizer(init, grads, lrs, {"kernel"}, wd=0.01, clip=1.0),
+                True: numpy_adamw(init, clipped, lrs, {}, {"kernel"}, wd=0.01, eps=1e-6)}
+    for bias_correction in (False, True):
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        model.set_weights([init["kernel"].astype(np.float32), init["bias"].astype(np.float32)])
+        opt = create_optimizer(model, 1e-2, train_steps=10, weight_decay=0.01, adam_epsilon=1e-6,
+                               adam_bias_correction=bias_correction)
+        opt.build(model.trainable_variables)
+        step = tf.function(lambda g: apply_gradients_across_replicas(opt, g, model.trainable_variables, 1.0))
+        for g in grads:
+            step([tf.constant(g["kernel"], tf.float32), tf.constant(g["bias"], tf.float32)])
+        kernel, bias = model.get_weights()
+        for k, got in (("kernel", kernel), ("bias", bias)):
+            np.testing.assert_allclose(got, expected[bias_correction][k], rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{k}, adam_bias_correction={bias_correction}")
+
+
+def test_the_adam_bias_correction_setting_reaches_the_runs_optimizer(tmp_path):
+    """--adam_bias_correction (on by default: earlier runs' numbers) is the optimizer's of every training tool."""
+    from xlnet_tf.training.settings import PretrainSettings
+    from xlnet_tf.training.setup import setup_training
+
+    for value in (True, False):
+        settings = PretrainSettings(model_dir=str(tmp_path / str(value)), train_steps=10, adam_bias_correction=value)
+        training = setup_training(tf.distribute.get_strategy(), settings, checkpoint_name="model",
+                                  build_model=lambda: keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]))
+        assert training.optimizer.adam_bias_correction is value
+    assert PretrainSettings().adam_bias_correction is True
 
 
 @pytest.mark.alone

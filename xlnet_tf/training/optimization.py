@@ -3,11 +3,13 @@
 * Learning rate: linear warmup to ``learning_rate`` over ``warmup_steps``, then linear ("poly") or cosine decay
   to ``learning_rate * min_lr_ratio`` at ``train_steps``.
 * AdamW with decoupled weight decay; LayerNorm parameters and biases are excluded, the relative-attention
-  biases ``r_w/r_r/r_s_bias`` are decayed (the original's include list).
+  biases ``r_w/r_r/r_s_bias`` are decayed (the original's include list). Adam's step is bias-corrected unless
+  ``adam_bias_correction`` is False: the original's ``AdamWeightDecayOptimizer`` (its optimizer whenever
+  ``weight_decay > 0``) has no bias correction, ``tf.train.AdamOptimizer`` (``weight_decay == 0``) has it.
 * Gradients are clipped by their global norm *after* they are summed over replicas (Keras' own clipping runs
   per replica before the all-reduce, which is not the original's semantics).
 * The clip scale, decay and Adam of one variable are ``adamw_update`` (a fast path: on CPU one C++ kernel,
-  bit-identical to these TensorFlow ops).
+  bit-identical to these TensorFlow ops); without bias correction ``adam_weight_decay_update`` (plain ops).
 * Layer-wise learning-rate decay as true per-variable learning rates: layer ``l`` of ``L`` trains at
   ``lr * rate^(L-1-l)``, the embeddings at ``lr * rate^L``, heads at ``lr``. The original multiplied the
   *gradients*, which Adam's normalisation almost cancels. Per-layer slices of the stacked ``[n_layer, ...]``
@@ -78,6 +80,28 @@ def adamw_update(var, m, v, grad, lr, beta_1, beta_2, epsilon, step, decay=None,
                                  epsilon=epsilon, grad=tf.cast(grad, var.dtype), use_locking=False)
 
 
+def adam_weight_decay_update(var, m, v, grad, lr, beta_1: float, beta_2: float, epsilon: float,
+                             weight_decay: float | None = None, grad_scale=None):
+    """One step of the original's ``AdamWeightDecayOptimizer`` (``model_utils.py``), written as it is there:
+    ``next_m / (sqrt(next_v) + epsilon)`` with no bias correction, plus ``weight_decay * var`` (None: not
+    decayed), times ``lr`` (a scalar, or an array broadcastable to ``var``), subtracted from ``var``; the gradient
+    first times ``grad_scale`` (None: 1). Not ``ResourceApplyAdam`` with zero powers: it takes ``1 - beta`` in
+    float32 (``1 - float32(0.999)`` is 1.3e-5 off 0.001, an error in v that only the bias correction cancels);
+    the betas here are Python floats, ``1 - beta`` is computed in double as the original's is."""
+    dtype = var.dtype
+    if grad_scale is not None:
+        grad = grad * tf.cast(grad_scale, grad.dtype)
+    grad = tf.cast(tf.convert_to_tensor(grad), dtype)
+    next_m = beta_1 * m + (1.0 - beta_1) * grad
+    next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
+    update = next_m / (tf.sqrt(next_v) + epsilon)
+    if weight_decay is not None:
+        update += weight_decay * var
+    var.assign(var - lr * update)
+    m.assign(next_m)
+    v.assign(next_v)
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetAdamW(keras.optimizers.AdamW):
     """AdamW with per-variable learning-rate multipliers (scalars, or arrays broadcastable to the variable) applied
@@ -95,10 +119,11 @@ class XLNetAdamW(keras.optimizers.AdamW):
     """
 
     def __init__(self, lr_multipliers: dict[str, np.ndarray | float] | None = None,
-                 no_decay_paths: tuple[str, ...] | list[str] = (), **kwargs):
+                 no_decay_paths: tuple[str, ...] | list[str] = (), adam_bias_correction: bool = True, **kwargs):
         super().__init__(**kwargs)
         self._lr_multipliers_by_path = dict(lr_multipliers or {})
         self.no_decay_paths = tuple(no_decay_paths)
+        self.adam_bias_correction = bool(adam_bias_correction)
         self._multiplier_by_key = {}
 
     def build(self, variables):
@@ -123,7 +148,7 @@ class XLNetAdamW(keras.optimizers.AdamW):
     def get_config(self):
         config = super().get_config()
         config.update(lr_multipliers={path: np.asarray(m).tolist() for path, m in self._lr_multipliers_by_path.items()},
-                      no_decay_paths=list(self.no_decay_paths))
+                      no_decay_paths=list(self.no_decay_paths), adam_bias_correction=self.adam_bias_correction)
         return config
 
     def apply_summed(self, grads, variables, grad_scale=None):
@@ -159,11 +184,14 @@ class XLNetAdamW(keras.optimizers.AdamW):
         multiplier = self._multiplier_by_key.get(self._var_key(variable))
         if multiplier is not None:
             lr *= tf.constant(multiplier, dtype)
-        decay = None
-        if self.weight_decay and self._use_weight_decay(variable):
-            decay = 1.0 - tf.cast(self.weight_decay, dtype) * lr
+        decayed = bool(self.weight_decay) and self._use_weight_decay(variable)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
+        if not self.adam_bias_correction:
+            adam_weight_decay_update(variable, m, v, gradient, lr, self.beta_1, self.beta_2, self.epsilon,
+                                     self.weight_decay if decayed else None, grad_scale)
+            return
+        decay = 1.0 - tf.cast(self.weight_decay, dtype) * lr if decayed else None
         if multiplier is not None and multiplier.ndim:  # per-slice rates: Keras' element-wise Adam
             if grad_scale is not None:
                 gradient = gradient * tf.cast(grad_scale, gradient.dtype)
@@ -219,16 +247,19 @@ def layerwise_lr_multipliers(model, rate: float) -> dict[str, np.ndarray | float
 
 def create_optimizer(model, learning_rate: float, train_steps: int, warmup_steps: int = 0,
                      decay_method: str = "poly", min_lr_ratio: float = 0.0, weight_decay: float = 0.0,
-                     adam_epsilon: float = 1e-8, lr_layer_decay_rate: float = 1.0, loss_scale: bool = False):
+                     adam_epsilon: float = 1e-8, lr_layer_decay_rate: float = 1.0, loss_scale: bool = False,
+                     adam_bias_correction: bool = True):
     """The optimizer for ``model``, with exclusions and multipliers resolved from its variables.
 
     ``loss_scale`` wraps it in Keras' dynamic ``LossScaleOptimizer`` (needed for mixed_float16).
+    ``adam_bias_correction`` False: the original's ``AdamWeightDecayOptimizer`` update (no ``1 - beta^t``).
     Build it inside ``strategy.scope()`` and call ``optimizer.build(model.trainable_variables)`` there.
     """
     schedule = WarmupDecaySchedule(learning_rate, warmup_steps, train_steps, min_lr_ratio, decay_method)
     optimizer = XLNetAdamW(learning_rate=schedule, weight_decay=float(weight_decay), beta_1=0.9, beta_2=0.999,
                            epsilon=adam_epsilon, lr_multipliers=layerwise_lr_multipliers(model, lr_layer_decay_rate),
-                           no_decay_paths=[v.path for v in model.trainable_variables if _NO_DECAY.search(v.path)])
+                           no_decay_paths=[v.path for v in model.trainable_variables if _NO_DECAY.search(v.path)],
+                           adam_bias_correction=adam_bias_correction)
     if loss_scale:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
@@ -263,9 +294,38 @@ def apply_gradients_across_replicas(optimizer, grads, variables, clip_norm: floa
     # The LossScaleOptimizer checks the scaled gradients, then unscales what it is given.
     if clip_scale is not None:
         grads = [g * clip_scale for g in grads]
-    with _summed_gradients(inner):
-        optimizer.apply([g * scale for g in grads], variables)
+    _apply_loss_scaled(optimizer, [g * scale for g in grads], variables)
     return norm
+
+
+def _apply_loss_scaled(optimizer, grads, variables):
+    """``optimizer.apply`` (a LossScaleOptimizer around an XLNetAdamW) for gradients already summed over replicas:
+    Keras' own finite check, skip and loss-scale update, with the inner optimizer told that they are summed on
+    the thread where it applies them. Keras' ``apply`` calls the inner optimizer from ``call_for_each_replica``
+    inside a ``merge_call``, i.e. on new replica threads that do not see ``_SUMMED`` set on this one: it summed
+    the summed gradients again (n replicas applied n times the gradient)."""
+    inner = optimizer.inner_optimizer
+    if not optimizer.built:
+        optimizer.build(variables)
+
+    def finite_step(grads, variables):
+        with _summed_gradients(inner):
+            optimizer._stateful_handle_finite_grads(grads, variables)
+
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(optimizer.check_finite(grads), lambda: finite_step(grads, variables),
+                optimizer._stateful_handle_non_finite_grads)
+        return
+
+    # A cond whose branch calls merge_call (the inner optimizer's update) must be built in cross-replica context.
+    def cross_replica(distribution, grads, variables):
+        # Summed gradients: every replica finds the same, the first one's answer is all of them.
+        finite = distribution.experimental_local_results(
+            distribution.extended.call_for_each_replica(optimizer.check_finite, args=(grads,)))[0]
+        tf.cond(finite, lambda: distribution.extended.call_for_each_replica(finite_step, args=(grads, variables)),
+                optimizer._stateful_handle_non_finite_grads)
+
+    tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, variables))
 
 
 def _summed_rows(grad: tf.IndexedSlices) -> tf.Tensor:

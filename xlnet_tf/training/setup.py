@@ -266,7 +266,8 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
         model = build_model()
         optimizer = create_optimizer(model, s.learning_rate, s.train_steps, s.warmup_steps, s.decay_method,
                                      s.min_lr_ratio, s.weight_decay, s.adam_epsilon, lr_layer_decay_rate,
-                                     loss_scale=model.dtype_policy.name == "mixed_float16")
+                                     loss_scale=model.dtype_policy.name == "mixed_float16",
+                                     adam_bias_correction=s.adam_bias_correction)
         optimizer.build(model.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         # The dropout layers' seed states too: a resumed run draws the masks an uninterrupted one would.
