@@ -2,6 +2,8 @@
 Keras models users hold (``text_model.network``): Keras' own methods work on them (``summary()``, ``export()``),
 they say what their step computes, and fine-tuning checkpoints written by earlier versions still restore."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -143,6 +145,20 @@ def test_the_network_exported_by_keras_runs_in_tensorflow_alone(tmp_path):
     assert output["shape"] == [2, 8, CONFIG.d_model]
     np.testing.assert_allclose(np.array(output["value"], np.float32),
                                model(inputs, training=False)["sequence_output"].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_network_with_memory_exports_its_new_mems_as_one_tensor(tmp_path):
+    """With mem_len > 0 Keras' export refused the network and the pretrainer: a signature cannot return new_mems'
+    list of n_layer tensors. They come as one [n_layer, B, mem_len, D] output."""
+    model, inputs = XLNetModel(dataclasses.replace(CONFIG, mem_len=4)), served_features("tagger")
+    model.export(str(tmp_path), verbose=False)
+    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](**inputs)
+    expected = model(inputs, training=False)
+    assert served["new_mems"].shape == (CONFIG.n_layer, 2, 4, CONFIG.d_model)
+    np.testing.assert_allclose(served["new_mems"].numpy(), tf.stack(expected["new_mems"]).numpy(), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(served["sequence_output"].numpy(), expected["sequence_output"].numpy(), rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_the_pretrainer_exported_by_keras_gives_its_lm_logits(tmp_path):

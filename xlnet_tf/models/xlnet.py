@@ -137,7 +137,8 @@ class NamedInputs:
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """``keras.Model.export``; ``input_signature`` defaults to ``[self.serving_inputs()]`` (the endpoint
-        ``serve`` takes them as one dict, ``serving_default`` by name)."""
+        ``serve`` takes them as one dict, ``serving_default`` by name). ``new_mems`` (``mem_len > 0``) is one
+        [n_layer, B, mem_len, D] output."""
         if input_signature is None:
             input_signature = [self.serving_inputs()]
         if not self.built:  # Keras counts a subclassed model built once called; ours build their weights at once
@@ -147,8 +148,21 @@ class NamedInputs:
                                  "their weights on the first call")
             self.built = True
         with kernels.use("plain"):
-            return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature,
-                                  **kwargs)
+            if format != "tf_saved_model":
+                return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature,
+                                      **kwargs)
+            # Keras' own export (ExportArchive.track_and_add_endpoint), but with outputs a signature can return: it
+            # refused new_mems, a list of n_layer tensors.
+            archive = keras.export.ExportArchive()
+            archive.track(self)
+            archive.add_endpoint("serve", lambda inputs: _signature_outputs(self(inputs)), input_signature, **kwargs)
+            archive.write_out(filepath, verbose=True if verbose is None else verbose)
+
+
+def _signature_outputs(outputs):
+    if isinstance(outputs, dict):
+        return {k: tf.stack(v) if isinstance(v, (list, tuple)) else v for k, v in outputs.items()}
+    return outputs
 
 
 def _as_config(config) -> XLNetConfig:
