@@ -22,13 +22,14 @@ from xlnet_tf.training.settings import PretrainSettings, SettingsError
 def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
     keras.utils.set_random_seed(0)  # same initial weights in every run
     config = kwargs.pop("config", CONFIG)
+    examples = kwargs.pop("examples", None) or synthetic_examples(64)
     settings = PretrainSettings(model_dir=str(tmp_path / name), train_steps=steps,
                                 train_batch_size=per_replica_batch * strategy.num_replicas_in_sync,
                                 seq_len=SEQ, num_predict=PREDICT, iterations=kwargs.pop("iterations", 2),
                                 learning_rate=kwargs.pop("learning_rate", 3e-3), warmup_steps=1,
                                 grad_accum_steps=accum, **kwargs)
     metrics = run_pretraining(strategy, config, settings,
-                              make_dataset_fn(synthetic_examples(64), per_replica_batch, accum))
+                              make_dataset_fn(examples, per_replica_batch, accum))
     model = XLNetPretrainer(config)
     load_pretrained(model, str(tmp_path / name))
     return metrics, model
@@ -45,14 +46,32 @@ def test_mirrored_two_replicas_matches_one_device(tmp_path):
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+def uneven_targets(n):
+    """``synthetic_examples(n)`` whose examples have 4, 2, 1, 0, 3, 3, 0, 0 real targets, repeated: the
+    micro-batches of a step (and the replicas' shares of one) have different counts, and one has none."""
+    examples = synthetic_examples(n)
+    real = np.resize([4, 2, 1, 0, 3, 3, 0, 0], n)
+    examples["target_mask"] = (np.arange(PREDICT)[None, :] < real[:, None]).astype(np.float32)
+    return examples
+
+
+@pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
 @pytest.mark.slow
-def test_gradient_accumulation_matches_the_large_batch(tmp_path):
+def test_gradient_accumulation_matches_the_large_batch(tmp_path, strategy_name):
+    """Micro-batches of 2 (1 per replica on two) accumulated are one batch of 4: each micro-batch's loss is divided
+    by the whole step's target count, not by its own (a mean of means), so the loss, the gradient norm and the
+    weights are the large batch's whatever the micro-batches' counts."""
     # Without memory, two micro-batches of 2 are the same work as one batch of 4.
     no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
-    strategy = create_strategy("one_device")
-    big, model_big = train(tmp_path, "big", strategy, per_replica_batch=4, steps=2, config=no_memory)
-    acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=2, steps=2, accum=2, config=no_memory)
+    examples = uneven_targets(64)
+    big, model_big = train(tmp_path, "big", create_strategy("one_device"), per_replica_batch=4, steps=2,
+                           config=no_memory, examples=examples)
+    strategy = create_strategy(strategy_name)
+    acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=4 // 2 // strategy.num_replicas_in_sync,
+                           steps=2, accum=2, config=no_memory, examples=examples)
+    assert acc["step"] == big["step"] == 2
     np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
+    np.testing.assert_allclose(acc["grad_norm"], big["grad_norm"], rtol=1e-5)
     assert_same_weights(model_big, model_acc, round_off=ROUND_OFF)
     # The rate reported at step 2 is the one step 2 took: the peak, after one warmup step (step 1's was 0; the
     # schedule's value after step 2, the floor, was reported before).
