@@ -105,6 +105,61 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
 
 
+def poison_gradient_at(monkeypatch, step):
+    """The plm loss of the ``step``-th step (one device, no accumulation) gets a term whose value is 0 and whose
+    gradient is NaN (sqrt'(0) * 0): a finite loss with a non-finite gradient, as an overflow in the backward pass
+    gives. The weights update with NaN unless loss scaling skips the step; the other steps are left as they are."""
+    from xlnet_tf.objectives import get_objective
+
+    objective = type(get_objective("plm"))
+    loss, calls = objective.loss, tf.Variable(0)
+
+    def poisoned(self, outputs, batch):
+        terms = loss(self, outputs, batch)
+        here = tf.cast(tf.equal(calls.assign_add(1), step), tf.float32)
+        # 0 at that step, else 1; only the first part reads the logits, and with a factor 0
+        u = tf.abs(tf.reduce_sum(tf.cast(outputs["lm_logits"], tf.float32))) * 0.0 * here + (1.0 - here)
+        nan_gradient = tf.sqrt(u) - tf.stop_gradient(tf.sqrt(u))
+        (name, (loss_sum, correct, count)), = terms.items()
+        return {name: (loss_sum + nan_gradient, correct, count)}
+    monkeypatch.setattr(objective, "loss", poisoned)
+
+
+@pytest.mark.slow
+def test_non_finite_gradient_stops_without_saving(tmp_path, monkeypatch):
+    """float32: a NaN gradient with a finite loss, at the last step of a host loop (steps 3-4), makes every weight
+    NaN; the run stops before the step-4 checkpoint, naming the gradient, and the step-2 one stays the last."""
+    poison_gradient_at(monkeypatch, 4)
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan \(the loss is finite\) in the steps up to 4; "
+                                                 r"stopping without saving. The last good checkpoint is "
+                                                 r".*xlnet_model-2") as stopped:
+        train(tmp_path, "nan", create_strategy("one_device"), per_replica_batch=2, steps=4, save_steps=2)
+    assert isinstance(stopped.value, InputError)
+    assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+@pytest.mark.slow
+def test_a_non_finite_gradient_norm_inside_a_host_loop_is_seen(tmp_path, monkeypatch):
+    """Only a host loop's result reaches Python: a non-finite gradient norm at any of its steps (here step 3 of
+    3-4, whose step-4 norm is finite) stops the run before its checkpoint. (In this model the NaN weights would
+    also make step 4's loss NaN; the norm alone is made NaN here, the weights kept, to see the loop pass it on.)"""
+    import xlnet_tf.training.pretraining as pretraining
+
+    make = pretraining.make_replica_step
+
+    def norm_nan_at_step_3(model, optimizer, *args):
+        replica_step = make(model, optimizer, *args)
+
+        def step(batches, mems):
+            mems, loss, norm, metrics = replica_step(batches, mems)
+            return mems, loss, tf.where(tf.equal(optimizer.iterations, 3), float("nan"), norm), metrics
+        return step
+    monkeypatch.setattr(pretraining, "make_replica_step", norm_nan_at_step_3)
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan .* in the steps up to 4"):
+        train(tmp_path, "nan", create_strategy("one_device"), per_replica_batch=2, steps=4, save_steps=2)
+    assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
 @pytest.mark.slow
 def test_resuming_with_another_kind_of_optimizer_state_names_the_dtype(tmp_path):
     """--dtype=mixed_float16's optimizer carries a loss scale: its checkpoints and those of the other dtypes do not
