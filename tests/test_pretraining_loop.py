@@ -161,6 +161,28 @@ def test_a_non_finite_gradient_norm_inside_a_host_loop_is_seen(tmp_path, monkeyp
 
 
 @pytest.mark.slow
+def test_loss_scaling_skips_a_non_finite_step_and_reports_it(tmp_path, monkeypatch):
+    """mixed_float16: a non-finite gradient is a skipped step, not an error. The schedule follows the steps
+    applied (Keras' LossScaleOptimizer does not count a skipped one), so the rate logged is the one the last
+    applied step took, and the skips are counted in the progress line and TensorBoard (``skipped_steps``)."""
+    from pretraining_helpers import scalars
+    from xlnet_tf.training.optimization import WarmupDecaySchedule
+
+    poison_gradient_at(monkeypatch, 2)
+    with absl_messages() as logged:
+        metrics, model = train(tmp_path, "fp16", create_strategy("one_device"), per_replica_batch=2, steps=4,
+                               dtype="mixed_float16")
+    assert metrics["step"] == 4 and metrics["skipped_steps"] == 1
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    # 3 steps applied: the last took the schedule's rate at 2 (a global-step reading, at 3, would be 1.002e-3).
+    schedule = WarmupDecaySchedule(3e-3, 1, 4, min_lr_ratio=PretrainSettings().min_lr_ratio)
+    assert metrics["learning_rate"] == pytest.approx(float(schedule(2)))
+    assert metrics["learning_rate"] == pytest.approx(2.001e-3)
+    assert scalars(str(tmp_path / "fp16"))["skipped_steps"] == [(1, 0), (2, 1), (4, 1)]
+    assert any(line.startswith("step 4/4 ") and "skipped_steps 1 " in line for line in logged), logged
+
+
+@pytest.mark.slow
 def test_resuming_with_another_kind_of_optimizer_state_names_the_dtype(tmp_path):
     """--dtype=mixed_float16's optimizer carries a loss scale: its checkpoints and those of the other dtypes do not
     restore into each other. Said as such, not as every checkpoint of the run being damaged."""

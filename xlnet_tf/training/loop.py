@@ -64,7 +64,8 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     stops all of them at the same step, each saving). A non-finite loss, or without loss scaling a non-finite
     gradient norm (its update made the weights NaN), raises ``DivergedError`` before anything is saved, so the
     last checkpoint is the last good one. With loss scaling, a step whose gradient is not finite is skipped (the
-    weights stay). Returns the last report's metrics.
+    weights and the schedule stay) and counted: ``skipped_steps``, since the run began. Returns the last
+    report's metrics.
     """
     metrics = {"step": start_step}
     step = start_step
@@ -84,11 +85,15 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
             raise DivergedError(
                 f"{diverged} in the steps up to {step}; stopping without saving. The last good checkpoint "
                 f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
-        # The rate of the step just taken (the optimizer reads its schedule before counting the step).
-        metrics = dict(step=step, **reporter.report(step, {"loss": loss,
-                                                           **{k: float(v.numpy()) for k, v in more.items()},
-                                                           "learning_rate": learning_rate_at(optimizer, step - 1),
-                                                           "grad_norm": norm}))
+        # The optimizer counts the steps it applied (not the skipped ones), and its schedule follows that count.
+        applied = int(optimizer.iterations.numpy())
+        scalars = {"loss": loss, **{k: float(v.numpy()) for k, v in more.items()},
+                   # The rate of the last step applied (the optimizer reads its schedule before counting the step);
+                   # with none applied yet, the one the first will take.
+                   "learning_rate": learning_rate_at(optimizer, max(applied - 1, 0)), "grad_norm": norm}
+        if loss_scaled:
+            scalars["skipped_steps"] = step - applied
+        metrics = dict(step=step, **reporter.report(step, scalars))
         return state
 
     with _StopSignals() as stop:
