@@ -143,3 +143,25 @@ def test_bad_eval_data_is_an_error_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"dev\.tsv:\d+: label 'maybe'"):
         run(flags)
     assert not os.path.exists(os.path.join(flags.model_dir, "checkpoint"))
+
+
+def test_non_finite_gradient_stops_fine_tuning_without_saving(tmp_path, monkeypatch):
+    """Fine-tuning shares the host loop's check: a NaN gradient with a finite loss (sqrt'(0) * 0, at step 2, the
+    last) would make every weight NaN; the run stops naming the gradient, and no checkpoint is written."""
+    import tensorflow as tf
+
+    from xlnet_tf.tasks.classification import ClassificationTask
+
+    loss, calls = ClassificationTask.loss, tf.Variable(0)
+
+    def poisoned(self, features, outputs):
+        loss_sum, count = loss(self, features, outputs)
+        here = tf.cast(tf.equal(calls.assign_add(1), 2), tf.float32)
+        u = tf.abs(tf.reduce_sum(outputs["logits"])) * 0.0 * here + (1.0 - here)  # 0 at step 2, else 1
+        return loss_sum + tf.sqrt(u) - tf.stop_gradient(tf.sqrt(u)), count
+    monkeypatch.setattr(ClassificationTask, "loss", poisoned)
+    flags = make_flags(tmp_path, task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"), do_train=True)
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan \(the loss is finite\) in the steps up to 2; "
+                                                 r"stopping without saving. The last good checkpoint is \(none yet\)"):
+        run(flags)
+    assert tf.train.latest_checkpoint(flags.model_dir) is None

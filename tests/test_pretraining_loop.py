@@ -22,13 +22,14 @@ from xlnet_tf.training.settings import PretrainSettings, SettingsError
 def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwargs):
     keras.utils.set_random_seed(0)  # same initial weights in every run
     config = kwargs.pop("config", CONFIG)
+    examples = kwargs.pop("examples", None) or synthetic_examples(64)
     settings = PretrainSettings(model_dir=str(tmp_path / name), train_steps=steps,
                                 train_batch_size=per_replica_batch * strategy.num_replicas_in_sync,
                                 seq_len=SEQ, num_predict=PREDICT, iterations=kwargs.pop("iterations", 2),
                                 learning_rate=kwargs.pop("learning_rate", 3e-3), warmup_steps=1,
                                 grad_accum_steps=accum, **kwargs)
     metrics = run_pretraining(strategy, config, settings,
-                              make_dataset_fn(synthetic_examples(64), per_replica_batch, accum))
+                              make_dataset_fn(examples, per_replica_batch, accum))
     model = XLNetPretrainer(config)
     load_pretrained(model, str(tmp_path / name))
     return metrics, model
@@ -45,14 +46,32 @@ def test_mirrored_two_replicas_matches_one_device(tmp_path):
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
 
 
+def uneven_targets(n):
+    """``synthetic_examples(n)`` whose examples have 4, 2, 1, 0, 3, 3, 0, 0 real targets, repeated: the
+    micro-batches of a step (and the replicas' shares of one) have different counts, and one has none."""
+    examples = synthetic_examples(n)
+    real = np.resize([4, 2, 1, 0, 3, 3, 0, 0], n)
+    examples["target_mask"] = (np.arange(PREDICT)[None, :] < real[:, None]).astype(np.float32)
+    return examples
+
+
+@pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
 @pytest.mark.slow
-def test_gradient_accumulation_matches_the_large_batch(tmp_path):
+def test_gradient_accumulation_matches_the_large_batch(tmp_path, strategy_name):
+    """Micro-batches of 2 (1 per replica on two) accumulated are one batch of 4: each micro-batch's loss is divided
+    by the whole step's target count, not by its own (a mean of means), so the loss, the gradient norm and the
+    weights are the large batch's whatever the micro-batches' counts."""
     # Without memory, two micro-batches of 2 are the same work as one batch of 4.
     no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
-    strategy = create_strategy("one_device")
-    big, model_big = train(tmp_path, "big", strategy, per_replica_batch=4, steps=2, config=no_memory)
-    acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=2, steps=2, accum=2, config=no_memory)
+    examples = uneven_targets(64)
+    big, model_big = train(tmp_path, "big", create_strategy("one_device"), per_replica_batch=4, steps=2,
+                           config=no_memory, examples=examples)
+    strategy = create_strategy(strategy_name)
+    acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=4 // 2 // strategy.num_replicas_in_sync,
+                           steps=2, accum=2, config=no_memory, examples=examples)
+    assert acc["step"] == big["step"] == 2
     np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
+    np.testing.assert_allclose(acc["grad_norm"], big["grad_norm"], rtol=1e-5)
     assert_same_weights(model_big, model_acc, round_off=ROUND_OFF)
     # The rate reported at step 2 is the one step 2 took: the peak, after one warmup step (step 1's was 0; the
     # schedule's value after step 2, the floor, was reported before).
@@ -84,6 +103,83 @@ def test_non_finite_loss_stops_without_saving(tmp_path):
         train(tmp_path, "nan", strategy, per_replica_batch=2, steps=4, save_steps=2, learning_rate=1e30, clip=0.0)
     assert isinstance(stopped.value, InputError)  # the tools' one line (it names the flag to change), no traceback
     assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+def poison_gradient_at(monkeypatch, step):
+    """The plm loss of the ``step``-th step (one device, no accumulation) gets a term whose value is 0 and whose
+    gradient is NaN (sqrt'(0) * 0): a finite loss with a non-finite gradient, as an overflow in the backward pass
+    gives. The weights update with NaN unless loss scaling skips the step; the other steps are left as they are."""
+    from xlnet_tf.objectives import get_objective
+
+    objective = type(get_objective("plm"))
+    loss, calls = objective.loss, tf.Variable(0)
+
+    def poisoned(self, outputs, batch):
+        terms = loss(self, outputs, batch)
+        here = tf.cast(tf.equal(calls.assign_add(1), step), tf.float32)
+        # 0 at that step, else 1; only the first part reads the logits, and with a factor 0
+        u = tf.abs(tf.reduce_sum(tf.cast(outputs["lm_logits"], tf.float32))) * 0.0 * here + (1.0 - here)
+        nan_gradient = tf.sqrt(u) - tf.stop_gradient(tf.sqrt(u))
+        (name, (loss_sum, correct, count)), = terms.items()
+        return {name: (loss_sum + nan_gradient, correct, count)}
+    monkeypatch.setattr(objective, "loss", poisoned)
+
+
+@pytest.mark.slow
+def test_non_finite_gradient_stops_without_saving(tmp_path, monkeypatch):
+    """float32: a NaN gradient with a finite loss, at the last step of a host loop (steps 3-4), makes every weight
+    NaN; the run stops before the step-4 checkpoint, naming the gradient, and the step-2 one stays the last."""
+    poison_gradient_at(monkeypatch, 4)
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan \(the loss is finite\) in the steps up to 4; "
+                                                 r"stopping without saving. The last good checkpoint is "
+                                                 r".*xlnet_model-2") as stopped:
+        train(tmp_path, "nan", create_strategy("one_device"), per_replica_batch=2, steps=4, save_steps=2)
+    assert isinstance(stopped.value, InputError)
+    assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+@pytest.mark.slow
+def test_a_non_finite_gradient_norm_inside_a_host_loop_is_seen(tmp_path, monkeypatch):
+    """Only a host loop's result reaches Python: a non-finite gradient norm at any of its steps (here step 3 of
+    3-4, whose step-4 norm is finite) stops the run before its checkpoint. (In this model the NaN weights would
+    also make step 4's loss NaN; the norm alone is made NaN here, the weights kept, to see the loop pass it on.)"""
+    import xlnet_tf.training.pretraining as pretraining
+
+    make = pretraining.make_replica_step
+
+    def norm_nan_at_step_3(model, optimizer, *args):
+        replica_step = make(model, optimizer, *args)
+
+        def step(batches, mems):
+            mems, loss, norm, metrics = replica_step(batches, mems)
+            return mems, loss, tf.where(tf.equal(optimizer.iterations, 3), float("nan"), norm), metrics
+        return step
+    monkeypatch.setattr(pretraining, "make_replica_step", norm_nan_at_step_3)
+    with pytest.raises(FloatingPointError, match=r"gradient norm is nan .* in the steps up to 4"):
+        train(tmp_path, "nan", create_strategy("one_device"), per_replica_batch=2, steps=4, save_steps=2)
+    assert tf.train.latest_checkpoint(str(tmp_path / "nan")).endswith("xlnet_model-2")
+
+
+@pytest.mark.slow
+def test_loss_scaling_skips_a_non_finite_step_and_reports_it(tmp_path, monkeypatch):
+    """mixed_float16: a non-finite gradient is a skipped step, not an error. The schedule follows the steps
+    applied (Keras' LossScaleOptimizer does not count a skipped one), so the rate logged is the one the last
+    applied step took, and the skips are counted in the progress line and TensorBoard (``skipped_steps``)."""
+    from pretraining_helpers import scalars
+    from xlnet_tf.training.optimization import WarmupDecaySchedule
+
+    poison_gradient_at(monkeypatch, 2)
+    with absl_messages() as logged:
+        metrics, model = train(tmp_path, "fp16", create_strategy("one_device"), per_replica_batch=2, steps=4,
+                               dtype="mixed_float16")
+    assert metrics["step"] == 4 and metrics["skipped_steps"] == 1
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    # 3 steps applied: the last took the schedule's rate at 2 (a global-step reading, at 3, would be 1.002e-3).
+    schedule = WarmupDecaySchedule(3e-3, 1, 4, min_lr_ratio=PretrainSettings().min_lr_ratio)
+    assert metrics["learning_rate"] == pytest.approx(float(schedule(2)))
+    assert metrics["learning_rate"] == pytest.approx(2.001e-3)
+    assert scalars(str(tmp_path / "fp16"))["skipped_steps"] == [(1, 0), (2, 1), (4, 1)]
+    assert any(line.startswith("step 4/4 ") and "skipped_steps 1 " in line for line in logged), logged
 
 
 @pytest.mark.slow

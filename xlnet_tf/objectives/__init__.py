@@ -111,6 +111,14 @@ class Objective(abc.ABC):
 
         return prediction_terms(outputs["lm_logits"], batch["target"], batch["target_mask"], self.loss_terms)
 
+    def target_counts(self, batch: Mapping) -> dict:
+        """``{term: number of targets}`` of ``batch``, as ``loss`` counts them, from the batch alone: gradient
+        accumulation divides each micro-batch's loss sums by the whole step's counts before any forward pass. An
+        objective that overrides ``loss`` with other counts overrides this too."""
+        from xlnet_tf.objectives.losses import target_counts
+
+        return target_counts(batch["target_mask"], self.loss_terms)
+
     def metrics(self, sums: Mapping) -> dict:
         """``{name: (numerator, denominator)}`` from ``loss``'s ``{term: (loss sum, correct, count)}``: ``accuracy``
         for one term (its loss is the loss), else ``loss_<term>`` and ``accuracy_<term>`` for each."""

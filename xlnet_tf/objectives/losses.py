@@ -39,3 +39,10 @@ def prediction_terms(lm_logits, target, target_mask, names) -> dict:
     parts = [tf.split(x, len(names), axis=1) for x in (losses, correct, weights)]
     return {name: (tf.reduce_sum(loss * weight), tf.reduce_sum(right * weight), tf.reduce_sum(weight))
             for name, loss, right, weight in zip(names, *parts)}
+
+
+def target_counts(target_mask, names) -> dict:
+    """``prediction_terms``' counts alone: ``{name: number of targets}`` per part of the rows of ``target_mask``
+    [B, P] (the same sums)."""
+    return {name: tf.reduce_sum(weight)
+            for name, weight in zip(names, tf.split(tf.cast(target_mask, tf.float32), len(names), axis=1))}

@@ -6,6 +6,7 @@ import math
 import os
 import signal
 
+import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
@@ -51,7 +52,8 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
                    save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer,
                    agree=None) -> dict:
     """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm, {name: metric})`` until ``train_steps``
-    (the metrics are reported with the loss), in host loops of
+    (the grad norm: the last step's, or without loss scaling a non-finite one of any step; the metrics are
+    reported with the loss), in host loops of
     at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
     ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
@@ -59,27 +61,39 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     over), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host loop, checkpoints and
     returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``); ``agree(requested)``
     (None: one process) makes that decision common to every worker of a multi-worker job (any worker's signal
-    stops all of them at the same step, each saving). A non-finite loss raises
-    ``DivergedError`` before anything is saved, so the last checkpoint is the last good one. Returns the last
+    stops all of them at the same step, each saving). A non-finite loss, or without loss scaling a non-finite
+    gradient norm (its update made the weights NaN), raises ``DivergedError`` before anything is saved, so the
+    last checkpoint is the last good one. With loss scaling, a step whose gradient is not finite is skipped (the
+    weights and the schedule stay) and counted: ``skipped_steps``, since the run began. Returns the last
     report's metrics.
     """
     metrics = {"step": start_step}
     step = start_step
+    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
     def run(steps, state):
         nonlocal metrics, step
         state, loss, norm, more = host_loop(tf.constant(steps), state)
         step += steps
-        loss = float(loss.numpy())
+        loss, norm = float(loss.numpy()), float(norm.numpy())
+        diverged = None
         if not math.isfinite(loss):
+            diverged = f"loss is {loss}"
+        elif not (loss_scaled or math.isfinite(norm)):
+            diverged = f"gradient norm is {norm} (the loss is finite)"
+        if diverged:
             raise DivergedError(
-                f"loss is {loss} in the steps up to {step}; stopping without saving. The last good checkpoint "
+                f"{diverged} in the steps up to {step}; stopping without saving. The last good checkpoint "
                 f"is {manager.latest_checkpoint or '(none yet)'}; lower --learning_rate or check the data.")
-        # The rate of the step just taken (the optimizer reads its schedule before counting the step).
-        metrics = dict(step=step, **reporter.report(step, {"loss": loss,
-                                                           **{k: float(v.numpy()) for k, v in more.items()},
-                                                           "learning_rate": learning_rate_at(optimizer, step - 1),
-                                                           "grad_norm": float(norm.numpy())}))
+        # The optimizer counts the steps it applied (not the skipped ones), and its schedule follows that count.
+        applied = int(optimizer.iterations.numpy())
+        scalars = {"loss": loss, **{k: float(v.numpy()) for k, v in more.items()},
+                   # The rate of the last step applied (the optimizer reads its schedule before counting the step);
+                   # with none applied yet, the one the first will take.
+                   "learning_rate": learning_rate_at(optimizer, max(applied - 1, 0)), "grad_norm": norm}
+        if loss_scaled:
+            scalars["skipped_steps"] = step - applied
+        metrics = dict(step=step, **reporter.report(step, scalars))
         return state
 
     with _StopSignals() as stop:

@@ -211,8 +211,9 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective:
     """One optimizer step of one replica: ``step(batches, mems) -> (new_mems, loss, grad_norm, metrics)``.
 
     ``batches`` is a list of micro-batches (gradient accumulation; memory flows through them in order). The
-    loss is the sum over the objective's terms (``Objective.loss``) of each term's global-batch mean (normalised
-    by the term's target count summed over replicas), so any replica split gives the same update. ``metrics``:
+    loss is the sum over the objective's terms (``Objective.loss``) of each term's mean over the whole step (its
+    loss sums divided by its target count summed over micro-batches and replicas), so any replica split and any
+    accumulation give the large batch's update. ``metrics``:
     this replica's ``{name: (numerator, denominator)}`` of ``Objective.metrics`` (summed over replicas and steps
     by the host loop). Call inside ``strategy.run``; also usable on its own for benchmarks.
     """
@@ -221,9 +222,17 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective:
 
     def replica_step(batches, mems):
         grads_total = None
-        loss_total = tf.constant(0.0)
+        loss_local = tf.constant(0.0)
         sums = {}  # term -> (loss sum, correct, count) over the micro-batches
         context = tf.distribute.get_replica_context()
+        step_counts = None
+        if len(batches) > 1:
+            # Every micro-batch's gradient must be that of its share of the step's mean, so the step's counts are
+            # needed before the first one: read from the masks, all micro-batches in one all-reduce (static shape).
+            per_batch = [spec.target_counts(batch) for batch in batches]
+            counts = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                        tf.stack([tf.stack([c[term] for term in spec.loss_terms]) for c in per_batch]))
+            step_counts = dict(zip(spec.loss_terms, tf.unstack(tf.maximum(tf.reduce_sum(counts, axis=0), 1.0))))
         for batch in batches:
             with tf.GradientTape() as tape:
                 inputs = {k: batch[k] for k in spec.model_inputs}
@@ -232,18 +241,20 @@ def make_replica_step(model: XLNetPretrainer, optimizer, clip: float, objective:
                 outputs = model(inputs, training=True)
                 terms = spec.loss(outputs, batch)
                 loss = tf.constant(0.0)
-                for loss_sum, _, count in terms.values():
-                    global_count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-                    # Each replica's share of the global-batch mean: the all-reduced gradients are those of the mean.
-                    loss += loss_sum / tf.maximum(global_count, 1.0) / len(batches)
+                for term, (loss_sum, _, count) in terms.items():
+                    if step_counts is None:
+                        count = tf.maximum(context.all_reduce(tf.distribute.ReduceOp.SUM, count), 1.0)
+                    # Each replica's share of the step's mean: the all-reduced gradients are those of the mean.
+                    loss += loss_sum / (count if step_counts is None else step_counts[term])
                 scaled = optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, model.trainable_variables)
             grads_total = grads if grads_total is None else [a + b for a, b in zip(grads_total, grads)]
-            loss_total += context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+            loss_local += loss
             sums = {term: tuple(a + b for a, b in zip(sums.get(term, (0.0, 0.0, 0.0)), values))
                     for term, values in terms.items()}
             if use_memory:
                 mems = outputs["new_mems"]
+        loss_total = context.all_reduce(tf.distribute.ReduceOp.SUM, loss_local)
         norm = apply_gradients_across_replicas(optimizer, grads_total, model.trainable_variables, clip)
         return mems, loss_total, norm, spec.metrics(sums)
 

@@ -184,14 +184,19 @@ class Training:
         def total(value):
             return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
+        loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
+
         @tf.function
         def host_loop(steps, state):
             loss_sum, norm = tf.constant(0.0), tf.constant(0.0)
             ratios = {name: (tf.constant(0.0), tf.constant(0.0)) for name in ratio_metrics}
             for _ in tf.range(steps):
-                state, loss, norm, *metrics = strategy.run(replica_step, args=(next_inputs(), state))
+                state, loss, step_norm, *metrics = strategy.run(replica_step, args=(next_inputs(), state))
                 loss_sum += strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
-                norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
+                step_norm = strategy.reduce(tf.distribute.ReduceOp.MEAN, step_norm, axis=None)
+                # Without loss scaling, a non-finite gradient was applied (NaN weights, perhaps with finite losses
+                # until the loop ends): its norm is kept for run_host_loops to see. With it, the step was skipped.
+                norm = step_norm if loss_scaled else tf.where(tf.math.is_finite(norm), step_norm, norm)
                 if ratio_metrics:
                     ratios = {name: (num + total(metrics[0][name][0]), den + total(metrics[0][name][1]))
                               for name, (num, den) in ratios.items()}
