@@ -8,6 +8,7 @@ import base64
 import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 
@@ -20,7 +21,7 @@ from export_helpers import PYTHON, decoded, serve, strings
 from official.nlp.data import classifier_data_lib  # noqa: F401 (imported here, not first on the background thread)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf.tasks.classification import classifier_data
-from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, existing_versions
+from xlnet_tf.finetuning.serving import METADATA_FILE, RUN_RECORD, SOURCE_FILE, existing_versions
 from xlnet_tf.tokenization import XLNetTokenizer
 
 TINY = os.path.join(REPO, "configs", "tiny.json")
@@ -37,13 +38,15 @@ def _settings(tmp):
 def _fine_tuned(tmp_path):
     """run_classifier.py as a user runs it: the tiny model fine-tuned for 2 steps on the MRPC fixture (a
     sentence-pair task), with --do_predict and --export_dir in the same run. Its directory."""
-    s = _settings(tmp_path)
-    flags = [f"--{name}={getattr(s, name)}" for name in (
+    _run_classifier("--do_train", "--do_predict", *_flags(_settings(tmp_path)))
+    return tmp_path
+
+
+def _flags(s) -> list:
+    return [f"--{name}={getattr(s, name)}" for name in (
         "task_name", "data_dir", "model_config_path", "spiece_model_file", "model_dir", "max_seq_length",
         "train_batch_size", "predict_batch_size", "train_steps", "iterations", "learning_rate", "dropout", "dropatt",
         "export_dir", "predict_dir")]
-    _run_classifier("--do_train", "--do_predict", *flags)
-    return tmp_path
 
 
 def _run_classifier(*flags):
@@ -88,6 +91,20 @@ def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
         record = json.load(f)
     assert record["runner"] == "classifier" and record["settings"]["task_name"] == "mrpc"
     assert os.path.isabs(record["settings"]["spiece_model_file"])
+
+
+@pytest.mark.slow
+def test_a_rerun_of_the_finished_run_exports_no_new_version(run, tmp_path):
+    """The demo's rerun (nothing left to train) exported the same checkpoint again as version 3: TF Serving moved
+    to it and cli.predict refused its earlier outputs as another model's. The export records what it was written
+    from (assets.extra/source.json), and the rerun finds it there (a copy of the run: its own paths)."""
+    shutil.copytree(run["tmp"], tmp_path / "run", symlinks=True)
+    s = _settings(tmp_path / "run")
+    with open(os.path.join(s.export_dir, "2", "assets.extra", SOURCE_FILE)) as f:
+        source = json.load(f)
+    assert source["checkpoint"] == os.path.join(run["settings"].model_dir, "model-2"), source
+    _run_classifier("--do_train", "--do_predict", *_flags(s))
+    assert existing_versions(s.export_dir) == [2]
 
 
 @resource

@@ -20,7 +20,7 @@ from absl import logging
 
 from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import check_pretrained
-from xlnet_tf.finetuning.serving import export_serving, write_run_record
+from xlnet_tf.finetuning.serving import existing_export, export_source, export_serving, write_run_record
 from xlnet_tf.finetuning.trainer import ModelAndLoss, data_order, train
 from xlnet_tf.training.distribute import num_hosts
 from xlnet_tf.training.loop import worker_checkpoint_dir
@@ -183,7 +183,14 @@ def _stages(s, family, task, strategy) -> dict:
 
     if s.export_dir:
         if chief:
-            result["export"] = export_serving(model, s.export_dir, task.export_info(step), s.spiece_model_file)
+            info = task.export_info(step)
+            done = checkpoint and existing_export(s.export_dir, info, export_source(checkpoint, s.spiece_model_file))
+            if done:  # a rerun of a finished run: a new version of the same model would only move TF Serving to it
+                logging.info("--export_dir: %s is this checkpoint's export already (step %d); not exported again",
+                             done, step)
+                result["export"] = done
+            else:
+                result["export"] = export_serving(model, s.export_dir, info, s.spiece_model_file, checkpoint)
         else:
             logging.info("--export_dir=%s: the chief (worker 0) exports", s.export_dir)
     if workers and (evaluating or s.do_predict or s.export_dir):

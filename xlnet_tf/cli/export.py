@@ -125,7 +125,7 @@ def export(s: ExportSettings, given: set = frozenset()) -> str:
         return hf.save_model(model, s.export_dir, settings.spiece_model_file, settings.uncased,
                              labels=getattr(task, "labels", None))
     return export_serving(model, s.export_dir, task.export_info(checkpoint_step(checkpoint)),
-                          settings.spiece_model_file)
+                          settings.spiece_model_file, checkpoint)
 
 
 def _export_pretrained(s: ExportSettings) -> str:

@@ -52,6 +52,8 @@ from xlnet_tf.errors import InputError
 # The file a fine-tuning run leaves in its --model_dir so that an export needs nothing but that directory.
 RUN_RECORD = "finetune_settings.json"
 METADATA_FILE = "metadata.json"
+# assets.extra/: the checkpoint and SentencePiece model an export was written from, by content.
+SOURCE_FILE = "source.json"
 # metadata.json's layout; 1: the families' settings were fields of their own (max_qa_length, squad, segment_length,
 # mem_len), 2: they are ``extras``.
 FORMAT = "xlnet_tf.serving/2"
@@ -165,6 +167,34 @@ def check_same_interface(export_dir: str, info: ServingInfo) -> None:
                          + ", ".join(f"{k} {a!r} where this export has {b!r}" for k, (a, b) in changed.items())
                          + "; TF Serving would switch that model name's clients to it. Export to a new base path "
                            "(another model name), or move the old versions away first")
+
+
+def export_source(checkpoint: str, spiece_model_file: Optional[str]) -> dict:
+    """``source.json``: the checkpoint (its ``.index`` holds every tensor's checksum) and SentencePiece model."""
+    from xlnet_tf.tokenization import file_sha256
+
+    return dict(checkpoint=checkpoint, checkpoint_sha256=file_sha256(checkpoint + ".index"),
+                spiece_sha256=file_sha256(spiece_model_file) if spiece_model_file else None)
+
+
+def existing_export(export_dir: str, info: ServingInfo, source: dict) -> Optional[str]:
+    """The newest version under ``export_dir`` if it is this export already: the same metadata but for its
+    version, written from the same checkpoint and SentencePiece model (``source``'s digests: a run directory
+    moved elsewhere holds the same checkpoint); else None."""
+    versions = existing_versions(export_dir)
+    if not versions:
+        return None
+    target = io_utils.join(export_dir, str(versions[-1]))
+    written = []
+    for name in (METADATA_FILE, SOURCE_FILE):
+        try:
+            with io_utils.open(io_utils.join(target, "assets.extra", name), encoding="utf-8") as f:
+                written.append(json.load(f))
+        except (OSError, ValueError):  # none (an older export, another writer's), or damaged: not this one
+            return None
+    digests = [k for k in source if k.endswith("sha256")]
+    same = written[0] == info.to_json(versions[-1]) and all(written[1].get(k) == source[k] for k in digests)
+    return target if same else None
 
 
 def next_version(export_dir: str, global_step: int) -> int:
@@ -308,12 +338,13 @@ class ServingModule(tf.Module):
 
 
 def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str] = None,
-                        preprocessor=None) -> str:
+                        preprocessor=None, source: Optional[dict] = None) -> str:
     """Writes ``model`` as ``<export_dir>/<version>/`` (see the module docstring) and returns that directory.
 
     ``preprocessor`` (an ``XLNetPreprocessor`` of ``spiece_model_file``) adds the raw-text ``serving_default``;
     without it ``serve_ids`` is the default signature too. The preprocessor's SentencePiece model (else
-    ``spiece_model_file``) is written to ``assets.extra/spiece.model`` for clients."""
+    ``spiece_model_file``) is written to ``assets.extra/spiece.model`` for clients; ``source``
+    (``export_source``), what the model was read from, to ``assets.extra/source.json``."""
     if io_utils.exists(io_utils.join(export_dir, "saved_model.pb")):
         logging.warning("%s holds a SavedModel in the old flat layout; TF Serving ignores it next to the numbered "
                         "versions written now", export_dir)
@@ -330,6 +361,8 @@ def write_serving_model(model, export_dir: str, info: ServingInfo, spiece_model_
         io_utils.makedirs(extra)
         write_json_atomic(os.path.join(extra, METADATA_FILE), info.to_json(version))
         write_json_atomic(os.path.join(extra, "labels.json"), {"kind": info.kind, "labels": info.labels})
+        if source is not None:
+            write_json_atomic(os.path.join(extra, SOURCE_FILE), source)
         if preprocessor is not None:  # the very model the raw-text signature holds
             with io_utils.open(os.path.join(extra, "spiece.model"), "wb") as f:
                 f.write(preprocessor.spiece_model)
@@ -351,9 +384,12 @@ def preprocessor_for(info: ServingInfo, spiece_model_file: Optional[str]):
                                        lower_case=info.lower_case, **family_of(info).serving.preprocessor_kwargs(info))
 
 
-def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str]) -> str:
-    """``write_serving_model`` with the raw-text signature built from ``spiece_model_file``."""
-    return write_serving_model(model, export_dir, info, spiece_model_file, preprocessor_for(info, spiece_model_file))
+def export_serving(model, export_dir: str, info: ServingInfo, spiece_model_file: Optional[str],
+                   checkpoint: Optional[str] = None) -> str:
+    """``write_serving_model`` with the raw-text signature built from ``spiece_model_file``, recording the
+    ``checkpoint`` the model was restored from."""
+    return write_serving_model(model, export_dir, info, spiece_model_file, preprocessor_for(info, spiece_model_file),
+                               export_source(checkpoint, spiece_model_file) if checkpoint else None)
 
 
 # -- the original release layout --------------------------------------------------------------------------------
