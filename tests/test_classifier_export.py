@@ -211,6 +211,13 @@ def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind,
             np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)
 
 
+def eval_points(model_dir: str) -> list:
+    """The steps of the ``accuracy`` points in each event file of ``<model_dir>/eval_dev``, oldest file first."""
+    paths = sorted(tf.io.gfile.glob(os.path.join(model_dir, "eval_dev", "events.*")), key=os.path.getmtime)
+    return [[event.step for event in tf.compat.v1.train.summary_iterator(path)
+             for value in event.summary.value if value.tag == "accuracy"] for path in paths]
+
+
 @pytest.mark.slow
 def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     """A sentence-pair run (RTE, two named classes): training another task or model shape in its model_dir is
@@ -218,7 +225,8 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     --export_dir`` wrote (task, class names, pair, step; version = the step) and refuses to serve the pair model on
     single sentences; a base path serving a model with other inputs or classes takes no version of this one; a
     checkpoint of another task's run is refused by name (its head has the same shape and would load); a run
-    recorded without --export_dir loads; --eval_all_ckpt skips a checkpoint between save steps."""
+    recorded without --export_dir loads; --eval_all_ckpt skips a checkpoint between save steps and evaluates each
+    other once, into one event file per run."""
     import dataclasses
     import shutil
 
@@ -307,5 +315,12 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
                                    eval_all_ckpt=True))["eval"]
     assert os.path.exists(f"{s.model_dir}/model-1.index")
     assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-2"] == [scored["best_checkpoint"]]
+    # Each checkpoint evaluated once (the last was again, its point written twice), its TensorBoard point in the
+    # one event file of the run's split directory (one per evaluation before)
+    assert eval_points(s.model_dir) == [[2]]
+    scored = runner.run(make_flags(tmp_path, task_name="rte", data_dir=s.data_dir, do_eval=True,
+                                   eval_all_ckpt=True, save_steps=1))["eval"]
+    assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-1", f"{s.model_dir}/model-2"]
+    assert eval_points(s.model_dir) == [[2], [1, 2]]
     # the task as the record names it, in any case (or by an alias): the same run, resumed (here: already done)
     assert runner.run(make_flags(tmp_path, task_name="RTE", data_dir=s.data_dir, do_train=True))["train"]

@@ -193,10 +193,20 @@ def _local_replica_inputs(strategy: tf.distribute.Strategy):
     return replica_inputs
 
 
-def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float], name: str = "eval") -> None:
-    writer = tf.summary.create_file_writer(os.path.join(model_dir, name))
-    with writer.as_default(step=step):
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                tf.summary.scalar(key, value)
-    writer.flush()
+class EvalSummaries:
+    """TensorBoard scalars of a run's evaluations, in directories of ``model_dir``: one writer, so one event file,
+    per directory for the object's life (a writer per evaluation left one event file per checkpoint of
+    --eval_all_ckpt)."""
+
+    def __init__(self, model_dir: str):
+        self.model_dir, self._writers = model_dir, {}
+
+    def write(self, name: str, step: int, metrics: dict[str, float]) -> None:
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = tf.summary.create_file_writer(os.path.join(self.model_dir, name))
+        with writer.as_default(step=step):
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    tf.summary.scalar(key, value)
+        writer.flush()  # readable now: the writer stays open for the next evaluation

@@ -404,9 +404,14 @@ class Task(abc.ABC):
         """The task's metrics of ``outputs`` against the labels of ``data``."""
 
     def write_eval_summaries(self, step: int, metrics: dict) -> None:
-        """TensorBoard scalars of an evaluation."""
-        from xlnet_tf.finetuning.trainer import write_eval_summaries
-        write_eval_summaries(self.settings.model_dir, step, metrics, f"eval_{self.eval_split}")
+        """TensorBoard scalars of an evaluation, in ``<model_dir>/eval_<split>``."""
+        self.eval_summaries.write(f"eval_{self.eval_split}", step, metrics)
+
+    @functools.cached_property
+    def eval_summaries(self):
+        """The run's TensorBoard writers of evaluations (one event file per directory for the run)."""
+        from xlnet_tf.finetuning.trainer import EvalSummaries
+        return EvalSummaries(self.settings.model_dir)
 
     @property
     def eval_split(self) -> str:
