@@ -171,7 +171,7 @@ def _stages(s, family, task, strategy) -> dict:
                     # One model for the others, restored in turn: building one under a multi-worker strategy is a
                     # collective (its initial values come from the chief), which every worker must then do as often.
                     other, _ = inference_model(checkpoint)
-                for ckpt in scored:
+                for i, ckpt in enumerate(scored, 1):
                     if ckpt == checkpoint:  # evaluated above (write_eval writes its summaries)
                         others[ckpt] = metrics
                     else:
@@ -179,6 +179,8 @@ def _stages(s, family, task, strategy) -> dict:
                         others[ckpt] = task.metrics(data, task.infer(strategy, other, data))
                         if chief:
                             task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])
+                    logging.info("--eval_all_ckpt %d/%d: %s at step %d: %s %.4f", i, len(scored), task.eval_split,
+                                 checkpoint_step(ckpt), task.main_metric, others[ckpt][task.main_metric])
             if chief:
                 result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
             else:

@@ -425,8 +425,10 @@ class Task(abc.ABC):
         report = dict(task=self.name, split=self.eval_split, step=step, checkpoint=checkpoint, metrics=metrics,
                       main_metric=self.main_metric, data=self.data_summary(data))
         if all_checkpoints:
+            from xlnet_tf.training.setup import checkpoint_step
+
             best = max(all_checkpoints, key=lambda c: all_checkpoints[c][self.main_metric])
-            report.update(best_checkpoint=best, best_metrics=all_checkpoints[best],
+            report.update(best_checkpoint=best, best_step=checkpoint_step(best), best_metrics=all_checkpoints[best],
                           all_checkpoints=dict(all_checkpoints))
         return report
 
@@ -442,6 +444,8 @@ class Task(abc.ABC):
         write_json_atomic(os.path.join(s.model_dir, f"eval_results.{split}.json"), report)
         logging.info("eval %s %s at step %d: %s | data %s", self.name, split, step,
                      {k: round(v, 4) for k, v in metrics.items()}, self.data_summary(data))
+        if "best_checkpoint" in report:  # (--eval_all_ckpt) not necessarily the last, which is what is exported
+            logging.info("eval %s %s: %s", self.name, split, best_line(report))
         return report
 
     @abc.abstractmethod
@@ -461,6 +465,14 @@ class Task(abc.ABC):
         writer (a family's ``ServingInfo`` built without ``family=`` gets it here)."""
         info = self.serving_info(step)
         return info if info.family is not None else dataclasses.replace(info, family=self.family)
+
+
+def best_line(report: dict) -> str:
+    """``best <main metric> <value> at <checkpoint> (step N)`` of an evaluation report with a best checkpoint
+    (``Task.eval_report`` with --eval_all_ckpt), for the log and the run's last line."""
+    metric = report["main_metric"]
+    return (f"best {metric} {report['best_metrics'][metric]:.4g} at {report['best_checkpoint']} "
+            f"(step {report['best_step']})")
 
 
 @dataclasses.dataclass
