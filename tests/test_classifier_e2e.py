@@ -114,6 +114,49 @@ def test_mirrored_eval_padding_and_mixed_precision(tmp_path, name, strategy, dty
         assert got["mse"] == pytest.approx(want["mse"], rel=2e-2) and got["loss"] == pytest.approx(want["loss"], rel=2e-2)
 
 
+@pytest.mark.parametrize("strategy", ["one_device", "mirrored"])
+def test_predict_traces_a_model_once_and_reads_its_current_weights(strategy):
+    """``trainer.predict`` called again on one model (--eval_all_ckpt: each checkpoint restored into one model)
+    runs the step traced by the first call: it traced the model again on every call (seconds at XLNet-Base size,
+    and memory never freed). The outputs are those of the weights in the model at the call."""
+    import tensorflow as tf
+
+    from classifier_helpers import MICRO_CONFIG
+    from xlnet_tf.finetuning.trainer import predict
+    from xlnet_tf.tasks.classification.classification_head import XLNetClassifier
+
+    traces = []
+
+    class Counting(XLNetClassifier):  # its call runs in Python once per trace (and replica)
+        def call(self, *args, **kwargs):
+            traces.append(1)
+            return super().call(*args, **kwargs)
+
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    strategy = (tf.distribute.OneDeviceStrategy(cpus[0]) if strategy == "one_device" else
+                tf.distribute.MirroredStrategy(cpus[:2]))
+    with strategy.scope():
+        model, fresh = (cls(XLNetConfig(**MICRO_CONFIG), num_labels=2) for cls in (Counting, XLNetClassifier))
+    rng = np.random.RandomState(0)
+    features = dict(input_ids=rng.randint(10, 8000, (8, 16)).astype(np.int32),
+                    segment_ids=np.zeros((8, 16), np.int32), padding_mask=np.zeros((8, 16), np.float32),
+                    label=np.arange(8, dtype=np.int32))
+
+    def outputs(net):
+        return predict(strategy, net, tf.data.Dataset.from_tensor_slices(features).batch(4), keep=("label",))
+
+    first = outputs(model)
+    traced = len(traces)
+    assert traced == strategy.num_replicas_in_sync
+    assert all(np.array_equal(outputs(model)[k], first[k]) for k in first)
+    outputs(fresh)  # (its weights built, to copy)
+    model.set_weights(fresh.get_weights())  # as a checkpoint restored into the model
+    again, want = outputs(model), outputs(fresh)
+    assert len(traces) == traced
+    assert not np.array_equal(again["logits"], first["logits"])
+    assert all(np.array_equal(again[k], want[k]) for k in want)
+
+
 def test_flag_errors_are_reported_before_work(tmp_path):
     flags = make_flags(tmp_path, task_name="glue", data_dir=str(tmp_path / "missing"), do_train=True,
                        warmup_steps=5, eval_split="test", do_eval=True)

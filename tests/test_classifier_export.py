@@ -211,6 +211,13 @@ def test_every_familys_16bit_export_answers_as_the_model_reads_its_weights(kind,
             np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)
 
 
+def eval_points(model_dir: str) -> list:
+    """The steps of the ``accuracy`` points in each event file of ``<model_dir>/eval_dev``, oldest file first."""
+    paths = sorted(tf.io.gfile.glob(os.path.join(model_dir, "eval_dev", "events.*")), key=os.path.getmtime)
+    return [[event.step for event in tf.compat.v1.train.summary_iterator(path)
+             for value in event.summary.value if value.tag == "accuracy"] for path in paths]
+
+
 @pytest.mark.slow
 def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     """A sentence-pair run (RTE, two named classes): training another task or model shape in its model_dir is
@@ -218,14 +225,17 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
     --export_dir`` wrote (task, class names, pair, step; version = the step) and refuses to serve the pair model on
     single sentences; a base path serving a model with other inputs or classes takes no version of this one; a
     checkpoint of another task's run is refused by name (its head has the same shape and would load); a run
-    recorded without --export_dir loads; --eval_all_ckpt skips a checkpoint between save steps."""
+    recorded without --export_dir loads; --eval_all_ckpt skips a checkpoint between save steps and evaluates each
+    other once, into one event file per run, logging each and the best."""
     import dataclasses
     import shutil
 
     import xlnet_tf
     from classifier_helpers import REPO, make_flags
+    from pretraining_helpers import absl_messages
     from xlnet_tf import runner
     from xlnet_tf.cli import export as cli_export
+    from xlnet_tf.cli.flags import summary
     from xlnet_tf.errors import InputError
     from xlnet_tf.training.settings import SettingsError
 
@@ -307,5 +317,21 @@ def test_a_runs_export_is_the_runs_model_whichever_way_it_is_written(tmp_path):
                                    eval_all_ckpt=True))["eval"]
     assert os.path.exists(f"{s.model_dir}/model-1.index")
     assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-2"] == [scored["best_checkpoint"]]
+    # Each checkpoint evaluated once (the last was again, its point written twice), its TensorBoard point in the
+    # one event file of the run's split directory (one per evaluation before); a log line for each, and the best
+    # in the log and the run's last line
+    assert eval_points(s.model_dir) == [[2]]
+    with absl_messages() as logged:
+        scored = runner.run(make_flags(tmp_path, task_name="rte", data_dir=s.data_dir, do_eval=True,
+                                       eval_all_ckpt=True, save_steps=1))["eval"]
+    assert list(scored["all_checkpoints"]) == [f"{s.model_dir}/model-1", f"{s.model_dir}/model-2"]
+    assert eval_points(s.model_dir) == [[2], [1, 2]]
+    assert [m for m in logged if m.startswith("--eval_all_ckpt")] == [
+        f"--eval_all_ckpt {i}/2: dev at step {i}: accuracy {metrics['accuracy']:.4f}"
+        for i, metrics in enumerate(scored["all_checkpoints"].values(), 1)]
+    best, value = scored["best_checkpoint"], scored["best_metrics"]["accuracy"]
+    best_line = f"best accuracy {value:.4g} at {best} (step {int(best.rsplit('-', 1)[1])})"
+    assert f"eval rte dev: {best_line}" in logged
+    assert summary(dict(eval=scored)).endswith(f"; {best_line}")
     # the task as the record names it, in any case (or by an alias): the same run, resumed (here: already done)
     assert runner.run(make_flags(tmp_path, task_name="RTE", data_dir=s.data_dir, do_train=True))["train"]

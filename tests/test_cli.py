@@ -397,6 +397,11 @@ def test_the_last_line_says_what_was_done():
     assert line == ("trained to step 300 (nothing left to train); evaluated dev at step 300: accuracy 0.785; "
                     "predictions in p/SST-2.tsv; exported runs/export/1")
     assert cli.summary({}).startswith("nothing to do")
+    # --eval_all_ckpt's best, which is not necessarily the step evaluated last (nor exported)
+    best = cli.summary({"eval": {"split": "dev", "step": 300, "metrics": {"accuracy": 0.785}, "main_metric": "accuracy",
+                                 "best_checkpoint": "runs/m/model-200", "best_step": 200,
+                                 "best_metrics": {"accuracy": 0.79125}}})
+    assert best == "evaluated dev at step 300: accuracy 0.785; best accuracy 0.7913 at runs/m/model-200 (step 200)"
     # Counts print as integers (SQuAD's "total 1.8e+04" was 18000 questions), other values to 4 digits.
     squad = cli.summary({"eval": {"split": "sq.json", "step": 2, "metrics": {
         "exact": 0.0, "f1": 1.3889, "total": 18000.0, "HasAns_total": 12961, "loss": 12345.67, "lr": 2e-05}}})

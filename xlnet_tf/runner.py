@@ -160,20 +160,27 @@ def _stages(s, family, task, strategy) -> dict:
             if getattr(s, "eval_all_ckpt", False):  # every checkpoint in model_dir, best by the main metric
                 others = {}
                 state = tf.train.get_checkpoint_state(s.model_dir)
-                # One model for all of them, restored in turn: building one under a multi-worker strategy is a
-                # collective (its initial values come from the chief), which every worker must then do as often.
-                other, _ = inference_model(checkpoint)
-                for ckpt in (state.all_model_checkpoint_paths if state else []):
-                    at = checkpoint_step(ckpt)
-                    if at % s.checkpoint_every and at != s.train_steps and ckpt != checkpoint:
-                        # Written where a signal stopped training (a preemption): a run never stopped has none
-                        # there, and the best checkpoint must not depend on whether the run was stopped.
-                        continue
-                    task.restore(other, ckpt)
-                    others[ckpt] = task.metrics(data, task.infer(strategy, other, data))
-                    if chief:
-                        task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])
-                others[checkpoint] = metrics
+                # Not those written between --save_steps where a signal stopped training (a preemption): a run never
+                # stopped has none there, and the best checkpoint must not depend on whether the run was stopped.
+                scored = [ckpt for ckpt in (state.all_model_checkpoint_paths if state else [])
+                          if ckpt == checkpoint or checkpoint_step(ckpt) == s.train_steps
+                          or not checkpoint_step(ckpt) % s.checkpoint_every]
+                if checkpoint not in scored:
+                    scored.append(checkpoint)
+                if len(scored) > 1:
+                    # One model for the others, restored in turn: building one under a multi-worker strategy is a
+                    # collective (its initial values come from the chief), which every worker must then do as often.
+                    other, _ = inference_model(checkpoint)
+                for i, ckpt in enumerate(scored, 1):
+                    if ckpt == checkpoint:  # evaluated above (write_eval writes its summaries)
+                        others[ckpt] = metrics
+                    else:
+                        task.restore(other, ckpt)
+                        others[ckpt] = task.metrics(data, task.infer(strategy, other, data))
+                        if chief:
+                            task.write_eval_summaries(checkpoint_step(ckpt), others[ckpt])
+                    logging.info("--eval_all_ckpt %d/%d: %s at step %d: %s %.4f", i, len(scored), task.eval_split,
+                                 checkpoint_step(ckpt), task.main_metric, others[ckpt][task.main_metric])
             if chief:
                 result["eval"] = task.write_eval(metrics, step, checkpoint, data, others)
             else:

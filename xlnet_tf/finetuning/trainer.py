@@ -114,18 +114,17 @@ def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, k
     arrays, concatenated in order: the model's outputs plus the feature columns named in ``keep`` (e.g. example
     ids). ``jit_compile``: the per-replica step compiled with XLA (plain kernels).
 
-    Under ``MultiWorkerMirroredStrategy`` every worker runs the whole of ``dataset`` on its own replicas and gets
-    every output: exact, the same on every worker, and with no collective (see ``_local_batches``)."""
-    check_jit_compile(strategy, jit_compile)
-    fn = make_predict_step(model, keep, jit_compile)
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        batches, replica_inputs = _local_batches(strategy, dataset)
-    else:
-        batches, replica_inputs = strategy.experimental_distribute_dataset(dataset), lambda features: features
+    The traced step is kept with ``model`` (``_predict_step``): calling again, e.g. on each checkpoint of
+    --eval_all_ckpt restored into the same model, runs it without tracing it again.
 
-    @tf.function(autograph=False)  # the model branches on Python values only (see Training.train)
-    def step(features):
-        return strategy.run(fn, args=(replica_inputs(features),))
+    Under ``MultiWorkerMirroredStrategy`` every worker runs the whole of ``dataset`` on its own replicas and gets
+    every output: exact, the same on every worker, and with no collective (see ``_local_replica_inputs``)."""
+    check_jit_compile(strategy, jit_compile)
+    step = _predict_step(strategy, model, tuple(keep), jit_compile)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        batches = dataset  # read whole by every worker (_local_replica_inputs)
+    else:
+        batches = strategy.experimental_distribute_dataset(dataset)
 
     collected: dict[str, list] = {}
     for features in batches:
@@ -136,9 +135,38 @@ def predict(strategy: tf.distribute.Strategy, model, dataset: tf.data.Dataset, k
     return {name: np.concatenate(parts) for name, parts in collected.items()}
 
 
-def _local_batches(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> tuple:
-    """``(batches, replica_inputs)`` for ``predict`` on one worker of a multi-worker strategy: ``dataset`` read
-    whole by this worker, each global batch split over its local replicas by ``replica_inputs`` (called in the
+# The attribute of a model holding its predict steps: set past Keras' attribute tracking, so that neither its
+# checkpoints nor its SavedModel exports see them, and freed with the model (a dict keyed by the model, weakly,
+# would never free it: the steps refer to the model).
+_PREDICT_STEPS = "_xlnet_tf_predict_steps"
+
+
+def _predict_step(strategy: tf.distribute.Strategy, model, keep: tuple[str, ...], jit_compile: bool):
+    """``predict``'s ``tf.function`` for ``(strategy, keep, jit_compile)``, made once per model: a new one per
+    call traced the model again each time (seconds at XLNet-Base size) and its graphs were never freed (4-20 MB a
+    call). The traced graphs read the model's variables when run, so weights restored into the model in between
+    are the ones used."""
+    steps = model.__dict__.get(_PREDICT_STEPS)
+    if steps is None:
+        steps = {}
+        object.__setattr__(model, _PREDICT_STEPS, steps)
+    key = (strategy, keep, jit_compile)
+    if key not in steps:
+        fn = make_predict_step(model, keep, jit_compile)
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        # elsewhere the batches come distributed (experimental_distribute_dataset)
+        replica_inputs = _local_replica_inputs(strategy) if multi_worker else (lambda features: features)
+
+        @tf.function(autograph=False)  # the model branches on Python values only (see Training.train)
+        def step(features):
+            return strategy.run(fn, args=(replica_inputs(features),))
+        steps[key] = step
+    return steps[key]
+
+
+def _local_replica_inputs(strategy: tf.distribute.Strategy):
+    """``predict``'s per-replica inputs on one worker of a multi-worker strategy: the dataset is read whole by this
+    worker, each global batch split over its local replicas by the function returned (called in the
     ``tf.function``), their local results concatenated in order being the batch's outputs.
 
     Not ``experimental_distribute_dataset``: it shards the data by file across the workers (a single cache file
@@ -162,13 +190,23 @@ def _local_batches(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -
             start = context.replica_id_in_sync_group % local * per_replica
             return tf.nest.map_structure(lambda v: v[start:start + per_replica], features)
         return strategy.experimental_distribute_values_from_function(replica_slice)
-    return dataset, replica_inputs
+    return replica_inputs
 
 
-def write_eval_summaries(model_dir: str, step: int, metrics: dict[str, float], name: str = "eval") -> None:
-    writer = tf.summary.create_file_writer(os.path.join(model_dir, name))
-    with writer.as_default(step=step):
-        for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                tf.summary.scalar(key, value)
-    writer.flush()
+class EvalSummaries:
+    """TensorBoard scalars of a run's evaluations, in directories of ``model_dir``: one writer, so one event file,
+    per directory for the object's life (a writer per evaluation left one event file per checkpoint of
+    --eval_all_ckpt)."""
+
+    def __init__(self, model_dir: str):
+        self.model_dir, self._writers = model_dir, {}
+
+    def write(self, name: str, step: int, metrics: dict[str, float]) -> None:
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = tf.summary.create_file_writer(os.path.join(self.model_dir, name))
+        with writer.as_default(step=step):
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    tf.summary.scalar(key, value)
+        writer.flush()  # readable now: the writer stays open for the next evaluation

@@ -404,9 +404,14 @@ class Task(abc.ABC):
         """The task's metrics of ``outputs`` against the labels of ``data``."""
 
     def write_eval_summaries(self, step: int, metrics: dict) -> None:
-        """TensorBoard scalars of an evaluation."""
-        from xlnet_tf.finetuning.trainer import write_eval_summaries
-        write_eval_summaries(self.settings.model_dir, step, metrics, f"eval_{self.eval_split}")
+        """TensorBoard scalars of an evaluation, in ``<model_dir>/eval_<split>``."""
+        self.eval_summaries.write(f"eval_{self.eval_split}", step, metrics)
+
+    @functools.cached_property
+    def eval_summaries(self):
+        """The run's TensorBoard writers of evaluations (one event file per directory for the run)."""
+        from xlnet_tf.finetuning.trainer import EvalSummaries
+        return EvalSummaries(self.settings.model_dir)
 
     @property
     def eval_split(self) -> str:
@@ -420,8 +425,10 @@ class Task(abc.ABC):
         report = dict(task=self.name, split=self.eval_split, step=step, checkpoint=checkpoint, metrics=metrics,
                       main_metric=self.main_metric, data=self.data_summary(data))
         if all_checkpoints:
+            from xlnet_tf.training.setup import checkpoint_step
+
             best = max(all_checkpoints, key=lambda c: all_checkpoints[c][self.main_metric])
-            report.update(best_checkpoint=best, best_metrics=all_checkpoints[best],
+            report.update(best_checkpoint=best, best_step=checkpoint_step(best), best_metrics=all_checkpoints[best],
                           all_checkpoints=dict(all_checkpoints))
         return report
 
@@ -437,6 +444,8 @@ class Task(abc.ABC):
         write_json_atomic(os.path.join(s.model_dir, f"eval_results.{split}.json"), report)
         logging.info("eval %s %s at step %d: %s | data %s", self.name, split, step,
                      {k: round(v, 4) for k, v in metrics.items()}, self.data_summary(data))
+        if "best_checkpoint" in report:  # (--eval_all_ckpt) not necessarily the last, which is what is exported
+            logging.info("eval %s %s: %s", self.name, split, best_line(report))
         return report
 
     @abc.abstractmethod
@@ -456,6 +465,14 @@ class Task(abc.ABC):
         writer (a family's ``ServingInfo`` built without ``family=`` gets it here)."""
         info = self.serving_info(step)
         return info if info.family is not None else dataclasses.replace(info, family=self.family)
+
+
+def best_line(report: dict) -> str:
+    """``best <main metric> <value> at <checkpoint> (step N)`` of an evaluation report with a best checkpoint
+    (``Task.eval_report`` with --eval_all_ckpt), for the log and the run's last line."""
+    metric = report["main_metric"]
+    return (f"best {metric} {report['best_metrics'][metric]:.4g} at {report['best_checkpoint']} "
+            f"(step {report['best_step']})")
 
 
 @dataclasses.dataclass

@@ -360,8 +360,7 @@ class SquadTask(Task):
         return metrics
 
     def write_eval_summaries(self, step: int, metrics: dict) -> None:
-        from xlnet_tf.finetuning.trainer import write_eval_summaries
-        write_eval_summaries(self.settings.model_dir, step, metrics)
+        self.eval_summaries.write("eval", step, metrics)
 
     def write_eval(self, metrics: dict, step: int, checkpoint: str, data: SquadEvalData,
                    all_checkpoints: Optional[dict] = None) -> dict:
