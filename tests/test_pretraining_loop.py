@@ -377,6 +377,48 @@ def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatc
     assert progress.device_peak_flops(TwoHosts(), "float32") == (8e10, "measured CPU matmul")
 
 
+def test_a_checkpoint_save_is_not_counted_in_a_lines_rate(tmp_path, monkeypatch):
+    """A line's tok/s and MFU are its host loop's, the same after a checkpoint's save as before it (a save timed
+    into the next loop made every line after one a dip); the ETA is wall-clock time and keeps the saves in it."""
+    from xlnet_tf.training import loop, progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    lines = []
+    monkeypatch.setattr(progress.logging, "info", lambda message, *args: lines.append(message % args))
+    reporter = progress.ProgressReporter(str(tmp_path), total_steps=40, tokens_per_step=1000, flops_per_step=1e9,
+                                         peak_flops=2e9)
+    optimizer = keras.optimizers.SGD(0.1)
+
+    def host_loop(steps, state):  # one second a step
+        now[0] += int(steps)
+        optimizer.iterations.assign_add(int(steps))
+        return state, tf.constant(1.0), tf.constant(1.0), {}
+
+    class Manager:  # a save takes 50 s
+        latest_checkpoint = None
+
+        def save(self, checkpoint_number):
+            now[0] += 50.0
+            return f"model-{checkpoint_number}"
+
+    reported = []
+    report = reporter.report
+
+    def recorded(step, scalars):
+        reported.append((step, report(step, scalars)))
+        return reported[-1][1]
+    monkeypatch.setattr(reporter, "report", recorded)
+    loop.run_host_loops(host_loop, initial_state=lambda: None, start_step=0, train_steps=40, iterations=10,
+                        save_steps=20, manager=Manager(), reporter=reporter, optimizer=optimizer)
+    assert [step for step, _ in reported] == [1, 10, 20, 30, 40]
+    # Steps 21-30 ran after the save at step 20: 10 steps in 10 s like the others, not in 60 s.
+    assert [scalars["tokens_per_sec"] for _, scalars in reported[1:]] == [1000.0] * 4
+    assert [scalars["mfu"] for _, scalars in reported[1:]] == [0.5] * 4
+    step_30 = next(line for line in lines if line.startswith("step 30/40"))
+    assert step_30.endswith("ETA 0m27s")  # 10 steps at (80 - 1) s / (30 - 1) steps: the save's 50 s included
+
+
 def test_the_training_step_is_traced_as_written(tmp_path, monkeypatch):
     """Autograph rewrites the code a tf.function calls unless told not to, and tracing the rewritten step takes
     longer (bench/reports/performance.md, "Time to the first step"); the step branches on Python values only, so

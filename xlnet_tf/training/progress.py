@@ -80,9 +80,10 @@ class ProgressReporter:
     """Logs one line per host loop and writes TensorBoard scalars to ``<model_dir>/train``.
 
     The first report of a run (or of a resumed run) covers tracing and compilation: it gives its time, not a rate,
-    an MFU or an ETA. Later lines give the rate of their own host loop, and an ETA from the mean step time since
-    that first report. ``peak_flops`` is the whole job's (every replica of every worker); a measured peak
-    (``peak_measured``, CPUs) is raised to the achieved rate if a loop ever beats it, with a warning."""
+    an MFU or an ETA. Later lines give the rate of their own host loop (``restart_clock()`` leaves out what ran
+    between loops, e.g. a checkpoint's save), and an ETA from the mean wall-clock step time since that first report.
+    ``peak_flops`` is the whole job's (every replica of every worker); a measured peak (``peak_measured``, CPUs) is
+    raised to the achieved rate if a loop ever beats it, with a warning."""
 
     def __init__(self, model_dir: str, total_steps: int, tokens_per_step: int, flops_per_step: float,
                  peak_flops: float, start_step: int = 0, *, peak_measured: bool = False):
@@ -91,6 +92,11 @@ class ProgressReporter:
         self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
         self._last_time, self._last_step = time.perf_counter(), start_step
         self._steady_since = None  # (time, step) of the first report
+
+    def restart_clock(self):
+        """The next report's rate counts from now: what ran since the last report (a checkpoint's save) is no
+        part of the host loop's speed. The ETA still counts it: more saves are ahead."""
+        self._last_time = time.perf_counter()
 
     def report(self, step: int, scalars: dict[str, float]) -> dict[str, float]:
         now = time.perf_counter()
@@ -115,6 +121,8 @@ class ProgressReporter:
                     self.peak_flops = achieved
                 scalars["mfu"] = achieved / self.peak_flops
                 parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
+            # The rate and MFU are the host loop's own (the model's speed, comparable across lines), while the ETA
+            # is wall-clock time left, so it divides the time since the first report, saves included.
             since, since_step = self._steady_since
             left = (self.total_steps - step) * (now - since) / max(step - since_step, 1)
             parts.append(f"ETA {format_duration(left)}")
