@@ -419,6 +419,33 @@ def test_a_checkpoint_save_is_not_counted_in_a_lines_rate(tmp_path, monkeypatch)
     assert step_30.endswith("ETA 0m27s")  # 10 steps at (80 - 1) s / (30 - 1) steps: the save's 50 s included
 
 
+@pytest.mark.slow
+def test_a_resumed_runs_summaries_replace_what_the_killed_run_wrote_after_its_checkpoint(tmp_path):
+    """Killed after its checkpoint at step 2 and rerun: TensorBoard (its Python loader, which the Rust one agrees
+    with) shows every tag's steps once and in order, and steps 3-4 are the rerun's; the killed run's point at step
+    2, the checkpoint's, stays. Without a restart marker it showed 1, 2, 4, 3, 4: the curve went back."""
+    import time
+
+    from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
+
+    strategy = create_strategy("one_device")
+    train(tmp_path, "straight", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    stopped_at(tmp_path / "straight", 2, tmp_path / "resumed")  # with the straight run's events up to step 4
+    resumed_at = time.time()
+    train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    events = accumulator.EventAccumulator(str(tmp_path / "resumed" / "train"), purge_orphaned_data=True,
+                                          size_guidance={accumulator.TENSORS: 0})
+    events.Reload()
+    tags = events.Tags()[accumulator.TENSORS]
+    assert {"loss", "learning_rate", "tokens_per_sec"} <= set(tags)
+    for tag in tags:
+        points = events.Tensors(tag)
+        # A run's first line gives no rate: the straight run's at 2 (then 4), the rerun's at 4.
+        rate = tag in ("tokens_per_sec", "steps_per_sec", "mfu")
+        assert [p.step for p in points] == ([2, 4] if rate else [1, 2, 3, 4]), tag
+        assert all((p.wall_time >= resumed_at) == (p.step > 2) for p in points), tag
+
+
 def test_the_training_step_is_traced_as_written(tmp_path, monkeypatch):
     """Autograph rewrites the code a tf.function calls unless told not to, and tracing the rewritten step takes
     longer (bench/reports/performance.md, "Time to the first step"); the step branches on Python values only, so

@@ -8,6 +8,7 @@ import time
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.util import event_pb2
 
 from xlnet_tf.progress_lines import format_duration
 
@@ -83,15 +84,36 @@ class ProgressReporter:
     an MFU or an ETA. Later lines give the rate of their own host loop (``restart_clock()`` leaves out what ran
     between loops, e.g. a checkpoint's save), and an ETA from the mean wall-clock step time since that first report.
     ``peak_flops`` is the whole job's (every replica of every worker); a measured peak (``peak_measured``, CPUs) is
-    raised to the achieved rate if a loop ever beats it, with a warning."""
+    raised to the achieved rate if a loop ever beats it, with a warning.
+
+    Every run starts its summaries with a restart marker (``SessionLog.START`` at ``start_step + 1``): TensorBoard
+    then drops what a killed run wrote after the checkpoint this run resumed from, rather than showing those steps
+    twice with diverging values."""
 
     def __init__(self, model_dir: str, total_steps: int, tokens_per_step: int, flops_per_step: float,
                  peak_flops: float, start_step: int = 0, *, peak_measured: bool = False):
         self.total_steps, self.tokens_per_step = total_steps, tokens_per_step
         self.flops_per_step, self.peak_flops, self.peak_measured = flops_per_step, peak_flops, peak_measured
         self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+        self._write_restart_marker(start_step + 1)
         self._last_time, self._last_step = time.perf_counter(), start_step
         self._steady_since = None  # (time, step) of the first report
+
+    def _write_restart_marker(self, first_step: int):
+        # TensorBoard's Python loader (tensorboard --load_fast=false, EventMultiplexer) purges orphaned points of a
+        # TF2 event file only at a SessionLog.START, every point with a step >= the marker's, and takes the first
+        # START it reads as the run's beginning rather than a restart: so every run writes one, fresh runs too.
+        # At start_step + 1, not start_step: the killed run's point at the checkpoint's own step is this run's
+        # history (it is never written again). The Rust data server drops them anyway, on the step going back.
+        # tf.summary has no call for a raw Event; import_event writes one into this writer's file, before any of
+        # this run's summaries (a second events file could sort either side of the writer's by name).
+        from tensorflow.python.ops import summary_ops_v2
+
+        marker = event_pb2.Event(wall_time=time.time(), step=first_step,
+                                 session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
+        with self.writer.as_default():
+            summary_ops_v2.import_event(tf.constant(marker.SerializeToString()))
+        self.writer.flush()
 
     def restart_clock(self):
         """The next report's rate counts from now: what ran since the last report (a checkpoint's save) is no
