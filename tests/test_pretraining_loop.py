@@ -365,6 +365,9 @@ def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatc
     assert lines[-1].endswith("1000 tok/s | MFU 100.0% | ETA 1m29s")  # 89 steps at 1 s, not at (30 + 10) / 11 s
     third = reporter.report(31, {"loss": 5.0})  # 20 steps in 10 s: twice the measured peak
     assert third["mfu"] == 1.0 and "above the measured peak" in lines[-2]
+    # The peak each MFU divides by is a series of its own: mfu * peak_flops is the achieved rate across the raise.
+    assert (second["peak_flops"], third["peak_flops"]) == (1e9, 2e9)
+    assert [r["mfu"] * r["peak_flops"] for r in (second, third)] == [1e9, 2e9]
     fourth = reporter.report(35, {"loss": 5.0})  # 4 steps in 2 s
     assert fourth["mfu"] == 1.0 and lines[-1].endswith("ETA 0m42s")  # 65 steps at (52 - 30) s / (35 - 1) steps
 
@@ -441,7 +444,7 @@ def test_a_resumed_runs_summaries_replace_what_the_killed_run_wrote_after_its_ch
     for tag in tags:
         points = events.Tensors(tag)
         # A run's first line gives no rate: the straight run's at 2 (then 4), the rerun's at 4.
-        rate = tag in ("tokens_per_sec", "steps_per_sec", "mfu")
+        rate = tag in ("tokens_per_sec", "steps_per_sec", "mfu", "peak_flops")
         assert [p.step for p in points] == ([2, 4] if rate else [1, 2, 3, 4]), tag
         assert all((p.wall_time >= resumed_at) == (p.step > 2) for p in points), tag
 

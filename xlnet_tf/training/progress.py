@@ -142,6 +142,9 @@ class ProgressReporter:
                                     "achieved rate from now on", achieved, self.peak_flops)
                     self.peak_flops = achieved
                 scalars["mfu"] = achieved / self.peak_flops
+                # Its own series: a measured CPU peak is a momentary figure, raised mid-run when beaten, so the mfu
+                # series changes denominator; mfu * peak_flops (the achieved FLOP/s) re-normalises it to any peak.
+                scalars["peak_flops"] = self.peak_flops
                 parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
             # The rate and MFU are the host loop's own (the model's speed, comparable across lines), while the ETA
             # is wall-clock time left, so it divides the time since the first report, saves included.
