@@ -395,3 +395,74 @@ def test_fused_adamw_library_is_built_once_into_a_shared_cache(monkeypatch, tmp_
     source.write_text(source.read_text() + "int xlnet_tf_probe2() { return 2; }\n")
     changed = ops.build()
     assert changed != path and sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, changed.name])
+
+
+def _probe_library(monkeypatch, tmp_path, text="int xlnet_tf_probe() { return 1; }\n"):
+    """xlnet_tf.ops set to build a one-function source into tmp_path/shared (the caching under test, not the
+    kernels)."""
+    from xlnet_tf import ops
+
+    source = tmp_path / "probe.cc"
+    source.write_text(text)
+    monkeypatch.setattr(ops, "_SOURCES", [source])
+    monkeypatch.setattr(ops, "_HEADERS", [])
+    monkeypatch.setenv("XLNET_TF_OPS_DIR", str(tmp_path / "shared"))
+    return ops
+
+
+@pytest.mark.alone
+def test_one_kernel_library_serves_every_install_path_of_a_tensorflow(monkeypatch, tmp_path):
+    """The same TensorFlow reached through another path (another checkout's virtual environment, a symlink) uses
+    the library built before instead of compiling its own: where TensorFlow is installed does not change the
+    binary. Its flags do (another flag builds anew). A build is logged before it starts, naming where it goes."""
+    require_compiler()
+    ops = _probe_library(monkeypatch, tmp_path)
+    logged = []
+    monkeypatch.setattr(ops.logging, "info", lambda message, *args: logged.append(message % args))
+    path = ops.build()
+    assert len(logged) == 1 and str(path) in logged[0] and "once per TensorFlow version" in logged[0]
+
+    installed = tf.sysconfig.get_lib()
+    other = tmp_path / "other-venv" / "tensorflow"
+    other.parent.mkdir()
+    other.symlink_to(installed)
+    for name in ("get_compile_flags", "get_link_flags"):
+        flags = getattr(tf.sysconfig, name)()
+        assert any(installed in flag for flag in flags), flags
+        monkeypatch.setattr(tf.sysconfig, name, lambda flags=flags: [f.replace(installed, str(other)) for f in flags])
+    monkeypatch.setattr(tf.sysconfig, "get_lib", lambda: str(other))
+    assert ops.build() == path and len(logged) == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+    compile_flags = tf.sysconfig.get_compile_flags()
+    monkeypatch.setattr(tf.sysconfig, "get_compile_flags", lambda: compile_flags + ["-DXLNET_TF_PROBE=1"])
+    assert ops.build() != path and len(logged) == 2
+
+
+@pytest.mark.alone
+def test_a_kernel_build_removes_what_killed_builds_left_and_not_a_running_ones(monkeypatch, tmp_path):
+    """A build killed with SIGKILL leaves its temporary file behind; the next build removes it (this host's
+    whose process is gone, or any over an hour old), and leaves the file of a build still running (this host's
+    live process, or another host's recent one) to that build."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    require_compiler()
+    ops = _probe_library(monkeypatch, tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    host, key = socket.gethostname(), "xlnet_tf_ops-0123456789abcdef.so"
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    removed = [f"{key}.{host}.{gone}.k1ll3d.tmp", f"{key}.elsewhere.example.7.k1ll3d.tmp", f"{key}.a1b2c3.tmp"]
+    kept = [f"{key}.{host}.{os.getpid()}.bu1ld.tmp", f"{key}.elsewhere.example.8.bu1ld.tmp"]
+    for name in removed + kept:
+        (shared / name).write_bytes(b"half a library")
+    two_hours_ago = time.time() - 7200
+    for name in removed[1:]:  # another host's and an unnamed one: only their age tells
+        os.utime(shared / name, (two_hours_ago, two_hours_ago))
+    path = ops.build()
+    assert sorted(p.name for p in shared.iterdir()) == sorted([path.name, *kept])

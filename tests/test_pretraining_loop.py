@@ -365,6 +365,9 @@ def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatc
     assert lines[-1].endswith("1000 tok/s | MFU 100.0% | ETA 1m29s")  # 89 steps at 1 s, not at (30 + 10) / 11 s
     third = reporter.report(31, {"loss": 5.0})  # 20 steps in 10 s: twice the measured peak
     assert third["mfu"] == 1.0 and "above the measured peak" in lines[-2]
+    # The peak each MFU divides by is a series of its own: mfu * peak_flops is the achieved rate across the raise.
+    assert (second["peak_flops"], third["peak_flops"]) == (1e9, 2e9)
+    assert [r["mfu"] * r["peak_flops"] for r in (second, third)] == [1e9, 2e9]
     fourth = reporter.report(35, {"loss": 5.0})  # 4 steps in 2 s
     assert fourth["mfu"] == 1.0 and lines[-1].endswith("ETA 0m42s")  # 65 steps at (52 - 30) s / (35 - 1) steps
 
@@ -375,6 +378,75 @@ def test_progress_lines_give_steady_rates_and_an_honest_mfu(tmp_path, monkeypatc
     monkeypatch.setattr(progress.tf.config, "list_logical_devices", lambda kind: [])
     monkeypatch.setattr(progress.tf.config, "list_physical_devices", lambda kind: [])
     assert progress.device_peak_flops(TwoHosts(), "float32") == (8e10, "measured CPU matmul")
+
+
+def test_a_checkpoint_save_is_not_counted_in_a_lines_rate(tmp_path, monkeypatch):
+    """A line's tok/s and MFU are its host loop's, the same after a checkpoint's save as before it (a save timed
+    into the next loop made every line after one a dip); the ETA is wall-clock time and keeps the saves in it."""
+    from xlnet_tf.training import loop, progress
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    lines = []
+    monkeypatch.setattr(progress.logging, "info", lambda message, *args: lines.append(message % args))
+    reporter = progress.ProgressReporter(str(tmp_path), total_steps=40, tokens_per_step=1000, flops_per_step=1e9,
+                                         peak_flops=2e9)
+    optimizer = keras.optimizers.SGD(0.1)
+
+    def host_loop(steps, state):  # one second a step
+        now[0] += int(steps)
+        optimizer.iterations.assign_add(int(steps))
+        return state, tf.constant(1.0), tf.constant(1.0), {}
+
+    class Manager:  # a save takes 50 s
+        latest_checkpoint = None
+
+        def save(self, checkpoint_number):
+            now[0] += 50.0
+            return f"model-{checkpoint_number}"
+
+    reported = []
+    report = reporter.report
+
+    def recorded(step, scalars):
+        reported.append((step, report(step, scalars)))
+        return reported[-1][1]
+    monkeypatch.setattr(reporter, "report", recorded)
+    loop.run_host_loops(host_loop, initial_state=lambda: None, start_step=0, train_steps=40, iterations=10,
+                        save_steps=20, manager=Manager(), reporter=reporter, optimizer=optimizer)
+    assert [step for step, _ in reported] == [1, 10, 20, 30, 40]
+    # Steps 21-30 ran after the save at step 20: 10 steps in 10 s like the others, not in 60 s.
+    assert [scalars["tokens_per_sec"] for _, scalars in reported[1:]] == [1000.0] * 4
+    assert [scalars["mfu"] for _, scalars in reported[1:]] == [0.5] * 4
+    step_30 = next(line for line in lines if line.startswith("step 30/40"))
+    assert step_30.endswith("ETA 0m27s")  # 10 steps at (80 - 1) s / (30 - 1) steps: the save's 50 s included
+
+
+@pytest.mark.slow
+def test_a_resumed_runs_summaries_replace_what_the_killed_run_wrote_after_its_checkpoint(tmp_path):
+    """Killed after its checkpoint at step 2 and rerun: TensorBoard (its Python loader, which the Rust one agrees
+    with) shows every tag's steps once and in order, and steps 3-4 are the rerun's; the killed run's point at step
+    2, the checkpoint's, stays. Without a restart marker it showed 1, 2, 4, 3, 4: the curve went back."""
+    import time
+
+    from tensorboard.backend.event_processing import plugin_event_accumulator as accumulator
+
+    strategy = create_strategy("one_device")
+    train(tmp_path, "straight", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    stopped_at(tmp_path / "straight", 2, tmp_path / "resumed")  # with the straight run's events up to step 4
+    resumed_at = time.time()
+    train(tmp_path, "resumed", strategy, per_replica_batch=2, steps=4, save_steps=2)
+    events = accumulator.EventAccumulator(str(tmp_path / "resumed" / "train"), purge_orphaned_data=True,
+                                          size_guidance={accumulator.TENSORS: 0})
+    events.Reload()
+    tags = events.Tags()[accumulator.TENSORS]
+    assert {"loss", "learning_rate", "tokens_per_sec"} <= set(tags)
+    for tag in tags:
+        points = events.Tensors(tag)
+        # A run's first line gives no rate: the straight run's at 2 (then 4), the rerun's at 4.
+        rate = tag in ("tokens_per_sec", "steps_per_sec", "mfu", "peak_flops")
+        assert [p.step for p in points] == ([2, 4] if rate else [1, 2, 3, 4]), tag
+        assert all((p.wall_time >= resumed_at) == (p.step > 2) for p in points), tag
 
 
 def test_the_training_step_is_traced_as_written(tmp_path, monkeypatch):

@@ -17,9 +17,11 @@
   gradient scaling make four passes over [rows, vocabulary]).
 
 The library is built with a C++ compiler (``$CXX``, else ``c++``/``g++``/``clang++``) against the installed
-TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of the sources, the
-TensorFlow version and the flags, written under a temporary name and renamed, so concurrent workers never load a
-half-written file. ``python -m xlnet_tf.ops`` builds it ahead of time (for images and air-gapped clusters, point
+TensorFlow, into ``$XLNET_TF_OPS_DIR`` (default ``~/.cache/xlnet_tf/ops``), named by a hash of what determines the
+binary (the sources, the TensorFlow build, the compiler command and the flags, with the TensorFlow install's
+directory taken out of them: every checkout and virtual environment shares one library), written under a temporary
+name and renamed, so concurrent workers never load a half-written file. A build is logged before it starts (about
+30 s). ``python -m xlnet_tf.ops`` builds it ahead of time (for images and air-gapped clusters, point
 ``XLNET_TF_OPS_DIR`` at a shared directory). ``xlnet_tf.kernels.fast`` calls them; without a compiler the plain
 TensorFlow ops run instead (logged once): the same math, slower on CPU.
 """
@@ -33,9 +35,11 @@ import hashlib
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from absl import logging
@@ -45,6 +49,8 @@ _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
 _OPT_FLAGS = ["-O3", "-fno-math-errno", "-ffp-contract=off", "-w"]
 _BUILDING = threading.Lock()
+# A build takes under a minute (about 35 s on 2 busy cores); a temporary file this old is a killed build's.
+_STALE_AFTER_S = 3600
 
 
 def cache_dir() -> Path:
@@ -74,7 +80,12 @@ def build(verbose: bool = False) -> Path:
     flags = _OPT_FLAGS + list(tf.sysconfig.get_compile_flags())
     link = list(tf.sysconfig.get_link_flags())
     sources = [p.read_text() for p in _SOURCES + _HEADERS]
-    key = hashlib.sha256("\0".join([*sources, tf.__version__, *compiler, *flags, *link]).encode())
+    # The -I/-L paths name where this TensorFlow is installed, which does not change the binary: keyed on them, every
+    # checkout and virtual environment (or one reached through a symlink) rebuilt the same library. The library
+    # links libtensorflow_framework by name, found in the process that loads it, so no path is built in.
+    installed = tf.sysconfig.get_lib()
+    tensorflow = [tf.__version__, tf.version.GIT_VERSION, *(f.replace(installed, "<tensorflow>") for f in flags + link)]
+    key = hashlib.sha256("\0".join([*sources, *compiler, *tensorflow]).encode())
     target = cache_dir() / f"xlnet_tf_ops-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
@@ -83,8 +94,15 @@ def build(verbose: bool = False) -> Path:
 
 
 def _build(target: Path, compiler: list[str], flags: list[str], link: list[str], verbose: bool) -> Path:
+    # Said before the build, not after: the first training step otherwise waits about 35 s in silence, logged
+    # afterwards as its tracing.
+    logging.info("building xlnet_tf's C++ CPU kernels into %s (about 30 s, once per TensorFlow version and "
+                 "kernel sources; python -m xlnet_tf.ops builds them ahead of time)", target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    _remove_stale_temporaries(target.parent)
+    # Host and pid in the name tell a later build whether the one writing it is still running.
+    fd, tmp = tempfile.mkstemp(prefix=f"{target.name}.{socket.gethostname()}.{os.getpid()}.", suffix=".tmp",
+                               dir=target.parent)
     os.close(fd)
     try:
         # One compiler per source at once (the sources take 5-10 s each), then one link.
@@ -101,6 +119,31 @@ def _build(target: Path, compiler: list[str], flags: list[str], link: list[str],
         if os.path.exists(tmp):
             os.remove(tmp)
     return target
+
+
+def _remove_stale_temporaries(directory: Path):
+    """Removes the temporary files that killed builds left in ``directory`` (SIGKILL skips the cleanup): those
+    whose process on this host is gone, and any older than ``_STALE_AFTER_S`` (another host's, whose process
+    cannot be asked, or unnamed). A running build's file is left alone (it renames it when done)."""
+    host, now = socket.gethostname(), time.time()
+    for path in directory.glob("xlnet_tf_ops-*.tmp"):
+        name = path.name.split(".")  # xlnet_tf_ops-KEY, so, HOST (which may hold dots), PID, RANDOM, tmp
+        this_host = len(name) >= 6 and ".".join(name[2:-3]) == host and name[-3].isdigit()
+        try:
+            if (this_host and not _running(int(name[-3]))) or now - path.stat().st_mtime > _STALE_AFTER_S:
+                path.unlink()
+        except OSError:  # gone meanwhile (renamed by its build, or removed by another), or not ours to remove
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _compile(command: list[str], verbose: bool):

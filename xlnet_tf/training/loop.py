@@ -109,6 +109,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
             preempted = agree(requested) if agree else requested
             if step % save_steps == 0 or step == train_steps or preempted:
                 logging.info("saved %s", manager.save(checkpoint_number=step))
+                reporter.restart_clock()
             if preempted:
                 by = signal.Signals(stop.received).name if stop.received else "another worker"
                 logging.warning("stopped by %s at step %d of %d; rerun the same command%s to resume", by, step,

@@ -8,6 +8,7 @@ import time
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.util import event_pb2
 
 from xlnet_tf.progress_lines import format_duration
 
@@ -80,17 +81,44 @@ class ProgressReporter:
     """Logs one line per host loop and writes TensorBoard scalars to ``<model_dir>/train``.
 
     The first report of a run (or of a resumed run) covers tracing and compilation: it gives its time, not a rate,
-    an MFU or an ETA. Later lines give the rate of their own host loop, and an ETA from the mean step time since
-    that first report. ``peak_flops`` is the whole job's (every replica of every worker); a measured peak
-    (``peak_measured``, CPUs) is raised to the achieved rate if a loop ever beats it, with a warning."""
+    an MFU or an ETA. Later lines give the rate of their own host loop (``restart_clock()`` leaves out what ran
+    between loops, e.g. a checkpoint's save), and an ETA from the mean wall-clock step time since that first report.
+    ``peak_flops`` is the whole job's (every replica of every worker); a measured peak (``peak_measured``, CPUs) is
+    raised to the achieved rate if a loop ever beats it, with a warning.
+
+    Every run starts its summaries with a restart marker (``SessionLog.START`` at ``start_step + 1``): TensorBoard
+    then drops what a killed run wrote after the checkpoint this run resumed from, rather than showing those steps
+    twice with diverging values."""
 
     def __init__(self, model_dir: str, total_steps: int, tokens_per_step: int, flops_per_step: float,
                  peak_flops: float, start_step: int = 0, *, peak_measured: bool = False):
         self.total_steps, self.tokens_per_step = total_steps, tokens_per_step
         self.flops_per_step, self.peak_flops, self.peak_measured = flops_per_step, peak_flops, peak_measured
         self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+        self._write_restart_marker(start_step + 1)
         self._last_time, self._last_step = time.perf_counter(), start_step
         self._steady_since = None  # (time, step) of the first report
+
+    def _write_restart_marker(self, first_step: int):
+        # TensorBoard's Python loader (tensorboard --load_fast=false, EventMultiplexer) purges orphaned points of a
+        # TF2 event file only at a SessionLog.START, every point with a step >= the marker's, and takes the first
+        # START it reads as the run's beginning rather than a restart: so every run writes one, fresh runs too.
+        # At start_step + 1, not start_step: the killed run's point at the checkpoint's own step is this run's
+        # history (it is never written again). The Rust data server drops them anyway, on the step going back.
+        # tf.summary has no call for a raw Event; import_event writes one into this writer's file, before any of
+        # this run's summaries (a second events file could sort either side of the writer's by name).
+        from tensorflow.python.ops import summary_ops_v2
+
+        marker = event_pb2.Event(wall_time=time.time(), step=first_step,
+                                 session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
+        with self.writer.as_default():
+            summary_ops_v2.import_event(tf.constant(marker.SerializeToString()))
+        self.writer.flush()
+
+    def restart_clock(self):
+        """The next report's rate counts from now: what ran since the last report (a checkpoint's save) is no
+        part of the host loop's speed. The ETA still counts it: more saves are ahead."""
+        self._last_time = time.perf_counter()
 
     def report(self, step: int, scalars: dict[str, float]) -> dict[str, float]:
         now = time.perf_counter()
@@ -114,7 +142,12 @@ class ProgressReporter:
                                     "achieved rate from now on", achieved, self.peak_flops)
                     self.peak_flops = achieved
                 scalars["mfu"] = achieved / self.peak_flops
+                # Its own series: a measured CPU peak is a momentary figure, raised mid-run when beaten, so the mfu
+                # series changes denominator; mfu * peak_flops (the achieved FLOP/s) re-normalises it to any peak.
+                scalars["peak_flops"] = self.peak_flops
                 parts.append(f"MFU {100 * scalars['mfu']:.1f}%")
+            # The rate and MFU are the host loop's own (the model's speed, comparable across lines), while the ETA
+            # is wall-clock time left, so it divides the time since the first report, saves included.
             since, since_step = self._steady_since
             left = (self.total_steps - step) * (now - since) / max(step - since_step, 1)
             parts.append(f"ETA {format_duration(left)}")
