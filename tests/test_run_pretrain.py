@@ -214,6 +214,12 @@ def test_the_data_order_is_compared_with_the_checkpoint_the_run_resumes_from(tmp
         keep_data_order(run, {"seed": 2})
     keep_data_order(run, {"seed": 1})
     assert json.loads(run.manager.checkpoint.data_order.numpy()) == {"seed": 1}
+    # Adam's update is recorded with the order; a checkpoint recording none was trained with bias correction (the
+    # base/large recipes turned it off since: resumed with them, such a run changed its update, unsaid).
+    keep_data_order(run, {"seed": 1, "adam_bias_correction": True})
+    with pytest.raises(SettingsError, match=f"{older} was trained with --adam_bias_correction=True; resuming with "
+                                            "--adam_bias_correction=False would change the optimizer's update"):
+        keep_data_order(run, {"seed": 1, "adam_bias_correction": False})
 
 
 def test_a_run_directory_records_the_datas_tokenizer_and_resumes_in_its_data_order(tmp_path):

@@ -72,11 +72,13 @@ def train(strategy: tf.distribute.Strategy, model_and_loss: ModelAndLoss, settin
 
 def data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> dict:
     """The flags that decide which training batch a step takes (with the step itself, the data position): the
-    order of ``shuffled_epochs`` and the records per step of each input pipeline (``check_data_order``)."""
+    order of ``shuffled_epochs`` and the records per step of each input pipeline (``check_data_order``); with them,
+    those of the update a resume repeats (``setup.UPDATE_SETTINGS``)."""
     from xlnet_tf.training.distribute import num_hosts
 
     return {"seed": settings.seed, "shuffle_buffer": settings.shuffle_buffer,
-            "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy)}
+            "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy),
+            "adam_bias_correction": settings.adam_bias_correction}
 
 
 def make_replica_step(model, optimizer, loss_fn: Callable, clip: float):

@@ -169,11 +169,13 @@ def run_pretraining(strategy: tf.distribute.Strategy, model_config: XLNetConfig,
 def data_order(settings: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:
     """The settings that decide which batches a step takes (``check_data_order``): a resumed run skips the batches
     its steps so far took, counted in micro-batches of its own settings (``dataset_fn``'s ``skip_batches``), and
-    each input pipeline reads its own shards."""
+    each input pipeline reads its own shards; with them, those of the update a resume repeats
+    (``setup.UPDATE_SETTINGS``)."""
     from xlnet_tf.training.distribute import num_hosts
 
     return {"seed": settings.seed, "train_batch_size": settings.train_batch_size,
-            "grad_accum_steps": settings.grad_accum_steps, "input_pipelines": num_hosts(strategy)}
+            "grad_accum_steps": settings.grad_accum_steps, "input_pipelines": num_hosts(strategy),
+            "adam_bias_correction": settings.adam_bias_correction}
 
 
 def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None, replace: bool = False) -> None:

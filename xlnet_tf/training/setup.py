@@ -295,6 +295,10 @@ def setup_training(strategy: tf.distribute.Strategy, settings: RunSettings, buil
 
 
 DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"
+# Recorded with the data order: settings of the update that a resumed run must repeat, with the value a checkpoint
+# recording the data order but not them was trained with. The base and large recipes changed Adam's update
+# (adam_bias_correction: false), which a run started before would otherwise take from its resume on, unsaid.
+UPDATE_SETTINGS = {"adam_bias_correction": True}
 
 
 def check_data_order(model_dir: str, order: dict) -> None:
@@ -330,18 +334,24 @@ def _recorded_order(path: str) -> Optional[dict]:
 
 def _compare_order(model_dir: str, resumed: str, recorded: Optional[dict], order: dict) -> None:
     if recorded is None:
-        logging.warning("%s records no data order (written by an older xlnet_tf): the batches from its step on "
-                        "follow the current flags, not those the interrupted run would have taken", resumed)
+        logging.warning("%s was written by an older xlnet_tf, which recorded neither its data order nor its update "
+                        "settings: from its step on, this version may take other batches than that one would have "
+                        "(not the uninterrupted run's; for a run of this version throughout, start a new --model_dir "
+                        "with --init_checkpoint=%s)", resumed, resumed)
         return
+    recorded = {**UPDATE_SETTINGS, **recorded}
     changed = [k for k in order if k in recorded and recorded[k] != order[k]]
     if changed:
         def flags(values):
             return " ".join(f"--{k}={values[k]}" if k != "input_pipelines" else
                             f"{values[k]} input pipelines (hosts/workers of --strategy)" for k in changed)
+        effects = [effect for effect, keys in (("the training batches", set(changed) - set(UPDATE_SETTINGS)),
+                                               ("the optimizer's update", set(changed) & set(UPDATE_SETTINGS))) if keys]
         raise SettingsError(
             f"--model_dir={model_dir}: {resumed} was trained with {flags(recorded)}; resuming with "
-            f"{flags(order)} would change the training batches from step {checkpoint_step(resumed)} on: rerun with "
-            "the recorded values, or start a new --model_dir (warm-started from this one with --init_checkpoint)")
+            f"{flags(order)} would change {' and '.join(effects)} from step {checkpoint_step(resumed)} on: rerun "
+            "with the recorded values, or start a new --model_dir (warm-started from this one with "
+            "--init_checkpoint)")
 
 
 def _resume_candidates(model_dir: str) -> list:
