@@ -220,6 +220,10 @@ def test_the_data_order_is_compared_with_the_checkpoint_the_run_resumes_from(tmp
     with pytest.raises(SettingsError, match=f"{older} was trained with --adam_bias_correction=True; resuming with "
                                             "--adam_bias_correction=False would change the optimizer's update"):
         keep_data_order(run, {"seed": 1, "adam_bias_correction": False})
+    from xlnet_tf.training.setup import _compare_order  # a checkpoint recording no order at all: the same
+
+    with pytest.raises(SettingsError, match="was trained with --adam_bias_correction=True; resuming with "):
+        _compare_order(str(tmp_path), older, None, {"seed": 1, "adam_bias_correction": False})
 
 
 def test_a_run_directory_records_the_datas_tokenizer_and_resumes_in_its_data_order(tmp_path):

@@ -338,8 +338,7 @@ def _compare_order(model_dir: str, resumed: str, recorded: Optional[dict], order
                         "settings: from its step on, this version may take other batches than that one would have "
                         "(not the uninterrupted run's; for a run of this version throughout, start a new --model_dir "
                         "with --init_checkpoint=%s)", resumed, resumed)
-        return
-    recorded = {**UPDATE_SETTINGS, **recorded}
+    recorded = {**UPDATE_SETTINGS, **(recorded or {})}  # one recording none of them trained with these values
     changed = [k for k in order if k in recorded and recorded[k] != order[k]]
     if changed:
         def flags(values):
