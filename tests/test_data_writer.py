@@ -398,6 +398,31 @@ def test_rerun_rewrites_a_truncated_shard(written, corpus, tmp_path, caplog):
     assert mf.load_manifest(str(copy))["complete"]
 
 
+def test_rerun_accepts_shards_whose_sidecar_records_the_batches_per_shard_flag(corpus, tmp_path, caplog):
+    """Writers before min_shards recorded the --batches_per_shard flag (500) in each sidecar where the current one
+    records the value it used (the text's 500 batches or fewer): the same shards, which an identical rerun skips.
+    A shard that holds other host batches is still refused."""
+    out = tmp_path / "old"
+    first = cpd.run(config(corpus / "a.txt", out, batches_per_shard=500))
+    (shard,) = first["shards"]
+    total = shard["num_batches"]
+    assert total < 500 and first["writer"]["batches_per_shard"] == total
+    for path in [out / (shard["file"] + ".json"), *(out / "parts").iterdir(), out / "manifest.json"]:
+        data = json.loads(path.read_text())
+        (data["writer"] if "writer" in data else data)["batches_per_shard"] = 500  # as the older writer left it
+        path.write_text(json.dumps(data))
+    before = shard_bytes(out)
+    with caplog.at_level("INFO", logger="xlnet_tf.data"):
+        again = cpd.run(config(corpus / "a.txt", out, batches_per_shard=500))
+    assert "1 already written, 0 to write" in caplog.text
+    assert shard_bytes(out) == before
+    assert again["writer"]["batches_per_shard"] == total
+    assert mf.load_manifest(str(out))["writer"]["batches_per_shard"] == total
+    with pytest.raises(InputError, match=rf"holds host batches \[0, {total}\) where this run plans \[0, 4\)"):
+        cpd.run(config(corpus / "a.txt", out, batches_per_shard=4))
+    assert shard_bytes(out) == before
+
+
 def test_a_failed_shard_write_removes_its_temporary_file(corpus, tmp_path, monkeypatch):
     """A write error (a full disk) leaves no partial shard filling the disk until a rerun."""
     calls = []

@@ -429,7 +429,8 @@ def test_batch_prediction_reads_a_squad_file_as_run_squad_does(tmp_path):
 def test_feature_caches_follow_the_records_policy(tmp_path, caplog):
     """SQuAD's caches are records.cache_features' (one metadata reader): other settings are refused as every
     task's caches are, where they were rebuilt silently; a cache of the older format is rebuilt by the step that
-    can rebuild it and refused clearly by training; damaged metadata is one InputError, never a traceback."""
+    can rebuild it and refused clearly by the check of a --num_proc split; damaged metadata is one InputError,
+    never a traceback."""
     from xlnet_tf.errors import InputError
     from xlnet_tf.finetuning import records
 
@@ -449,7 +450,7 @@ def test_feature_caches_follow_the_records_policy(tmp_path, caplog):
             prepare()
     with pytest.raises(InputError, match=r"differ from the current run in doc_stride; rerun --do_prepro"):
         squad_data.check_train_shards([path], train, other)
-    # Version 2's manifest (its fields at the top level, num_features): rebuilt here, refused by training.
+    # Version 2's manifest (its fields at the top level, num_features): rebuilt here, refused by a split's check.
     old = {"cache_version": 2, "data_file": train, "max_seq_length": 64, "num_features": 3}
     with open(path + ".json", "w") as f:
         json.dump(old, f)
@@ -464,3 +465,60 @@ def test_feature_caches_follow_the_records_policy(tmp_path, caplog):
             with pytest.raises(InputError, match=r"\.train\.tf_record\.json: unreadable cache metadata \(.*\); "
                                                  "rerun with --overwrite_data"):
                 read(path)
+
+
+def test_training_encodes_its_own_cache_of_an_older_format_or_another_input_path_again(tmp_path):
+    """A training run's own feature cache (one process), written by an older xlnet_tf (format 1) or from the same
+    file at another path (a moved data directory), is encoded again with a log line, as every family's caches,
+    where it stopped the run; other settings are still refused, and so is a --do_prepro --num_proc split of an
+    older format, which one run cannot write again."""
+    import shutil
+
+    from classifier_helpers import micro_config
+    from pretraining_helpers import absl_messages
+    from xlnet_tf.errors import InputError
+    from xlnet_tf.finetuning import records
+    from xlnet_tf.tasks.squad import SquadFamily, SquadSettings
+
+    def task(train_file, model_dir="model", **flags):
+        settings = dict(model_dir=str(tmp_path / model_dir), model_config_path=micro_config(tmp_path),
+                        spiece_model_file=SPIECE, train_file=str(train_file), max_seq_length=48,
+                        max_query_length=16, doc_stride=16, train_batch_size=2, do_train=True)
+        return SquadFamily().task(SquadSettings(**dict(settings, **flags)).validate())
+
+    train, moved = tmp_path / "a" / "train.json", tmp_path / "b" / "train.json"
+    for copy in (train, moved):
+        copy.parent.mkdir()
+        shutil.copy(os.path.join(FIXTURES, "train-v1.1.json"), copy)
+    (path,) = task(train)._training_shards()
+    meta = records.read_meta(path)
+    with open(path + ".json", "w") as f:  # the metadata of format 1 (as 7a08423 wrote it)
+        json.dump({"cache_version": 1, "data_file": str(train), "data_sha256": meta["inputs"][0][2],
+                   "spiece_sha256": meta["spiece_sha256"], "max_seq_length": 48, "max_query_length": 16,
+                   "doc_stride": 16, "uncased": False, "num_proc": 1, "proc_id": 0,
+                   "num_examples": meta["num_examples"], "num_features": meta["num_records"], "skipped": {}}, f)
+    with absl_messages() as logged:
+        assert task(train)._training_shards() == [path]
+    assert any("cached in another format (version 1, now 4); encoding the features again" in m for m in logged)
+    assert records.read_meta(path) == meta
+    with absl_messages() as logged:
+        assert task(moved)._training_shards() == [path]
+    assert any("cached from other input files (another path, or content changed since)" in m for m in logged)
+    assert records.read_meta(path)["inputs"] == records.file_identity(str(moved))
+    with absl_messages() as logged:
+        task(moved)._training_shards()
+    assert not any("encoding the features again" in m for m in logged)
+    assert any("using cached features" in m for m in logged)
+    with pytest.raises(InputError, match=r"doc_stride: cached 16 != now 24\); rerun with --overwrite_data"):
+        task(moved, doc_stride=24)._training_shards()
+
+    split = task(train, model_dir="split", num_proc=2)
+    for proc_id in (0, 1):
+        part = squad_data.prepare_train_shard(str(train), split.settings.features_dir, split.feature_settings,
+                                              num_proc=2, proc_id=proc_id)
+    path = squad_data.train_record_path(split.settings.features_dir, split.feature_settings, 1)
+    with open(path + ".json", "w") as f:
+        json.dump(dict(part, cache_version=3), f)
+    with pytest.raises(InputError, match=r"\.1\.slen-48\.qlen-16\.train\.tf_record: features cached in another "
+                                         r"format \(version 3, now 4\); rerun --do_prepro"):
+        task(train, model_dir="split")._training_shards()

@@ -267,6 +267,9 @@ class ShardJob:
     sidecar: dict            # settings identity; num_records etc. are added when done
 
 
+_PLAN_ONLY = ("batches_per_shard",)  # sidecar fields kept for the record, not part of a shard's identity
+
+
 def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     """A finished shard has its file, of the size its sidecar records, and a sidecar written with the same settings
     and input; a shard from other settings is refused (it would silently mix two datasets). A shard of another
@@ -277,7 +280,16 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     if not (io_utils.exists(path) and io_utils.exists(side)):
         return False
     done = mf._read_json(side)
-    diff = [k for k in job.sidecar if done.get(k) != job.sidecar[k]]
+    # A shard's records are fixed by its file name (split, pass, task), its host batch range and the settings:
+    # batches_per_shard only plans the ranges, and versions before 9ce66fc recorded the flag (500) where the
+    # effective value is smaller, so comparing it refused identical shards.
+    diff = [k for k in job.sidecar if k not in _PLAN_ONLY and done.get(k) != job.sidecar[k]]
+    if diff and set(diff) <= {"first_batch", "end_batch"}:
+        raise InputError(f"{path} holds host batches [{done.get('first_batch')}, {done.get('end_batch')}) where "
+                         f"this run plans [{job.first_batch}, {job.end_batch}) (planned with batches_per_shard="
+                         f"{done.get('batches_per_shard')}, now {job.sidecar['batches_per_shard']}); rerun with "
+                         "the --batches_per_shard it was written with, use another --save_dir or delete the old "
+                         "shards")
     if diff:
         raise InputError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
                          f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "

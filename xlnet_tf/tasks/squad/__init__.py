@@ -23,7 +23,7 @@ from typing import ClassVar, Iterator, Mapping, Optional
 
 from absl import logging
 
-from xlnet_tf import hf, io_utils
+from xlnet_tf import hf
 from xlnet_tf.tasks.base import BatchPrediction, Row, Serving, Task, TaskFamily
 from xlnet_tf.tasks.squad import squad_hf_names
 from xlnet_tf.training.settings import FinetuneSettings, Ignored, SettingsError, setting
@@ -268,22 +268,11 @@ class SquadTask(Task):
         return dataset_fn, {}
 
     def _training_shards(self) -> list:
-        """Training shards for the current settings: written now if absent (one shard) or --overwrite_data; cached
-        shards written for another train file or other settings are an error, not silently reused."""
         from xlnet_tf.tasks.squad import squad_data
 
-        s, output_dir, feature_settings = self.settings, self.settings.features_dir, self.feature_settings
-        shards = squad_data.train_shards(output_dir, feature_settings)
-        if s.overwrite_data:
-            for path in shards:
-                for p in (path, path + ".json"):
-                    io_utils.remove(p)
-            shards = []
-        if not shards:
-            squad_data.prepare_train_shard(s.train_file, output_dir, feature_settings, seed=s.seed)
-            return squad_data.train_shards(output_dir, feature_settings)
-        squad_data.check_train_shards(shards, s.train_file, feature_settings)
-        return shards
+        s = self.settings
+        return squad_data.training_shards(s.features_dir, s.train_file, self.feature_settings, seed=s.seed,
+                                          overwrite=s.overwrite_data)
 
     def build_model(self):
         from xlnet_tf.tasks.squad.squad_head import XLNetSquad

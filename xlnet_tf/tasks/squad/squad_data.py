@@ -442,6 +442,26 @@ def train_shards(output_dir: str, s: FeatureSettings) -> list[str]:
     return paths
 
 
+def training_shards(output_dir: str, train_file: str, s: FeatureSettings, seed: int = 0,
+                    overwrite: bool = False) -> list[str]:
+    """The training shards a run trains on. Its own cache (one process, as ``prepare_train_shard`` writes it
+    without --num_proc) is reused, or written now where it is absent, --overwrite_data, of another format or of
+    other input files (logged, as every family's caches: ``records.cache_features``). A ``--do_prepro --num_proc``
+    split is only checked (``check_train_shards``): its processes wrote it, and one run cannot write it again.
+    Shards of other settings are refused either way."""
+    shards = train_shards(output_dir, s)
+    if overwrite:
+        for path in shards:
+            for p in (path, path + ".json"):
+                io_utils.remove(p)
+        shards = []
+    if len(shards) <= 1 and all(records.read_meta(p).get("num_proc", 1) == 1 for p in shards):
+        prepare_train_shard(train_file, output_dir, s, seed=seed)
+        return train_shards(output_dir, s)
+    check_train_shards(shards, train_file, s)
+    return shards
+
+
 def check_train_shards(paths: list, train_file: str, s: FeatureSettings) -> None:
     """``InputError`` unless every shard at ``paths`` holds ``train_file``'s features for these settings: a
     training run cannot rebuild the shards of a ``--do_prepro --num_proc`` split, so it says how to."""
