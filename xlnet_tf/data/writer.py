@@ -281,8 +281,8 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
         return False
     done = mf._read_json(side)
     # A shard's records are fixed by its file name (split, pass, task), its host batch range and the settings:
-    # batches_per_shard only plans the ranges, and versions before 9ce66fc recorded the flag (500) where the
-    # effective value is smaller, so comparing it refused identical shards.
+    # batches_per_shard only plans the ranges, and an older xlnet_tf recorded the flag (500) where the effective
+    # value is smaller, so comparing it refused identical shards.
     diff = [k for k in job.sidecar if k not in _PLAN_ONLY and done.get(k) != job.sidecar[k]]
     if diff and set(diff) <= {"first_batch", "end_batch"}:
         raise InputError(f"{path} holds host batches [{done.get('first_batch')}, {done.get('end_batch')}) where "
