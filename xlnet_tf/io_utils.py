@@ -540,7 +540,7 @@ def _remove_dead_temps(path: str) -> None:
         return
     for entry in entries:
         match = pattern.match(entry.name)
-        if not match or int(match.group(1)) == os.getpid() or _process_alive(int(match.group(1))):
+        if not match or int(match.group(1)) == os.getpid() or process_alive(int(match.group(1))):
             continue
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
@@ -687,7 +687,8 @@ LOCK_RENEW_S = 60.0  # a holder rewrites its lock this often, from a thread of i
 LOCK_EXPIRES_S = 300.0  # a lock not rewritten for this long is a lost holder's (a host elsewhere cannot be asked)
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -714,7 +715,7 @@ def _lock_lost(holder: dict, host: str, now: float) -> Optional[str]:
     """Why the lock of ``holder`` may be taken over, or None: its process is gone (on this host), or it was not
     renewed for ``LOCK_EXPIRES_S`` (a holder killed on another host; locks written without renewal never expire)."""
     pid = holder.get("pid")
-    if holder.get("host") == host and isinstance(pid, int) and not _process_alive(pid):
+    if holder.get("host") == host and isinstance(pid, int) and not process_alive(pid):
         return f"process {pid}, which is gone"
     renewed = holder.get("renewed")
     if isinstance(renewed, (int, float)) and now - renewed > LOCK_EXPIRES_S:

@@ -44,6 +44,8 @@ from pathlib import Path
 
 from absl import logging
 
+from xlnet_tf.io_utils import process_alive
+
 _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # No FMA contraction: every product is rounded as ResourceApplyAdam rounds it. Without errno, sqrt vectorises.
@@ -128,22 +130,13 @@ def _remove_stale_temporaries(directory: Path):
     host, now = socket.gethostname(), time.time()
     for path in directory.glob("xlnet_tf_ops-*.tmp"):
         name = path.name.split(".")  # xlnet_tf_ops-KEY, so, HOST (which may hold dots), PID, RANDOM, tmp
-        this_host = len(name) >= 6 and ".".join(name[2:-3]) == host and name[-3].isdigit()
+        dead = len(name) >= 6 and ".".join(name[2:-3]) == host and name[-3].isdigit() and not process_alive(
+            int(name[-3]))
         try:
-            if (this_host and not _running(int(name[-3]))) or now - path.stat().st_mtime > _STALE_AFTER_S:
+            if dead or now - path.stat().st_mtime > _STALE_AFTER_S:
                 path.unlink()
         except OSError:  # gone meanwhile (renamed by its build, or removed by another), or not ours to remove
             pass
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def _compile(command: list[str], verbose: bool):
