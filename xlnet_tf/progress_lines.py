@@ -39,20 +39,13 @@ class Progress:
         self.done = self._done_before = done
         self.start = self._last = clock()
 
-    def rate(self) -> float:
-        """This run's units per second (unscaled)."""
-        return self._rate(self.clock())
-
-    def _rate(self, now: float) -> float:
-        return (self.done - self._done_before) / max(now - self.start, 1e-9)
-
     def advance(self, n: float = 1, *, force: bool = False, note: str = "") -> None:
         self.done += n
         now = self.clock()
         if not force and now - self._last < self.every_s:
             return
         self._last = now
-        rate = self._rate(now)
+        rate = (self.done - self._done_before) / max(now - self.start, 1e-9)  # this run's, unscaled
         digits = 0 if self.scale == 1 else 1
         count, per_s = f"{self.done * self.scale:.{digits}f}", f"{rate * self.scale:.{digits}f} {self.unit}/s"
         parts = [self.what, note] if note else [self.what]

@@ -185,13 +185,11 @@ def existing_export(export_dir: str, info: ServingInfo, source: dict) -> Optiona
     if not versions:
         return None
     target = io_utils.join(export_dir, str(versions[-1]))
-    written = []
-    for name in (METADATA_FILE, SOURCE_FILE):
-        try:
-            with io_utils.open(io_utils.join(target, "assets.extra", name), encoding="utf-8") as f:
-                written.append(json.load(f))
-        except (OSError, ValueError):  # none (an older export, another writer's), or damaged: not this one
-            return None
+    try:
+        written = [io_utils.read_json(io_utils.join(target, "assets.extra", name))
+                   for name in (METADATA_FILE, SOURCE_FILE)]
+    except (OSError, ValueError):  # none (an older export, another writer's), or damaged: not this one
+        return None
     digests = [k for k in source if k.endswith("sha256")]
     same = written[0] == info.to_json(versions[-1]) and all(written[1].get(k) == source[k] for k in digests)
     return target if same else None

@@ -19,7 +19,7 @@ from xlnet_tf.flops import finetune_flops_per_sequence
 from xlnet_tf.training.xla import check_jit_compile
 from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import FinetuneSettings
-from xlnet_tf.training.setup import keep_data_order, setup_training
+from xlnet_tf.training.setup import keep_data_order, setup_training, update_settings
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ def data_order(settings: FinetuneSettings, strategy: tf.distribute.Strategy) -> 
 
     return {"seed": settings.seed, "shuffle_buffer": settings.shuffle_buffer,
             "train_batch_size": settings.train_batch_size, "input_pipelines": num_hosts(strategy),
-            "adam_bias_correction": settings.adam_bias_correction}
+            **update_settings(settings)}
 
 
 def make_replica_step(model, optimizer, loss_fn: Callable, clip: float):

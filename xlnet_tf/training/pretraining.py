@@ -40,7 +40,7 @@ from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
 from xlnet_tf.training.setup import (WORKER_LOST, check_data_order, keep_data_order, load_model_config,
-                                    setup_training, start_run, sum_over_workers, training_lock)
+                                    setup_training, start_run, sum_over_workers, training_lock, update_settings)
 from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
@@ -175,7 +175,7 @@ def data_order(settings: PretrainSettings, strategy: tf.distribute.Strategy) -> 
 
     return {"seed": settings.seed, "train_batch_size": settings.train_batch_size,
             "grad_accum_steps": settings.grad_accum_steps, "input_pipelines": num_hosts(strategy),
-            "adam_bias_correction": settings.adam_bias_correction}
+            **update_settings(settings)}
 
 
 def record_network(model_dir: str, config: XLNetConfig, spiece_model_file=None, replace: bool = False) -> None:

@@ -301,6 +301,11 @@ DATA_ORDER_KEY = "data_order/.ATTRIBUTES/VARIABLE_VALUE"
 UPDATE_SETTINGS = {"adam_bias_correction": True}
 
 
+def update_settings(settings: RunSettings) -> dict:
+    """``settings``' values of ``UPDATE_SETTINGS``, for a run's ``data_order``."""
+    return {name: getattr(settings, name) for name in UPDATE_SETTINGS}
+
+
 def check_data_order(model_dir: str, order: dict) -> None:
     """Before anything is written or encoded: if ``model_dir`` holds a checkpoint to resume from, a SettingsError
     names the settings of ``order`` ({flag: value}; ``input_pipelines``: the strategy's hosts) whose values differ
