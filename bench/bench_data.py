@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from xlnet_tf import io_utils  # noqa: E402
 from xlnet_tf.data import writer as cpd  # noqa: E402
 from xlnet_tf.data import examples as ex  # noqa: E402
 
@@ -41,7 +42,7 @@ def main():
 
     out = args.keep or tempfile.mkdtemp(prefix="bench_data-")
     try:
-        files = cpd.list_input_files(args.corpus)
+        files = io_utils.glob_files(args.corpus)
         size_mb = sum(os.path.getsize(f) for f in files) / 2**20
         tok = cpd.XLNetTokenizer(args.sp_path)
         t0 = time.perf_counter()

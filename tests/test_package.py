@@ -198,3 +198,55 @@ def test_no_test_module_imports_another():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not offenders
+
+
+def _bound_names(tree) -> set:
+    """Names a file binds other than by an import (assignments, parameters, loop and ``with`` targets): a module
+    alias reused as a local variable is not checked."""
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    return names | {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+
+
+def _missing_package_names(path: pathlib.Path) -> list:
+    """``file:line: name`` for each ``from xlnet_tf... import x`` and ``alias.x`` (alias an imported xlnet_tf
+    module) in ``path`` that names nothing the package has."""
+    import importlib
+
+    def has(module: str, attr: str) -> bool:
+        if hasattr(importlib.import_module(module), attr):
+            return True
+        return f"{module}.{attr}" in MODULES
+
+    tree = ast.parse(path.read_text())
+    aliases, missing = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in MODULES})
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module in MODULES:
+            for a in node.names:
+                if not has(node.module, a.name):
+                    missing.append(f"{path}:{node.lineno}: from {node.module} import {a.name}")
+                elif f"{node.module}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    rebound = _bound_names(tree)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.value.id not in rebound and not has(aliases[node.value.id], node.attr)):
+            missing.append(f"{path}:{node.lineno}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
+    return missing
+
+
+def test_benchmarks_name_only_what_the_package_has(tmp_path):
+    """bench/ is run by hand, not by this suite: a renamed function broke bench/bench_data.py unseen
+    (``writer.list_input_files``, gone for ``io_utils.glob_files``). Every package name a benchmark imports or
+    reads off an imported module exists."""
+    bench = ROOT.parent / "bench"
+    missing = [line for path in sorted(bench.rglob("*.py")) for line in _missing_package_names(path)]
+    assert not missing, "\n".join(missing)
+    # the check finds such names, and leaves a module alias reused as a local variable alone
+    probe = tmp_path / "probe.py"
+    probe.write_text("from xlnet_tf.data import writer as cpd\nfrom xlnet_tf.io_utils import gone\n"
+                     "from xlnet_tf import ops\ncpd.list_input_files('x')\ncpd.run\n"
+                     "def f(text):\n    ops = {}\n    return ops.most_common\n")
+    assert [line.split(": ", 1)[1] for line in _missing_package_names(probe)] == [
+        "from xlnet_tf.io_utils import gone", "cpd.list_input_files (xlnet_tf.data.writer)"]
