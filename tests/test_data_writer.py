@@ -256,6 +256,37 @@ def test_documents_get_one_eod_and_sentence_ids_flip(tmp_path):
     assert EOD_ID not in t.tokens.tolist()
 
 
+def _original_create_data(lines: list, tok: XLNetTokenizer) -> tuple:
+    """The original data_utils.py's ``_create_data`` loop over one file's lines (use_eod), ids and sentence ids:
+    a blank line is one <eod>; the id flips after every line, a line of no tokens included."""
+    data, sids, sent_id = [], [], True
+    for line in lines:
+        if not line.strip():
+            sent_id = not sent_id
+            cur = [EOD_ID]
+        else:
+            cur = tok.encode_ids(line.strip())
+        data.extend(cur)
+        sids.extend([sent_id] * len(cur))
+        sent_id = not sent_id
+    return data, sids
+
+
+def test_tokenised_lines_equal_the_originals_around_control_and_zero_width_characters(tmp_path):
+    """Two lines the original reads otherwise than SentencePiece alone: "1\x01," (the normaliser deletes the
+    control character, leaving the piece "▁1,", which the digit-comma fix splits) and a line of zero-width space
+    only (no tokens: the sentence id still flips, so the sentences around it share one)."""
+    tok = XLNetTokenizer(SP_MODEL)
+    lines = ["It cost 1\x01, then.", "Hello there.", "\u200b", "Good day, 1,000 of them.", "", "Next."]
+    assert tok.encode_ids(lines[0]) != tok.sp.EncodeAsIds(lines[0]) and tok.encode_ids(lines[2]) == []
+    p = tmp_path / "doc.txt"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    t = cpd.tokenize_file(str(p), tok, True, 1000)
+    data, sids = _original_create_data(lines, tok)
+    assert t.tokens.tolist() == data + [EOD_ID]  # the end of the file ends its document
+    assert t.sent_ids.tolist() == sids + [sids[-1]]
+
+
 def test_task_sharding_and_incomplete_manifest(corpus, tmp_path):
     out = tmp_path / "tasks"
     cpd.run(config(corpus / "*.txt", out, task=1, num_task=2))

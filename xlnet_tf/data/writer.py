@@ -118,21 +118,15 @@ class TokenizedFile:
     num_bad: int = 0
 
 
-def _needs_digit_comma_fix(text: str) -> bool:
-    i = text.find(",")
-    while i != -1:
-        if i > 0 and text[i - 1].isdigit():
-            return True
-        i = text.find(",", i + 1)
-    return False
-
-
 def encode_line(tokenizer: XLNetTokenizer, line: str) -> list[int]:
-    """``tokenizer.encode_ids`` with a fast path: SentencePiece ids directly unless the digit-comma fix applies."""
+    """``tokenizer.encode_ids`` with a fast path: SentencePiece's ids as they are unless the digit-comma fix
+    applies to one of them. (Decided on the ids, not the text: SentencePiece's normaliser deletes control
+    characters, so "1\x01," encodes to the piece "▁1," although no comma follows a digit in the text.)"""
     text = tokenizer.preprocess(line)
-    if _needs_digit_comma_fix(text):
-        return tokenizer.encode_ids(text, preprocess=False)
-    return tokenizer.sp.EncodeAsIds(text)
+    ids = tokenizer.sp.EncodeAsIds(text)
+    if tokenizer.digit_comma_ids.isdisjoint(ids):
+        return ids
+    return tokenizer.encode_ids(text, preprocess=False)
 
 
 def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_bytes: int) -> TokenizedFile:
@@ -193,10 +187,11 @@ def tokenize_file(path: str, tokenizer: XLNetTokenizer, use_eod: bool, max_line_
                 end_document()
                 continue
             ids = encode_line(tokenizer, line)
-            if ids:
-                tokens.extend(ids)
-                sids.extend([int(sent_id)] * len(ids))
-                sent_id = not sent_id
+            tokens.extend(ids)
+            sids.extend([int(sent_id)] * len(ids))
+            # Flipped for a line of no tokens too (zero-width or control characters only), as in the original:
+            # the sentences on either side then share an id.
+            sent_id = not sent_id
         out.lines = lineno
     end_document()
     out.sha256 = digest.hexdigest()
