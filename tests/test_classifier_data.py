@@ -350,9 +350,72 @@ def test_a_header_naming_the_columns_in_another_order_is_read_by_name(tmp_path):
 
 
 def test_a_row_too_short_for_the_layout_says_what_the_layout_needs(tmp_path):
-    _write(str(tmp_path / "test.tsv"), "idx\nx\n")
-    assert cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "test").skipped == [
-        f"{tmp_path}/test.tsv:2: 1 column, the sst-2 test layout needs 2 (index, sentence)"]
+    _write(str(tmp_path / "dev.tsv"), "text\nx\n")
+    assert cd.read_examples(cd.get_task("sst-2"), str(tmp_path), "dev").skipped == [
+        f"{tmp_path}/dev.tsv:2: 1 column, the sst-2 dev layout needs 2 (sentence, label)"]
+
+
+QQP_TEST = "id\tquestion1\tquestion2\n" + "".join(f"{i}\tWhy is {i} odd?\tIs {i} odd?\n" for i in range(17))
+
+
+def _qqp_test(tmp_path, row: int, replacement: str) -> None:
+    lines = QQP_TEST.splitlines(keepends=True)
+    lines[row + 1] = replacement
+    _write(str(tmp_path / "test.tsv"), "".join(lines))
+
+
+def test_a_test_row_with_an_empty_text_is_predicted_from_the_empty_text(tmp_path, tokenizer):
+    """Test rows are a submission (one prediction per row, in order): a row with an empty question was skipped,
+    and QQP.tsv was one row short with exit 0."""
+    _qqp_test(tmp_path, 4, "4\tWhy is 4 odd?\t \n")
+    data = cd.read_examples(cd.get_task("qqp"), str(tmp_path), "test")
+    assert [ex.guid for ex in data.examples] == [str(i) for i in range(17)] and data.skipped == []
+    assert (data.examples[4].text_a, data.examples[4].text_b) == ("Why is 4 odd?", "")
+    path, meta = cd.prepare_features(cd.get_task("qqp"), str(tmp_path), "test", tokenizer, 16, str(tmp_path))
+    assert meta["num_records"] == 17 and meta["guids"] == [str(i) for i in range(17)]
+    parse = records.parse_fn(cd.feature_spec(16, False))
+    fifth = list(tf.data.TFRecordDataset(path).map(parse).skip(4).take(1))[0]
+    a = tokenizer.encode_ids("Why is 4 odd?")
+    # A <sep> B <sep> <cls> with B empty
+    assert fifth["input_ids"].numpy().tolist()[-len(a) - 3:] == a + [SEP_ID, SEP_ID, CLS_ID]
+    # a text of the jsonl reader too
+    _write(str(tmp_path / "genre_test.jsonl"), '{"id": "a", "text": "Fine."}\n{"id": "b", "text": ""}\n')
+    data = cd.read_examples(cd.get_task("brown_genre"), str(tmp_path), "test")
+    assert [(ex.guid, ex.text_a) for ex in data.examples] == [("a", "Fine."), ("b", "")]
+
+
+@pytest.mark.parametrize("row,why", [("7\tWhy is 7 odd?\n", "2 columns, the header has 3"),
+                                     ("7\tWhy\ris 7 odd?\tIs 7 odd?\n", "a carriage return")])
+def test_a_test_row_that_cannot_be_read_is_an_error_naming_file_and_line(tmp_path, row, why):
+    _qqp_test(tmp_path, 7, row)
+    with pytest.raises(ValueError, match=rf"test\.tsv:9: {why}.*; a test row cannot be skipped: the submission needs "
+                                         "one prediction per test row"):
+        cd.read_examples(cd.get_task("qqp"), str(tmp_path), "test")
+
+
+@pytest.mark.parametrize("line", ['{"id": "b"}', '{"id": "b", "text": 3}', '{"id": "b", "text": "x\\ud800"}'])
+def test_a_jsonl_test_line_without_usable_text_is_an_error(tmp_path, line):
+    _write(str(tmp_path / "genre_test.jsonl"), '{"id": "a", "text": "Fine."}\n' + line + "\n")
+    with pytest.raises(ValueError, match=r"genre_test\.jsonl:2: .*; a test row cannot be skipped"):
+        cd.read_examples(cd.get_task("brown_genre"), str(tmp_path), "test")
+    _write(str(tmp_path / "genre_dev.jsonl"), '{"text": "Fine.", "label": "humor"}\n' + line + "\n")
+    assert len(cd.read_examples(cd.get_task("brown_genre"), str(tmp_path), "dev").skipped) == 1  # dev: skipped
+
+
+def test_a_feature_cache_of_an_older_format_is_encoded_again(tmp_path, tokenizer):
+    """A test split cached before version 2 skipped its empty-text rows: its input is unchanged, so only the
+    format version tells the short cache from a good one."""
+    _qqp_test(tmp_path, 4, "4\tWhy is 4 odd?\t\n")
+    path, meta = cd.prepare_features(cd.get_task("qqp"), str(tmp_path), "test", tokenizer, 16, str(tmp_path))
+    assert meta["cache_version"] == cd.CACHE_VERSION and meta["num_examples"] == 17
+    with open(path + ".json") as f:
+        old = json.load(f)
+    old.pop("cache_version", None)  # as written before version 2
+    old.update(num_examples=16, guids=old["guids"][:4] + old["guids"][5:])
+    with open(path + ".json", "w") as f:
+        json.dump(old, f)
+    assert cd.prepare_features(cd.get_task("qqp"), str(tmp_path), "test", tokenizer, 16, str(tmp_path))[1][
+        "num_examples"] == 17
 
 
 def test_a_carriage_return_inside_a_row_skips_it_and_cr_only_files_are_named(tmp_path):

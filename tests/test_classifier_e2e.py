@@ -174,6 +174,30 @@ def test_flag_errors_are_reported_before_work(tmp_path):
         run(make_flags(tmp_path, task_name="rte", do_eval=True, data_dir=os.path.join(FIXTURES, "glue", "RTE")))
 
 
+def test_a_glue_submission_has_a_row_for_every_test_row(tmp_path):
+    """A QQP test row with an empty question was skipped and QQP.tsv was a row short (exit 0): the GLUE server
+    wants one prediction per test row, in order. A row that cannot be read stops the run before training."""
+    import shutil
+
+    data_dir = tmp_path / "QQP"
+    shutil.copytree(os.path.join(FIXTURES, "glue", "QQP"), data_dir)
+    with open(data_dir / "test.tsv", "a", encoding="utf-8") as f:
+        f.write("5\tWhy is the sky blue?\t\n6\t\t\n7\tIs it?\tIs it not?\n")
+    flags = make_flags(tmp_path, task_name="qqp", data_dir=str(data_dir), do_train=True, do_predict=True,
+                       eval_split="test")
+    run(flags)
+    rows = _read_tsv(os.path.join(flags.model_dir, "predict", "QQP.tsv"))
+    assert [r[0] for r in rows] == ["index"] + [str(i) for i in range(8)]
+    assert {r[1] for r in rows[1:]} <= set(classifier_data.get_task("qqp").label_list())
+    with open(data_dir / "test.tsv", "a", encoding="utf-8") as f:
+        f.write("8\tone question only\n")
+    flags = make_flags(tmp_path / "again", task_name="qqp", data_dir=str(data_dir), do_train=True, do_predict=True,
+                       eval_split="test")
+    with pytest.raises(ValueError, match=r"test\.tsv:10: 2 columns, the header has 3; a test row cannot be skipped"):
+        run(flags)
+    assert not os.path.exists(os.path.join(flags.model_dir, "checkpoint"))
+
+
 def test_bad_eval_data_is_an_error_before_training(tmp_path):
     """A label outside the label set in dev.tsv stops the run before any training step or checkpoint."""
     import shutil

@@ -72,9 +72,10 @@ class ClassificationServing(Serving):
                 "label": tf.gather(tf.constant(list(info.labels), tf.string), best)}
 
     def outputs_from_text(self, model, preprocessor, texts: dict, info) -> dict:
-        """As ``outputs_from_ids``, except for a row with a text that is empty or only whitespace: --do_predict and
-        batch prediction skip such a row ("no text"), so the export gives it no answer either: ``label`` "",
-        ``probabilities`` and ``logits`` zeros (regression: ``score`` NaN)."""
+        """As ``outputs_from_ids``, except for a row with a text that is empty or only whitespace: batch prediction
+        and --do_predict on a train/dev file skip such a row ("no text"), so the export gives it no answer either:
+        ``label`` "", ``probabilities`` and ``logits`` zeros (regression: ``score`` NaN). (A GLUE test file's row is
+        predicted from the empty text: its submission needs a prediction for every row.)"""
         import tensorflow as tf
 
         outputs = super().outputs_from_text(model, preprocessor, texts, info)

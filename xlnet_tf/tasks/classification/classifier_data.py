@@ -14,6 +14,11 @@ row running over lines (an unclosed quote), a TSV row holding a carriage return 
 review) is *skipped* and counted (with its file and line); text that is not UTF-8 or a label outside the task's
 label set (or a regression label that is not a number) is an *error* naming the file and line, since it means
 wrong data or a wrong --task_name.
+
+The test split is the exception: its predictions are a submission (GLUE's server wants one per test row, in the
+file's order), so none of its rows is skipped. A row with an empty text is predicted from the empty text (counted
+and logged); a row that cannot be read (the wrong number of columns, a carriage return inside it, an unclosed
+quote; JSON lines: no text string, a lone surrogate) is an *error* naming the file and line.
 """
 
 from __future__ import annotations
@@ -148,6 +153,14 @@ def get_task(name: str) -> TaskSpec:
     return TASKS[key]
 
 
+# The format of prepare_features' cache; another is encoded again (records.cached_meta), never reused. 2: the test
+# split keeps a row with an empty text (1, unnamed: skipped it, and a cache of a test file holding one is short).
+CACHE_VERSION = 2
+
+TEST_ROWS_NOT_SKIPPED = ("a test row cannot be skipped: the submission needs one prediction per test row, in the "
+                         "file's order; fix the row")
+
+
 @dataclasses.dataclass
 class ExampleSet:
     """Examples of one split (``tf-models`` ``InputExample``s; ``example_id`` holds 'file:line'), the rows skipped
@@ -277,13 +290,19 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
     # the columns its layout names, so an extra tab or an unquoted comma is not read as a shorter text.
     width = None
     needed = 1 + max(p for _, p in columns.roles() if p >= 0)
-    examples, skipped = [], []
+    examples, skipped, empty = [], [], []
+
+    def skip(problem: str) -> None:
+        if not labeled:  # the test split's predictions are a submission: a skipped row would leave it short
+            raise InputError(f"{problem}; {TEST_ROWS_NOT_SKIPPED}")
+        skipped.append(problem)
+
     for line, end, row in _read_rows(path, "\t" if task.reader == "tsv" else ","):
         where = f"{path}:{line}"
         if isinstance(row, str):
             if has_header and width is None:
                 raise InputError(f"{where}: a carriage return (\\r) inside the header ({io_utils.CR_LINE_ENDINGS})")
-            skipped.append(f"{where}: {row}")
+            skip(f"{where}: {row}")
             continue
         if not any(cell.strip() for cell in row):  # a blank line (trailing ones are common): no row, no skip
             continue
@@ -293,24 +312,25 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
             needed = 1 + max(p for _, p in columns.roles() if p >= 0)
             continue
         if end != line:  # Yelp CSVs write a review's newlines as \n: a real one is an unclosed quote's doing
-            skipped.append(f"{where}: a quoted field runs on to line {end} (an unclosed quote?); the rows of "
-                           f"lines {line}-{end} are skipped")
+            skip(f"{where}: a quoted field runs on to line {end} (an unclosed quote?)"
+                 + (f"; the rows of lines {line}-{end} are skipped" if labeled else ""))
             continue
         if width is not None and len(row) != width:
-            skipped.append(f"{where}: {_column_word(len(row))}, the header has {width}")
+            skip(f"{where}: {_column_word(len(row))}, the header has {width}")
             continue
         if len(row) < needed or (width is None and len(row) != needed):
             names = f" ({', '.join(_layout_order(columns))})" if columns.names else ""
-            skipped.append(f"{where}: {_column_word(len(row))}, the {task.name} {split} layout needs "
-                           f"{needed}{names}")
+            skip(f"{where}: {_column_word(len(row))}, the {task.name} {split} layout needs {needed}{names}")
             continue
         text_a = row[columns.text_a].strip()
         if task.reader == "csv":  # Yelp CSVs escape newlines as a literal backslash-n
             text_a = text_a.replace("\\n", " ")
         text_b = row[columns.text_b].strip() if columns.text_b is not None else None
         if not text_a or (columns.text_b is not None and not text_b):
-            skipped.append(f"{where}: empty text")
-            continue
+            if labeled:
+                skipped.append(f"{where}: empty text")
+                continue
+            empty.append(where)  # a test row is predicted all the same: encode_example reads "" as no tokens
         label = None
         if labeled:
             raw = row[columns.label].strip()
@@ -333,7 +353,14 @@ def read_examples(task: TaskSpec, data_dir: str, split: str) -> ExampleSet:
         examples.append(lib.InputExample(guid=guid, text_a=text_a, text_b=text_b, label=label, example_id=where))
     if skipped:
         logging.warning("%s: skipped %d malformed row(s), e.g. %s", path, len(skipped), "; ".join(skipped[:3]))
+    _log_empty_test_texts(path, empty)
     return ExampleSet(examples, skipped, path)
+
+
+def _log_empty_test_texts(path: str, empty: list) -> None:
+    if empty:
+        logging.warning("%s: %d test row(s) with an empty text, predicted from the empty text (the submission "
+                        "needs every row), e.g. %s", path, len(empty), ", ".join(empty[:3]))
 
 
 def _read_imdb(path: str) -> ExampleSet:
@@ -366,22 +393,30 @@ def _read_imdb(path: str) -> ExampleSet:
 def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
     """JSON lines ``{"id", "text", "label"}`` (``id`` optional: the example's number); the label is required in
     labelled splits. A line that is no JSON object is an error; one without text, or with a lone surrogate (JSON's
-    "\\ud800", no Unicode) in a value, is skipped."""
+    "\\ud800", no Unicode) in a value, is skipped, except in the test split (a submission: one prediction per line),
+    where an empty or blank text is predicted and a line without a text string or with a lone surrogate is an
+    error."""
     from official.nlp.data import classifier_data_lib as lib
 
-    examples, skipped = [], []
+    examples, skipped, empty = [], [], []
     for line_number, row in io_utils.read_jsonl(path):
         where = f"{path}:{line_number}"
         if not isinstance(row, dict):
             raise InputError(f"{where}: not a JSON object")
         text = row.get("text")
-        if not isinstance(text, str) or not text.strip():
-            skipped.append(f"{where}: no text")
-            continue
         bad = io_utils.surrogate_keys(row)
-        if bad:
-            skipped.append(f"{where}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid Unicode)")
+        problem = ""
+        if not isinstance(text, str) or (labeled and not text.strip()):
+            problem = f"{where}: no text"
+        elif bad:
+            problem = f"{where}: {', '.join(map(repr, bad))} holds a lone surrogate (not valid Unicode)"
+        if problem:
+            if not labeled:  # a submission's line (see read_examples)
+                raise InputError(f"{problem}; {TEST_ROWS_NOT_SKIPPED}")
+            skipped.append(problem)
             continue
+        if not text.strip():
+            empty.append(where)  # a test line is predicted all the same (see read_examples)
         label = row.get("label")
         if labeled and label not in labels:
             raise InputError(f"{where}: label {label!r} is not in the task's label set {labels} (wrong "
@@ -392,6 +427,7 @@ def _read_jsonl(path: str, labels: list, labeled: bool) -> ExampleSet:
     if skipped:
         logging.warning("%s: skipped %d line(s) without usable text, e.g. %s", path, len(skipped),
                         "; ".join(skipped[:3]))
+    _log_empty_test_texts(path, empty)
     return ExampleSet(examples, skipped, path)
 
 
@@ -447,8 +483,8 @@ def prepare_features(task: TaskSpec, data_dir: str, split: str, tokenizer, max_s
     import numpy as np
 
     path = cache_path(output_dir, task, tokenizer.model_file, max_seq_length, split)
-    expected = {"task": task.name, "split": split, "max_seq_length": max_seq_length, "uncased": tokenizer.lower,
-                "spiece_sha256": tokenizer.fingerprint(),
+    expected = {"cache_version": CACHE_VERSION, "task": task.name, "split": split, "max_seq_length": max_seq_length,
+                "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint(),
                 "inputs": records.file_identity(os.path.join(data_dir, task.files[split]))}
 
     def encode():
