@@ -95,6 +95,14 @@ def test_bad_input(tmp_path):
         f.write('{"article": "x", "questions": [')
     with pytest.raises(ValueError, match=r"high/1\.txt: not a RACE JSON file"):
         race_data.read_examples(root, "dev")
+    # RACE's test files have answers (--do_eval --eval_split=test): a file without says so, named
+    data.update(article="x", options=[["a", "b", "c", "d"]], questions=["Why?"])
+    del data["answers"]
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(InputError, match=r"high/1\.txt: missing key\(s\) \['answers'\] \(RACE files carry their "
+                                         r"answers, the test split's too\)$"):
+        race_data.read_examples(root, "dev")
     # InputError, as the neighbouring checks of the same input (library callers catch that one)
     with pytest.raises(InputError, match="RACE train split not found"):
         race_data.read_examples(str(tmp_path), "train")
@@ -116,6 +124,64 @@ def test_a_bom_is_dropped_and_a_lone_surrogate_names_the_file(tmp_path):
         f.write(text.decode().replace('"questions": ["', '"questions": ["\\ud800', 1))
     with pytest.raises(InputError, match=r"high/1\.txt: 'questions\[0\]' holds a lone surrogate"):
         race_data.read_examples(root, "dev")
+
+
+def test_files_without_an_id_are_named_by_their_path_and_no_id_is_shared(tmp_path):
+    """Without an "id" a file was named by its bare name: dev/middle/1.txt and dev/high/1.txt were both "1.txt",
+    and the {id: letter} predictions lost one question of each pair, silently."""
+    root = _race_copy(tmp_path)
+    for level in ("middle", "high"):
+        path = os.path.join(root, "dev", level, "1.txt")
+        with open(path) as f:
+            data = json.load(f)
+        del data["id"]
+        with open(path, "w") as f:
+            json.dump(data, f)
+    guids = [e.guid for e in race_data.read_examples(root, "dev")[0]]
+    assert len(guids) == len(set(guids)) == 8 and {"middle/1.txt-0", "high/1.txt-1", "middle0.txt-0"} <= set(guids)
+    path = os.path.join(root, "dev", "high", "2.txt")
+    with open(path) as f:
+        data = json.load(f)
+    data["id"] = "middle0.txt"  # another file's id
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(InputError, match=r"high/2\.txt question 0: id 'middle0\.txt-0' is also that of "
+                                         r".*middle/0\.txt question 0"):
+        race_data.read_examples(root, "dev")
+
+
+def test_a_cache_of_repeated_ids_is_encoded_again(tmp_path, tokenizer):
+    """A cache written by the reader that named files by their bare name holds "1.txt-0" twice: encoded again."""
+    path, meta = race_data.prepare_features(RACE, "dev", tokenizer, 32, 8, str(tmp_path))
+    meta["guids"] = ["1.txt-0"] * len(meta["guids"])
+    with open(path + ".json", "w") as f:
+        json.dump(meta, f)
+    assert race_data.prepare_features(RACE, "dev", tokenizer, 32, 8, str(tmp_path))[1]["guids"][:2] == [
+        "middle0.txt-0", "middle0.txt-1"]
+
+
+def test_predictions_of_a_shared_id_are_refused_not_dropped(tmp_path):
+    """{id: letter} keeps one question of an id: 14 questions gave 10 predictions, in silence."""
+    from xlnet_tf import tasks
+
+    task = tasks.get("multiple_choice").task(make_flags(tmp_path, task_name="race", max_qa_length=24))
+    logits = np.eye(4, dtype=np.float32)[:3]
+    with pytest.raises(InputError, match=r"dev: 1 question id\(s\) given to more than one question, e\.g\. "
+                                         r"\['1\.txt-0'\]"):
+        task.write_prediction_files({"logits": logits}, ["1.txt-0", "1.txt-1", "1.txt-0"], "dev")
+    task.write_prediction_files({"logits": logits}, ["middle/1.txt-0", "1.txt-1", "high/1.txt-0"], "dev")
+    with open(os.path.join(task.predict_dir, "race.dev.predictions.json")) as f:
+        assert json.load(f) == {"middle/1.txt-0": "A", "1.txt-1": "B", "high/1.txt-0": "C"}
+
+
+def test_do_eval_on_the_test_split_is_refused_for_glue_only(tmp_path):
+    """RACE's test/ has answers (run_race.py evaluated "dev or test"); the settings refused --do_eval
+    --eval_split=test for every task. GLUE's test files have no labels: refused still."""
+    race = make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, eval_split="test", max_qa_length=24)
+    assert not race.errors()
+    glue = make_flags(tmp_path, task_name="rte", data_dir=os.path.join(FIXTURES, "glue", "RTE"), do_eval=True,
+                      eval_split="test")
+    assert any("--eval_split=test has none" in e for e in glue.errors())
 
 
 @pytest.mark.slow
@@ -160,6 +226,18 @@ def test_race_end_to_end(tmp_path, monkeypatch):
     result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, max_seq_length=64,
                             max_qa_length=24, middle_only=True))
     assert result["eval"]["metrics"]["num_examples"] == 4 and "accuracy_high" not in result["eval"]["metrics"]
+    # --eval_split=test: RACE's test files have answers; its results beside the dev ones, not over them
+    dev_report = open(os.path.join(flags.model_dir, "eval_results.dev.json")).read()
+    result = run(make_flags(tmp_path, task_name="race", data_dir=RACE, do_eval=True, do_predict=True,
+                            eval_split="test", max_seq_length=64, max_qa_length=24))
+    assert result["eval"]["split"] == "test" and result["eval"]["metrics"]["num_examples"] == 4
+    with open(os.path.join(flags.model_dir, "eval_results.test.json")) as f:
+        assert json.load(f)["metrics"] == result["eval"]["metrics"]
+    assert open(os.path.join(flags.model_dir, "eval_results.dev.json")).read() == dev_report
+    assert os.listdir(os.path.join(flags.model_dir, "eval_test")) and os.listdir(os.path.join(flags.model_dir,
+                                                                                               "eval_dev"))
+    with open(os.path.join(flags.model_dir, "predict", "race.test.predictions.json")) as f:
+        assert len(json.load(f)) == 4
 
 
 def test_max_qa_length_has_one_bound_from_the_layout(tokenizer):

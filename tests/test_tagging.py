@@ -78,6 +78,25 @@ def test_conll_bad_utf8_names_the_line_a_bom_is_dropped_and_any_line_break_is_on
     assert td.read_sentences(str(conll))[0].words == ["The", "city", "sat"]
 
 
+def test_a_test_file_is_read_with_its_tags_when_it_has_them(tmp_path):
+    """labelled=None (a test file): CoNLL-2003's eng.testb has tags, and --do_eval --eval_split=test and the
+    ``word gold predicted`` predictions need them; an untagged file is read as before."""
+    conll = tmp_path / "test.conll"
+    conll.write_text("-DOCSTART- -X- O O\n\nEU NNP B-ORG\nrejects VBZ O\n")
+    assert td.has_tags(str(conll)) and td.read_sentences(str(conll), labelled=None)[0].tags == ["B-ORG", "O"]
+    assert not td.has_tags(str(conll), tag_column=3)  # the tag column is not there: no tags
+    conll.write_text("EU\nrejects\n")
+    assert not td.has_tags(str(conll)) and td.read_sentences(str(conll), labelled=None)[0].tags == []
+    jsonl = tmp_path / "test.jsonl"
+    jsonl.write_text('{"tokens": ["a"], "tags": ["x"]}\n{"tokens": ["b"], "tags": ["y"]}\n')
+    assert td.has_tags(str(jsonl)) and [s.tags for s in td.read_sentences(str(jsonl), labelled=None)] == [["x"],
+                                                                                                         ["y"]]
+    jsonl.write_text('{"tokens": ["a"]}\n{"tokens": ["b"], "tags": ["y"]}\n')  # tags of some sentences only
+    assert not td.has_tags(str(jsonl))
+    with pytest.raises(InputError, match=rf"^{jsonl}:2: has 'tags', but line 1 has none"):
+        td.read_sentences(str(jsonl), labelled=None)
+
+
 def test_jsonl_empty_tokens_and_duplicate_ids_name_their_lines(tmp_path):
     """An empty sentence was dropped silently (a prediction file gave fewer rows); predictions are keyed by id."""
     jsonl = tmp_path / "test.jsonl"
@@ -191,6 +210,30 @@ def test_settings_errors_name_the_flags(tmp_path):
     assert any("xlnet_tf.cli.predict --saved_model" in e for e in errors)
 
 
+def test_do_eval_on_a_test_file_is_refused_only_when_it_has_no_tags(tmp_path):
+    """CoNLL-2003's eng.testb has tags (the settings refused --do_eval --eval_split=test for every task); an
+    untagged test file is refused when it is read, naming it, before training (the settings do not read files)."""
+    test_file = tmp_path / "test.conll"
+    test_file.write_text("The\ncat\n")
+    assert not TaggingSettings.from_values(dict(
+        model_config_path=micro_config(tmp_path), spiece_model_file=SPIECE, model_dir=str(tmp_path / "m"),
+        do_eval=True, eval_split="test", test_file=str(test_file))).errors()
+    task = _task(tmp_path, POS, do_train=True, do_eval=True, eval_split="test", test_file=str(test_file))
+    with pytest.raises(InputError, match=rf"^{test_file}: no tags to evaluate \(its first word line has no "
+                                         r"--tag_column=-1 apart from --word_column=0\): --do_eval "
+                                         r"--eval_split=test needs a tagged file"):
+        task.check_eval_data()
+    # A tagged test file's cache written when test files were read untagged (label -1 everywhere, no "labelled"
+    # in its meta) is encoded again with the tags.
+    test_file.write_text("The DET\ncat NOUN\n")
+    path, meta = _task(tmp_path, POS, eval_split="test", test_file=str(test_file)).prepare("test")
+    assert meta["labelled"]
+    del meta["labelled"]
+    with open(path + ".json", "w") as f:
+        json.dump(meta, f)
+    assert _task(tmp_path, POS, eval_split="test", test_file=str(test_file)).prepare("test")[1]["labelled"]
+
+
 @pytest.mark.alone
 def test_job_files_run_the_tagger(monkeypatch):
     from xlnet_tf.batch.job_runner import load_job
@@ -247,6 +290,31 @@ def test_run_tagger_evaluates_and_predicts_every_word(bio_run):
         assert report["metrics"][key] == pytest.approx(expected[key])
     conll = open(os.path.join(bio_run["settings"].model_dir, "predict", "tagging.dev.conll")).read()
     assert conll.split("\n\n")[0].split("\n")[0].split(" ")[:2] == [dev[0]["tokens"][0], dev[0]["tags"][0]]
+
+
+@pytest.mark.slow
+def test_a_tagged_test_file_is_evaluated_and_its_predictions_keep_the_gold_tags(bio_run):
+    """--do_eval --eval_split=test (refused once for every task) scores a tagged test file into
+    eval_results.test.json and eval_test/, beside the dev ones; tagging.test.conll is ``word gold predicted`` as
+    conlleval reads it (the gold column was dropped for every test file)."""
+    import dataclasses
+
+    tmp, settings = bio_run["tmp"], bio_run["settings"]
+    rows = _bio(td.read_sentences(os.path.join(BROWN, "dev.conll"))[24:30])
+    (tmp / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dev_report = (tmp / "model" / "eval_results.dev.json").read_text()
+    result = runner.run(dataclasses.replace(settings, do_train=False, eval_split="test", export_dir=None))
+    predicted = [json.loads(line) for line in open(tmp / "model" / "predict" / "tagging.test.predictions.jsonl")]
+    expected = td.tagging_metrics([r["tags"] for r in rows], [p["tags"] for p in predicted], "bio")
+    assert result["eval"]["split"] == "test" and result["eval"]["metrics"]["num_words"] == expected["num_words"]
+    for key in ("accuracy", "precision", "recall", "f1"):
+        assert result["eval"]["metrics"][key] == pytest.approx(expected[key])
+    assert json.loads((tmp / "model" / "eval_results.test.json").read_text()) == result["eval"]
+    assert (tmp / "model" / "eval_results.dev.json").read_text() == dev_report  # the dev results stay
+    assert os.listdir(tmp / "model" / "eval_test") and os.listdir(tmp / "model" / "eval_dev")
+    conll = (tmp / "model" / "predict" / "tagging.test.conll").read_text().split("\n\n")
+    assert [[line.split(" ") for line in block.strip().split("\n")] for block in conll] == [
+        [[w, g, p] for w, g, p in zip(r["tokens"], r["tags"], q["tags"])] for r, q in zip(rows, predicted)]
 
 
 @pytest.mark.slow

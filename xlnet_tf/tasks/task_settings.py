@@ -44,7 +44,8 @@ class ClassifierSettings(FinetuneSettings):
     max_qa_length: int = setting(128, "RACE: question+option tokens kept (from the end).", minimum=1)
     high_only: bool = setting(False, "RACE: high-school passages only.")
     middle_only: bool = setting(False, "RACE: middle-school passages only.")
-    eval_split: str = setting("dev", "The split --do_eval and --do_predict read.", choices=SPLITS)
+    eval_split: str = setting("dev", "The split --do_eval and --do_predict read (--do_eval on test: RACE and "
+                              "tagging, whose test files have labels).", choices=SPLITS)
     eval_all_ckpt: bool = setting(False, "Evaluate every checkpoint in model_dir and report the best (those of "
                                   "--save_steps and the last; not one written where a signal stopped training).")
     eval_batch_size: int = setting(128, "Global eval batch size.")
@@ -125,7 +126,10 @@ class ClassifierSettings(FinetuneSettings):
             if not 1 <= len(fields) <= 2 or not all(fields):
                 errors.append(f"--predict_text_fields={self.predict_text_fields!r}: give one field name, or two "
                               "for sentence pairs (a,b)")
-        if self.do_eval and self.eval_split == "test":
+        # GLUE-style test files have no labels. A family whose test files may (CoNLL-2003's eng.testb, RACE's
+        # test/) sets test_split_labelled and refuses an unlabelled one, naming it, when it reads it: its content
+        # is not read here, before TensorFlow loads.
+        if self.do_eval and self.eval_split == "test" and not getattr(family, "test_split_labelled", False):
             errors.append("--do_eval needs labels; --eval_split=test has none (use --do_predict for test predictions)")
         if family is not None:
             errors += family.settings_errors(self)

@@ -3,13 +3,16 @@
 Data reading and encoding: ``race_data`` (the release layout, one ``article <sep> question-with-option <sep>
 <cls>`` sequence per option, the feature cache). Head: ``multiple_choice_head.XLNetMultipleChoice`` (one logit per
 option). Loss: softmax cross-entropy over the options. Metrics: accuracy overall and per level (middle, high).
-Predictions: ``race.{split}.predictions.json`` ({question id: letter}) and ``race.{split}.logits.json``. Serving:
+Predictions: ``race.{split}.predictions.json`` ({question id: letter}; ids are unique, see ``race_data``) and
+``race.{split}.logits.json``. The test split has answers: ``--do_eval --eval_split=test`` scores it
+(``eval_results.test.json``, TensorBoard ``eval_test``). Serving:
 ``article`` [B], ``question`` [B], ``options`` [B, C] -> ``logits``, ``probabilities``, ``choice``; token ids
 [B, C, S]. Batch prediction (rows of one or two texts) does not apply.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 
 from xlnet_tf import hf
@@ -66,6 +69,9 @@ class MultipleChoiceServing(Serving):
 
 class MultipleChoiceFamily(TaskFamily):
     name = KIND
+    # RACE's test/ has answers (the original run_race.py evaluated "dev or test"): --do_eval --eval_split=test
+    # passes the settings' check; race_data refuses a file without "answers", naming it.
+    test_split_labelled = True
     serving_class = MultipleChoiceServing
     text_model = "xlnet_tf.tasks.multiple_choice.multiple_choice_text_model:XLNetTextMultipleChoice"
 
@@ -159,6 +165,14 @@ class RaceTask(RecordsTask):
 
         logits = outputs["logits"]
         predictions = [self.labels[i] for i in np.argmax(logits, axis=-1)]
+        # {id: letter} keeps one row of an id: race_data refuses a shared one when it reads the files, and this
+        # refuses any that reached here (features encoded by another reader) rather than drop predictions.
+        repeated = sorted(g for g, n in collections.Counter(guids).items() if n > 1)
+        if repeated:
+            from xlnet_tf.errors import InputError
+
+            raise InputError(f"{split}: {len(repeated)} question id(s) given to more than one question, e.g. "
+                             f"{repeated[:3]}: re-encode the features (--overwrite_data) or give each file its own id")
         return [write_json_atomic(os.path.join(self.predict_dir, f"{self.name}.{split}.predictions.json"),
                                   dict(zip(guids, predictions))),
                 write_logits(self.predict_dir, self.name, split, guids, logits, predictions)]

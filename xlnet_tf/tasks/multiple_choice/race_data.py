@@ -1,10 +1,13 @@
 """RACE reading comprehension (multiple choice) in its release layout.
 
 ``{data_dir}/{train,dev,test}/{middle,high}/*.txt``, each a JSON object with ``article``, ``questions``,
-``options`` (four per question), ``answers`` (letters A-D) and ``id``. Each question becomes four sequences
-``article <sep> question-with-option <sep> <cls>``: a ``_`` in the question is replaced by the option, otherwise
-the option is appended; the question+option part keeps its last ``max_qa_length`` tokens and the article is cut
-to fit. Each option's token list is built fresh (the original aliased the article list when no truncation was
+``options`` (four per question), ``answers`` (letters A-D; the test split's too, which ``--do_eval
+--eval_split=test`` scores) and ``id``. A question's id is ``{id}-{index}``; a file without an ``id`` is named by
+its path in the split, ``middle/1.txt`` (its bare name is in middle/ and high/ alike, and the predictions, keyed
+by id, lost questions). An id two questions share is an error naming both files. Each question becomes four
+sequences ``article <sep> question-with-option <sep> <cls>``: a ``_`` in the question is replaced by the option,
+otherwise the option is appended; the question+option part keeps its last ``max_qa_length`` tokens and the article
+is cut to fit. Each option's token list is built fresh (the original aliased the article list when no truncation was
 needed, so option k's sequence also held options 1..k-1 -- zihangdai/xlnet#204).
 
 A file that is not JSON, lacks a key or has one of another type (``"article": null``) is an error naming the file
@@ -34,7 +37,7 @@ _JSON_TYPES = {type(None): "null", bool: "a boolean", str: "a string", list: "a 
 
 @dataclasses.dataclass
 class RaceExample:
-    guid: str  # "{file id}-{question index}"
+    guid: str  # "{file id}-{question index}", file id: its "id", else "{level}/{file name}"
     context: str
     qa_list: list  # NUM_CHOICES question+option strings
     label: int
@@ -47,7 +50,7 @@ def qa_text(question: str, option: str) -> str:
 
 def read_examples(data_dir: str, split: str, levels=LEVELS):
     """(examples, skipped) of ``split``; ``skipped`` lists 'file question i: reason'."""
-    examples, skipped = [], []
+    examples, skipped, seen = [], [], {}
     split_dir = os.path.join(data_dir, split)
     if not io_utils.isdir(split_dir):
         raise MissingInputError(f"{split_dir}: RACE {split} split not found (expected "
@@ -70,8 +73,10 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
             if not isinstance(data, dict):
                 raise InputError(f"{path}: expected a JSON object with article/questions/options/answers")
             missing = [k for k in ("article", "questions", "options", "answers") if k not in data]
-            if missing:
-                raise InputError(f"{path}: missing key(s) {missing}")
+            if missing:  # (RACE's test files have answers: a test split without them cannot be evaluated either)
+                raise InputError(f"{path}: missing key(s) {missing}"
+                                 + (" (RACE files carry their answers, the test split's too)"
+                                    if missing == ["answers"] else ""))
             # A null or mistyped value would fail later in the tokenizer or len(), naming no file.
             wrong = [f"'{key}' is {_JSON_TYPES.get(type(data[key]), 'a number')}, expected {what}"
                      for key, kind, what in (("article", str, "a string"), ("questions", list, "a list"),
@@ -86,7 +91,8 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
             if not (len(questions) == len(options) == len(answers)):
                 raise InputError(f"{path}: {len(questions)} questions, {len(options)} option lists and "
                                  f"{len(answers)} answers (must be equal)")
-            file_id = str(data.get("id", name))
+            # Unique without an "id": the file's bare name is in both middle/ and high/ (1.txt).
+            file_id = str(data["id"]) if "id" in data else f"{level}/{name}"
             for i, (question, opts, answer) in enumerate(zip(questions, options, answers)):
                 where = f"{path} question {i}"
                 if not isinstance(question, str) or not question.strip():
@@ -98,7 +104,12 @@ def read_examples(data_dir: str, split: str, levels=LEVELS):
                     continue
                 if answer not in tuple(ANSWERS):
                     raise InputError(f"{where}: answer {answer!r} is not one of {list(ANSWERS)}")
-                examples.append(RaceExample(f"{file_id}-{i}", data["article"],
+                guid = f"{file_id}-{i}"
+                if guid in seen:  # predictions are keyed by id: one of the two would be lost
+                    raise InputError(f"{path} question {i}: id {guid!r} is also that of {seen[guid]} (give each "
+                                     "file its own \"id\", or none: then its path names it)")
+                seen[guid] = where
+                examples.append(RaceExample(guid, data["article"],
                                             [qa_text(question, str(o)) for o in opts],
                                             ANSWERS.index(answer), LEVELS.index(level)))
     if not found:
@@ -142,7 +153,8 @@ def dummy_features(max_seq_length: int) -> dict:
 
 def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, max_qa_length: int,
                      output_dir: str, levels=LEVELS, overwrite: bool = False) -> tuple[str, dict]:
-    """Encodes ``split`` once into ``{spm}.len-{L}.qa-{Q}.{levels}.{split}.tf_record`` (cached)."""
+    """Encodes ``split`` once into ``{spm}.len-{L}.qa-{Q}.{levels}.{split}.tf_record`` (cached; encoded again when
+    the cached ids repeat: a cache of the reader that named a file without an "id" by its bare name)."""
     level_tag = "+".join(levels)
     path = os.path.join(output_dir, f"race.{os.path.basename(tokenizer.model_file)}.len-{max_seq_length}."
                                     f"qa-{max_qa_length}.{level_tag}.{split}.tf_record")
@@ -162,4 +174,8 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
         return dict(source=os.path.join(data_dir, split), num_examples=len(examples), num_skipped=len(skipped),
                     skipped=skipped[:100], labels=list(ANSWERS), guids=[ex.guid for ex in examples]), rows()
 
-    return records.cache_features(path, expected, overwrite, encode)
+    path, meta = records.cache_features(path, expected, overwrite, encode)
+    guids = meta.get("guids", [])
+    if len(set(guids)) < len(guids):  # (not every cache: the ids of RACE's own files are as they were)
+        path, meta = records.cache_features(path, expected, True, encode)
+    return path, meta

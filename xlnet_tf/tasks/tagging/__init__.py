@@ -9,10 +9,12 @@ windows, each word labelled once in evaluation by the window where it has the mo
 over the first pieces (every window in training; the scoring window in evaluation). Metrics: token accuracy; entity
 precision, recall and F1 (conlleval's definition, via seqeval) for BIO-family tags, the main metric then ``f1``.
 Predictions: ``tagging.{split}.predictions.jsonl`` (``{"id", "tokens", "tags"}`` a sentence) and
-``tagging.{split}.conll`` (``word [gold] predicted``, conlleval's input). Serving (``tagging_graph``): ``text`` [B]
--> the words with character offsets and their tags (and entity spans for BIO tags), padded [B, N] tensors plus
-``num_words``; token ids [B, S] -> ``logits``, ``tag_ids``, ``tags``. Batch prediction: a row's text -> ``words``,
-``tags``, ``start_char``, ``end_char`` (and ``entities``).
+``tagging.{split}.conll`` (``word [gold] predicted``, conlleval's input; the gold column whenever the file has
+tags, a test file's too). A test file may be untagged; a tagged one (CoNLL-2003's eng.testb) is scored by
+``--do_eval --eval_split=test`` (``eval_results.test.json``, TensorBoard ``eval_test``: not the dev ones).
+Serving (``tagging_graph``): ``text`` [B] -> the words with character offsets and their tags (and entity spans
+for BIO tags), padded [B, N] tensors plus ``num_words``; token ids [B, S] -> ``logits``, ``tag_ids``, ``tags``.
+Batch prediction: a row's text -> ``words``, ``tags``, ``start_char``, ``end_char`` (and ``entities``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class TaggingSettings(ClassifierSettings):
     train_file: Optional[str] = setting(None, "Training file, CoNLL or *.jsonl (default: --data_dir/train.conll, "
                                         "train.jsonl, train.txt or train.tsv).")
     dev_file: Optional[str] = setting(None, "Dev file (default: --data_dir/dev.*, as --train_file).")
-    test_file: Optional[str] = setting(None, "Test file, tags optional (default: --data_dir/test.*).")
+    test_file: Optional[str] = setting(None, "Test file, tags optional: with tags --do_eval --eval_split=test "
+                                       "scores it (default: --data_dir/test.*).")
     word_column: int = setting(0, "CoNLL: the column of the word (0-based; negative counts from the end).")
     tag_column: int = setting(-1, "CoNLL: the column of the tag (default: the last).")
     tag_scheme: str = setting("auto", "bio: entity tags (IOB1/IOB2/IOBES; entity F1), plain: any tags (accuracy); "
@@ -161,6 +164,9 @@ class TaggingBatch(BatchPrediction):
 
 class TaggingFamily(TaskFamily):
     name = KIND
+    # A test file may carry tags (CoNLL-2003's eng.testb): --do_eval --eval_split=test passes the settings' check,
+    # and TaggingTask.prepare refuses a test file without tags, naming it (its content is not read before then).
+    test_split_labelled = True
     serving_class = TaggingServing
     text_model = "xlnet_tf.tasks.tagging.tagging_text_model:XLNetTextTagger"
     batch_class = TaggingBatch
@@ -205,9 +211,16 @@ class TaggingTask(RecordsTask):
         self.main_metric = "f1" if self.scheme == "bio" else "accuracy"
 
     # -- data ------------------------------------------------------------------------------------------------
-    def read(self, split: str, labelled: bool = True) -> list:
+    def read(self, split: str) -> list:
+        """The sentences of ``split``: train and dev with tags; test with tags if its file has them."""
         s = self.settings
-        return tagging_data.read_sentences(s.split_file(split), s.word_column, s.tag_column, labelled)
+        return tagging_data.read_sentences(s.split_file(split), s.word_column, s.tag_column,
+                                           None if split == "test" else True)
+
+    def labelled(self, split: str) -> bool:
+        """Whether ``split``'s file has tags (``tagging_data.has_tags``; train and dev must)."""
+        s = self.settings
+        return split != "test" or tagging_data.has_tags(s.split_file(split), s.word_column, s.tag_column)
 
     @functools.cached_property
     def _tags_path(self) -> str:
@@ -313,12 +326,25 @@ class TaggingTask(RecordsTask):
     def prepare(self, split: str) -> tuple:
         s = self.settings
         path = s.split_file(split)
-        labelled = split != "test"
+        labelled = self.labelled(split)
+        if s.do_eval and split == self.eval_split and not labelled:  # before training (check_eval_data), not after
+            from xlnet_tf.errors import InputError
+
+            where = ('its first object has no "tags"' if path.endswith(".jsonl") else f"its first word line has no "
+                     f"--tag_column={s.tag_column} apart from --word_column={s.word_column}")
+            raise InputError(f"{path}: no tags to evaluate ({where}): --do_eval --eval_split={split} needs a tagged "
+                             "file; --do_predict alone tags an untagged one")
         cache = os.path.join(s.output_dir or os.path.join(s.model_dir, "features"),
                              f"tagging.{os.path.basename(s.spiece_model_file)}.len-{s.max_seq_length}.stride-"
                              f"{s.stride}.{split}.tf_record")
-        return tagging_data.prepare_features(path, lambda: self.read(split, labelled), self.tokenizer, self.labels,
-                                             s.max_seq_length, s.stride, cache, s.overwrite_data)
+        path_meta = tagging_data.prepare_features(path, lambda: self.read(split), self.tokenizer, self.labels,
+                                                  s.max_seq_length, s.stride, cache, s.overwrite_data)
+        # A test file's cache from when test files were read without their tags (no "labelled" in its meta; train
+        # and dev ones were tagged) has label -1 everywhere: an evaluation's loss of nothing, no unknown tags.
+        if path_meta[1].get("labelled", split != "test") != labelled:
+            path_meta = tagging_data.prepare_features(path, lambda: self.read(split), self.tokenizer, self.labels,
+                                                      s.max_seq_length, s.stride, cache, True)
+        return path_meta
 
     @property
     def feature_spec(self) -> dict:
@@ -363,7 +389,7 @@ class TaggingTask(RecordsTask):
 
     def _predicted(self, data, outputs) -> tuple:
         """(sentences of ``tagging_data``'s split, predicted tags per sentence)."""
-        sentences = self.read(data.split, labelled=data.split != "test")
+        sentences = self.read(data.split)
         found = tagging_data.word_predictions(outputs, len(sentences))
         predicted = [[self.labels[found[i][w]] for w in range(len(s.words))] for i, s in enumerate(sentences)]
         return sentences, predicted
@@ -378,7 +404,8 @@ class TaggingTask(RecordsTask):
         return result
 
     def write_prediction_files(self, outputs: dict, guids: list, split: str) -> list:
-        """``tagging.{split}.predictions.jsonl`` and ``tagging.{split}.conll`` (``word [gold] predicted``)."""
+        """``tagging.{split}.predictions.jsonl`` and ``tagging.{split}.conll`` (``word gold predicted`` when the
+        split's file has tags, a test file's too: conlleval's input; else ``word predicted``)."""
         import json
 
         from xlnet_tf.io_utils import write_text_atomic

@@ -4,7 +4,8 @@ Files (``read_sentences``): ``*.jsonl`` holds one ``{"tokens": [...], "tags": [.
 kept if present; unique); any other file is the CoNLL layout: one word a line, columns split on whitespace (as
 many on every line), the word in ``word_column`` and its tag in ``tag_column`` (default: the last), a blank line
 between sentences, ``-DOCSTART-`` lines ignored. A sentence's id is ``<file name>:<line of its first word>``
-(JSONL: its ``id``, else the line).
+(JSONL: its ``id``, else the line). A test file may lack tags (``has_tags``: a CoNLL file whose first word line has
+no tag column apart from the word's, a JSONL file whose first object has no ``tags``); every line is then read so.
 
 Alignment (the BERT/XLNet token-classification recipe): every word is encoded on its own
 (``XLNetTokenizer.encode_ids``, the in-graph ``XLNetPreprocessor.tokenize`` gives the same ids); its tag goes on
@@ -53,7 +54,13 @@ class Sentence:
     tags: list  # empty for an unlabelled file
 
 
-def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list:
+def _has_tag_column(fields: list, word_column: int, tag_column: int) -> bool:
+    """Whether a CoNLL line's ``fields`` hold the tag column apart from the word's."""
+    at = {c % len(fields) for c in (word_column, tag_column) if -len(fields) <= c < len(fields)}
+    return len(at) == 2
+
+
+def _conll(path: str, word_column: int, tag_column: int, labelled: Optional[bool]) -> list:
     sentences, words, tags, first = [], [], [], 0
     name = os.path.basename(path)
     width = None  # (columns, line) of the file's first word line: a CoNLL file's layout is fixed
@@ -75,6 +82,8 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
             if not fields or fields[0] == DOCSTART:
                 flush()
                 continue
+            if labelled is None:  # a test file: tagged if its first word line has the tag column
+                labelled = _has_tag_column(fields, word_column, tag_column)
             columns = (word_column, tag_column) if labelled else (word_column,)
             at = {c % len(fields) for c in columns if -len(fields) <= c < len(fields)}
             if len(at) != len(columns):  # a missing column, or the word's column taken for the tag
@@ -95,10 +104,18 @@ def _conll(path: str, word_column: int, tag_column: int, labelled: bool) -> list
     return sentences
 
 
-def _jsonl(path: str, labelled: bool) -> list:
+def _jsonl(path: str, labelled: Optional[bool]) -> list:
     sentences, ids = [], {}
+    auto = labelled is None  # a test file: tagged if its first object has "tags", then every line must be
+    first = None
     for n, obj in io_utils.read_jsonl(path):
         tokens = obj.get("tokens") if isinstance(obj, dict) else None
+        if auto and isinstance(obj, dict):
+            if labelled is None:
+                labelled, first = "tags" in obj, n
+            elif ("tags" in obj) != labelled:  # untagged lines would count as errors, tags alone be ignored
+                raise InputError(f"{path}:{n}: {'no' if labelled else 'has'} 'tags', but line {first} "
+                                 f"{'has' if labelled else 'has none'} (tag every sentence of the file, or none)")
         if not isinstance(tokens, list) or not all(isinstance(t, str) and t.strip() for t in tokens):
             raise InputError(f'{path}:{n}: expected {{"tokens": [non-empty strings], "tags": [...]}}')
         spaced = next((t for t in tokens if any(ch.isspace() for ch in t)), None)
@@ -123,15 +140,34 @@ def _jsonl(path: str, labelled: bool) -> list:
     return sentences
 
 
-def read_sentences(path: str, word_column: int = 0, tag_column: int = -1, labelled: bool = True) -> list:
-    """The sentences of a CoNLL or JSONL file (by its extension; see the module docstring). A line that is not
-    UTF-8, has other columns than the file's first word line, or (JSONL) no tokens, a token or tag holding
-    whitespace, a lone surrogate or an id an earlier line has is an InputError naming the file and line."""
+def read_sentences(path: str, word_column: int = 0, tag_column: int = -1, labelled: Optional[bool] = True
+                   ) -> list:
+    """The sentences of a CoNLL or JSONL file (by its extension; see the module docstring); ``labelled=None``:
+    with tags if the file has them (``has_tags``), else without. A line that is not UTF-8, has other columns than
+    the file's first word line, or (JSONL) no tokens, a token or tag holding whitespace, a lone surrogate, an id an
+    earlier line has or (``labelled=None``) tags where the first line has none or the reverse is an InputError
+    naming the file and line."""
     if not io_utils.exists(path):
         raise InputError(f"{path}: file not found")
     if path.endswith(".jsonl"):
         return _jsonl(path, labelled)
     return _conll(path, word_column, tag_column, labelled)
+
+
+def has_tags(path: str, word_column: int = 0, tag_column: int = -1) -> bool:
+    """Whether the file carries tags, judged by its first sentence as ``read_sentences(labelled=None)`` does (a
+    CoNLL word line with the tag column apart from the word's; a JSONL object with ``tags``): cheap, for deciding
+    before the features' cache is read whether a test file can be evaluated. False for a file of no sentence."""
+    if not io_utils.exists(path):
+        raise InputError(f"{path}: file not found")
+    if path.endswith(".jsonl"):
+        return next((isinstance(obj, dict) and "tags" in obj for _, obj in io_utils.read_jsonl(path)), False)
+    with io_utils.open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] != DOCSTART:
+                return _has_tag_column(fields, word_column, tag_column)
+    return False
 
 
 def detect_scheme(tags) -> str:
@@ -220,7 +256,7 @@ def prepare_features(path: str, sentences_fn, tokenizer, tags: list, max_seq_len
                      cache: str, overwrite: bool = False) -> tuple:
     """Encodes the sentences of ``path`` (``sentences_fn()`` reads them) once into the TFRecord cache ``cache``
     (reused while the file, the tags and the settings are the same). A tag the training data lacks gets label -1
-    (no loss; the metrics count the word as wrong)."""
+    (no loss; the metrics count the word as wrong). The meta's ``labelled``: whether the sentences had tags."""
     expected = {"task": "tagging", "max_seq_length": max_seq_length, "stride": stride, "tags": list(tags),
                 "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint(),
                 "inputs": records.file_identity(path)}
@@ -239,6 +275,7 @@ def prepare_features(path: str, sentences_fn, tokenizer, tags: list, max_seq_len
 
         return dict(source=path, num_examples=len(sentences), num_skipped=0, skipped=[],
                     num_words=sum(len(s.words) for s in sentences), unknown_tags=dict(unknown.most_common(20)),
+                    labelled=any(s.tags for s in sentences),
                     num_unknown_tag_words=sum(unknown.values()),
                     guids=[s.guid for s in sentences]), rows()
 
