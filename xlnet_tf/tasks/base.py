@@ -7,7 +7,8 @@ prediction needs; None when its exports are not for batch prediction), and ``Tas
   ``ClassifierSettings`` unless it has its own), ``flag_defaults`` (entry-point defaults of its tasks, e.g.
   run_race.py's), ``settings_errors``; ``run_record_runner``, ``task_name_of`` and ``settings_for_export``
   (rebuilding a run from its record); ``task(settings)`` returns the run's ``Task`` (below); ``text_model`` (its
-  Keras model on raw text, what ``xlnet_tf.load_text_model`` rebuilds a run as; optional). Required: ``name``,
+  Keras model on raw text, what ``xlnet_tf.load_text_model`` rebuilds a run as; optional);
+  ``test_split_labelled`` (its test files may carry labels: ``--do_eval --eval_split=test``). Required: ``name``,
   ``task``, ``serving_class``.
 * ``Serving`` (``xlnet_tf.finetuning.serving``; ``info`` is the export's ``ServingInfo``): ``kinds`` (the ``kind``
   its exports record), ``text_inputs`` (the raw-text ``serving_default`` inputs), ``ids_spec`` (``serve_ids``),
@@ -148,6 +149,9 @@ class TaskFamily(abc.ABC):
     # ``text_model_class``: a name, since the family is imported while flags are checked and text models import
     # TensorFlow. None: ``xlnet_tf.load_text_model`` refuses its runs (they export).
     text_model: Optional[str] = None
+    # Whether its test files may carry labels (CoNLL-2003's eng.testb, RACE's test/): --do_eval --eval_split=test
+    # passes the settings' check, and the task refuses an unlabelled test file when it reads it. GLUE's have none.
+    test_split_labelled: bool = False
 
     @functools.cached_property
     def serving(self) -> Serving:

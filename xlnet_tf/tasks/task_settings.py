@@ -126,10 +126,9 @@ class ClassifierSettings(FinetuneSettings):
             if not 1 <= len(fields) <= 2 or not all(fields):
                 errors.append(f"--predict_text_fields={self.predict_text_fields!r}: give one field name, or two "
                               "for sentence pairs (a,b)")
-        # GLUE-style test files have no labels. A family whose test files may (CoNLL-2003's eng.testb, RACE's
-        # test/) sets test_split_labelled and refuses an unlabelled one, naming it, when it reads it: its content
-        # is not read here, before TensorFlow loads.
-        if self.do_eval and self.eval_split == "test" and not getattr(family, "test_split_labelled", False):
+        # A test file's content is not read here, before TensorFlow loads: a family whose test files may carry
+        # labels (TaskFamily.test_split_labelled) refuses an unlabelled one, naming it, when it reads it.
+        if self.do_eval and self.eval_split == "test" and not (family is not None and family.test_split_labelled):
             errors.append("--do_eval needs labels; --eval_split=test has none (use --do_predict for test predictions)")
         if family is not None:
             errors += family.settings_errors(self)
