@@ -15,8 +15,10 @@ Flags keep the original names and defaults (note ``--do_train`` defaults to True
 ``--do_train`` trains on the shards in ``--output_dir`` (writing one if there is none); ``--do_predict`` writes
 predictions.json, nbest_predictions.json and null_odds.json to ``--predict_dir`` from the latest checkpoint in
 ``--model_dir`` (metrics too when the file has answers, as the original); ``--do_eval`` also requires the
-official SQuAD v2 metrics (EM, F1, HasAns/NoAns, best no-answer threshold), logged, written to
-``eval_results.json`` and to TensorBoard (``model_dir/eval``). ``--export_dir`` writes a TF Serving SavedModel.
+official metrics (SQuAD 1.1's or 2.0's, by the file: EM, F1, HasAns/NoAns, best no-answer threshold), logged,
+written to ``eval_results.json`` and to TensorBoard (``model_dir/eval``). predictions.json holds the best non-null
+answer of every question; ``--null_score_diff_threshold=<best_f1_thresh>`` makes it a SQuAD 2.0 submission ("" where
+the null odds exceed it). ``--export_dir`` writes a TF Serving SavedModel.
 """
 
 from xlnet_tf.cli import flags as cli

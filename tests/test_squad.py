@@ -265,6 +265,151 @@ def test_evaluate_uses_the_official_metric_and_best_threshold():
     assert out["has_ans_exact"] == pytest.approx(0.5) and out["missing"] == 0
 
 
+# Hand-computed with the official evaluate-v1.1.py's definitions (normalise: lower case, no punctuation, no
+# articles; F1 0 without a common token; the maximum over every gold answer): question, golds, prediction, EM, F1.
+_V11_CASES = [
+    ("article", ["A"], "A", 1, 0.0),  # both normalise to "": equal (EM 1), no common token (F1 0; v2.0 says 1)
+    ("partial", ["the cat sat", "a dog"], "cat sat down", 0, 0.8),  # P 2/3, R 1 against the first
+    ("punct", ["paris"], "Paris.", 1, 1.0),
+    ("kept", ["The", "Eiffel Tower"], "a", 1, 0.0),  # v2.0 drops the gold "The" (EM 0); v1.1 keeps it
+    ("empty", ["Paris"], "", 0, 0.0),
+]
+
+
+def _squad_data(cases, impossible=None):
+    qas = [{"id": qid, "question": "?", "answers": [{"text": g, "answer_start": 0} for g in golds]}
+           for qid, golds, *_ in cases]
+    if impossible is not None:
+        for qa in qas:
+            qa["is_impossible"] = not qa["answers"]
+    return [{"title": "t", "paragraphs": [{"context": "x", "qas": qas}]}]
+
+
+def test_v11_files_are_scored_by_the_v11_definitions(tmp_path):
+    """v1.1 data was scored by v2.0's rules: gold "A" predicted "A" (both normalise to nothing) had F1 100 where
+    evaluate-v1.1.py gives 0, and a gold answer normalising to nothing was dropped."""
+    for _, golds, prediction, em, f1 in _V11_CASES:
+        assert max(int(squad_postprocess.exact_match_v1(prediction, g)) for g in golds) == em
+        assert max(squad_postprocess.f1_v1(prediction, g) for g in golds) == pytest.approx(f1)
+    data = _squad_data(_V11_CASES)
+    predictions = {qid: prediction for qid, _, prediction, *_ in _V11_CASES}
+    out = squad_postprocess.evaluate(data, predictions, {q: 0.0 for q in predictions})
+    assert out["exact"] == pytest.approx(100 * 3 / 5) and out["f1"] == pytest.approx(100 * 1.8 / 5)
+    assert out["HasAns_f1"] == out["f1"] and out["total"] == 5 and "NoAns_total" not in out
+    v2 = squad_postprocess.evaluate(data, predictions, version_2=True)  # what was reported: "article" F1 1
+    assert v2["f1"] == pytest.approx(100 * 2.8 / 5) and v2["exact"] == pytest.approx(100 * 2 / 5)
+    # Which rules a file gets: its version, else whether a question carries is_impossible or has no answer.
+    for version, impossible, want in (("1.1", None, False), (None, None, False), ("v2.0", None, True),
+                                      (None, True, True), ("1.1", True, True)):
+        content = {"data": _squad_data(_V11_CASES, impossible)} | ({"version": version} if version else {})
+        assert squad_data.read_squad_file(_write(tmp_path, "f.json", content), False).version_2 is want
+    unanswered = _squad_data(_V11_CASES + [("none", [], "x", 0, 0.0)])
+    assert squad_postprocess.is_version_2(unanswered, "1.1")  # v1.1's maximum over no gold answer is undefined
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_a_question_with_a_number_id_is_scored(version_2):
+    """The reader takes a number id (as "7"); evaluation looked its prediction up by the number and failed."""
+    qa = {"id": 7, "question": "?", "answers": [{"text": "red fox", "answer_start": 0}]}
+    out = squad_postprocess.evaluate([{"paragraphs": [{"context": "x", "qas": [qa]}]}], {"7": "the red fox"},
+                                     {"7": -1.0}, version_2=version_2)
+    assert out["exact"] == out["f1"] == out["best_f1"] == 100.0 and out["missing"] == 0
+
+
+def _v2_data(cases):
+    """SQuAD 2.0 questions: (id, gold answers, best non-null prediction, null odds); no golds: unanswerable."""
+    qas = [{"id": qid, "question": "?", "is_impossible": not golds,
+            "answers": [{"text": g, "answer_start": 0} for g in golds]} for qid, golds, _, _ in cases]
+    return ([{"title": "t", "paragraphs": [{"context": "x", "qas": qas}]}],
+            {qid: p for qid, _, p, _ in cases}, {qid: odds for qid, _, _, odds in cases})
+
+
+_THRESHOLD_CASES = {
+    "ordinary": [("a", ["red fox"], "red fox", -2.0), ("b", ["blue"], "green", 0.5), ("c", [], "x", 1.0),
+                 ("d", [], "y", 3.0), ("e", ["sea"], "the sea", -1.25)],
+    # Equal null odds: the official search stops between them (100 at 1.0), which no threshold writes (50).
+    "tie": [("a", ["red fox"], "red fox", 1.0), ("b", [], "x", 1.0)],
+    # Answering nothing is best, with null odds below 0.0 (the official threshold then, which answers both).
+    "none": [("a", ["red fox"], "blue", -3.0), ("b", [], "x", -1.0)],
+    # An unanswerable question answered by text that normalises to nothing scores 1 (the official search: 0).
+    "empty text": [("a", [], "the", 0.5), ("b", ["red fox"], "red fox", 2.0)],
+}
+
+
+@pytest.mark.parametrize("case", list(_THRESHOLD_CASES))
+def test_the_best_threshold_applied_writes_a_file_the_official_script_scores_best(case):
+    """SQuAD 2.0: best_f1 at best_f1_thresh was never written (predictions.json answered every question: NoAns 0 in
+    the official evaluate-v2.0.py); --null_score_diff_threshold writes "" where the null odds exceed it, and the
+    reported best threshold applied scores exactly the reported best in the official script (no na-prob file)."""
+    from official.nlp.tools import squad_evaluate_v2_0 as official
+
+    data, predictions, null_odds = _v2_data(_THRESHOLD_CASES[case])
+    out = squad_postprocess.evaluate(data, predictions, null_odds)
+    for name in ("exact", "f1"):
+        written = squad_postprocess.apply_null_threshold(predictions, null_odds, out[f"best_{name}_thresh"])
+        assert official.evaluate(data, written)[name] == out[f"best_{name}"]  # the same float
+        assert squad_postprocess.evaluate(data, predictions, null_odds, out[f"best_{name}_thresh"])[name] == \
+            out[f"best_{name}"]
+    # Answered while null odds <= the threshold: the official search's direction (_apply_no_ans_threshold's).
+    assert squad_postprocess.apply_null_threshold(predictions, null_odds, 1.0) == {
+        k: "" if null_odds[k] > 1.0 else v for k, v in predictions.items()}
+    assert squad_postprocess.apply_null_threshold(predictions, null_odds, None) is predictions
+    want = {"ordinary": (80.0, -1.25), "tie": (50.0, 0.0), "none": (50.0, -4.0), "empty text": (100.0, 2.0)}[case]
+    assert (out["best_f1"], out["best_f1_thresh"]) == want
+    if case == "ordinary":  # where no tie or empty text arises, the official search's own answer
+        assert official.evaluate(data, predictions, null_odds)["final_f1_thresh"] == want[1]
+        assert official.evaluate(data, written)["NoAns_exact"] == 100.0
+
+
+def test_predictions_json_answers_no_answer_past_the_threshold_and_records_it(tmp_path):
+    """SquadTask with --null_score_diff_threshold: predictions.json has "" where the null odds exceed it (nbest and
+    null_odds unchanged), squad.summary.json and eval_results.json record the threshold and the scoring script,
+    exact/f1 score the file as written, and the log and the run's last line say how to apply the best threshold."""
+    from xlnet_tf.cli import flags as cli
+    from xlnet_tf.tasks.squad import SquadEvalData, SquadFamily, SquadSettings
+
+    data, predictions, null_odds = _v2_data(_THRESHOLD_CASES["ordinary"])
+    path = _write(tmp_path, "dev.json", {"version": "v2.0", "data": data})
+    eval_data = SquadEvalData(squad_data.read_squad_file(path, False), [], {})
+    nbest = {k: [{"text": v, "probability": 1.0}] for k, v in predictions.items()}
+    reports = {}
+    for threshold in (None, -1.25):
+        settings = SquadSettings(model_dir=str(tmp_path / "m"), predict_dir=str(tmp_path / str(threshold)),
+                                 predict_file=path, null_score_diff_threshold=threshold)
+        task = SquadFamily().task(settings)
+        outputs = (predictions, nbest, null_odds)
+        task.write_predictions(eval_data, outputs, 7, "ckpt-7")
+        written = _read(tmp_path / str(threshold) / "predictions.json")
+        summary = _read(tmp_path / str(threshold) / squad_postprocess.SUMMARY)
+        assert summary["settings"]["null_score_diff_threshold"] == threshold and summary["step"] == 7
+        assert summary["no_answer"] == sum(not v for v in written.values())
+        assert _read(tmp_path / str(threshold) / "null_odds.json") == null_odds
+        reports[threshold] = task.write_eval(task.metrics(eval_data, outputs), 7, "ckpt-7", eval_data)
+        results = _read(tmp_path / str(threshold) / "eval_results.json")
+        assert results["null_score_diff_threshold"] == threshold
+        assert results["official_script"] == "evaluate-v2.0.py"
+    assert _read(tmp_path / "None" / "predictions.json") == predictions  # unset: as the original
+    assert _read(tmp_path / "-1.25" / "predictions.json") == {"a": "red fox", "b": "", "c": "", "d": "",
+                                                               "e": "the sea"}
+    unset, applied = reports[None]["metrics"], reports[-1.25]["metrics"]
+    assert unset["NoAns_exact"] == 0 and applied["NoAns_exact"] == 100.0
+    assert applied["f1"] == applied["best_f1"] == unset["best_f1"] and applied["best_f1_thresh"] == -1.25
+    assert "--null_score_diff_threshold=-1.25 (e.g. --nodo_train --do_predict) writes" in cli.summary(
+        {"eval": reports[None]})
+    assert "where the null odds exceed --null_score_diff_threshold=-1.25" in reports[-1.25]["hint"]
+    v11 = _write(tmp_path, "v11.json", {"version": "1.1", "data": _squad_data(_V11_CASES)})
+    v11_data = SquadEvalData(squad_data.read_squad_file(v11, False), [], {})
+    assert "hint" not in task.eval_report(unset, 7, "ckpt-7", v11_data)  # no unanswerable questions: no threshold
+
+
+def test_the_threshold_flag_is_checked_before_tensorflow():
+    from xlnet_tf.tasks.squad import SquadSettings
+
+    errors = SquadSettings(null_score_diff_threshold=float("nan")).errors()
+    assert "--null_score_diff_threshold=nan: not a finite number" in errors
+    assert SquadSettings().null_score_diff_threshold is None
+
+
 def test_mixed_precision_training_forward_is_float32s_to_bfloat16_precision():
     """Under mixed_bfloat16 the head's log-probabilities come out in float32 and, given float32's weights, equal
     float32's to bfloat16's precision (8 mantissa bits: ~0.4% a rounding), as does the loss."""
@@ -344,6 +489,7 @@ def test_run_squad_v11_train_and_eval(tmp_path):
     assert all(1 <= len(nbest[i]) <= 5 and nbest[i][0]["text"] == predictions[i] for i in ids)
     results = _read(predict / "eval_results.json")
     assert results["step"] == 8 and results["total"] == len(ids) and "NoAns_total" not in results
+    assert results["official_script"] == "evaluate-v1.1.py"
     assert 0 <= results["exact"] <= results["f1"] <= 100
     assert os.listdir(model_dir / "eval") and (model_dir / "model-8.index").exists()
     assert list((model_dir / "data").glob("spiece.model.0.slen-64.qlen-16.train.tf_record"))
@@ -360,15 +506,28 @@ def test_run_squad_v20_prepro_train_predict_export(tmp_path):
         finish_squad(shard)
     shards = sorted(p.name for p in data_dir.glob("*.tf_record"))
     assert shards == [f"spiece.model.{i}.slen-64.qlen-16.train.tf_record" for i in range(2)]
-    run_squad(*common, "--train_steps=4", "--do_eval")
+    done = run_squad(*common, "--train_steps=4", "--do_eval")
     first = _read(model_dir / "predict" / "eval_results.json")
     assert first["NoAns_total"] == 5 and first["HasAns_total"] == 13
     assert {"best_f1", "best_f1_thresh", "best_exact", "has_ans_f1"} <= set(first)
-    # Predict-only from the fine-tuned checkpoint, plus the SavedModel export.
+    assert first["official_script"] == "evaluate-v2.0.py" and first["null_score_diff_threshold"] is None
+    thresh = first["best_f1_thresh"]
+    (done_line,) = [line for line in done.stderr.splitlines() if "] done: " in line]
+    assert f"--null_score_diff_threshold={thresh!r} (e.g. --nodo_train --do_predict)" in done_line
+    # Predict-only from the fine-tuned checkpoint with the best threshold (the SQuAD 2.0 submission: "" where the
+    # null odds exceed it, which the official script scores best_f1), plus the SavedModel export.
     run_squad(*common, "--nodo_train", "--do_predict", f"--predict_dir={tmp_path / 'pred'}",
-              f"--export_dir={tmp_path / 'export'}")
-    assert _read(tmp_path / "pred" / "predictions.json") == _read(model_dir / "predict" / "predictions.json")
+              f"--export_dir={tmp_path / 'export'}", f"--null_score_diff_threshold={thresh!r}")
     null_odds = _read(tmp_path / "pred" / "null_odds.json")
+    submitted = _read(tmp_path / "pred" / "predictions.json")
+    assert submitted == {k: "" if null_odds[k] > thresh else v
+                         for k, v in _read(model_dir / "predict" / "predictions.json").items()}
+    from official.nlp.tools import squad_evaluate_v2_0 as official
+
+    with open(os.path.join(FIXTURES, "dev-v2.0.json"), encoding="utf-8") as f:
+        assert official.evaluate(json.load(f)["data"], submitted)["f1"] == first["best_f1"]
+    assert _read(tmp_path / "pred" / "eval_results.json")["f1"] == first["best_f1"]
+    assert _read(tmp_path / "pred" / squad_postprocess.SUMMARY)["settings"]["null_score_diff_threshold"] == thresh
     # The export's serve_ids (version = the step) in a fresh serving process, on the features --do_predict used
     # (cached in --output_dir): a question's null odds are the smallest CLS logit of its windows.
     features = squad_data.prepare_eval_features(os.path.join(FIXTURES, "dev-v2.0.json"), str(data_dir),

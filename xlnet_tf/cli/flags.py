@@ -535,6 +535,8 @@ def summary(result: dict) -> str:
         report = result["eval"]
         metrics = ", ".join(f"{k} {_number(v)}" for k, v in report["metrics"].items())
         parts.append(f"evaluated {report.get('split', '')} at step {report.get('step')}: {metrics}")
+        if report.get("hint"):  # what to do with a metric (SQuAD 2.0: the flag applying the best threshold)
+            parts.append(report["hint"])
         if "best_checkpoint" in report:  # --eval_all_ckpt's, which may not be the last (the one exported)
             from xlnet_tf.tasks.base import best_line
             parts.append(best_line(report))

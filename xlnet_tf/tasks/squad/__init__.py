@@ -4,8 +4,9 @@ Settings: ``SquadSettings`` (run_squad.py's flags, the original names and defaul
 JSON reader, squad_lib_sp's windowing into ``P <sep> Q <sep> <cls>`` features, training shards written by
 ``--do_prepro`` or on first use, the cached eval features). Head: ``squad_head.XLNetSquad`` (HF names:
 ``squad_hf_names``); loss and the in-graph answer of exports: ``squad_answers``. Predictions and metrics:
-``squad_postprocess`` (the original's beam post-processing; predictions.json, nbest_predictions.json, null_odds.json;
-the official SQuAD v2 metrics with XLNet's best-threshold keys, written to ``<predict_dir>/eval_results.json``
+``squad_postprocess`` (the original's beam post-processing; predictions.json, nbest_predictions.json, null_odds.json,
+with ``--null_score_diff_threshold`` "" where the null odds exceed it, and squad.summary.json; the official metrics,
+SQuAD 1.1's or 2.0's by the file, with XLNet's best-threshold keys, written to ``<predict_dir>/eval_results.json``
 whenever the file has answers). Serving: ``question``, ``context`` -> ``text``, ``start_char``, ``end_char``,
 ``null_odds``; token ids (with ``p_mask``, ``cls_index``) -> the head's beam. Batch prediction: SQuAD files'
 questions (``*.json``) or rows of question and context; rows ``prediction``, ``start_char``, ``end_char``,
@@ -54,6 +55,10 @@ class SquadSettings(FinetuneSettings):
     start_n_top: int = setting(5, "Beam size for span start.", above=0)
     end_n_top: int = setting(5, "Beam size for span end.", above=0)
     target_eval_key: str = setting("best_f1", "Metric logged as the headline result.")
+    null_score_diff_threshold: Optional[float] = setting(
+        None, "SQuAD 2.0 submission: predictions.json answers \"\" where a question's null odds (null_odds.json) "
+        "exceed this; --do_eval reports the best (best_f1_thresh). Default: the best non-null answer everywhere, "
+        "as the original.")
     # The original run_squad.py's defaults where they differ (its published XLNet-Large recipe).
     do_train: bool = True
     max_seq_length: int = 512
@@ -210,6 +215,11 @@ def read_squad_rows(path: str) -> Iterator[Row]:
             yield Row(k, end, question.question, question.context, question.qas_id)
 
 
+def official_script(version_2: bool) -> str:
+    """The official evaluation script whose definitions scored a file."""
+    return "evaluate-v2.0.py" if version_2 else "evaluate-v1.1.py"
+
+
 @dataclasses.dataclass
 class SquadEvalData:
     """The prediction file read and windowed: ``squad`` (``squad_data.SquadFile``), its features and the ids of
@@ -334,17 +344,42 @@ class SquadTask(Task):
         return data.squad.has_answers  # as the original: metrics whenever the file has answers
 
     def write_predictions(self, data, outputs: tuple, step: int, checkpoint: str) -> list:
+        """predictions.json ("" where the null odds exceed --null_score_diff_threshold, if given),
+        nbest_predictions.json, null_odds.json and ``squad.summary.json``: what the files were made from and with
+        which settings (the threshold: whether predictions.json says "no answer"), as the other families'
+        ``<task>.<split>.summary.json``."""
+        from xlnet_tf.io_utils import write_json_atomic
         from xlnet_tf.tasks.squad import squad_postprocess
 
-        paths = squad_postprocess.write_prediction_files(self.predict_dir, *outputs)
-        logging.info("wrote %s", ", ".join(paths.values()))
-        return list(paths.values())
+        s = self.settings
+        predictions, nbest, null_odds = outputs
+        written = squad_postprocess.apply_null_threshold(predictions, null_odds, s.null_score_diff_threshold)
+        paths = list(squad_postprocess.write_prediction_files(self.predict_dir, written, nbest, null_odds).values())
+        no_answer = sum(1 for text in written.values() if not text)
+        write_json_atomic(os.path.join(self.predict_dir, squad_postprocess.SUMMARY), dict(
+            task=self.name, split=os.path.basename(s.predict_file), step=step, checkpoint=checkpoint, files=paths,
+            settings=self.prediction_settings(), questions=len(written), no_answer=no_answer,
+            skipped={k: len(v) for k, v in data.skipped.items()}), indent=4)
+        applied = ("" if s.null_score_diff_threshold is None else
+                   f" (null odds > --null_score_diff_threshold={s.null_score_diff_threshold!r})")
+        logging.info("wrote %s; %d of %d questions answered \"\"%s", ", ".join(paths), no_answer, len(written),
+                     applied)
+        return paths
+
+    def prediction_settings(self) -> dict:
+        """The settings predictions.json depends on, beyond the model and the file (recorded beside it)."""
+        s = self.settings
+        return dict(null_score_diff_threshold=s.null_score_diff_threshold, max_seq_length=s.max_seq_length,
+                    max_query_length=s.max_query_length, doc_stride=s.doc_stride,
+                    max_answer_length=s.max_answer_length, n_best_size=s.n_best_size, start_n_top=s.start_n_top,
+                    end_n_top=s.end_n_top)
 
     def metrics(self, data: SquadEvalData, outputs: tuple) -> dict:
         from xlnet_tf.tasks.squad import squad_postprocess
 
         predictions, _, null_odds = outputs
-        metrics = squad_postprocess.evaluate(data.squad.data, predictions, null_odds)
+        metrics = squad_postprocess.evaluate(data.squad.data, predictions, null_odds,
+                                             self.settings.null_score_diff_threshold, data.squad.version_2)
         metrics["skipped_examples"] = sum(len(ids) for ids in data.skipped.values())
         return metrics
 
@@ -353,29 +388,51 @@ class SquadTask(Task):
 
     def write_eval(self, metrics: dict, step: int, checkpoint: str, data: SquadEvalData,
                    all_checkpoints: Optional[dict] = None) -> dict:
-        """``<predict_dir>/eval_results.json`` (the metrics, step, checkpoint, skipped questions by reason), the
-        TensorBoard summaries, the headline log lines and the metrics as one JSON line on stdout (as the
-        original)."""
+        """``<predict_dir>/eval_results.json`` (the metrics, step, checkpoint, skipped questions by reason, the
+        official script whose definitions scored them, the threshold that wrote predictions.json), the
+        TensorBoard summaries, the headline log lines (with how to apply the best threshold) and the metrics as one
+        JSON line on stdout (as the original)."""
         from xlnet_tf.io_utils import write_json_atomic
         from xlnet_tf.tasks.squad import squad_postprocess
 
         s = self.settings
         write_json_atomic(os.path.join(self.predict_dir, squad_postprocess.EVAL_RESULTS),
                           dict(metrics, step=step, checkpoint=checkpoint,
-                               skipped={k: len(v) for k, v in data.skipped.items()}), indent=4)
+                               skipped={k: len(v) for k, v in data.skipped.items()},
+                               official_script=official_script(data.squad.version_2),
+                               null_score_diff_threshold=s.null_score_diff_threshold), indent=4)
         self.write_eval_summaries(step, metrics)
         logging.info("=" * 80)
         logging.info("Result | step %d | %s", step, " | ".join(
             f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
         logging.info("%s = %.4f", s.target_eval_key, metrics.get(s.target_eval_key, float("nan")))
+        hint = self.threshold_hint(metrics, data)
+        if hint:
+            logging.info("%s", hint)
         logging.info("=" * 80)
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}))
         return self.eval_report(metrics, step, checkpoint, data, all_checkpoints)
 
+    def threshold_hint(self, metrics: dict, data: SquadEvalData) -> str:
+        """How to write the SQuAD 2.0 predictions that score the best threshold's metric (the log line above it
+        rounds the threshold, which would then answer other questions); "" for SQuAD 1.1."""
+        key = "best_exact" if self.settings.target_eval_key == "best_exact" else "best_f1"
+        if not data.squad.version_2 or f"{key}_thresh" not in metrics:
+            return ""
+        best, applied = metrics[f"{key}_thresh"], self.settings.null_score_diff_threshold
+        if applied is None:
+            return (f"{key} {metrics[key]:.4f} is at null odds threshold {best!r}: predictions.json answers every "
+                    f"question; --null_score_diff_threshold={best!r} (e.g. --nodo_train --do_predict) writes \"\" "
+                    "where the null odds exceed it, the SQuAD 2.0 submission")
+        return (f"predictions.json answers \"\" where the null odds exceed --null_score_diff_threshold={applied!r} "
+                f"(scored as exact/f1); {key} {metrics[key]:.4f} is at --null_score_diff_threshold={best!r}")
+
     def eval_report(self, metrics: dict, step: int, checkpoint: str, data: SquadEvalData,
                     all_checkpoints: Optional[dict] = None) -> dict:
-        return dict(task=self.name, split=os.path.basename(self.settings.predict_file), step=step,
-                    checkpoint=checkpoint, metrics=metrics, main_metric=self.main_metric)
+        report = dict(task=self.name, split=os.path.basename(self.settings.predict_file), step=step,
+                      checkpoint=checkpoint, metrics=metrics, main_metric=self.main_metric)
+        hint = self.threshold_hint(metrics, data)
+        return dict(report, hint=hint) if hint else report
 
     def serving_info(self, step: int):
         """What a SQuAD export records: the windowing and the post-processing settings of ``--do_predict``."""

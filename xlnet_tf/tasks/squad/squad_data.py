@@ -86,7 +86,7 @@ class SquadFile:
     path: str
     examples: list
     data: list  # the file's "data" list, as the official evaluation reads it
-    version_2: bool  # the file has "is_impossible" keys (SQuAD 2.0)
+    version_2: bool  # scored by SQuAD 2.0's rules, else 1.1's (squad_postprocess.is_version_2)
     has_answers: bool  # gold answers present (evaluation possible)
     skipped: dict  # reason -> [qas_id, ...]
 
@@ -107,13 +107,18 @@ class SquadQuestion:
     question: str = ""
     answers: list = dataclasses.field(default_factory=list)
     is_impossible: bool = False
-    has_is_impossible: bool = False
     problem: str = ""
 
 
 def load_squad_json(path: str) -> tuple[int, list]:
     """``(size in bytes, the "data" list)`` of a SQuAD JSON file; ``SquadFileError`` naming the file (and line)
     if it is missing, not UTF-8, not JSON or has no ``data`` list."""
+    size, raw = _load_squad_object(path)
+    return size, raw["data"]
+
+
+def _load_squad_object(path: str) -> tuple[int, dict]:
+    """``load_squad_json``'s reading: the whole object (its ``version`` too)."""
     if not tf.io.gfile.exists(path):
         raise SquadFileError(f"{path}: file not found")
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -130,7 +135,7 @@ def load_squad_json(path: str) -> tuple[int, list]:
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
         raise SquadFileError(f"{path}: not a SQuAD file (expected an object with a 'data' list, as the official "
                              "train-v1.1.json / train-v2.0.json)")
-    return len(data), raw["data"]
+    return len(data), raw
 
 
 def squad_questions(path: str, data: list) -> Iterator[SquadQuestion]:
@@ -163,7 +168,7 @@ def _question(where: str, context: str, qa) -> SquadQuestion:
     if not isinstance(is_impossible, bool):  # bool("false") is True: every question unanswerable
         return SquadQuestion(where, context, qas_id, problem=f"{where} (id {qas_id}): 'is_impossible' is "
                                                              f"{is_impossible!r}, not true or false")
-    return SquadQuestion(where, context, qas_id, qa["question"], answers, is_impossible, "is_impossible" in qa)
+    return SquadQuestion(where, context, qas_id, qa["question"], answers, is_impossible)
 
 
 def empty_text(question: SquadQuestion) -> str:
@@ -187,16 +192,18 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
     ``skipped`` by reason): empty question or context; in training also no answer, an answer that is not at its
     ``answer_start`` in the context, an impossible question with answers, and duplicate ids.
     """
-    _, data = load_squad_json(path)
+    from xlnet_tf.tasks.squad.squad_postprocess import is_version_2
+
+    _, raw = _load_squad_object(path)
+    data = raw["data"]
     examples, skipped, seen = [], collections.defaultdict(list), set()
-    version_2 = has_answers = False
+    has_answers = False
     for question in squad_questions(path, data):
         if question.problem:
             raise SquadFileError(_where(path, question.problem))
         qas_id, qwhere, answers, is_impossible = (question.qas_id, question.where, question.answers,
                                                   question.is_impossible)
         context = question.context
-        version_2 |= question.has_is_impossible
         has_answers |= bool(answers) or is_impossible
 
         def skip(reason, detail=""):
@@ -239,7 +246,7 @@ def read_squad_file(path: str, is_training: bool) -> SquadFile:
         examples.append(example)
     if not examples:
         raise SquadFileError(f"{path}: no usable examples (skipped: {_counts(skipped) or 'none'})")
-    return SquadFile(path, examples, data, version_2, has_answers, dict(skipped))
+    return SquadFile(path, examples, data, is_version_2(data, raw.get("version")), has_answers, dict(skipped))
 
 
 def _counts(skipped: dict) -> str:

@@ -1,4 +1,4 @@
-"""From XLNet SQuAD head outputs to answers, the three prediction files, and the official SQuAD v2 metrics.
+"""From XLNet SQuAD head outputs to answers, the three prediction files, and the official SQuAD metrics.
 
 Answer selection follows the original ``run_squad.write_predictions``: for every window, the
 ``start_n_top x end_n_top`` beam of the head; keep start/end inside the paragraph, the start in its max-context
@@ -6,12 +6,16 @@ window, ``end >= start`` and at most ``max_answer_length`` pieces; rank by ``sta
 n-best distinct texts; always emit the best non-null answer; ``null_odds`` = the answer-class logit, minimum over
 the example's windows. (tf-models-official's ``squad_lib_sp.postprocess_output(xlnet_format=True)`` is not used:
 it walks an ``n_best_size x n_best_size`` grid, which pairs the wrong starts and ends whenever ``start_n_top`` or
-``end_n_top`` differ from ``n_best_size``.)
+``end_n_top`` differ from ``n_best_size``.) ``apply_null_threshold`` turns those answers into a SQuAD 2.0
+submission: "" where the null odds exceed a threshold (``--null_score_diff_threshold``).
 
-Metrics reuse ``official.nlp.tools.squad_evaluate_v2_0`` (answer normalisation, EM/F1, HasAns/NoAns splits, best
-threshold search); on top of it, the original's ``find_all_best_thresh_v2`` keys (``best_exact``, ``best_f1``,
-their thresholds, ``has_ans_exact``/``has_ans_f1``) since XLNet's null odds are logits, not probabilities, and
-the official ``evaluate()`` thresholds them at 1.0.
+Metrics: SQuAD 2.0 files are scored by ``official.nlp.tools.squad_evaluate_v2_0`` (answer normalisation, EM/F1,
+HasAns/NoAns splits), SQuAD 1.1 files by the v1.1 script's definitions (``exact_match_v1``, ``f1_v1``: which
+differ where an answer normalises to nothing; ``is_version_2`` tells the files apart). On top of them, the
+original's ``find_all_best_thresh_v2`` keys (``best_exact``, ``best_f1``, their thresholds,
+``has_ans_exact``/``has_ans_f1``) since XLNet's null odds are logits, not probabilities, and the official
+``evaluate()`` thresholds them at 1.0; the threshold search scores every candidate as the file it would write
+(``_best_thresh``), so that a best score is what its threshold gives.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import collections
 import math
 import os
+import re
+import string
 from typing import Optional
 
 import numpy as np
@@ -28,6 +34,7 @@ from xlnet_tf.io_utils import write_json_atomic
 PREDICTIONS, NBEST, NULL_ODDS, EVAL_RESULTS = ("predictions.json", "nbest_predictions.json", "null_odds.json",
                                                "eval_results.json")
 PREDICTION_FILES = (PREDICTIONS, NBEST, NULL_ODDS)
+SUMMARY = "squad.summary.json"  # what the prediction files were made from, and the settings they depend on
 # Null odds of an example that got no window (skipped in preprocessing): certainly "no answer".
 SKIPPED_NULL_ODDS = 1e6
 
@@ -115,31 +122,124 @@ def write_prediction_files(predict_dir: str, predictions: dict, nbest: dict, nul
     return paths
 
 
-def _best_thresh_v2(predictions, scores, null_odds, qid_to_has_ans):
-    """The original ``find_best_thresh_v2``: the official best-threshold search plus the HasAns score."""
-    from official.nlp.tools import squad_evaluate_v2_0 as official
+def apply_null_threshold(predictions: dict, null_odds: dict, threshold: Optional[float]) -> dict:
+    """``predictions`` with "" ("no answer") for each question whose null odds exceed ``threshold``; ``predictions``
+    itself when ``threshold`` is None. The direction is the official search's (``_find_best_thresh``: a question
+    is answered while its null odds are <= the threshold), so ``best_f1_thresh`` applied here scores ``best_f1``."""
+    if threshold is None:
+        return predictions
+    return collections.OrderedDict((k, "" if float(null_odds[k]) > threshold else v) for k, v in predictions.items())
 
-    best, thresh = official._find_best_thresh(predictions, scores, null_odds, qid_to_has_ans)  # noqa: SLF001
-    has_ans = [k for k, v in qid_to_has_ans.items() if v]
-    has_ans_score = sum(scores.get(k, 0.0) for k in has_ans) / len(has_ans) if has_ans else 0.0
-    return best, thresh, has_ans_score
+
+# SQuAD v1.1's metric (the official evaluate-v1.1.py's definitions). The normalisation is v2.0's too; the
+# differences are in the scores: a question keeps every gold answer, and an F1 without a common token is 0 even
+# where both texts normalise to nothing (v2.0: 1 when both are empty, and gold answers that normalise to nothing
+# are dropped).
+_PUNCTUATION = frozenset(string.punctuation)
 
 
-def evaluate(data: list, predictions: dict, null_odds: Optional[dict] = None) -> dict:
-    """Official SQuAD v2 metrics (0-100) of ``predictions`` against the file's ``data`` list.
+def normalize_answer_v1(s: str) -> str:
+    """Lower case, no punctuation, no articles (a, an, the), whitespace collapsed."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCTUATION)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
 
-    ``exact``/``f1`` (and ``HasAns_*``, ``NoAns_*``) score the predictions as written, i.e. always answering
-    (the SQuAD v1.1 metric on v1.1 data); ``best_exact``/``best_f1`` and their ``*_thresh`` answer "" where
-    ``null_odds`` exceeds the best threshold found on this data; ``has_ans_exact``/``has_ans_f1`` are the raw
-    scores on answerable questions (fractions, as the original).
+
+def exact_match_v1(prediction: str, ground_truth: str) -> bool:
+    return normalize_answer_v1(prediction) == normalize_answer_v1(ground_truth)
+
+
+def f1_v1(prediction: str, ground_truth: str) -> float:
+    prediction_tokens = normalize_answer_v1(prediction).split()
+    ground_truth_tokens = normalize_answer_v1(ground_truth).split()
+    num_same = sum((collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)).values())
+    if num_same == 0:
+        return 0
+    precision = num_same / len(prediction_tokens)
+    recall = num_same / len(ground_truth_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _raw_scores_v1(dataset: list, predictions: dict) -> tuple:
+    """``(exact, f1)`` by question id, each the maximum over the question's gold answers (v1.1's
+    ``metric_max_over_ground_truths``); the layout of ``official._get_raw_scores``."""
+    exact, f1 = {}, {}
+    for article in dataset:
+        for p in article["paragraphs"]:
+            for qa in p["qas"]:
+                golds = [a["text"] for a in qa["answers"]]
+                prediction = predictions[qa["id"]]
+                exact[qa["id"]] = max(int(exact_match_v1(prediction, g)) for g in golds)
+                f1[qa["id"]] = max(f1_v1(prediction, g) for g in golds)
+    return exact, f1
+
+
+def is_version_2(data: list, version=None) -> bool:
+    """Whether a SQuAD file (its ``data`` list and its ``version`` field) is scored by SQuAD 2.0's rules: its
+    version says 2 ("v2.0"), or a question carries ``is_impossible`` (every SQuAD 2.0 question does, no 1.1 one)
+    or has no gold answer (v1.1's metric, a maximum over the gold answers, has none to take). Otherwise v1.1's:
+    the official 1.1 files, and files of answered questions that name no version."""
+    if isinstance(version, str) and version.lower().lstrip("v").startswith("2"):
+        return True
+    return any("is_impossible" in qa or not qa.get("answers")
+               for article in data for p in article["paragraphs"] for qa in p["qas"])
+
+
+def _best_thresh(answered: dict, nulled: dict, null_odds: dict) -> tuple:
+    """The best score (0-100) over no-answer thresholds, and its threshold: a question scores ``answered`` (its
+    best non-null answer) where its null odds are <= the threshold, else ``nulled`` (its score for "").
+
+    The official ``_find_best_thresh`` scores the written file only approximately: it may stop between questions
+    of equal null odds (a threshold answers all of them), counts a no-answer question answered by text that
+    normalises to nothing as wrong (its F1 is 1), and reports 0.0 when answering nothing is best (0.0 may answer
+    some). Here only thresholds at the end of a run of equal odds are candidates, the score is that of the file
+    the threshold writes (summed in the official order: the same float), and answering nothing has a threshold
+    below every null odds. Where none of those cases arises, score and threshold are the official ones."""
+    qids = list(answered)
+    if not qids:
+        return 0.0, 0.0
+    odds = {q: null_odds.get(q, math.inf) for q in qids}  # no null odds: never answered, as the official search
+    order = sorted(qids, key=odds.get)
+    current = best = sum(nulled.values())
+    thresh = None
+    for i, q in enumerate(order):
+        current += answered[q] - nulled[q]
+        last_of_run = i + 1 == len(order) or odds[order[i + 1]] != odds[q]
+        if last_of_run and math.isfinite(odds[q]) and current > best:
+            best, thresh = current, odds[q]
+    if thresh is None:  # answering nothing is best
+        lowest = min(odds.values())
+        thresh = 0.0 if lowest > 0 else float(math.floor(lowest) - 1)
+    scores = [answered[q] if odds[q] <= thresh else nulled[q] for q in qids]
+    return 100.0 * sum(scores) / len(scores), thresh
+
+
+def evaluate(data: list, predictions: dict, null_odds: Optional[dict] = None, threshold: Optional[float] = None,
+             version_2: Optional[bool] = None) -> dict:
+    """The official metrics (0-100) of ``predictions`` (the best non-null answers) against the file's ``data``
+    list: SQuAD 2.0's rules if ``version_2`` (default: ``is_version_2(data)``), else v1.1's.
+
+    ``exact``/``f1`` (and ``HasAns_*``, ``NoAns_*``) score the predictions as written, i.e. always answering, or
+    with ``threshold`` "" where ``null_odds`` exceed it (``apply_null_threshold``): the official script's scores of
+    that predictions.json. ``best_exact``/``best_f1`` and their ``*_thresh`` answer "" where ``null_odds``
+    exceeds the best threshold found on this data (``_best_thresh``: that threshold as ``threshold`` makes
+    ``exact``/``f1`` these); ``has_ans_exact``/``has_ans_f1`` are the raw scores on answerable questions
+    (fractions, as the original).
     """
     from official.nlp.tools import squad_evaluate_v2_0 as official
 
+    if version_2 is None:
+        version_2 = is_version_2(data)
+    raw_scores = official._get_raw_scores if version_2 else _raw_scores_v1  # noqa: SLF001
     qas = [qa for article in data for p in article["paragraphs"] for qa in p["qas"]]
-    scored = [{"paragraphs": [{"qas": [qa]}]} for qa in qas if str(qa["id"]) in predictions]
+    # Ids as the predictions key them (a file's number id would otherwise never meet its prediction).
+    scored = [{"paragraphs": [{"qas": [dict(qa, id=str(qa["id"]))]}]} for qa in qas if str(qa["id"]) in predictions]
     predictions = {str(k): v for k, v in predictions.items()}
+    if null_odds is not None:
+        null_odds = {str(k): float(v) for k, v in null_odds.items()}
+    if threshold is not None and null_odds is None:
+        raise ValueError("a no-answer threshold needs the null odds")
     qid_to_has_ans = official._make_qid_to_has_ans(scored)  # noqa: SLF001
-    exact_raw, f1_raw = official._get_raw_scores(scored, predictions)  # noqa: SLF001
+    exact_raw, f1_raw = raw_scores(scored, apply_null_threshold(predictions, null_odds, threshold))
     out = dict(official._make_eval_dict(exact_raw, f1_raw))  # noqa: SLF001
     for prefix, want in (("HasAns", True), ("NoAns", False)):
         ids = [k for k, v in qid_to_has_ans.items() if v == want]
@@ -147,10 +247,11 @@ def evaluate(data: list, predictions: dict, null_odds: Optional[dict] = None) ->
             official._merge_eval(out, official._make_eval_dict(exact_raw, f1_raw, qid_list=ids), prefix)  # noqa
     out["missing"] = len(qas) - len(scored)
     if null_odds is not None:
-        null_odds = {str(k): float(v) for k, v in null_odds.items() if str(k) in qid_to_has_ans}
-        out["best_exact"], out["best_exact_thresh"], out["has_ans_exact"] = _best_thresh_v2(
-            predictions, exact_raw, null_odds, qid_to_has_ans)
-        out["best_f1"], out["best_f1_thresh"], out["has_ans_f1"] = _best_thresh_v2(
-            predictions, f1_raw, null_odds, qid_to_has_ans)
+        answered = raw_scores(scored, predictions)
+        nulled = raw_scores(scored, {k: "" for k in predictions})
+        has_ans = [k for k, v in qid_to_has_ans.items() if v]
+        for name, answered_scores, nulled_scores in zip(("exact", "f1"), answered, nulled):
+            out[f"best_{name}"], out[f"best_{name}_thresh"] = _best_thresh(answered_scores, nulled_scores,
+                                                                           null_odds)
+            out[f"has_ans_{name}"] = sum(answered_scores[k] for k in has_ans) / len(has_ans) if has_ans else 0.0
     return out
-
