@@ -69,8 +69,14 @@ def main():
             seconds = min(first_batch_seconds(path, spec, args.records, args.batch, step, args.shuffle_buffer)
                           for _ in range(2))
             print(f"first batch at {name}: {seconds:.2f} s")
-        order = json.dumps({"input_pipelines": 1, "seed": 0, "shuffle_buffer": 2048, "train_batch_size": 32},
-                           sort_keys=True)
+        # What a checkpoint holds is the trainer's own data order (setup.keep_data_order writes it as this JSON),
+        # not a copy of its keys typed here: it gained the update settings (adam_bias_correction) since.
+        from xlnet_tf.finetuning.trainer import data_order
+        from xlnet_tf.tasks.task_settings import ClassifierSettings
+
+        settings = ClassifierSettings(task_name="sst-2", seed=0, shuffle_buffer=args.shuffle_buffer,
+                                      train_batch_size=args.batch)
+        order = json.dumps(data_order(settings, tf.distribute.get_strategy()), sort_keys=True)
         print(f"data order in each checkpoint: {len(order)} bytes (one string variable)")
 
         ds = tf.data.TFRecordDataset(path).shuffle(args.shuffle_buffer, seed=0).repeat()

@@ -52,7 +52,10 @@ def op_times(logdir: str, by: str) -> dict[str, float]:
                     continue
                 for event in line.events:
                     name = names.get(event.metadata_id, "?")
-                    if ":" not in name:  # TF op events are "op_name:OpType"
+                    # TF op events are "op_name:OpType" (op names cannot hold a ':'). The executor's own scopes
+                    # on these lines ("ExecutorState::Process", ...) span the ops they run: counted, they were
+                    # half the step's "op time" as an op type "Process".
+                    if name.count(":") != 1:
                         continue
                     totals[name.rsplit(":", 1)[1] if by == "type" else name] += event.duration_ps * 1e-12
     return totals
