@@ -112,7 +112,8 @@ def throughput(args) -> None:
         print(f"{name}: {summary['rows']} rows in {seconds:.1f} s = {summary['rows'] / seconds:.2f} examples/s "
               f"({cpu:.1f} CPU-s)", flush=True)
     # The shape measured is --config's (XLNet-Base by default): named from it, not assumed.
-    shape = json.load(open(args.config))
+    with open(args.config) as f:
+        shape = json.load(f)
     print(f"\n{os.path.basename(args.config)} shape ({shape['n_layer']} layers, d_model {shape['d_model']}; random "
           f"weights), seq {args.seq}, batch {args.batch_size}, {args.rows} rows, float32\n")
     print("| path | rows | seconds | examples/s | CPU-seconds | examples per CPU-second |")
