@@ -96,6 +96,24 @@ def test_task_end_to_end(tmp_path, name, monkeypatch):
                 assert value == labels[int(np.argmax(row["logits"]))]
 
 
+def test_mnli_mismatched_evaluated_in_the_matched_run_keeps_the_runs_own_results(tmp_path):
+    """MNLI's mismatched dev set is evaluated with the matched run's model (its --model_dir): its results and
+    summaries go beside the run's own (they replaced eval_results.dev.json and shared eval_dev/)."""
+    data_dir = os.path.join(FIXTURES, "glue", "MNLI")
+    run(make_flags(tmp_path, task_name="mnli_matched", data_dir=data_dir, do_train=True, do_eval=True))
+    model_dir = tmp_path / "model"
+    matched = (model_dir / "eval_results.dev.json").read_text()
+    result = run(make_flags(tmp_path, task_name="mnli_mismatched", data_dir=data_dir, do_eval=True))["eval"]
+    assert (model_dir / "eval_results.dev.json").read_text() == matched
+    with open(model_dir / "eval_results.mnli_mismatched.dev.json") as f:
+        assert json.load(f)["metrics"] == result["metrics"] and result["task"] == "mnli_mismatched"
+    assert os.listdir(model_dir / "eval_mnli_mismatched.dev") and os.listdir(model_dir / "eval_dev")
+    # the run's own task evaluated again writes its own name, as before
+    run(make_flags(tmp_path, task_name="mnli", data_dir=data_dir, do_eval=True))
+    assert sorted(p.name for p in model_dir.glob("eval_results.*")) == ["eval_results.dev.json",
+                                                                         "eval_results.mnli_mismatched.dev.json"]
+
+
 @pytest.mark.parametrize("name,strategy,dtype", [("sst-2", "mirrored", "float32"),
                                                  ("sts-b", "one_device", "mixed_bfloat16")])
 def test_mirrored_eval_padding_and_mixed_precision(tmp_path, name, strategy, dtype):

@@ -408,8 +408,21 @@ class Task(abc.ABC):
         """The task's metrics of ``outputs`` against the labels of ``data``."""
 
     def write_eval_summaries(self, step: int, metrics: dict) -> None:
-        """TensorBoard scalars of an evaluation, in ``<model_dir>/eval_<split>``."""
-        self.eval_summaries.write(f"eval_{self.eval_split}", step, metrics)
+        """TensorBoard scalars of an evaluation, in ``<model_dir>/eval_<eval_name>``."""
+        self.eval_summaries.write(f"eval_{self.eval_name}", step, metrics)
+
+    @functools.cached_property
+    def eval_name(self) -> str:
+        """What names this evaluation's results in ``--model_dir``: ``eval_split``, prefixed with the task where
+        the directory is a run of another task (MNLI mismatched evaluated by the matched run's model), whose own
+        results it would otherwise replace."""
+        from xlnet_tf import tasks
+        from xlnet_tf.finetuning.serving import read_run_record
+
+        record = read_run_record(self.settings.model_dir)
+        if record is not None and tasks.other_task_of_record(record, self.family, self.settings):
+            return f"{self.name}.{self.eval_split}"
+        return self.eval_split
 
     @functools.cached_property
     def eval_summaries(self):
@@ -438,14 +451,14 @@ class Task(abc.ABC):
 
     def write_eval(self, metrics: dict, step: int, checkpoint: str, data, all_checkpoints: Optional[dict] = None
                    ) -> dict:
-        """Writes the evaluation report (``eval_report``, as ``<model_dir>/eval_results.<split>.json``) and
+        """Writes the evaluation report (``eval_report``, as ``<model_dir>/eval_results.<eval_name>.json``) and
         TensorBoard summaries; returns the report."""
         from xlnet_tf.io_utils import write_json_atomic
 
         s, split = self.settings, self.eval_split
         report = self.eval_report(metrics, step, checkpoint, data, all_checkpoints)
         self.write_eval_summaries(step, metrics)
-        write_json_atomic(os.path.join(s.model_dir, f"eval_results.{split}.json"), report)
+        write_json_atomic(os.path.join(s.model_dir, f"eval_results.{self.eval_name}.json"), report)
         logging.info("eval %s %s at step %d: %s | data %s", self.name, split, step,
                      {k: round(v, 4) for k, v in metrics.items()}, self.data_summary(data))
         if "best_checkpoint" in report:  # (--eval_all_ckpt) not necessarily the last, which is what is exported
