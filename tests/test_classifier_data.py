@@ -239,7 +239,7 @@ def test_jsonl_text_with_a_lone_surrogate_is_skipped_and_counted(tmp_path):
 
 
 def test_unknown_task_and_missing_files(tmp_path):
-    with pytest.raises(ValueError, match="unknown task; known: brown_genre, cola"):
+    with pytest.raises(ValueError, match="unknown task; known: ax, brown_genre, cola"):
         cd.get_task("glue")
     with pytest.raises(FileNotFoundError, match="dev_mismatched.tsv"):
         cd.read_examples(cd.get_task("mnli_mismatched"), str(tmp_path), "dev")

@@ -96,9 +96,10 @@ def test_task_end_to_end(tmp_path, name, monkeypatch):
                 assert value == labels[int(np.argmax(row["logits"]))]
 
 
-def test_mnli_mismatched_evaluated_in_the_matched_run_keeps_the_runs_own_results(tmp_path):
+def test_the_matched_runs_model_evaluates_mismatched_and_predicts_the_diagnostic_set(tmp_path):
     """MNLI's mismatched dev set is evaluated with the matched run's model (its --model_dir): its results and
-    summaries go beside the run's own (they replaced eval_results.dev.json and shared eval_dev/)."""
+    summaries go beside the run's own (they replaced eval_results.dev.json and shared eval_dev/). The same model
+    predicts GLUE's diagnostic set (AX), which a GLUE submission needs (--task_name=ax was unknown)."""
     data_dir = os.path.join(FIXTURES, "glue", "MNLI")
     run(make_flags(tmp_path, task_name="mnli_matched", data_dir=data_dir, do_train=True, do_eval=True))
     model_dir = tmp_path / "model"
@@ -112,6 +113,24 @@ def test_mnli_mismatched_evaluated_in_the_matched_run_keeps_the_runs_own_results
     run(make_flags(tmp_path, task_name="mnli", data_dir=data_dir, do_eval=True))
     assert sorted(p.name for p in model_dir.glob("eval_results.*")) == ["eval_results.dev.json",
                                                                          "eval_results.mnli_mismatched.dev.json"]
+    # GLUE's diagnostic set (AX.tsv of a submission): predicted by the MNLI run's model, MNLI's classes by id
+    from xlnet_tf.tasks.classification import ClassificationFamily
+
+    family = ClassificationFamily()
+    assert family.flag_defaults("ax") == {"eval_split": "test"}  # (run_classifier.py's default for it)
+    diagnostic = os.path.join(FIXTURES, "glue", "diagnostic")
+    run(make_flags(tmp_path, task_name="diagnostic", data_dir=diagnostic, do_predict=True, eval_split="test",
+                   predict_dir=str(tmp_path / "submission")))
+    rows = _read_tsv(str(tmp_path / "submission" / "AX.tsv"))
+    with open(tmp_path / "submission" / "ax.test.logits.json") as f:
+        logits = json.load(f)
+    labels = classifier_data.get_task("mnli").label_list()
+    assert [r[0] for r in rows] == ["index", "0", "1", "2", "3", "4"] == ["index"] + [r["index"] for r in logits]
+    assert [r[1] for r in rows[1:]] == [labels[int(np.argmax(r["logits"]))] for r in logits]
+    for overrides, message in [(dict(do_train=True), "has no training set"), (dict(eval_split="dev"), "test only")]:
+        values = {**dict(task_name="ax", data_dir=diagnostic, do_predict=True, eval_split="test"), **overrides}
+        with pytest.raises(SettingsError, match=message):
+            make_flags(tmp_path, **values).validate()
 
 
 @pytest.mark.parametrize("name,strategy,dtype", [("sst-2", "mirrored", "float32"),

@@ -21,8 +21,8 @@ LONG_DOCUMENT = ("truncate", "memory")
 @dataclasses.dataclass
 class ClassifierSettings(FinetuneSettings):
     task_name: Optional[str] = setting(None, "cola, sst-2, mrpc, sts-b, qqp, mnli_matched, mnli_mismatched, qnli, "
-                                       "rte, wnli, imdb, yelp2, yelp5, brown_genre, race, or a task of a "
-                                       "--task_module.")
+                                       "rte, wnli, ax (GLUE's diagnostic: an MNLI run's --model_dir), imdb, "
+                                       "yelp2, yelp5, brown_genre, race, or a task of a --task_module.")
     task_module: Optional[str] = setting(None, "Task families of your own: a module (dotted name, or the path of a "
                                          ".py file) that registers them (xlnet_tf.tasks.register).")
     data_dir: Optional[str] = setting(None, "Task data in its official layout.")

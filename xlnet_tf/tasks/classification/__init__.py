@@ -137,9 +137,18 @@ class ClassificationFamily(TaskFamily):
     def aliases(self) -> dict:
         return dict(classifier_data.ALIASES)
 
+    def flag_defaults(self, task_name: str) -> dict:
+        spec = classifier_data.get_task(task_name)
+        return {"eval_split": "test"} if list(spec.files) == ["test"] else {}  # GLUE's diagnostic set
+
     def settings_errors(self, s) -> list:
         spec = classifier_data.get_task(s.task_name)
         errors = []
+        if s.do_train and "train" not in spec.files:
+            errors.append(f"--do_train: --task_name={spec.name} has no training set (GLUE's diagnostic is predicted "
+                          "with an MNLI run's model: --model_dir=<that run> --do_predict)")
+        if (s.do_eval or s.do_predict) and s.eval_split not in spec.files:
+            errors.append(f"--eval_split={s.eval_split}: --task_name={spec.name} has {', '.join(spec.files)} only")
         if s.is_regression and not spec.regression:
             errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
         if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:

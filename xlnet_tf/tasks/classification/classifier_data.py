@@ -125,6 +125,10 @@ TASKS = {t.name: t for t in [
     _glue("mnli_mismatched", "MnliProcessor", {"train": "train.tsv", "dev": "dev_mismatched.tsv",
                                                "test": "test_mismatched.tsv"},
           _pair("gold_label", 8), _pair_test(8), "MNLI-mm"),
+    # GLUE's diagnostic set (AX): MNLI's classes on sentence pairs, a test file only (index sentence1 sentence2),
+    # which a GLUE submission needs predicted (AX.tsv) by the MNLI model: --task_name=ax --model_dir=<an MNLI run>.
+    TaskSpec("ax", "MnliProcessor", {"test": "diagnostic.tsv"}, test=_pair_test(), header=("test",),
+             submission="AX"),
     _glue("qnli", "QnliProcessor", _GLUE_FILES, Columns(1, 2, -1, names=("question", "sentence", "label")),
           Columns(1, 2, None, 0, ("question", "sentence", "index")), "QNLI"),
     _glue("rte", "RteProcessor", _GLUE_FILES, _pair("label"), _pair_test(), "RTE"),
@@ -141,7 +145,7 @@ TASKS = {t.name: t for t in [
     TaskSpec("brown_genre", "", {"train": "genre_train.jsonl", "dev": "genre_dev.jsonl", "test": "genre_test.jsonl"},
              labels=BROWN_GENRES, reader="jsonl", submission="brown_genre"),
 ]}
-ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli": "mnli_matched", "mnli-m": "mnli_matched",
+ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "diagnostic": "ax", "mnli": "mnli_matched", "mnli-m": "mnli_matched",
            "mnli-mm": "mnli_mismatched", "imdb-sentiment": "imdb"}
 
 
