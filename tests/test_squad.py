@@ -260,8 +260,9 @@ def test_evaluate_uses_the_official_metric_and_best_threshold():
     official = squad_evaluate_v2_0.evaluate(data, predictions, {k: 0.0 for k in predictions})
     for key in ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact"):
         assert out[key] == pytest.approx(official[key])
-    # Answer only where null odds <= -2.0 (just "a"): a right (1), b null (0), c and d null (1 each) = 3/4.
-    assert out["best_exact"] == pytest.approx(75.0) and out["best_exact_thresh"] == -2.0
+    # Answer only where null odds <= -2.0 (just "a"): a right (1), b null (0), c and d null (1 each) = 3/4; the
+    # threshold midway to the next odds up (b's 0.5), where float32 noise in a's or b's odds changes nothing.
+    assert out["best_exact"] == pytest.approx(75.0) and out["best_exact_thresh"] == -0.75
     assert out["has_ans_exact"] == pytest.approx(0.5) and out["missing"] == 0
 
 
@@ -354,10 +355,14 @@ def test_the_best_threshold_applied_writes_a_file_the_official_script_scores_bes
     assert squad_postprocess.apply_null_threshold(predictions, null_odds, 1.0) == {
         k: "" if null_odds[k] > 1.0 else v for k, v in predictions.items()}
     assert squad_postprocess.apply_null_threshold(predictions, null_odds, None) is predictions
-    want = {"ordinary": (80.0, -1.25), "tie": (50.0, 0.0), "none": (50.0, -4.0), "empty text": (100.0, 2.0)}[case]
+    # Thresholds midway between the last answered odds and the next (1 past the ends): -1.25 | 0.5, 1.0 - 1,
+    # -3.0 - 1, 2.0 + 1.
+    want = {"ordinary": (80.0, -0.375), "tie": (50.0, 0.0), "none": (50.0, -4.0), "empty text": (100.0, 3.0)}[case]
     assert (out["best_f1"], out["best_f1_thresh"]) == want
-    if case == "ordinary":  # where no tie or empty text arises, the official search's own answer
-        assert official.evaluate(data, predictions, null_odds)["final_f1_thresh"] == want[1]
+    if case == "ordinary":  # where no tie or empty text arises, the official search's choice of questions
+        official_thresh = official.evaluate(data, predictions, null_odds)["final_f1_thresh"]
+        assert official_thresh == -1.25
+        assert squad_postprocess.apply_null_threshold(predictions, null_odds, official_thresh) == written
         assert official.evaluate(data, written)["NoAns_exact"] == 100.0
 
 
@@ -393,13 +398,38 @@ def test_predictions_json_answers_no_answer_past_the_threshold_and_records_it(tm
                                                                "e": "the sea"}
     unset, applied = reports[None]["metrics"], reports[-1.25]["metrics"]
     assert unset["NoAns_exact"] == 0 and applied["NoAns_exact"] == 100.0
-    assert applied["f1"] == applied["best_f1"] == unset["best_f1"] and applied["best_f1_thresh"] == -1.25
-    assert "--null_score_diff_threshold=-1.25 (e.g. --nodo_train --do_predict) writes" in cli.summary(
+    assert applied["f1"] == applied["best_f1"] == unset["best_f1"] and applied["best_f1_thresh"] == -0.375
+    assert "--null_score_diff_threshold=-0.375 (e.g. --nodo_train --do_predict) writes" in cli.summary(
         {"eval": reports[None]})
     assert "where the null odds exceed --null_score_diff_threshold=-1.25" in reports[-1.25]["hint"]
     v11 = _write(tmp_path, "v11.json", {"version": "1.1", "data": _squad_data(_V11_CASES)})
     v11_data = SquadEvalData(squad_data.read_squad_file(v11, False), [], {})
     assert "hint" not in task.eval_report(unset, 7, "ckpt-7", v11_data)  # no unanswerable questions: no threshold
+
+
+def test_the_best_threshold_keeps_its_questions_when_the_odds_move_by_round_off():
+    """The printed best threshold lies between the odds of the last question it answers and the next ones up: on
+    that question's own odds, a rerun's (float32 round-off of another batch size) or batch prediction's (6
+    decimals) odds flipped it to ""."""
+    data, predictions, null_odds = _v2_data([("a", ["red fox"], "red fox", 0.7698339819908142),
+                                             ("b", [], "x", 0.9)])
+    thresh = squad_postprocess.evaluate(data, predictions, null_odds)["best_f1_thresh"]
+    for odds in ({"a": 0.7698341012001038, "b": 0.8999999}, {k: round(v, 6) for k, v in null_odds.items()}):
+        assert squad_postprocess.apply_null_threshold(predictions, odds, thresh) == {"a": "red fox", "b": ""}
+
+
+def test_the_threshold_is_refused_for_a_squad_1_1_file(tmp_path):
+    """--null_score_diff_threshold on a SQuAD 1.1 file (every question answerable) silently blanked answers."""
+    from xlnet_tf.tasks.squad import SquadFamily, SquadSettings
+    from xlnet_tf.training.settings import SettingsError
+
+    settings = SquadSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"),
+                             spiece_model_file=os.path.join(REPO, "data", "spiece.model"),
+                             model_dir=str(tmp_path / "m"), output_dir=str(tmp_path / "f"),
+                             predict_file=os.path.join(FIXTURES, "dev-v1.1.json"), do_train=False, do_predict=True,
+                             max_seq_length=64, max_query_length=16, doc_stride=24, null_score_diff_threshold=0.5)
+    with pytest.raises(SettingsError, match="--null_score_diff_threshold: .*dev-v1.1.json is a SQuAD 1.1 file"):
+        SquadFamily().task(settings).eval_data()
 
 
 def test_the_threshold_flag_is_checked_before_tensorflow():

@@ -310,6 +310,9 @@ class SquadTask(Task):
                                                                     self.feature_settings, overwrite=s.overwrite_data)
         if s.do_eval and not squad.has_answers:
             raise SettingsError(f"--do_eval: {s.predict_file} has no gold answers (use --do_predict)")
+        if s.null_score_diff_threshold is not None and not squad.version_2:
+            raise SettingsError(f"--null_score_diff_threshold: {s.predict_file} is a SQuAD 1.1 file (every question "
+                                "has an answer, none is \"\"): drop the flag")
         return SquadEvalData(squad, features, skipped)
 
     def infer(self, strategy, model, data: SquadEvalData) -> tuple:

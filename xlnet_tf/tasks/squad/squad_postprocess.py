@@ -193,22 +193,33 @@ def _best_thresh(answered: dict, nulled: dict, null_odds: dict) -> tuple:
     normalises to nothing as wrong (its F1 is 1), and reports 0.0 when answering nothing is best (0.0 may answer
     some). Here only thresholds at the end of a run of equal odds are candidates, the score is that of the file
     the threshold writes (summed in the official order: the same float), and answering nothing has a threshold
-    below every null odds. Where none of those cases arises, score and threshold are the official ones."""
+    below every null odds. Where none of those cases arises, the score is the official one.
+
+    The threshold lies midway between the last answered question's odds and the next ones up (1 above the
+    highest; 1 below the lowest when answering nothing is best), not on that question's odds as the official
+    one: a rerun's odds move by float32 round-off (another batch size or device) and batch prediction rounds
+    them to 6 decimals, which flipped that question to ""."""
     qids = list(answered)
     if not qids:
         return 0.0, 0.0
     odds = {q: null_odds.get(q, math.inf) for q in qids}  # no null odds: never answered, as the official search
     order = sorted(qids, key=odds.get)
     current = best = sum(nulled.values())
-    thresh = None
+    last = None  # the position in ``order`` of the last question answered at the best threshold
     for i, q in enumerate(order):
         current += answered[q] - nulled[q]
         last_of_run = i + 1 == len(order) or odds[order[i + 1]] != odds[q]
         if last_of_run and math.isfinite(odds[q]) and current > best:
-            best, thresh = current, odds[q]
-    if thresh is None:  # answering nothing is best
-        lowest = min(odds.values())
-        thresh = 0.0 if lowest > 0 else float(math.floor(lowest) - 1)
+            best, last = current, i
+    if last is None:  # answering nothing is best
+        lowest = odds[order[0]]
+        thresh = lowest - 1.0 if math.isfinite(lowest) else 0.0
+    else:
+        below = odds[order[last]]
+        above = odds[order[last + 1]] if last + 1 < len(order) else math.inf
+        thresh = below + (above - below) / 2 if math.isfinite(above) else below + 1.0
+        if not below <= thresh < above:  # adjacent floats: no value between them
+            thresh = below
     scores = [answered[q] if odds[q] <= thresh else nulled[q] for q in qids]
     return 100.0 * sum(scores) / len(scores), thresh
 
