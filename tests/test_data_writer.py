@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -452,6 +453,39 @@ def test_rerun_accepts_shards_whose_sidecar_records_the_batches_per_shard_flag(c
     with pytest.raises(InputError, match=rf"holds host batches \[0, {total}\) where this run plans \[0, 4\)"):
         cpd.run(config(corpus / "a.txt", out, batches_per_shard=4))
     assert shard_bytes(out) == before
+
+
+def test_shards_of_other_tokens_are_not_mixed_with_this_runs(corpus, tmp_path, caplog):
+    """A shard records the digest of the token stream it was cut from. Resuming over shards of other tokens of the
+    same text (a killed run of an xlnet_tf that tokenised some lines otherwise, or another sentencepiece) wrote the
+    missing shards from this run's tokens beside them: two datasets in one, in silence. Refused now; finished data
+    of an older writer (no digest) is still taken as it is by an identical rerun."""
+    out = tmp_path / "data"
+    first = cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
+    sidecars = sorted((out / "tfrecords").glob("*.tfrecord.json"))
+    assert len(sidecars) > 2 and all("stream_sha256" in json.loads(p.read_text()) for p in sidecars)
+    for path in sidecars:  # as the older writer left them
+        data = json.loads(path.read_text())
+        del data["stream_sha256"]
+        path.write_text(json.dumps(data))
+    before = shard_bytes(out)
+    with caplog.at_level("INFO", logger="xlnet_tf.data"):
+        cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
+    assert f"{len(sidecars)} already written, 0 to write" in caplog.text and shard_bytes(out) == before
+    last = out / first["shards"][-1]["file"]
+    os.remove(last)  # killed before its last shard
+    with pytest.raises(InputError, match=r"shard\(s\) written by an xlnet_tf older than 2026-12-01 .* and 1 to "
+                                         r"write: they would mix two tokenisations"):
+        cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
+    assert not last.exists()
+    # a digest of other tokens (another tokenisation) is refused too
+    shutil.rmtree(out)
+    cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
+    data = json.loads(sidecars[0].read_text())
+    data["stream_sha256"] = "0" * 64
+    sidecars[0].write_text(json.dumps(data))
+    with pytest.raises(InputError, match="from other tokens of the same text"):
+        cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
 
 
 def test_a_failed_shard_write_removes_its_temporary_file(corpus, tmp_path, monkeypatch):

@@ -150,10 +150,13 @@ def test_files_without_an_id_are_named_by_their_path_and_no_id_is_shared(tmp_pat
         race_data.read_examples(root, "dev")
 
 
-def test_a_cache_of_repeated_ids_is_encoded_again(tmp_path, tokenizer):
-    """A cache written by the reader that named files by their bare name holds "1.txt-0" twice: encoded again."""
+def test_a_cache_of_the_bare_name_reader_is_encoded_again(tmp_path, tokenizer):
+    """A cache written by the reader that named files by their bare name ("1.txt-0", twice where middle/ and high/
+    both hold 1.txt; once where they do not, and then its ids were not the ones a fresh cache gives): encoded
+    again, whether its ids repeat or not."""
     path, meta = race_data.prepare_features(RACE, "dev", tokenizer, 32, 8, str(tmp_path))
-    meta["guids"] = ["1.txt-0"] * len(meta["guids"])
+    del meta["cache_version"]  # as that reader wrote it
+    meta["guids"] = ["1.txt-0"] + [f"x{i}" for i in range(len(meta["guids"]) - 1)]
     with open(path + ".json", "w") as f:
         json.dump(meta, f)
     assert race_data.prepare_features(RACE, "dev", tokenizer, 32, 8, str(tmp_path))[1]["guids"][:2] == [

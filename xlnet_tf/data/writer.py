@@ -278,13 +278,19 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     # A shard's records are fixed by its file name (split, pass, task), its host batch range and the settings:
     # batches_per_shard only plans the ranges, and an older xlnet_tf recorded the flag (500) where the effective
     # value is smaller, so comparing it refused identical shards.
-    diff = [k for k in job.sidecar if k not in _PLAN_ONLY and done.get(k) != job.sidecar[k]]
+    # (An older writer recorded no stream_sha256: _older_shards decides on those.)
+    diff = [k for k in job.sidecar if k not in _PLAN_ONLY and (k in done or k != "stream_sha256")
+            and done.get(k) != job.sidecar[k]]
     if diff and set(diff) <= {"first_batch", "end_batch"}:
         raise InputError(f"{path} holds host batches [{done.get('first_batch')}, {done.get('end_batch')}) where "
                          f"this run plans [{job.first_batch}, {job.end_batch}) (planned with batches_per_shard="
                          f"{done.get('batches_per_shard')}, now {job.sidecar['batches_per_shard']}); rerun with "
                          "the --batches_per_shard it was written with, use another --save_dir or delete the old "
                          "shards")
+    if "stream_sha256" in diff:
+        raise InputError(f"{path} was written from other tokens of the same text (another sentencepiece or "
+                         "xlnet_tf version): its shards and this run's would mix two tokenisations; use another "
+                         "--save_dir or delete the old shards")
     if diff:
         raise InputError(f"{path} was written with different {', '.join(diff)} (e.g. {diff[0]}: "
                          f"{done.get(diff[0])!r} vs now {job.sidecar[diff[0]]!r}); use another --save_dir or "
@@ -294,6 +300,12 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
         log.warning("rewriting %s: %d bytes, written with %d (truncated or replaced)", job.file, size, done["bytes"])
         return False
     return True
+
+
+def _older_shard(save_dir: str, job: ShardJob) -> bool:
+    """Whether a finished shard's sidecar is an older writer's, which recorded no ``stream_sha256``: complete data
+    of one is used as it is, but new shards beside it could be of other tokens."""
+    return "stream_sha256" not in mf._read_json(os.path.join(save_dir, job.file) + ".json")
 
 
 class RowBoundaries:
@@ -486,8 +498,12 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
                        split=cfg.split, pass_id=cfg.pass_id, task=cfg.task, max_line_bytes=cfg.max_line_bytes,
                        input_glob=cfg.input_glob, sp_path=cfg.sp_path)
     input_sha = hashlib.sha256("".join(t.sha256 for t in tokenized).encode()).hexdigest()
+    # The tokens themselves, not only the text and the settings: another tokenisation of the same text (another
+    # sentencepiece, an xlnet_tf that tokenised some lines otherwise) resuming a killed run would mix two datasets.
+    stream_sha = hashlib.sha256(np.ascontiguousarray(tokens, np.int32).tobytes()
+                                + np.ascontiguousarray(sent_ids, np.int8).tobytes()).hexdigest()
     identity = dict(params=params, seed=cfg.seed, original_span_bug=s.original_span_bug, input_sha256=input_sha,
-                    batches_per_shard=per_shard, num_task=cfg.num_task)
+                    stream_sha256=stream_sha, batches_per_shard=per_shard, num_task=cfg.num_task)
     jobs = []
     for k, first in enumerate(range(0, total_batches, per_shard)):
         name = f"tfrecords/{cfg.split}-pass{cfg.pass_id}-task{cfg.task}-{k:05d}.tfrecord"
@@ -495,6 +511,12 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
         jobs.append(ShardJob(k, first, end, name, dict(identity, first_batch=first, end_batch=end)))
     _remove_stale_temps(cfg)
     todo = [j for j in jobs if not _shard_is_done(cfg.save_dir, j)]
+    older = [j.file for j in jobs if j not in todo and _older_shard(cfg.save_dir, j)]
+    if todo and older:
+        raise InputError(f"{cfg.save_dir}: {len(older)} shard(s) written by an xlnet_tf older than 2026-12-01 (e.g. "
+                         f"{older[0]}), which tokenised some lines otherwise (a control character between a digit "
+                         f"and a comma, lines of no tokens), and {len(todo)} to write: they would mix two "
+                         "tokenisations; use another --save_dir or delete the old shards")
     log.info("%d host batches of %d records in %d shards; %d already written, %d to write", total_batches,
              s.bsz_per_host, len(jobs), len(jobs) - len(todo), len(todo))
 

@@ -151,14 +151,19 @@ def dummy_features(max_seq_length: int) -> dict:
             "is_real_example": np.int32(0), "example_index": np.int32(-1)}
 
 
+# The format of prepare_features' cache; another is encoded again (records.cached_meta), never reused. 2: a file
+# without an "id" is named by its path in the split ("middle/1.txt"; 1, unnamed: by its bare name, the same in
+# middle/ and high/, and a cache's ids depended on whether it was written before).
+CACHE_VERSION = 2
+
+
 def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, max_qa_length: int,
                      output_dir: str, levels=LEVELS, overwrite: bool = False) -> tuple[str, dict]:
-    """Encodes ``split`` once into ``{spm}.len-{L}.qa-{Q}.{levels}.{split}.tf_record`` (cached; encoded again when
-    the cached ids repeat: a cache of the reader that named a file without an "id" by its bare name)."""
+    """Encodes ``split`` once into ``{spm}.len-{L}.qa-{Q}.{levels}.{split}.tf_record`` (cached)."""
     level_tag = "+".join(levels)
     path = os.path.join(output_dir, f"race.{os.path.basename(tokenizer.model_file)}.len-{max_seq_length}."
                                     f"qa-{max_qa_length}.{level_tag}.{split}.tf_record")
-    expected = {"task": "race", "split": split, "max_seq_length": max_seq_length, "max_qa_length": max_qa_length,
+    expected = {"cache_version": CACHE_VERSION, "task": "race", "split": split, "max_seq_length": max_seq_length, "max_qa_length": max_qa_length,
                 "levels": list(levels), "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint(),
                 "inputs": records.file_identity(os.path.join(data_dir, split))}
 
@@ -174,8 +179,4 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
         return dict(source=os.path.join(data_dir, split), num_examples=len(examples), num_skipped=len(skipped),
                     skipped=skipped[:100], labels=list(ANSWERS), guids=[ex.guid for ex in examples]), rows()
 
-    path, meta = records.cache_features(path, expected, overwrite, encode)
-    guids = meta.get("guids", [])
-    if len(set(guids)) < len(guids):  # (not every cache: the ids of RACE's own files are as they were)
-        path, meta = records.cache_features(path, expected, True, encode)
-    return path, meta
+    return records.cache_features(path, expected, overwrite, encode)
