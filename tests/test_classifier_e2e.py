@@ -127,10 +127,20 @@ def test_the_matched_runs_model_evaluates_mismatched_and_predicts_the_diagnostic
     labels = classifier_data.get_task("mnli").label_list()
     assert [r[0] for r in rows] == ["index", "0", "1", "2", "3", "4"] == ["index"] + [r["index"] for r in logits]
     assert [r[1] for r in rows[1:]] == [labels[int(np.argmax(r["logits"]))] for r in logits]
+    # its export takes sentence pairs (it was marked single-sentence: batch prediction refused its pairs), and its
+    # head is MNLI's (a release-format MNLI checkpoint holds classification_mnli_matched/)
+    ax = family.task(make_flags(tmp_path, task_name="ax", data_dir=diagnostic, do_predict=True, eval_split="test"))
+    assert ax.serving_info(2).pair and ax.build_model().task_scope == "mnli_matched"
     for overrides, message in [(dict(do_train=True), "has no training set"), (dict(eval_split="dev"), "test only")]:
         values = {**dict(task_name="ax", data_dir=diagnostic, do_predict=True, eval_split="test"), **overrides}
         with pytest.raises(SettingsError, match=message):
             make_flags(tmp_path, **values).validate()
+    # a damaged run record: the evaluation is written all the same, named by its split as before (it failed at the
+    # end, after the evaluation)
+    (model_dir / "finetune_settings.json").write_text("{")
+    run(make_flags(tmp_path, task_name="mnli_mismatched", data_dir=data_dir, do_eval=True))
+    with open(model_dir / "eval_results.dev.json") as f:
+        assert json.load(f)["task"] == "mnli_mismatched"
 
 
 @pytest.mark.parametrize("name,strategy,dtype", [("sst-2", "mirrored", "float32"),

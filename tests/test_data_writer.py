@@ -472,6 +472,9 @@ def test_shards_of_other_tokens_are_not_mixed_with_this_runs(corpus, tmp_path, c
     with caplog.at_level("INFO", logger="xlnet_tf.data"):
         cpd.run(config(corpus / "*.txt", out, batches_per_shard=2))
     assert f"{len(sidecars)} already written, 0 to write" in caplog.text and shard_bytes(out) == before
+    with pytest.raises(InputError, match="older than 2026-12-01"):  # another pass beside them
+        cpd.run(config(corpus / "*.txt", out, batches_per_shard=2, pass_id=1))
+    assert not list((out / "tfrecords").glob("train-pass1-*"))
     last = out / first["shards"][-1]["file"]
     os.remove(last)  # killed before its last shard
     with pytest.raises(InputError, match=r"shard\(s\) written by an xlnet_tf older than 2026-12-01 .* and 1 to "

@@ -428,8 +428,9 @@ def test_the_threshold_is_refused_for_a_squad_1_1_file(tmp_path):
                              model_dir=str(tmp_path / "m"), output_dir=str(tmp_path / "f"),
                              predict_file=os.path.join(FIXTURES, "dev-v1.1.json"), do_train=False, do_predict=True,
                              max_seq_length=64, max_query_length=16, doc_stride=24, null_score_diff_threshold=0.5)
-    with pytest.raises(SettingsError, match="--null_score_diff_threshold: .*dev-v1.1.json is a SQuAD 1.1 file"):
-        SquadFamily().task(settings).eval_data()
+    for stage in ("check_eval_data", "eval_data"):  # before training (it trained, then refused), and predict-only
+        with pytest.raises(SettingsError, match="--null_score_diff_threshold: .*dev-v1.1.json is a SQuAD 1.1 file"):
+            getattr(SquadFamily().task(settings), stage)()
 
 
 def test_the_threshold_flag_is_checked_before_tensorflow():

@@ -302,10 +302,14 @@ def _shard_is_done(save_dir: str, job: ShardJob) -> bool:
     return True
 
 
-def _older_shard(save_dir: str, job: ShardJob) -> bool:
-    """Whether a finished shard's sidecar is an older writer's, which recorded no ``stream_sha256``: complete data
-    of one is used as it is, but new shards beside it could be of other tokens."""
-    return "stream_sha256" not in mf._read_json(os.path.join(save_dir, job.file) + ".json")
+def _older_shards(save_dir: str) -> list:
+    """The shards in ``save_dir`` of any split, pass or task whose sidecar is an older writer's, which recorded no
+    ``stream_sha256``: complete data of one is used as it is, but new shards beside it (another pass, a shard its
+    killed run did not write) could be of other tokens."""
+    folder = io_utils.join(save_dir, "tfrecords")
+    sidecars = sorted(n for n in io_utils.listdir(folder) if n.endswith(".tfrecord.json"))
+    return [f"tfrecords/{n[:-5]}" for n in sidecars if io_utils.exists(io_utils.join(folder, n[:-5]))
+            and "stream_sha256" not in mf._read_json(io_utils.join(folder, n))]
 
 
 class RowBoundaries:
@@ -511,8 +515,8 @@ def _write_pass(cfg: WriterConfig, tokenized: list, tokenizer: XLNetTokenizer, p
         jobs.append(ShardJob(k, first, end, name, dict(identity, first_batch=first, end_batch=end)))
     _remove_stale_temps(cfg)
     todo = [j for j in jobs if not _shard_is_done(cfg.save_dir, j)]
-    older = [j.file for j in jobs if j not in todo and _older_shard(cfg.save_dir, j)]
-    if todo and older:
+    older = _older_shards(cfg.save_dir) if todo else []
+    if older:
         raise InputError(f"{cfg.save_dir}: {len(older)} shard(s) written by an xlnet_tf older than 2026-12-01 (e.g. "
                          f"{older[0]}), which tokenised some lines otherwise (a control character between a digit "
                          f"and a comma, lines of no tokens), and {len(todo)} to write: they would mix two "

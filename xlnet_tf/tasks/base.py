@@ -419,7 +419,11 @@ class Task(abc.ABC):
         from xlnet_tf import tasks
         from xlnet_tf.finetuning.serving import read_run_record
 
-        record = read_run_record(self.settings.model_dir)
+        try:
+            record = read_run_record(self.settings.model_dir)
+        except InputError as e:  # the results are written as they were before names depended on the record
+            logging.warning("%s; the evaluation's results are named by its split", e)
+            record = None
         if record is not None and tasks.other_task_of_record(record, self.family, self.settings):
             return f"{self.name}.{self.eval_split}"
         return self.eval_split

@@ -151,7 +151,7 @@ class ClassificationFamily(TaskFamily):
             errors.append(f"--eval_split={s.eval_split}: --task_name={spec.name} has {', '.join(spec.files)} only")
         if s.is_regression and not spec.regression:
             errors.append(f"--is_regression=True but --task_name={s.task_name} is a classification task")
-        if s.segments > 1 and spec.labeled is not None and spec.labeled.text_b is not None:
+        if s.segments > 1 and classifier_data.reads_pairs(spec):
             errors.append(f"--long_document={s.long_document}: --task_name={s.task_name} has sentence pairs; a long "
                           "document is one text")
         return errors
@@ -208,7 +208,7 @@ class ClassificationTask(RecordsTask):
 
         s = self.settings
         # Head names as the original: classification_{cls_scope or task}, regression_{task}.
-        scope = self.name if self.regression else (s.cls_scope or self.name)
+        scope = self.name if self.regression else (s.cls_scope or self.spec.head_scope or self.name)
         return XLNetClassifier(self.model_config, num_labels=len(self.labels or [1]), task_scope=scope,
                                regression=self.regression, summary_type=s.summary_type,
                                use_summ_proj=s.use_summ_proj, num_segments=s.segments, mem_len=s.memory_length,
@@ -263,8 +263,8 @@ class ClassificationTask(RecordsTask):
                 write_logits(self.predict_dir, self.name, split, guids, logits, predictions)]
 
     def reads_pairs(self) -> bool:
-        """Whether the task's examples are sentence pairs (its labelled files have a second text column)."""
-        return self.spec.labeled is not None and self.spec.labeled.text_b is not None
+        """Whether the task's examples are sentence pairs (its files have a second text column)."""
+        return classifier_data.reads_pairs(self.spec)
 
     def serving_info(self, step: int):
         from xlnet_tf.finetuning.serving import ServingInfo

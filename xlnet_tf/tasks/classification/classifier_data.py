@@ -67,6 +67,7 @@ class TaskSpec:
     labels: Optional[tuple] = None  # only for tasks the library lacks
     reader: str = "tsv"  # tsv | imdb | csv | jsonl
     label_range: Optional[tuple] = None  # regression: the scores' documented range (inclusive)
+    head_scope: Optional[str] = None  # the classifier head's scope when not the task's name (--cls_scope overrides)
 
     @property
     def regression(self) -> bool:
@@ -127,8 +128,9 @@ TASKS = {t.name: t for t in [
           _pair("gold_label", 8), _pair_test(8), "MNLI-mm"),
     # GLUE's diagnostic set (AX): MNLI's classes on sentence pairs, a test file only (index sentence1 sentence2),
     # which a GLUE submission needs predicted (AX.tsv) by the MNLI model: --task_name=ax --model_dir=<an MNLI run>.
+    # Its head is MNLI's: a release-format (TF1) MNLI checkpoint holds classification_mnli_matched/.
     TaskSpec("ax", "MnliProcessor", {"test": "diagnostic.tsv"}, test=_pair_test(), header=("test",),
-             submission="AX"),
+             submission="AX", head_scope="mnli_matched"),
     _glue("qnli", "QnliProcessor", _GLUE_FILES, Columns(1, 2, -1, names=("question", "sentence", "label")),
           Columns(1, 2, None, 0, ("question", "sentence", "index")), "QNLI"),
     _glue("rte", "RteProcessor", _GLUE_FILES, _pair("label"), _pair_test(), "RTE"),
@@ -147,6 +149,13 @@ TASKS = {t.name: t for t in [
 ]}
 ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "diagnostic": "ax", "mnli": "mnli_matched", "mnli-m": "mnli_matched",
            "mnli-mm": "mnli_mismatched", "imdb-sentiment": "imdb"}
+
+
+def reads_pairs(task: TaskSpec) -> bool:
+    """Whether the task's examples are sentence pairs: its files have a second text column (a test-only task,
+    GLUE's diagnostic, has only its test layout)."""
+    columns = task.labeled or task.test
+    return columns is not None and columns.text_b is not None
 
 
 def get_task(name: str) -> TaskSpec:

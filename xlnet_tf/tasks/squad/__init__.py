@@ -308,12 +308,24 @@ class SquadTask(Task):
         s = self.settings
         squad, features, skipped = squad_data.prepare_eval_features(s.predict_file, s.features_dir,
                                                                     self.feature_settings, overwrite=s.overwrite_data)
+        self._check_prediction_file(squad)
+        return SquadEvalData(squad, features, skipped)
+
+    def check_eval_data(self) -> None:
+        """Before training: the prediction file read (not windowed), so that the flags it cannot serve fail now."""
+        from xlnet_tf.tasks.squad import squad_data
+
+        s = self.settings
+        if s.do_eval or s.do_predict:
+            self._check_prediction_file(squad_data.read_squad_file(s.predict_file, False))
+
+    def _check_prediction_file(self, squad) -> None:
+        s = self.settings
         if s.do_eval and not squad.has_answers:
             raise SettingsError(f"--do_eval: {s.predict_file} has no gold answers (use --do_predict)")
         if s.null_score_diff_threshold is not None and not squad.version_2:
             raise SettingsError(f"--null_score_diff_threshold: {s.predict_file} is a SQuAD 1.1 file (every question "
                                 "has an answer, none is \"\"): drop the flag")
-        return SquadEvalData(squad, features, skipped)
 
     def infer(self, strategy, model, data: SquadEvalData) -> tuple:
         """``(predictions, nbest, null_odds)`` keyed by question id, the original's post-processing; questions
