@@ -163,8 +163,9 @@ def prepare_features(data_dir: str, split: str, tokenizer, max_seq_length: int, 
     level_tag = "+".join(levels)
     path = os.path.join(output_dir, f"race.{os.path.basename(tokenizer.model_file)}.len-{max_seq_length}."
                                     f"qa-{max_qa_length}.{level_tag}.{split}.tf_record")
-    expected = {"cache_version": CACHE_VERSION, "task": "race", "split": split, "max_seq_length": max_seq_length, "max_qa_length": max_qa_length,
-                "levels": list(levels), "uncased": tokenizer.lower, "spiece_sha256": tokenizer.fingerprint(),
+    expected = {"cache_version": CACHE_VERSION, "task": "race", "split": split, "max_seq_length": max_seq_length,
+                "max_qa_length": max_qa_length, "levels": list(levels), "uncased": tokenizer.lower,
+                "spiece_sha256": tokenizer.fingerprint(),
                 "inputs": records.file_identity(os.path.join(data_dir, split))}
 
     def encode():
