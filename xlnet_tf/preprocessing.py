@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.tokenization import CLS_ID, PAIR_SPECIAL_TOKENS, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID, \
-    SPECIAL_SYMBOLS, SPIECE_UNDERLINE, max_qa_length_limit
+    SPECIAL_SYMBOLS, SPIECE_UNDERLINE, is_digit_comma_piece, max_qa_length_limit
 from xlnet_tf.errors import InputError, MissingInputError
 
 
@@ -277,11 +277,9 @@ class XLNetPreprocessor(keras.layers.Layer):
         """Per-id tables for ``_split_digit_commas``, computed with Python's string tests as ``encode_pieces``
         applies them. (An unknown piece, whose text the id no longer has, never ends in digit + comma nor starts
         with the known piece ``▁``, so deciding by id is deciding by text.)"""
-        def splits(p):
-            return len(p) > 1 and p[-1] == "," and p[-2].isdigit()
-
-        self._splits = tf.constant([splits(p) for p in pieces])
-        self._digits_text = tf.constant([p[:-1].replace(SPIECE_UNDERLINE, "") if splits(p) else "" for p in pieces])
+        self._splits = tf.constant([is_digit_comma_piece(p) for p in pieces])
+        self._digits_text = tf.constant([p[:-1].replace(SPIECE_UNDERLINE, "") if is_digit_comma_piece(p) else ""
+                                         for p in pieces])
         self._leading_underline = tf.constant([p[:1] == SPIECE_UNDERLINE for p in pieces])
         # The id of the piece without its leading ``▁`` (unknown if that is no piece), -1: drop it (``▁`` alone).
         self._without_underline = tf.constant([-1 if p == SPIECE_UNDERLINE else piece_ids.get(p[1:], 0)

@@ -53,7 +53,7 @@ def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, k
     return out
 
 
-def _digit_comma(piece: str) -> bool:
+def is_digit_comma_piece(piece: str) -> bool:
     """The original ``encode_pieces``' rule: this piece is split into its digits and the comma."""
     return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
 
@@ -88,7 +88,7 @@ class XLNetTokenizer:
     def digit_comma_ids(self) -> frozenset:
         """The ids of the pieces ``encode_pieces`` splits (a digit then a comma, "▁2000,"): SentencePiece's own
         ids equal ``encode_ids``' unless one of these is among them."""
-        return frozenset(i for i in range(self.vocab_size) if _digit_comma(self.sp.IdToPiece(i)))
+        return frozenset(i for i in range(self.vocab_size) if is_digit_comma_piece(self.sp.IdToPiece(i)))
 
     def preprocess(self, text: str) -> str:
         return preprocess_text(text, lower=self.lower)
@@ -99,7 +99,7 @@ class XLNetTokenizer:
         pieces = self.sp.SampleEncodeAsPieces(text, 64, 0.1) if sample else self.sp.EncodeAsPieces(text)
         out = []
         for piece in pieces:
-            if _digit_comma(piece):
+            if is_digit_comma_piece(piece):
                 digits = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
                 if piece[0] != SPIECE_UNDERLINE and digits[0][0] == SPIECE_UNDERLINE:
                     digits = digits[1:] if len(digits[0]) == 1 else [digits[0][1:]] + digits[1:]

@@ -10,7 +10,7 @@ it walks an ``n_best_size x n_best_size`` grid, which pairs the wrong starts and
 submission: "" where the null odds exceed a threshold (``--null_score_diff_threshold``).
 
 Metrics: SQuAD 2.0 files are scored by ``official.nlp.tools.squad_evaluate_v2_0`` (answer normalisation, EM/F1,
-HasAns/NoAns splits), SQuAD 1.1 files by the v1.1 script's definitions (``exact_match_v1``, ``f1_v1``: which
+HasAns/NoAns splits), SQuAD 1.1 files by ``squad_evaluate_v1_1``'s (``exact_match_v1``, ``f1_v1``: which
 differ where an answer normalises to nothing; ``is_version_2`` tells the files apart). On top of them, the
 original's ``find_all_best_thresh_v2`` keys (``best_exact``, ``best_f1``, their thresholds,
 ``has_ans_exact``/``has_ans_f1``) since XLNet's null odds are logits, not probabilities, and the official
@@ -23,8 +23,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import re
-import string
 from typing import Optional
 
 import numpy as np
@@ -131,32 +129,18 @@ def apply_null_threshold(predictions: dict, null_odds: dict, threshold: Optional
     return collections.OrderedDict((k, "" if float(null_odds[k]) > threshold else v) for k, v in predictions.items())
 
 
-# SQuAD v1.1's metric (the official evaluate-v1.1.py's definitions). The normalisation is v2.0's too; the
-# differences are in the scores: a question keeps every gold answer, and an F1 without a common token is 0 even
-# where both texts normalise to nothing (v2.0: 1 when both are empty, and gold answers that normalise to nothing
-# are dropped).
-_PUNCTUATION = frozenset(string.punctuation)
-
-
-def normalize_answer_v1(s: str) -> str:
-    """Lower case, no punctuation, no articles (a, an, the), whitespace collapsed."""
-    s = "".join(ch for ch in s.lower() if ch not in _PUNCTUATION)
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
-
-
+# SQuAD v1.1's metric: tf-models-official's copy of the official evaluate-v1.1.py (squad_evaluate_v1_1), whose
+# scores differ from v2.0's where an answer normalises to nothing: a question keeps every gold answer, and an F1
+# without a common token is 0 even where both texts normalise to nothing (v2.0: 1 when both are empty, and gold
+# answers that normalise to nothing are dropped).
 def exact_match_v1(prediction: str, ground_truth: str) -> bool:
-    return normalize_answer_v1(prediction) == normalize_answer_v1(ground_truth)
+    from official.nlp.tools import squad_evaluate_v1_1 as v11
+    return v11._exact_match_score(prediction, ground_truth)  # noqa: SLF001
 
 
 def f1_v1(prediction: str, ground_truth: str) -> float:
-    prediction_tokens = normalize_answer_v1(prediction).split()
-    ground_truth_tokens = normalize_answer_v1(ground_truth).split()
-    num_same = sum((collections.Counter(prediction_tokens) & collections.Counter(ground_truth_tokens)).values())
-    if num_same == 0:
-        return 0
-    precision = num_same / len(prediction_tokens)
-    recall = num_same / len(ground_truth_tokens)
-    return 2 * precision * recall / (precision + recall)
+    from official.nlp.tools import squad_evaluate_v1_1 as v11
+    return v11._f1_score(prediction, ground_truth)  # noqa: SLF001
 
 
 def _raw_scores_v1(dataset: list, predictions: dict) -> tuple:
