@@ -311,9 +311,13 @@ def test_generators_and_py_datasets_of_raw_strings(release, squad_trained):
                                ("arrays, 1 epoch", (texts, labels), 1), ("arrays, 2 epochs", (texts, labels), 2)]:
         model.set_weights(start)  # plain SGD: no optimizer state to reset
         x, y = data if isinstance(data, tuple) else (data, None)
-        model.fit(x, y, batch_size=4, shuffle=False, epochs=epochs, verbose=0,
-                  validation_data=batches() if name == "PyDataset" else None)
+        validation = {"PyDataset": batches(), "arrays, 2 epochs": (texts[:8], labels[:8])}.get(name)
+        with _iterators_made() as made:
+            model.fit(x, y, batch_size=4, shuffle=False, epochs=epochs, verbose=0, validation_data=validation)
         trained[name] = model.network.logit.kernel.numpy()
+    # Arrays: one iterator for both epochs, one for each epoch's validation (each instantiates the preprocessor; an
+    # epoch of known length used to make the next epoch's at its end, after the last epoch too).
+    assert len(made) == 3 and all(_reads_text(d) for d in made), made
     same(trained["generator"], trained["arrays, 1 epoch"])
     same(trained["PyDataset"], trained["arrays, 2 epochs"])
     assert not np.allclose(trained["PyDataset"], trained["generator"])  # its second epoch read its batches again

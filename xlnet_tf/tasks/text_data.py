@@ -197,6 +197,19 @@ def read_once(dataset: tf.data.Dataset, steps) -> tuple:
     return dataset.filter(lambda *_: True), batches
 
 
+def read_each_epoch(dataset: tf.data.Dataset, steps, steps_per_execution: int) -> tuple:
+    """``(dataset, steps_per_epoch)`` for fit's training data. When an epoch of known length ends, Keras makes the
+    next epoch's iterator at once, after the last epoch too, instantiating the pipeline's functions for an epoch that
+    never comes (see ``read_once``). Given the length as ``steps_per_epoch``, of the dataset repeated, Keras keeps one
+    iterator for every epoch, which reads the same batches (a shuffled source reshuffles on each repetition as on
+    each new iterator). Not where the last execution of an epoch is short (``steps_per_execution`` does not divide
+    the length): it stops at the data's end, which a repeated dataset does not have."""
+    batches = int(dataset.cardinality())
+    if steps is not None or batches <= 0 or batches % steps_per_execution:
+        return dataset, steps
+    return dataset.repeat(), batches
+
+
 def checked_class_labels(y, num_classes: Optional[int] = None, what: str = "class labels"):
     """``y`` as a classification loss may take it: Keras would truncate 1.7 to class 1 and train on it, so labels
     that are not whole numbers in [0, num_classes) are refused (arrays: a ValueError now; in a pipeline: an error

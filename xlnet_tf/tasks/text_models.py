@@ -41,8 +41,8 @@ from xlnet_tf.errors import InputError
 from xlnet_tf.hf import HFCheckpoint, is_hf_dir
 from xlnet_tf.preprocessing import XLNetPreprocessor
 from xlnet_tf.tasks.text_data import (DEFAULT_BATCH_SIZE, array_dataset, array_parts, as_tensors, element_x,
-                                      end_of_data_expected, is_encoded, num_rows, read_once, source_kind,
-                                      split_arrays, streamed_dataset, yields_batches)
+                                      end_of_data_expected, is_encoded, num_rows, read_each_epoch, read_once,
+                                      source_kind, split_arrays, streamed_dataset, yields_batches)
 
 
 def checkpoint_source(path):
@@ -250,12 +250,15 @@ class TextTaskModel(keras.Model):
             validation_data = self._dataset(vx, vy, vw, validation_batch_size or batch_size)
         elif validation_data is not None:
             validation_data = self._dataset(validation_data)
+        if validation_data is not None:  # each epoch's validation is an evaluate: a new iterator, read once
+            validation_data, validation_steps = read_once(validation_data, validation_steps)
+        train, steps = read_each_epoch(self._dataset(x, y, sample_weight, batch_size, shuffle), steps_per_epoch,
+                                       self.steps_per_execution)
         # shuffle=False: the pipeline shuffles arrays itself (Keras would warn that a dataset is not shuffled).
         with end_of_data_expected(steps_per_epoch):
-            return super().fit(self._dataset(x, y, sample_weight, batch_size, shuffle), epochs=epochs,
-                               verbose=verbose, callbacks=callbacks, validation_data=validation_data, shuffle=False,
-                               class_weight=class_weight, initial_epoch=initial_epoch,
-                               steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+            return super().fit(train, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                               validation_data=validation_data, shuffle=False, class_weight=class_weight,
+                               initial_epoch=initial_epoch, steps_per_epoch=steps, validation_steps=validation_steps,
                                validation_freq=validation_freq)
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
