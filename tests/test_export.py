@@ -94,10 +94,12 @@ def test_run_classifier_writes_a_versioned_export_and_records_its_settings(run):
 
 
 @pytest.mark.slow
-def test_a_rerun_of_the_finished_run_exports_no_new_version(run, tmp_path):
+@background
+def test_a_rerun_of_the_finished_run_exports_no_new_version(tmp_path):
     """The demo's rerun (nothing left to train) exported the same checkpoint again as version 3: TF Serving moved
     to it and cli.predict refused its earlier outputs as another model's. The export records what it was written
     from (assets.extra/source.json), and the rerun finds it there (a copy of the run: its own paths)."""
+    run = _run()
     shutil.copytree(run["tmp"], tmp_path / "run", symlinks=True)
     s = _settings(tmp_path / "run")
     with open(os.path.join(s.export_dir, "2", "assets.extra", SOURCE_FILE)) as f:

@@ -6,6 +6,7 @@ jax is in the ``test`` extra: under CI=true a missing jax fails these tests (in 
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from background import resource
+from background import background, resource
 from needs import require, skip_unless_ci
 
 require("jax")
@@ -28,6 +29,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import bundle  # noqa: E402
 import runner  # noqa: E402
+import tpu_target  # noqa: E402
 
 # The tiny config, one layer: the four workloads export, compile (TF and jax) and run in about 30 s on 2 cores.
 REF_STEPS = 2
@@ -254,8 +256,6 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
     """``runner.py --target``: the bridge's copies of the updated variables leave the MLIR (a compile-only client
     legalises to StableHLO, which has none), the outputs renamed to what was copied; without jax's CUDA plugin
     (this test environment) the runner says what to install."""
-    import importlib.util
-
     import deviceless
     import gpu_target
 
@@ -289,6 +289,7 @@ def test_compiling_for_a_gpu_without_one(exported, monkeypatch):
         assert gpu_target.compile_only_device("h200").device_kind == "NVIDIA H200 141GB HBM3e"
 
 
+@background  # two processes: the export, then libtpu's compiles
 def test_every_step_compiles_for_a_tpu_chip_without_one(tmp_path):
     """``export.py --for_tpu`` then ``runner.py --target tpu-v5e``: libtpu (the TPU compiler, in the test extra)
     compiles each step as a TPU runs it (pretraining plm with memory and pmlm, the classifier's and SQuAD's
@@ -296,10 +297,6 @@ def test_every_step_compiles_for_a_tpu_chip_without_one(tmp_path):
     computes at least the model's FLOPs, runs no loop (a gather of row windows is one iteration per row on a
     TPU: ``ops.row_windows``), and gets XLA's TPU cost-model time (every call it does not price taken out), whose
     matmul rate for the chip is its published bf16 peak (the MFU's denominator)."""
-    import importlib.util
-
-    import tpu_target
-
     if importlib.util.find_spec("libtpu") is None:
         skip_unless_ci("libtpu is not installed; it is in the 'test' extra (jax[tpu]): pip install -e '.[test]'")
     out = str(tmp_path / "bundle")
@@ -335,10 +332,6 @@ def test_tpu_estimate_counts_every_iteration_of_a_loop():
     """XLA's TPU cost model prices a loop's body once, whatever its trip count; the estimate adds the other
     iterations from the compiler's cycle estimates of the body, at the chip's clock: a loop of 100 matmuls costs
     11x one of 10 beyond their first iteration."""
-    import importlib.util
-
-    import tpu_target
-
     if importlib.util.find_spec("libtpu") is None:
         skip_unless_ci("libtpu is not installed; it is in the 'test' extra (jax[tpu]): pip install -e '.[test]'")
     program = """if True:
@@ -369,8 +362,6 @@ def test_tpu_estimate_counts_every_iteration_of_a_loop():
 def test_tpu_cost_model_time_takes_out_the_unpriced_calls():
     """XLA's TPU cost model counts -1 s for each call that splits or joins an int64's halves or joins slices in
     place; the step's time is what remains (libtpu 0.0.42: a matmul beside n such calls gives its time minus n)."""
-    import tpu_target
-
     def cost(seconds):  # what cost_analysis() gives for a compiled program
         return {"optimal_seconds": seconds, "flops": 1.0}
 
@@ -388,8 +379,6 @@ def test_tpu_cost_model_time_takes_out_the_unpriced_calls():
 def test_tpu_table_says_which_steps_do_not_fit_the_chip():
     """A step too large for the chip's HBM is refused by the TPU compiler: its row says so, with the sizes, not
     "does not compile"; any other error is a step that does not compile."""
-    import tpu_target
-
     row = {"config": "base-512", "objective": "plm", "workload": "pretrain", "dtype": "mixed_bfloat16", "batch": 32,
            "seq_len": 512}
     oom = ("JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
