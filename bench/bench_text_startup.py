@@ -4,12 +4,13 @@
 
 For the classifier's sentence pairs and SQuAD's windows (``XLNetPreprocessor`` of ``data/spiece.model``, the
 layouts ``fit``/``evaluate``/``predict`` and the raw-text exports run): the ops of the traced graph, the time to
-trace it, the time to start a ``tf.data`` iterator over it (each Keras ``fit``/``evaluate``/``predict`` call and
-epoch starts one: TensorFlow instantiates the graph's function then), and a SavedModel holding it: written, then
-loaded in a fresh process importing only tensorflow and tensorflow_text (TF Serving's view). Medians of
+trace it, the time to start a ``tf.data`` iterator over it (each Keras ``fit``/``evaluate``/``predict`` call starts
+one, and each validation: TensorFlow instantiates the graph's function then), and a SavedModel holding it: written,
+then loaded in a fresh process importing only tensorflow and tensorflow_text (TF Serving's view). Medians of
 ``--repeats``. Then what one call of ``XLNetTextClassifier`` (configs/tiny.json, random weights, seq 64) costs on
-8 sentences (and ``predict`` on 64), compute included: medians of ``--calls`` after 3 warm-up calls. The report
-quoting it: bench/reports/serving.md ("Start-up of the raw-text graphs").
+8 sentences (and ``predict`` on 64; ``fit`` in batches of 4, one epoch, then two, each validated on the 8),
+compute included: medians of ``--calls`` after 3 warm-up calls. The report quoting it: bench/reports/serving.md
+("Start-up of the raw-text graphs").
 """
 
 import argparse
@@ -100,7 +101,10 @@ def keras_calls(calls: int, tmp: str) -> dict:
              "predict_on_batch": lambda: model.predict_on_batch(sentences),
              "train_on_batch": lambda: model.train_on_batch(sentences, labels),
              "evaluate": lambda: model.evaluate(sentences, labels, verbose=0),
-             "predict_64_rows": lambda: model.predict(sentences * 8, verbose=0)}
+             "predict_64_rows": lambda: model.predict(sentences * 8, verbose=0),
+             "fit": lambda: model.fit(sentences, labels, batch_size=4, verbose=0),
+             "fit_2_epochs_validated": lambda: model.fit(sentences, labels, batch_size=4, epochs=2, verbose=0,
+                                                         validation_data=(sentences, labels))}
     result = {}
     for name, call in loops.items():
         times = []
