@@ -23,6 +23,7 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops  # noqa: E402
 
 import background  # noqa: E402
+import squad_helpers  # noqa: E402
 from xlnet_tf import ops  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
@@ -43,37 +44,23 @@ def _prebuild():
 _prebuilding = threading.Thread(target=_prebuild, name="xlnet_tf.ops build", daemon=True)
 _prebuilding.start()
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SQUAD = os.path.join(_REPO, "tests", "fixtures", "squad")
-
 
 # --- fixtures shared by several test files ---------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def squad_run(tmp_path_factory):
-    """run_squad's stages in process: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its
-    dev file and --export_dir, as a user runs them. Shared by test_export_squad.py and test_batch_predict.py (a
-    SQuAD export takes half a minute to write on 2 cores); tests leave export, model_dir and predictions as they
-    are."""
-    from xlnet_tf import runner
+def squad_run():
+    """run_squad's stages, as a user runs them (squad_helpers.squad_release, made on the background thread): the
+    tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its dev file and --export_dir. Shared by
+    test_export_squad.py, test_batch_predict.py, test_batch_beam.py and test_hf_interop.py; tests leave export,
+    model_dir and predictions as they are."""
     from xlnet_tf.tasks.squad import squad_data
-    from xlnet_tf.tasks.squad import SquadSettings
 
-    tmp = tmp_path_factory.mktemp("squad_export")
-    settings = SquadSettings(
-        model_config_path=os.path.join(_REPO, "configs", "tiny.json"),
-        spiece_model_file=os.path.join(_REPO, "data", "spiece.model"),
-        model_dir=str(tmp / "model"), output_dir=str(tmp / "features"), predict_dir=str(tmp / "predict"),
-        export_dir=str(tmp / "serving"), train_file=os.path.join(_SQUAD, "train-v2.0.json"),
-        predict_file=os.path.join(_SQUAD, "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64,
-        max_query_length=16, doc_stride=24, max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2,
-        learning_rate=1e-3, predict_batch_size=16, dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
-    runner.run(settings)
-    dev = squad_data.read_squad_file(settings.predict_file, False)
+    tmp = squad_helpers.squad_release.value()
+    dev = squad_data.read_squad_file(squad_helpers.RELEASE_FLAGS["predict_file"], False)
     read = {}
     for name in ("predictions.json", "null_odds.json"):
-        with open(os.path.join(settings.predict_dir, name)) as f:
+        with open(tmp / "predict" / name) as f:
             read[name] = json.load(f)
-    return dict(export=os.path.join(settings.export_dir, "2"), examples=dev.examples, model_dir=settings.model_dir,
+    return dict(export=str(tmp / "serving" / "2"), examples=dev.examples, model_dir=str(tmp / "model"),
                 predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
 
 

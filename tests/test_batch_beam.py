@@ -17,6 +17,7 @@ from needs import require
 require("apache_beam")
 
 from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
+from squad_helpers import squad_release  # noqa: E402,F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf.batch import beam as bb  # noqa: E402
 from xlnet_tf.batch import prediction as bp  # noqa: E402
 from xlnet_tf.batch.rows import earlier_outputs  # noqa: E402

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from classifier_helpers import REPO, SPIECE, make_flags
 from pretraining_helpers import absl_messages
+from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
 from xlnet_tf.errors import InputError

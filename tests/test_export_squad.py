@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from export_helpers import REPO, decoded, serve, strings
 from squad_helpers import SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
+from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from needs import require  # noqa: E402
+from squad_helpers import squad_release  # noqa: E402,F401 (conftest's squad_run: made on the background thread)
 
 torch = require("torch")
 transformers = require("transformers")
