@@ -6,14 +6,19 @@ processes run on the background thread (tests/background.py)."""
 
 import base64
 import functools
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
+from concurrent import futures
 
+import grpc
 import numpy as np
 import pytest
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from background import background, resource
 from classifier_helpers import FIXTURES, REPO, SPIECE, make_flags, micro_config
@@ -181,7 +186,6 @@ def test_the_serving_clients_requests_get_do_predicts_answers(run, served):
     JSON lists), runs serving_default and answers; the client reads both answers as --do_predict's labels and
     logits."""
     import tensorflow as tf
-    from tensorflow_serving.apis import predict_pb2
 
     rows, predicted = client_rows(run), run["predicted"]
     request = client.predict_request("mrpc", rows, model_version=2)
@@ -320,19 +324,13 @@ def test_the_exports_custom_ops_are_all_in_the_stock_tf_serving_server():
     assert libraries <= TF_SERVING_TEXT_LIBRARIES, ops
 
 
-@pytest.mark.multiprocess
+@background
 @pytest.mark.slow
-def test_the_serving_client_command_over_the_wire(run, served, tmp_path):
+def test_the_serving_client_command_over_the_wire(tmp_path):
     """python -m xlnet_tf.cli.serving_client against servers on 127.0.0.1 that answer as the fresh serving process
     did (a gRPC PredictionService, a REST endpoint): its request arrives as built, each row's answer is printed as
     one JSON line equal to --do_predict's; an unknown model and a port where nothing listens end in one line."""
-    import http.server
-    import threading
-    from concurrent import futures
-
-    import grpc
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
+    run, served = _run(), _served.value()
     rows, predicted = client_rows(run), run["predicted"]
     received = {"grpc": [], "rest": []}
 
