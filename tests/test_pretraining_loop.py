@@ -36,14 +36,32 @@ def train(tmp_path, name, strategy, per_replica_batch, steps=4, accum=1, **kwarg
 
 
 @pytest.mark.slow
-def test_mirrored_two_replicas_matches_one_device(tmp_path):
+def test_mirrored_two_replicas_matches_one_device(tmp_path, monkeypatch):
+    """The same training on one device and on two replicas, memory carried between the steps of a host loop. Each
+    host loop gets its state (the memory) on the replicas' devices, also when it is carried from the first
+    step of a run's first loop (split to report that step): the loop's outputs were on the caller's device, and
+    inputs on other devices made the runtime instantiate the whole loop again."""
+    import xlnet_tf.training.setup as setup
+
+    run_host_loops, devices = setup.run_host_loops, []
+
+    def recording(host_loop, **kwargs):
+        def wrapped(steps, state):
+            devices.append([v.backing_device for s in tf.nest.flatten(state) for v in getattr(s, "values", [s])])
+            return host_loop(steps, state)
+        return run_host_loops(wrapped, **kwargs)
+
     one, model_one = train(tmp_path, "one", create_strategy("one_device"), per_replica_batch=4, weight_decay=0.01)
     two_strategy = create_strategy("mirrored")
     assert two_strategy.num_replicas_in_sync == 2
+    monkeypatch.setattr(setup, "run_host_loops", recording)
     two, model_two = train(tmp_path, "two", two_strategy, per_replica_batch=2, weight_decay=0.01)
     assert one["step"] == two["step"] == 4
     np.testing.assert_allclose(one["loss"], two["loss"], rtol=1e-5)
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
+    # steps 1, 2 (carried from step 1), 3-4; each layer's memory on replica 0's device, then on replica 1's
+    assert len(devices) == 3 and all(d == devices[0] for d in devices), devices
+    assert [d[-3:] for d in devices[0]] == ["U:0", "U:1"] * CONFIG.n_layer, devices[0]
 
 
 def uneven_targets(n):

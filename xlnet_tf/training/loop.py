@@ -50,7 +50,7 @@ class _StopSignals:
 
 def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: int, iterations: int,
                    save_steps: int, manager: tf.train.CheckpointManager, reporter, optimizer,
-                   agree=None) -> dict:
+                   agree=None, carry_state=lambda state: state) -> dict:
     """Runs ``host_loop(steps, state) -> (state, mean loss, grad norm, {name: metric})`` until ``train_steps``
     (the grad norm: the last step's, or without loss scaling a non-finite one of any step; the metrics are
     reported with the loss), in host loops of
@@ -58,7 +58,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
     The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
-    over), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host loop, checkpoints and
+    over as ``carry_state(state)``), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host loop, checkpoints and
     returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``); ``agree(requested)``
     (None: one process) makes that decision common to every worker of a multi-worker job (any worker's signal
     stops all of them at the same step, each saving). A non-finite loss, or without loss scaling a non-finite
@@ -102,7 +102,7 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
             steps = min(iterations, next_save - step, train_steps - step)
             state = initial_state()
             if step == start_step and steps > 1:
-                state = run(1, state)
+                state = carry_state(run(1, state))
                 steps -= 1
             run(steps, state)
             requested = stop.received is not None

@@ -205,6 +205,12 @@ class Training:
                     {name: num / tf.maximum(den, 1.0) for name, (num, den) in ratios.items()})
 
         initial = tf.function(lambda: strategy.run(initial_state))
+        # A host loop returns the state on its caller's device (its while loop's outputs), not on the replicas'
+        # where initial() makes it. Carried into the next call as it is (the first host loop's split), inputs on
+        # other devices than initial()'s made the runtime instantiate the whole loop again (two CPU replicas,
+        # tiny config: 1.7 s of a run's 8). Put back on each replica, the next call is the one instantiated.
+        carry = tf.function(lambda state: strategy.run(lambda s: tf.nest.map_structure(tf.identity, s),
+                                                        args=(state,)))
         replicas = strategy.num_replicas_in_sync
         peak, peak_source = device_peak_flops(strategy, self.model.compute_dtype)
         logging.info("training %d -> %d steps: %d replicas, global batch %d (%d micro-batches), %d tokens each, %s; "
@@ -225,7 +231,7 @@ class Training:
             return run_host_loops(host_loop, initial_state=initial, start_step=self.start_step,
                                   train_steps=s.train_steps, iterations=s.steps_per_loop,
                                   save_steps=s.checkpoint_every, manager=self.manager, reporter=reporter,
-                                  optimizer=self.optimizer, agree=agree)
+                                  optimizer=self.optimizer, agree=agree, carry_state=carry)
         except WORKER_LOST as error:
             if num_hosts(strategy) < 2:
                 raise
