@@ -57,14 +57,14 @@ def run_host_loops(host_loop, *, initial_state, start_step: int, train_steps: in
     at most ``iterations`` steps that end on every multiple of ``save_steps``, where a checkpoint is written.
     ``state`` (the pretraining memory) starts as ``initial_state()`` at every host loop.
 
-    The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried
-    over as ``carry_state(state)``), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current
-    host loop, checkpoints and returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another
-    worker``); ``agree(requested)`` (None: one process) makes that decision common to every worker of a
-    multi-worker job (any worker's signal stops all of them at the same step, each saving). A non-finite loss, or
-    without loss scaling a non-finite gradient norm (its update made the weights NaN), raises ``DivergedError`` before anything is saved, so the
-    last checkpoint is the last good one. With loss scaling, a step whose gradient is not finite is skipped (the
-    weights and the schedule stay) and counted: ``skipped_steps``, since the run began. Returns the last
+    The first host loop of a run reports after its first step too (split into 1 + the rest, the state carried over
+    as ``carry_state(state)``), so the starting loss is seen at once. SIGTERM or SIGINT finishes the current host
+    loop, checkpoints and returns (``preempted``: True; ``stopped_by``: the signal's name, or ``another worker``);
+    ``agree(requested)`` (None: one process) makes that decision common to every worker of a multi-worker job (any
+    worker's signal stops all of them at the same step, each saving). A non-finite loss, or without loss scaling a
+    non-finite gradient norm (its update made the weights NaN), raises ``DivergedError`` before anything is saved,
+    so the last checkpoint is the last good one. With loss scaling, a step whose gradient is not finite is skipped
+    (the weights and the schedule stay) and counted: ``skipped_steps``, since the run began. Returns the last
     report's metrics.
     """
     metrics = {"step": start_step}
