@@ -9,7 +9,9 @@ and the test itself, moved behind the in-process tests, reports that run's outco
 
 A background body shares the pytest process with whatever test runs in front, so:
 - it computes nothing with TensorFlow or Keras here (their global random seeds and name counters are the front
-  test's): it starts processes, and writes and reads files (tf.io.gfile and checkpoint readers included);
+  test's): it starts processes, and writes and reads files (tf.io.gfile and checkpoint readers included); it
+  draws from its own generators (``random.Random()``), not the ``random`` or ``np.random`` module's, which a
+  test in front may have seeded;
 - the processes it starts capture their output (``capture_output=True``, ``stdout=PIPE``): a front test may be
   capturing this process's file descriptors; a process that would inherit them is refused;
 - it takes ``tmp_path`` or nothing; what it imports is imported at its module's top (collection is one thread);

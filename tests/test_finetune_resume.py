@@ -57,7 +57,9 @@ def start_killed(script: str, values: dict, tmp_path, signal_name: str = "KILL")
         values["output_dir"] = str(tmp_path / "killed_features")
     if signal_name == "INT":
         values.update(do_eval=True, eval_batch_size=4, export_dir=str(tmp_path / "killed_export"))
-    kill_at = random.randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
+    # Its own generator: the module's is the process's, which a test in front may have seeded (these tests run
+    # on the background thread), and a draw here would change that test's next numbers.
+    kill_at = random.Random().randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
     log = tmp_path / "killed.log"  # a file, not a pipe: nobody reads its output while this process trains
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, KILLED_AT, f"--signal={signal_name}", str(kill_at), script,
