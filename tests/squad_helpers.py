@@ -30,11 +30,12 @@ def inference_batch(seq=24, batch=3, seed=0):
 
 # The run's flags: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its dev file, an export.
 RELEASE_FLAGS = dict(
-    model_config_path=os.path.join(REPO, "configs", "tiny.json"), spiece_model_file=os.path.join(REPO, "data",
-    "spiece.model"), train_file=os.path.join(SQUAD, "train-v2.0.json"), predict_file=os.path.join(SQUAD,
-    "dev-v2.0.json"), do_train=True, do_predict=True, max_seq_length=64, max_query_length=16, doc_stride=24,
-    max_answer_length=12, train_batch_size=8, iterations=2, train_steps=2, learning_rate=1e-3, predict_batch_size=16,
-    dropout=0.0, dropatt=0.0, start_n_top=3, end_n_top=3)
+    model_config_path=os.path.join(REPO, "configs", "tiny.json"),
+    spiece_model_file=os.path.join(REPO, "data", "spiece.model"),
+    train_file=os.path.join(SQUAD, "train-v2.0.json"), predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
+    do_train=True, do_predict=True, max_seq_length=64, max_query_length=16, doc_stride=24, max_answer_length=12,
+    train_batch_size=8, iterations=2, train_steps=2, learning_rate=1e-3, predict_batch_size=16, dropout=0.0,
+    dropatt=0.0, start_n_top=3, end_n_top=3)
 
 
 @resource
