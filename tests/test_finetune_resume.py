@@ -23,7 +23,6 @@ from training_state import assert_same_state, differences, stopped_at
 
 TRAIN_STEPS, SAVE_STEPS = 16, 5
 KILLED_AT = os.path.join(REPO, "tests", "killed_at.py")  # runs an entry point and kills it at a step
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
 
 
 def common(tmp_path) -> dict:
@@ -36,9 +35,13 @@ def flag_list(values: dict) -> list:
     return [f"--{k}={v}" for k, v in values.items() if v is not None]
 
 
+def env() -> dict:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
 def run(script: str, values: dict, *prefix) -> subprocess.CompletedProcess:
     """The entry point ``script`` with ``values`` as its flags (after ``prefix``: python -c's code), to its end."""
-    return subprocess.run([sys.executable, *prefix, script, *flag_list(values)], cwd=REPO, env=ENV,
+    return subprocess.run([sys.executable, *prefix, script, *flag_list(values)], cwd=REPO, env=env(),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -64,7 +67,7 @@ def start_killed(script: str, values: dict, tmp_path, signal_name: str = "KILL")
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, KILLED_AT, f"--signal={signal_name}", str(kill_at), script,
                                  *flag_list(values)],
-                                cwd=REPO, env=ENV, stdout=f, stderr=subprocess.STDOUT)
+                                cwd=REPO, env=env(), stdout=f, stderr=subprocess.STDOUT)
     return proc, script, values, kill_at, log, signal_name
 
 
