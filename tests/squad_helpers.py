@@ -8,10 +8,10 @@ import sys
 import numpy as np
 
 from background import resource
+from classifier_helpers import FIXTURES, REPO, SPIECE
 from xlnet_tf.config import XLNetConfig
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SQUAD = os.path.join(REPO, "tests", "fixtures", "squad")
+SQUAD = os.path.join(FIXTURES, "squad")
 
 SMALL = XLNetConfig(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=8000, dropout=0.0, dropatt=0.0)
 
@@ -30,8 +30,7 @@ def inference_batch(seq=24, batch=3, seed=0):
 
 # The run's flags: the tiny model trained 2 steps on the SQuAD 2.0 fixture, --do_predict on its dev file, an export.
 RELEASE_FLAGS = dict(
-    model_config_path=os.path.join(REPO, "configs", "tiny.json"),
-    spiece_model_file=os.path.join(REPO, "data", "spiece.model"),
+    model_config_path=os.path.join(REPO, "configs", "tiny.json"), spiece_model_file=SPIECE,
     train_file=os.path.join(SQUAD, "train-v2.0.json"), predict_file=os.path.join(SQUAD, "dev-v2.0.json"),
     do_train=True, do_predict=True, max_seq_length=64, max_query_length=16, doc_stride=24, max_answer_length=12,
     train_batch_size=8, iterations=2, train_steps=2, learning_rate=1e-3, predict_batch_size=16, dropout=0.0,

@@ -61,7 +61,7 @@ def test_mirrored_two_replicas_matches_one_device(tmp_path, monkeypatch):
     assert_same_weights(model_one, model_two, round_off=ROUND_OFF)
     # steps 1, 2 (carried from step 1), 3-4; each layer's memory on replica 0's device, then on replica 1's
     assert len(devices) == 3 and all(d == devices[0] for d in devices), devices
-    assert [d[-3:] for d in devices[0]] == ["U:0", "U:1"] * CONFIG.n_layer, devices[0]
+    assert [d.split("/")[-1] for d in devices[0]] == ["device:CPU:0", "device:CPU:1"] * CONFIG.n_layer, devices[0]
 
 
 def uneven_targets(n):
