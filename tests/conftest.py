@@ -142,12 +142,55 @@ def pytest_runtest_setup(item):
     return (yield)
 
 
+# Why: a test that leaves one of these changed changes the code paths of the tests after it, in an order that depends
+# on the machine: op determinism, left on by an in-process --deterministic run on a CPU where TensorFlow has oneDNN
+# off (an AVX2 EPYC), made Keras compile nothing with XLA and in-process fine-tuning differ from the same run in a
+# process (four failures, none where the test came alone). Each test must leave them as the session found them.
+def _op_determinism(on=None):
+    from tensorflow.python.framework import config  # what Keras reads; the public API has no reader, nor "off"
+
+    if on is None:
+        return config.is_op_determinism_enabled()
+    (config.enable_op_determinism if on else config.disable_op_determinism)()
+
+
+def _dtype_policy(name=None):
+    import keras
+
+    if name is None:
+        return keras.config.dtype_policy().name
+    keras.config.set_dtype_policy(name)
+
+
+def _functions_run_eagerly(on=None):
+    return tf.config.functions_run_eagerly() if on is None else tf.config.run_functions_eagerly(on)
+
+
+_PROCESS_SETTINGS = {"TensorFlow's op determinism": _op_determinism, "Keras's dtype policy": _dtype_policy,
+                     "tf.config.run_functions_eagerly": _functions_run_eagerly}
+_SESSION_SETTINGS = {name: get() for name, get in _PROCESS_SETTINGS.items()}
+
+
+def _restore_process_settings() -> list:
+    """Puts back every process-wide setting a test changed; what it was, named."""
+    changed = []
+    for name, setting in _PROCESS_SETTINGS.items():
+        now, was = setting(), _SESSION_SETTINGS[name]
+        if now != was:
+            setting(was)
+            changed.append(f"{name} ({was} -> {now})")
+    return changed
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     try:
         result = yield
     finally:
         _ENVIRONMENT.watching = False
+        changed = _restore_process_settings()
+    if changed:
+        pytest.fail(f"left process-wide settings changed (now restored): {', '.join(changed)}", pytrace=False)
     if not background.is_alone(item):
         if _ENVIRONMENT.changes:
             background.fail_changed("environment", ", ".join(_ENVIRONMENT.changes))

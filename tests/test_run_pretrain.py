@@ -175,16 +175,24 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path):
 
 
 def test_deterministic_refuses_a_tensorflow_loaded_with_onednn():
-    """--deterministic in a process whose TensorFlow runs oneDNN's matmuls (this one, on x86) would promise what it
-    cannot keep: refused, saying what to set. (The command-line runs above set it before TensorFlow loads.)"""
+    """--deterministic in a process whose TensorFlow runs oneDNN's matmuls (this one, on most x86 CPUs) would promise
+    what it cannot keep: refused, saying what to set. (The command-line runs above set it before TensorFlow loads.)"""
+    from tensorflow.python.framework import config  # what Keras reads; the public API has no reader, nor "off"
     from tensorflow.python.util import _pywrap_util_port
 
     from xlnet_tf.training.settings import RunSettings, SettingsError
     from xlnet_tf.training.setup import start_run
 
     settings = RunSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"), deterministic=True)
-    if not _pywrap_util_port.IsMklEnabled():  # a TensorFlow without oneDNN (not x86)
-        start_run(settings)
+    if not _pywrap_util_port.IsMklEnabled():
+        # TensorFlow turns oneDNN on only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX (not on an AVX2
+        # EPYC, nor off x86): the run is allowed, and turns op determinism on for this whole process, which the
+        # tests after this one must not inherit (Keras then compiles nothing with XLA; other kernels run).
+        try:
+            start_run(settings)
+            assert config.is_op_determinism_enabled()
+        finally:
+            config.disable_op_determinism()
         return
     with pytest.raises(SettingsError, match="--deterministic: .*oneDNN on .*set TF_ENABLE_ONEDNN_OPTS=0 before"):
         start_run(settings)
