@@ -73,20 +73,28 @@ def uneven_targets(n):
     return examples
 
 
+# Without memory, two micro-batches of 2 are the same work as one batch of 4.
+NO_MEMORY = CONFIG.replace(mem_len=0, reuse_len=None)
+
+
+@pytest.fixture(scope="module")
+def large_batch(tmp_path_factory):
+    """The large batch both accumulation tests compare with: 2 steps of 4 examples on one device (one run: a run
+    of the tiny model is seconds of tracing on 2 cores)."""
+    return train(tmp_path_factory.mktemp("large_batch"), "big", create_strategy("one_device"), per_replica_batch=4,
+                 steps=2, config=NO_MEMORY, examples=uneven_targets(64))
+
+
 @pytest.mark.parametrize("strategy_name", ["one_device", "mirrored"])
 @pytest.mark.slow
-def test_gradient_accumulation_matches_the_large_batch(tmp_path, strategy_name):
+def test_gradient_accumulation_matches_the_large_batch(tmp_path, strategy_name, large_batch):
     """Micro-batches of 2 (1 per replica on two) accumulated are one batch of 4: each micro-batch's loss is divided
     by the whole step's target count, not by its own (a mean of means), so the loss, the gradient norm and the
     weights are the large batch's whatever the micro-batches' counts."""
-    # Without memory, two micro-batches of 2 are the same work as one batch of 4.
-    no_memory = CONFIG.replace(mem_len=0, reuse_len=None)
-    examples = uneven_targets(64)
-    big, model_big = train(tmp_path, "big", create_strategy("one_device"), per_replica_batch=4, steps=2,
-                           config=no_memory, examples=examples)
+    big, model_big = large_batch
     strategy = create_strategy(strategy_name)
     acc, model_acc = train(tmp_path, "acc", strategy, per_replica_batch=4 // 2 // strategy.num_replicas_in_sync,
-                           steps=2, accum=2, config=no_memory, examples=examples)
+                           steps=2, accum=2, config=NO_MEMORY, examples=uneven_targets(64))
     assert acc["step"] == big["step"] == 2
     np.testing.assert_allclose(acc["loss"], big["loss"], rtol=1e-5)
     np.testing.assert_allclose(acc["grad_norm"], big["grad_norm"], rtol=1e-5)
