@@ -172,7 +172,7 @@ _SESSION_SETTINGS = {name: get() for name, get in _PROCESS_SETTINGS.items()}
 
 
 def _restore_process_settings() -> list:
-    """Puts back every process-wide setting a test changed; what it was, named."""
+    """Puts back every process-wide setting a test changed; returns each change, as "setting (was -> now)"."""
     changed = []
     for name, setting in _PROCESS_SETTINGS.items():
         now, was = setting(), _SESSION_SETTINGS[name]
