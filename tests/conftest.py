@@ -19,8 +19,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops  # noqa: E402
+from tensorflow.python.framework import config as tf_config  # noqa: E402
 
 import background  # noqa: E402
 import squad_helpers  # noqa: E402
@@ -146,38 +148,26 @@ def pytest_runtest_setup(item):
 # on the machine: op determinism, left on by an in-process --deterministic run on a CPU where TensorFlow has oneDNN
 # off (an AVX2 EPYC), made Keras compile nothing with XLA and in-process fine-tuning differ from the same run in a
 # process (four failures, none where the test came alone). Each test must leave them as the session found them.
-def _op_determinism(on=None):
-    from tensorflow.python.framework import config  # what Keras reads; the public API has no reader, nor "off"
-
-    if on is None:
-        return config.is_op_determinism_enabled()
-    (config.enable_op_determinism if on else config.disable_op_determinism)()
+def _set_op_determinism(on):
+    (tf_config.enable_op_determinism if on else tf_config.disable_op_determinism)()
 
 
-def _dtype_policy(name=None):
-    import keras
-
-    if name is None:
-        return keras.config.dtype_policy().name
-    keras.config.set_dtype_policy(name)
-
-
-def _functions_run_eagerly(on=None):
-    return tf.config.functions_run_eagerly() if on is None else tf.config.run_functions_eagerly(on)
-
-
-_PROCESS_SETTINGS = {"TensorFlow's op determinism": _op_determinism, "Keras's dtype policy": _dtype_policy,
-                     "tf.config.run_functions_eagerly": _functions_run_eagerly}
-_SESSION_SETTINGS = {name: get() for name, get in _PROCESS_SETTINGS.items()}
+# name: (read, set); op determinism through TensorFlow's module, as Keras reads it (the public API has no reader)
+_PROCESS_SETTINGS = {
+    "TensorFlow's op determinism": (tf_config.is_op_determinism_enabled, _set_op_determinism),
+    "Keras's dtype policy": (lambda: keras.config.dtype_policy().name, keras.config.set_dtype_policy),
+    "tf.config.run_functions_eagerly": (tf.config.functions_run_eagerly, tf.config.run_functions_eagerly),
+}
+_SESSION_SETTINGS = {name: read() for name, (read, _) in _PROCESS_SETTINGS.items()}
 
 
 def _restore_process_settings() -> list:
     """Puts back every process-wide setting a test changed; returns each change, as "setting (was -> now)"."""
     changed = []
-    for name, setting in _PROCESS_SETTINGS.items():
-        now, was = setting(), _SESSION_SETTINGS[name]
+    for name, (read, set_to) in _PROCESS_SETTINGS.items():
+        now, was = read(), _SESSION_SETTINGS[name]
         if now != was:
-            setting(was)
+            set_to(was)
             changed.append(f"{name} ({was} -> {now})")
     return changed
 
