@@ -174,28 +174,30 @@ def test_loss_falls_on_real_text_and_a_killed_run_resumes_exactly(tmp_path):
     assert_same_state(straight, resumed, round_off=0.0)
 
 
-def test_deterministic_refuses_a_tensorflow_loaded_with_onednn():
+def test_deterministic_refuses_a_tensorflow_loaded_with_onednn_and_ends_with_the_run():
     """--deterministic in a process whose TensorFlow runs oneDNN's matmuls (this one, on most x86 CPUs) would promise
-    what it cannot keep: refused, saying what to set. (The command-line runs above set it before TensorFlow loads.)"""
-    from tensorflow.python.framework import config  # what Keras reads; the public API has no reader, nor "off"
+    what it cannot keep: refused, saying what to set. (The command-line runs above set it before TensorFlow loads.)
+    Where it is allowed, op determinism lasts as long as the run: the caller's process goes on without it."""
+    from tensorflow.python.framework import config  # what Keras reads; the public API has no reader
     from tensorflow.python.util import _pywrap_util_port
 
     from xlnet_tf.training.settings import RunSettings, SettingsError
-    from xlnet_tf.training.setup import start_run
+    from xlnet_tf.training.setup import run_scope
 
     settings = RunSettings(model_config_path=os.path.join(REPO, "configs", "tiny.json"), deterministic=True)
     if not _pywrap_util_port.IsMklEnabled():
         # TensorFlow turns oneDNN on only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX (not on an AVX2
-        # EPYC, nor off x86): the run is allowed, and turns op determinism on for this whole process, which the
-        # tests after this one must not inherit (Keras then compiles nothing with XLA; other kernels run).
-        try:
-            start_run(settings)
-            assert config.is_op_determinism_enabled()
-        finally:
-            config.disable_op_determinism()
+        # EPYC, nor off x86): the run is allowed, with op determinism on until it ends, returning or raising
+        with pytest.raises(RuntimeError, match="the run failed"):
+            with run_scope(settings):
+                assert config.is_op_determinism_enabled()
+                raise RuntimeError("the run failed")
+        assert not config.is_op_determinism_enabled()
         return
     with pytest.raises(SettingsError, match="--deterministic: .*oneDNN on .*set TF_ENABLE_ONEDNN_OPTS=0 before"):
-        start_run(settings)
+        with run_scope(settings):
+            pass
+    assert not config.is_op_determinism_enabled()
 
 
 def test_the_data_order_is_compared_with_the_checkpoint_the_run_resumes_from(tmp_path):

@@ -26,7 +26,7 @@ from xlnet_tf.training.distribute import num_hosts
 from xlnet_tf.training.loop import worker_checkpoint_dir
 from xlnet_tf.training.pretraining import all_workers_here
 from xlnet_tf.training.xla import check_jit_compile
-from xlnet_tf.training.setup import check_data_order, checkpoint_step, start_run, training_lock
+from xlnet_tf.training.setup import check_data_order, checkpoint_step, run_scope, training_lock
 
 
 def run(settings) -> Optional[dict]:
@@ -38,12 +38,12 @@ def run(settings) -> Optional[dict]:
     task = family.task(s)
     if task.prepare_only():
         return None
-    strategy = start_run(s)
-    check_jit_compile(strategy, s.jit_compile)  # before the data is encoded
-    # One training run at a time in a model_dir (two would interleave their checkpoints); evaluating, predicting
-    # or exporting from it meanwhile is allowed.
-    with training_lock(strategy, s.model_dir) if s.do_train else contextlib.nullcontext():
-        return _stages(s, family, task, strategy)
+    with run_scope(s) as strategy:
+        check_jit_compile(strategy, s.jit_compile)  # before the data is encoded
+        # One training run at a time in a model_dir (two would interleave their checkpoints); evaluating,
+        # predicting or exporting from it meanwhile is allowed.
+        with training_lock(strategy, s.model_dir) if s.do_train else contextlib.nullcontext():
+            return _stages(s, family, task, strategy)
 
 
 def _check_resumes_its_own_run(s, family, task) -> None:

@@ -30,7 +30,8 @@ A tool is a settings dataclass and a function that takes it::
   null for a setting that cannot be unset (its type is not ``Optional``), are refused; a whole number written
   as a float (``10.0``, ``1e3``) sets an integer. No tool applies a config file the user did not name.
 * **``run``** is a tool's whole ``main``: parses the flags, applies the config file, builds and validates the
-  settings (before TensorFlow is imported: settings modules never import it), calls the target (it returns None,
+  settings (before TensorFlow is imported: settings modules never import it), imports TensorFlow for the tools that
+  use it (``import_tensorflow``: without what Keras imports only to offer), calls the target (it returns None,
   an exit status, or a run's report, logged as the last line), and ends the process at once when it is done
   (``_exit_now``: skips the interpreter teardown, where live tf.data iterators can block for a minute).
 * **Errors.** A usage error prints ``<prog>: error: <message>`` and one line pointing at ``--helpfull``, and
@@ -335,14 +336,38 @@ def usage_error(message) -> None:
     _exit_now(1)
 
 
+# What Keras and TF Lite import while TensorFlow loads, each under ``try: ... except ImportError``, only to offer what
+# no tool uses (scikit-learn wrappers, pandas DataFrames as inputs, matplotlib plots, jax conversion): ~3.5 s of the
+# ~9 s CPU of importing TensorFlow on 2 cores (AMD EPYC), paid by every tool's process and every worker.
+_IMPORTED_ONLY_TO_OFFER = ("sklearn", "pandas", "matplotlib", "jax")
+
+
+def import_tensorflow() -> None:
+    """Imports TensorFlow and Keras with the modules above refused while they load (Keras's scikit-learn wrappers,
+    pandas inputs and plots are then off in this process); afterwards those import as usual (the fine-tuning
+    metrics use scikit-learn). Only for a tool's own process: a library caller keeps all of Keras."""
+    if "tensorflow" in sys.modules:
+        return
+    refused = [name for name in _IMPORTED_ONLY_TO_OFFER if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(refused))  # None: "import name" raises ImportError
+    try:
+        importlib.import_module("tensorflow")
+        importlib.import_module("keras")
+    finally:
+        for name in refused:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
 def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Callable] = None,
-        with_given: bool = False) -> None:
+        with_given: bool = False, tensorflow: bool = True) -> None:
     """Runs a tool: parses the flags (defining them from ``settings_cls`` unless the tool did), applies
     ``--config_file``, then ``defaults_for(flags)`` to the flags neither given nor in the file (e.g.
     run_classifier.py's RACE defaults), builds and validates the settings before TensorFlow is imported, and calls
     ``target(settings)`` (``target(settings, given)`` with ``with_given``: the names of the settings given on the
     command line or in the file). ``target``: a function, or "module:function" (imported after the settings are
-    checked). Its result: a run's report (a dict, logged as the last line) or the exit status (an int)."""
+    checked). Its result: a run's report (a dict, logged as the last line) or the exit status (an int).
+    ``tensorflow=False``: a tool that does not use TensorFlow (it is imported only where a setting is a URI)."""
 
     # TensorFlow's C++ INFO lines (CUDA probing, oneDNN notices, "Local rendezvous is aborting with status:
     # OUT_OF_RANGE" at the end of every evaluation) say nothing a user can act on; warnings and errors stay.
@@ -368,10 +393,10 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
             settings = settings_from_flags(settings_cls, FLAGS, argv[1:]).validate()
             if getattr(settings, "deterministic", False):  # before TensorFlow loads (see training.setup)
                 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-            if any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values()):
-                # URIs (gs://...) are checked with tf.io.gfile: the local checks passed without TensorFlow, now
-                # it loads (the tool needs it next anyway) and the same checks run on the URIs.
-                importlib.import_module("tensorflow")
+            uris = any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values())
+            if tensorflow or uris:
+                import_tensorflow()
+            if uris:  # checked with tf.io.gfile: the local checks passed without TensorFlow, now the URIs'
                 settings.validate()
             function = target
             if isinstance(target, str):

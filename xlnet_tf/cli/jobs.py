@@ -219,4 +219,4 @@ def submit(s: JobsSettings, job) -> int:
 
 
 if __name__ == "__main__":
-    cli.run(JobsSettings, main, with_given=True)
+    cli.run(JobsSettings, main, with_given=True, tensorflow=False)

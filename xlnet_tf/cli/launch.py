@@ -198,4 +198,4 @@ def _pump(proc: subprocess.Popen, prefix: str) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(LaunchSettings, main)
+    cli.run(LaunchSettings, main, tensorflow=False)

@@ -76,4 +76,4 @@ def main(s: TrainSpmSettings) -> None:
 
 
 if __name__ == "__main__":
-    cli.run(TrainSpmSettings, main)
+    cli.run(TrainSpmSettings, main, tensorflow=False)

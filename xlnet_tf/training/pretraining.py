@@ -40,7 +40,7 @@ from xlnet_tf.training.optimization import apply_gradients_across_replicas
 from xlnet_tf.training.settings import PretrainSettings, SettingsError
 from xlnet_tf.training.loop import worker_checkpoint_dir
 from xlnet_tf.training.setup import (WORKER_LOST, check_data_order, keep_data_order, load_model_config,
-                                    setup_training, start_run, sum_over_workers, training_lock, update_settings)
+                                    run_scope, setup_training, sum_over_workers, training_lock, update_settings)
 from xlnet_tf.errors import InputError, WorkerLostError
 
 # The attention masks (perm_mask, query_perm_mask: [B, L, L], the largest inputs) cross from the host to the
@@ -56,10 +56,10 @@ def pretrain(settings: PretrainSettings) -> dict:
 
     s = settings.validate()
     has_pretraining_data(s)  # before connecting to the devices (a TPU takes minutes)
-    strategy = start_run(s)
-    check_jit_compile(strategy, s.jit_compile)  # before any data is written
-    with training_lock(strategy, s.model_dir):  # one run at a time in a model_dir
-        return _pretrain(s, strategy)
+    with run_scope(s) as strategy:
+        check_jit_compile(strategy, s.jit_compile)  # before any data is written
+        with training_lock(strategy, s.model_dir):  # one run at a time in a model_dir
+            return _pretrain(s, strategy)
 
 
 def _pretrain(s: PretrainSettings, strategy: tf.distribute.Strategy) -> dict:

@@ -1,6 +1,7 @@
 """What every run sets up the same way, pretraining and fine-tuning alike.
 
-* ``start_run``: the strategy (global batch sizes checked against its replicas) and the seed.
+* ``run_scope`` / ``start_run``: the strategy (global batch sizes checked against its replicas) and the seed; the
+  scope ends --deterministic's op determinism with the run.
 * ``load_model_config``: the model shape with the run's dropout and clamping, checked against the vocabulary.
 * ``setup_training``: model, optimizer and checkpoint under the strategy, the checkpoint manager, and the restore
   (resume from ``model_dir`` > warm start from ``init_checkpoint`` > random weights); ``Training.train`` then
@@ -18,11 +19,12 @@ import dataclasses
 import hashlib
 import json
 import re
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import keras
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.framework import config as tf_config
 
 from xlnet_tf import io_utils
 from xlnet_tf.checkpoint import checkpoint_reader, warm_start
@@ -37,9 +39,24 @@ from xlnet_tf.training.settings import RunSettings, SettingsError
 from xlnet_tf.errors import InputError
 
 
+@contextlib.contextmanager
+def run_scope(settings: RunSettings) -> Iterator[tf.distribute.Strategy]:
+    """``start_run``'s strategy for the length of a run: the op determinism --deterministic turned on ends with it.
+    Why: a library caller's process goes on after the run, and under op determinism Keras silently compiles nothing
+    with XLA (it drops ``jit_compile=True``) and ops without a deterministic kernel raise."""
+    # (TensorFlow's public API can turn op determinism on, not read it or turn it off)
+    was_on = tf_config.is_op_determinism_enabled()
+    try:
+        yield start_run(settings)
+    finally:
+        if not was_on and tf_config.is_op_determinism_enabled():
+            tf_config.disable_op_determinism()
+
+
 def start_run(settings: RunSettings) -> tf.distribute.Strategy:
     """The run's strategy, after checking that its global batch sizes split over the replicas; seeds Keras. The
-    model config is read first: a bad file fails before the devices are connected (a TPU takes minutes)."""
+    model config is read first: a bad file fails before the devices are connected (a TPU takes minutes). Runs use
+    it through ``run_scope``."""
     XLNetConfig.from_json(settings.model_config_path)
     if settings.deterministic:
         _make_deterministic()
