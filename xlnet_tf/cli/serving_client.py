@@ -317,4 +317,4 @@ def main(s: ServingClientSettings) -> int:
 
 
 if __name__ == "__main__":
-    cli.run(ServingClientSettings, main)
+    cli.run(ServingClientSettings, main, tensorflow=False)  # REST needs none; gRPC imports it
