@@ -310,6 +310,8 @@ def read_rows(path: str) -> list:
 def main(s: ServingClientSettings) -> int:
     rows = read_rows(s.input_file) if s.input_file else [{s.field: text} for text in s.texts]
     columns(rows)  # rows that disagree are refused before anything is sent
+    if s.protocol == "grpc":
+        cli.import_tensorflow()  # the serving API's messages are TensorFlow's; REST needs none
     predicted = (predict_grpc if s.protocol == "grpc" else predict_rest)(s, rows)
     for row in predicted:
         print(json.dumps(row, ensure_ascii=False))
@@ -317,4 +319,4 @@ def main(s: ServingClientSettings) -> int:
 
 
 if __name__ == "__main__":
-    cli.run(ServingClientSettings, main, tensorflow=False)  # REST needs none; gRPC imports it
+    cli.run(ServingClientSettings, main, tensorflow=False)  # only --protocol=grpc loads it (main)
