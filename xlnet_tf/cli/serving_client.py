@@ -312,7 +312,9 @@ def main(s: ServingClientSettings) -> int:
     columns(rows)  # rows that disagree are refused before anything is sent
     if s.protocol == "grpc":
         cli.import_tensorflow()  # the serving API's messages are TensorFlow's; REST needs none
-    predicted = (predict_grpc if s.protocol == "grpc" else predict_rest)(s, rows)
+        predicted = predict_grpc(s, rows)
+    else:
+        predicted = predict_rest(s, rows)
     for row in predicted:
         print(json.dumps(row, ensure_ascii=False))
     return 0
