@@ -77,11 +77,14 @@ def pytest_collection_modifyitems(session, config, items):
     # module fixtures are made once): an alone test holds the thread, and a hold first waits for the body running
     # (up to a minute, idle in front); after the reports none is left. The files with a ``multiprocess`` test
     # come last among the others: beside the bodies, their processes would share the two cores three ways, and
-    # the bodies are done well before the in-process tests are.
+    # the bodies are done well before the in-process tests are. Before those, the in-process files of a module
+    # with a background resource: reached early on a slow machine, their first test would wait idle for it.
     front = [item for item in items if not background.body_of(item)]
     quiet = {item.path for item in front if background.is_alone(item)}
     starting = {item.path for item in front if item.get_closest_marker("multiprocess")} - quiet
-    items[:] = ([item for item in front if item.path not in quiet | starting]
+    waiting = {item.path for item in front if background.resources_of(item)} - quiet - starting
+    items[:] = ([item for item in front if item.path not in quiet | starting | waiting]
+                + [item for item in front if item.path in waiting]
                 + [item for item in front if item.path in starting]
                 + [item for item in items if background.body_of(item)]
                 + [item for item in front if item.path in quiet])

@@ -559,7 +559,7 @@ def test_a_library_error_mid_run_is_one_line_and_a_bug_keeps_its_traceback(tmp_p
                 return {}["missing"]
             return s.exit_code
 
-        cli.run(ToolSettings, main)
+        cli.run(ToolSettings, main, tensorflow=False)  # its main uses no TensorFlow (and 3 runs load none)
     '''))
     bug = _run([str(tool)], cwd=str(tmp_path))
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "KeyError: 'missing'" in bug.stderr
