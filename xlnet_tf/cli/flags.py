@@ -360,14 +360,15 @@ def import_tensorflow() -> None:
 
 
 def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Callable] = None,
-        with_given: bool = False, tensorflow: bool = True) -> None:
+        with_given: bool = False, tensorflow: Union[bool, Callable] = True) -> None:
     """Runs a tool: parses the flags (defining them from ``settings_cls`` unless the tool did), applies
     ``--config_file``, then ``defaults_for(flags)`` to the flags neither given nor in the file (e.g.
     run_classifier.py's RACE defaults), builds and validates the settings before TensorFlow is imported, and calls
     ``target(settings)`` (``target(settings, given)`` with ``with_given``: the names of the settings given on the
     command line or in the file). ``target``: a function, or "module:function" (imported after the settings are
     checked). Its result: a run's report (a dict, logged as the last line) or the exit status (an int).
-    ``tensorflow=False``: a tool that does not use TensorFlow (it is imported only where a setting is a URI)."""
+    ``tensorflow=False``: a tool that does not use TensorFlow (it is imported only where a setting is a URI); a
+    function of the settings: whether this run uses it."""
 
     # TensorFlow's C++ INFO lines (CUDA probing, oneDNN notices, "Local rendezvous is aborting with status:
     # OUT_OF_RANGE" at the end of every evaluation) say nothing a user can act on; warnings and errors stay.
@@ -394,7 +395,7 @@ def run(settings_cls, target: Union[str, Callable], *, defaults_for: Optional[Ca
             if getattr(settings, "deterministic", False):  # before TensorFlow loads (see training.setup)
                 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
             uris = any(isinstance(v, str) and io_utils.is_uri(v) for v in dataclasses.asdict(settings).values())
-            if tensorflow or uris:
+            if (tensorflow(settings) if callable(tensorflow) else tensorflow) or uris:
                 import_tensorflow()
             if uris:  # checked with tf.io.gfile: the local checks passed without TensorFlow, now the URIs'
                 settings.validate()

@@ -310,15 +310,12 @@ def read_rows(path: str) -> list:
 def main(s: ServingClientSettings) -> int:
     rows = read_rows(s.input_file) if s.input_file else [{s.field: text} for text in s.texts]
     columns(rows)  # rows that disagree are refused before anything is sent
-    if s.protocol == "grpc":
-        cli.import_tensorflow()  # the serving API's messages are TensorFlow's; REST needs none
-        predicted = predict_grpc(s, rows)
-    else:
-        predicted = predict_rest(s, rows)
+    predicted = (predict_grpc if s.protocol == "grpc" else predict_rest)(s, rows)
     for row in predicted:
         print(json.dumps(row, ensure_ascii=False))
     return 0
 
 
 if __name__ == "__main__":
-    cli.run(ServingClientSettings, main, tensorflow=False)  # only --protocol=grpc loads it (main)
+    # the gRPC serving API's messages are TensorFlow's; REST needs none
+    cli.run(ServingClientSettings, main, tensorflow=lambda s: s.protocol == "grpc")
