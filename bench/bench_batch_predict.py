@@ -1,5 +1,5 @@
-"""Batch prediction (xlnet_tf.batch.prediction): throughput from a SavedModel and from a checkpoint, and memory against input
-size, with a killed-and-rerun check. The tables in bench/reports/batch.md come from here.
+"""Batch prediction (xlnet_tf.batch.prediction): throughput from a SavedModel and from a checkpoint, and memory against
+input size, with a killed-and-rerun check. The tables in bench/reports/batch.md come from here.
 
     python bench/bench_batch_predict.py throughput   # XLNet-Base shape, random weights, seq 128 (~5 min on 2 cores)
     python bench/bench_batch_predict.py memory       # tiny model: peak RSS at 50k and 200k rows, kill + rerun (~8 min)

@@ -4,7 +4,8 @@
 
 Writes TFRecords (seq_len 512, reuse_len 256, num_predict 85, bi_data, bsz_per_host 32, 1 core) from the
 corpus into a temporary directory, then reads them with ``pretrain_dataset`` (perm_size 256) and prints a table:
-tokenisation tokens/s, writing records/s (end to end, including tokenisation; TensorFlow already loaded), and reading examples/s (per-replica batches of 32 after a warm-up batch).
+tokenisation tokens/s, writing records/s (end to end, including tokenisation; TensorFlow already loaded), and
+reading examples/s (per-replica batches of 32 after a warm-up batch).
 """
 
 from __future__ import annotations

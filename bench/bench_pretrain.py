@@ -1,6 +1,6 @@
 """XLNet pretraining-step benchmark: ours (TF 2 / Keras 3) side by side with HuggingFace PyTorch and TF Model Garden.
 
-    .venv/bin/python bench/bench_pretrain.py            # full run (6-10 min on 2 cores): bench/results.md + README tables
+    .venv/bin/python bench/bench_pretrain.py            # full run (6-10 min, 2 cores): bench/results.md + README tables
     .venv/bin/python bench/bench_pretrain.py --quick    # short run (fewer repetitions, no XLA, smaller memory run)
 
 Peers need the ``bench`` extra (torch==2.13.0 CPU, transformers 5.x); Model Garden is tf-models-official (a core
@@ -155,7 +155,8 @@ class HFTrain:
         for seed in range(2):
             b = make_batch(cfg, seed)
             self.batches.append(dict(
-                input_ids=torch.from_numpy(b["input_ids"]).long(), token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
+                input_ids=torch.from_numpy(b["input_ids"]).long(),
+                token_type_ids=torch.from_numpy(b["segment_ids"]).long(),
                 perm_mask=torch.from_numpy(b["perm_mask"]), target_mapping=torch.from_numpy(b["target_mapping"]),
                 target=torch.from_numpy(b["target"]).long(), target_mask=torch.from_numpy(b["target_mask"])))
         self.mems = None
@@ -242,7 +243,8 @@ class ModelGardenTrain:
             with tf.GradientTape() as tape:
                 logits, new_state = model(inputs, training=True)
                 losses = tf.nn.sparse_softmax_cross_entropy_with_logits(batch["target"], logits)
-                loss = tf.reduce_sum(losses * batch["target_mask"]) / tf.maximum(tf.reduce_sum(batch["target_mask"]), 1.0)
+                mask = batch["target_mask"]
+                loss = tf.reduce_sum(losses * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
             grads = tape.gradient(loss, model.trainable_variables)
             grads, _ = tf.clip_by_global_norm(grads, 1.0)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
@@ -383,7 +385,8 @@ def machine_info():
     except OSError:
         amx = "?"
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu} ({amx}), {os.cpu_count()} logical CPUs, {mem_gb:.0f} GiB RAM, {platform.system()} {platform.release()}"
+    return (f"{cpu} ({amx}), {os.cpu_count()} logical CPUs, {mem_gb:.0f} GiB RAM, "
+            f"{platform.system()} {platform.release()}")
 
 
 def versions():
@@ -448,7 +451,8 @@ def main():
 
     log(f"machine: {machine_info()}; load average {load_before[0]:.2f}; {args.threads} threads")
     peak32, peak16 = matmul_peak("float32"), matmul_peak("bfloat16")
-    log(f"matmul peak (TF, 2048^3, {args.threads} threads): fp32 {peak32 / 1e9:.0f} GFLOP/s, bf16 {peak16 / 1e9:.0f} GFLOP/s")
+    log(f"matmul peak (TF, 2048^3, {args.threads} threads): fp32 {peak32 / 1e9:.0f} GFLOP/s, "
+        f"bf16 {peak16 / 1e9:.0f} GFLOP/s")
 
     # --- training step, bench-small -----------------------------------------------------------------------------
     cfg = BENCH_SMALL

@@ -108,7 +108,8 @@ def tables(ours: dict, peer: dict) -> tuple[str, str]:
     h = headline(ours, peer)
     summary = "Goal (base-512 pretraining, mixed bf16): "
     if h.get("ours"):
-        summary += f"ours {h['ours']['tokens_per_s']:,.0f} tokens/s at batch {h['ours']['batch']}, MFU {h['mfu']:.1%} (goal >= 40%)"
+        summary += (f"ours {h['ours']['tokens_per_s']:,.0f} tokens/s at batch {h['ours']['batch']}, "
+                    f"MFU {h['mfu']:.1%} (goal >= 40%)")
     else:
         summary += "ours not measured"
     if h.get("hf_best"):

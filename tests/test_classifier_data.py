@@ -305,11 +305,13 @@ def test_metrics_match_sklearn_and_scipy():
     pred = logits.argmax(-1)
     m = metrics.classification_metrics(logits, labels, ("mcc", "f1", "accuracy"))
     assert m["mcc"] == pytest.approx(skm.matthews_corrcoef(labels, pred))
-    assert m["f1"] == pytest.approx(skm.f1_score(labels, pred)) and m["accuracy"] == pytest.approx((pred == labels).mean())
+    assert m["f1"] == pytest.approx(skm.f1_score(labels, pred))
+    assert m["accuracy"] == pytest.approx((pred == labels).mean())
     y = rng.uniform(0, 5, 40)
     s = y + rng.normal(size=40)
     r = metrics.regression_metrics(s, y)
-    assert r["pearson"] == pytest.approx(stats.pearsonr(s, y)[0]) and r["spearman"] == pytest.approx(stats.spearmanr(s, y)[0])
+    assert r["pearson"] == pytest.approx(stats.pearsonr(s, y)[0])
+    assert r["spearman"] == pytest.approx(stats.spearmanr(s, y)[0])
     assert metrics.regression_metrics(np.ones(3), np.arange(3.0))["pearson"] == 0.0  # constant: no NaN
     mc = metrics.multiple_choice_metrics(np.eye(4)[[0, 1, 2, 3]], np.array([0, 1, 0, 0]), np.array([0, 0, 1, 1]))
     assert mc == {"accuracy": 0.5, "num_examples": 4, "accuracy_middle": 1.0, "num_middle": 2, "accuracy_high": 0.0,

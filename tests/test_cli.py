@@ -418,8 +418,9 @@ def test_tools_check_their_settings_before_tensorflow_loads():
         from xlnet_tf.tasks.task_settings import ClassifierSettings
         from xlnet_tf.tasks.squad import SquadSettings
         from xlnet_tf.training.settings import PretrainSettings
-        for settings_cls in (PretrainSettings, ClassifierSettings, SquadSettings, export.ExportSettings, predict.PredictSettings, jobs.JobsSettings,
-                             create_data.CreateDataSettings, convert.ConvertSettings, train_spm.TrainSpmSettings):
+        for settings_cls in (PretrainSettings, ClassifierSettings, SquadSettings, export.ExportSettings,
+                             predict.PredictSettings, jobs.JobsSettings, create_data.CreateDataSettings,
+                             convert.ConvertSettings, train_spm.TrainSpmSettings):
             values = flags.FlagValues()
             cli.define_flags(settings_cls, values)
             values(["x"])

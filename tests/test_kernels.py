@@ -4,8 +4,8 @@ multiples of the C++ kernels' 16 lanes; the contract binding each plain definiti
 switch; the C++ kernels' errors for bad inputs.
 
 The tests of the C++ kernels are skipped only where there is no C++ compiler, and never under CI=true (there a
-missing compiler fails them). Where there is one, a kernel library that does not build or load fails them, with the compiler's error: they never pass by running the plain
-ops twice."""
+missing compiler fails them). Where there is one, a kernel library that does not build or load fails them, with the
+compiler's error: they never pass by running the plain ops twice."""
 
 import ast
 import importlib
@@ -414,7 +414,8 @@ def test_kernels_reject_bad_shapes():
                 key_pos=tf.zeros([0], tf.int32))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"key_pos must be \[B, K\] = \[3, 8\] or empty"):
         forward(ac=scores, bd=table, mask=tf.zeros([1, 4, 8]), query_pos=pos, **dict(none, key_pos=pos), **args)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask must be \[1 or B, Q, K\] = \[3, 4, 8\], got \[3,4,7\]"):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"mask must be \[1 or B, Q, K\] = \[3, 4, 8\], got \[3,4,7\]"):
         forward(ac=scores, bd=table, mask=tf.zeros([3, 4, 7]), query_pos=pos, **none, **args)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"bd must be \[N, B, Q, R\]"):
         forward(ac=scores, bd=tf.zeros([2, 3, 5, 12]), mask=tf.zeros([1, 4, 8]), query_pos=pos, **none, **args)

@@ -1,6 +1,7 @@
 """Package structure: the layers of docs/design.md hold (no import runs up them) and no import cycles between
 xlnet_tf's modules, counting imports inside functions and dynamic loads (``importlib`` by a literal name, registries
-of dotted names) too; each built-in task family is a package that no other family imports."""
+of dotted names) too; each built-in task family is a package that no other family imports; the sources keep to the
+line limit."""
 
 import ast
 import pathlib
@@ -250,3 +251,17 @@ def test_benchmarks_name_only_what_the_package_has(tmp_path):
                      "def f(text):\n    ops = {}\n    return ops.most_common\n")
     assert [line.split(": ", 1)[1] for line in _missing_package_names(probe)] == [
         "from xlnet_tf.io_utils import gone", "cpd.list_input_files (xlnet_tf.data.writer)"]
+
+
+def test_source_lines_fit_120_columns():
+    """The project's line limit, 120 characters, in every file of code or settings a reader opens (the package
+    and its kernels, the entry points, tests, benchmarks, scripts and configs): the set-up installs no linter, and
+    longer lines had crept into bench/ and tests/ unseen."""
+    repo = ROOT.parent
+    patterns = ("xlnet_tf/**/*.py", "xlnet_tf/**/*.cc", "xlnet_tf/**/*.h", "*.py", "tests/**/*.py", "bench/**/*.py",
+                "bench/**/*.sh", "scripts/*", "configs/*", "pyproject.toml")
+    files = {path for pattern in patterns for path in repo.glob(pattern) if path.is_file()}
+    assert len(files) > 200, sorted(files)  # the patterns still find the tree
+    too_long = [f"{path.relative_to(repo)}:{number}: {len(line)} characters" for path in sorted(files)
+                for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 120]
+    assert not too_long, too_long

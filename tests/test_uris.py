@@ -174,7 +174,8 @@ def test_pretrain_finetune_export_predict_on_ram():
         put(os.path.join(FIXTURES, "glue", "MRPC", name), f"{glue}/{name}")
     settings = make_flags("/nonexistent-unused", task_name="mrpc", data_dir=glue, model_config_path=config,
                           spiece_model_file=spiece, init_checkpoint=f"{root}/pretrain", model_dir=f"{root}/ft",
-                          output_dir=f"{root}/ft-data", max_seq_length=24, do_train=True, do_predict=True, export_dir=f"{root}/serving", predict_dir=f"{root}/predict")
+                          output_dir=f"{root}/ft-data", max_seq_length=24, do_train=True, do_predict=True,
+                          export_dir=f"{root}/serving", predict_dir=f"{root}/predict")
     result = runner.run(settings)
     assert result["export"] == f"{root}/serving/2" and existing_versions(f"{root}/serving") == [2]
     assert io_utils.listdir(f"{root}/serving") == ["2"]  # no temporary left

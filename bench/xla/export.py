@@ -589,7 +589,8 @@ def export_workload(out_dir: str, name: str, built: dict, meta: dict, ref_steps:
     files = {hlo_name, npz_name, batches_name} | {p["init"]["file"] for p in params if p["role"] == "constant"}
     size = sum(os.path.getsize(os.path.join(out_dir, n)) for n in files)
     log(f"  {name}: {n_params} parameters (+{len(constants)} large constants), {len(outputs)} outputs + "
-        f"{len(_aliases(text))} updated variables, HLO {len(proto) / 2**20:.1f} MiB, {size / 2**20:.2f} MiB on disk, traced in {trace_s:.0f} s")
+        f"{len(_aliases(text))} updated variables, HLO {len(proto) / 2**20:.1f} MiB, {size / 2**20:.2f} MiB on disk, "
+        f"traced in {trace_s:.0f} s")
     return workload
 
 
@@ -601,7 +602,8 @@ def _op_mix(hlo_text: str) -> dict:
 
 
 def workload_name(cfg, kind: str, what, dtype: str) -> str:
-    label = {"pretrain": f"{cfg.name}_{what}", "finetune": f"{what}-{cfg.seq_len}", "infer": f"{cfg.name}_forward"}[kind]
+    label = {"pretrain": f"{cfg.name}_{what}", "finetune": f"{what}-{cfg.seq_len}",
+             "infer": f"{cfg.name}_forward"}[kind]
     return f"{label}_{SHORT_DTYPE.get(dtype, dtype)}_b{cfg.batch}"
 
 

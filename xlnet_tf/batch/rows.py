@@ -54,7 +54,8 @@ def written_by_a_job(path: str, output_dir: str) -> bool:
     """Whether ``path`` is a job's own file in ``output_dir`` (either engine's results, the lock, temporaries),
     which an input glob matching the output directory would otherwise read as inputs on the rerun."""
     folder, name = os.path.split(path)
-    return io_utils.canonical(folder) == io_utils.canonical(output_dir) and any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS + (LOCK_FILE, ".*"))
+    return (io_utils.canonical(folder) == io_utils.canonical(output_dir)
+            and any(fnmatch.fnmatchcase(name, p) for p in OUTPUT_PATTERNS + (LOCK_FILE, ".*")))
 
 
 def settings_of(predictor, fields: Fields) -> dict:

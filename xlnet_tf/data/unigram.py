@@ -8,8 +8,8 @@ systematic push down, ``p(w) * h`` along the mean query state, which Adam turns 
 rare tokens collapse onto that one direction (mean pairwise cosine 0.67-0.77 after 600-4000 steps of the tiny
 model, against 0.0 at initialisation) and ``<cls>``/``<sep>``, never targets, grow to 3-4x the norm of the other
 rows (measurements in ``bench/reports/pretraining_pays.md``). Starting the bias at the data's log unigram
-frequencies puts the loss at the unigram entropy from step 0, where the expected gradient of a rare row is zero: no shared drift,
-and the embeddings are left to what the context tells.
+frequencies puts the loss at the unigram entropy from step 0, where the expected gradient of a rare row is zero: no
+shared drift, and the embeddings are left to what the context tells.
 """
 
 from __future__ import annotations

@@ -128,7 +128,8 @@ void CheckShapes(OpKernelContext* ctx, const Tensor& rows, const std::vector<con
 // of how rows are split across threads.
 struct RowScratch {
   explicit RowScratch(int64_t d)
-      : z(simd::Padded(d)), factor(simd::Padded(d)), g(simd::Padded(d)), words(simd::Padded(d) / 2 + 2 * simd::kWidth) {}
+      : z(simd::Padded(d)), factor(simd::Padded(d)), g(simd::Padded(d)),
+        words(simd::Padded(d) / 2 + 2 * simd::kWidth) {}
   std::vector<float> z, factor, g;
   std::vector<uint32_t> words;
 };
