@@ -16,6 +16,7 @@ from needs import require
 
 require("apache_beam")
 
+from background import background, resource  # noqa: E402
 from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
 from squad_helpers import squad_release  # noqa: E402,F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf.batch import beam as bb  # noqa: E402
@@ -30,25 +31,54 @@ SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "se
                                                   encoding="utf-8").read().splitlines()[1:]]
 
 
-@pytest.fixture(scope="module")
-def sst2_export(tmp_path_factory):
-    """A micro SST-2 classifier (random weights) exported with its raw-text serving_default, as
-    ``python -m xlnet_tf.cli.export`` writes it."""
-    tmp = tmp_path_factory.mktemp("beam_export")
-    settings = make_flags(tmp, task_name="sst-2")
-    task = settings.family().task(settings)
-    model = task.build_model()
-    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
-    exporter.export_serving(model, str(tmp / "export"), task.serving_info(1), SPIECE)
-    return str(tmp / "export")
+# The fixture's export, written by a process (``sst2_release``): a micro SST-2 classifier (random weights) with its
+# raw-text serving_default, as ``python -m xlnet_tf.cli.export`` writes it.
+_EXPORT_SST2 = """
+import os, sys
+from classifier_helpers import SPIECE, make_flags
+from xlnet_tf.finetuning import serving as exporter
+tmp = sys.argv[1]
+settings = make_flags(tmp, task_name="sst-2")
+task = settings.family().task(settings)
+model = task.build_model()
+model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+exporter.export_serving(model, os.path.join(tmp, "export"), task.serving_info(1), SPIECE)
+"""
+
+
+def _started(args):
+    """``python ARGS`` from the repository with this checkout's xlnet_tf and the tests' helpers; its finished
+    process (output captured)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), REPO]))
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@resource
+def sst2_release(tmp_path):
+    """The micro SST-2 export and ``write_inputs`` predicted by ``python -m xlnet_tf.cli.predict`` (the rows the
+    Beam runs must equal): made by processes on the background thread, for the tests in front (``sst2_export``,
+    ``cli_run``) and ``test_command_line``'s body there. (export, inputs' glob, rows keyed by (file, line),
+    summary)."""
+    done = _started(["-c", _EXPORT_SST2, str(tmp_path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    export, inputs = str(tmp_path / "export"), write_inputs(tmp_path / "in")
+    done = _started(["-m", "xlnet_tf.cli.predict", f"--saved_model={export}", f"--input_glob={inputs}",
+                     f"--output_dir={tmp_path / 'cli'}", "--id_field=id", "--batch_size=4"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(tmp_path / "cli" / bp.SUMMARY_FILE, encoding="utf-8") as f:
+        summary = json.load(f)
+    return export, inputs, read_rows(summary), summary
 
 
 @pytest.fixture(scope="module")
-def cli_run(sst2_export, tmp_path_factory):
+def sst2_export():
+    return sst2_release.value()[0]
+
+
+@pytest.fixture(scope="module")
+def cli_run():
     """``write_inputs`` predicted by cli.predict: (their glob, its rows keyed by (file, line), its summary)."""
-    tmp = tmp_path_factory.mktemp("beam_cli")
-    inputs = write_inputs(tmp / "in")
-    return (inputs, *cli_rows(sst2_export, inputs, tmp / "cli"))
+    return sst2_release.value()[1:]
 
 
 def write_inputs(directory) -> str:
@@ -69,19 +99,24 @@ def settings(export, inputs, out, **kw):
     return cli_predict.PredictSettings(**values).validate()
 
 
-def cli_rows(export, inputs, out) -> dict:
-    """cli.predict's rows, keyed by (input file, line)."""
-    s = settings(export, inputs, out)
-    predictor = bb.ModelSpec(s.saved_model).load()  # cli.predict's (its defaults), loaded once for both engines
-    summary = bp.predict_shards(predictor, s.input_glob, s.output_dir, bp.Fields.parse(s.text_fields, s.id_field),
-                                s.batch_size, progress_every_s=1e9)
+def read_rows(summary) -> dict:
+    """The rows cli.predict wrote for the shards of its ``summary``, keyed by (input file, line)."""
     rows = {}
     for shard in summary["shards"]:
         with open(shard["output"], encoding="utf-8") as f:
             for line in f:
                 row = json.loads(line)
                 rows[(shard["input"], row["line"])] = row
-    return rows, summary
+    return rows
+
+
+def cli_rows(export, inputs, out) -> dict:
+    """cli.predict's rows, keyed by (input file, line), and its summary."""
+    s = settings(export, inputs, out)
+    predictor = bb.ModelSpec(s.saved_model).load()  # cli.predict's (its defaults), loaded once for both engines
+    summary = bp.predict_shards(predictor, s.input_glob, s.output_dir, bp.Fields.parse(s.text_fields, s.id_field),
+                                s.batch_size, progress_every_s=1e9)
+    return read_rows(summary), summary
 
 
 def beam_rows(out) -> dict:
@@ -242,11 +277,12 @@ def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_command_line(sst2_export, cli_run, tmp_path):
+@background
+def test_command_line(tmp_path):
     """``python -m xlnet_tf.cli.predict --runner=DirectRunner`` with one of Beam's options (its value after a
     space): the rows equal cli.predict's, on the FnApiRunner without trying to download Prism; a typo in one of our
     flags is an error naming it, before TensorFlow."""
-    inputs, expected, summary = cli_run
+    sst2_export, inputs, expected, summary = sst2_release.value()
     out = tmp_path / "beam"
     args = [sys.executable, "-m", "xlnet_tf.cli.predict", "--runner=DirectRunner", f"--saved_model={sst2_export}",
             f"--input_glob={inputs}", f"--output_dir={out}", "--id_field=id", "--direct_running_mode", "in_memory"]

@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from background import background, resource
 from xlnet_tf.data import writer as cpd
 from xlnet_tf.data import examples as ex
 from xlnet_tf.data import manifest as mf
@@ -32,13 +34,45 @@ def brown_lines(n):
         return f.read().splitlines()[:n]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    d = tmp_path_factory.mktemp("corpus")
+def write_corpus(directory):
+    directory.mkdir()
     lines = brown_lines(400)
-    (d / "a.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
-    (d / "b.txt").write_text("\n".join(lines[200:]) + "\n", encoding="utf-8")
-    return d
+    (directory / "a.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    (directory / "b.txt").write_text("\n".join(lines[200:]) + "\n", encoding="utf-8")
+    return directory
+
+
+def cli_flags(corpus_glob, save_dir, **kw):
+    """``python -m xlnet_tf.cli.create_data``'s flags for what ``config`` sets (SETTINGS; ``kw``: writer flags)."""
+    s = SETTINGS
+    flags = dict(input_glob=corpus_glob, sp_path=SP_MODEL, save_dir=save_dir, seq_len=s.seq_len,
+                 reuse_len=s.reuse_len, bsz_per_host=s.bsz_per_host, num_core_per_host=s.num_core_per_host,
+                 bi_data=s.bi_data, mask_alpha=s.mask_alpha, mask_beta=s.mask_beta, num_predict=s.num_predict,
+                 batches_per_shard=40, num_workers=1)
+    flags.update(kw)
+    return [f"--{name}={value}" for name, value in flags.items()]
+
+
+def create_data(*args, timeout=120):
+    """The command line as a user runs it; its finished process (output captured)."""
+    return subprocess.run([sys.executable, "-m", "xlnet_tf.cli.create_data", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@resource
+def reference_run(tmp_path):
+    """The corpus (400 lines of the Brown sample in two files) and its data written by the command line with
+    ``config``'s settings, uninterrupted: made by a process on the background thread, so that the killed runs'
+    tests there compare with it while the tests in front read it (``corpus``, ``written``)."""
+    corpus = write_corpus(tmp_path / "corpus")
+    done = create_data(*cli_flags(corpus / "*.txt", tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return corpus, tmp_path / "out"
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return reference_run.value()[0]
 
 
 def config(corpus_glob, save_dir, **kw):
@@ -56,7 +90,17 @@ def read_records(path):
 
 
 def raw_records(path):
-    return [raw.numpy() for raw in tf.data.TFRecordDataset(path)]
+    """A TFRecord file's records, as bytes. Read without TensorFlow, which a background body may not run: each
+    record is its length (8 bytes, little-endian), 4 bytes of its CRC, the record and 4 bytes of the record's CRC
+    (the CRCs are not checked: the tests compare the bytes themselves)."""
+    records = []
+    with open(path, "rb") as f:
+        while header := f.read(12):
+            (length,) = struct.unpack("<Q", header[:8])
+            record = f.read(length + 4)[:length]
+            assert len(header) == 12 and len(record) == length, f"{path}: a record cut short"
+            records.append(record)
+    return records
 
 
 def shard_bytes(save_dir):
@@ -65,10 +109,11 @@ def shard_bytes(save_dir):
 
 
 @pytest.fixture(scope="module")
-def written(corpus, tmp_path_factory):
-    save_dir = tmp_path_factory.mktemp("out")
-    manifest = cpd.run(config(corpus / "*.txt", save_dir))
-    return save_dir, manifest
+def written():
+    """The reference run's data directory and the manifest it wrote."""
+    save_dir = reference_run.value()[1]
+    with open(save_dir / "manifest.json", encoding="utf-8") as f:
+        return save_dir, json.load(f)
 
 
 def test_records_and_manifest(written):
@@ -162,8 +207,9 @@ def test_resume_after_simulated_crash(written, corpus, tmp_path):
     assert not any(n.startswith(".") for n in os.listdir(copy / "tfrecords"))
 
 
-# `python -m xlnet_tf.cli.create_data ARGS`, started in a session of its own, that SIGKILLs its process group (the
-# CLI and its pool workers) as the second finished shard is reported to it, while the workers write the next ones.
+# `python -m xlnet_tf.cli.create_data ARGS`, started in a session of its own, that sends SIGINT to its process group
+# (the CLI and its pool workers) as the second finished shard is reported to it, while the workers write the next
+# ones.
 # (Killed from inside, at a fixed point: a kill from here would race 85 shards of ~3 ms each against polling.)
 _KILLED_AT_SECOND_SHARD = """
 import os, runpy, signal, sys
@@ -182,14 +228,13 @@ runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
-    """Stop a real 2-worker CLI run mid-way with Ctrl-C (one line, exit 130), rerun: its records are byte-identical
-    to an uninterrupted run's."""
-    reference_dir, manifest = written
+@background
+def test_resume_after_killed_parallel_run(tmp_path):
+    """Stop a real 2-worker CLI run mid-way with Ctrl-C (one line, exit 130), rerun the same command: its records
+    are byte-identical to an uninterrupted run's."""
+    corpus, reference_dir = reference_run.value()
     out = tmp_path / "killed"
-    args = [f"--input_glob={corpus}/*.txt", f"--sp_path={SP_MODEL}", f"--save_dir={out}", "--seq_len=32",
-            "--reuse_len=16", "--bsz_per_host=4", "--num_core_per_host=2", "--bi_data", "--num_predict=6",
-            "--batches_per_shard=4", "--num_workers=2"]
+    args = cli_flags(corpus / "*.txt", out, batches_per_shard=4, num_workers=2)
     # The reference used 40 batches per shard; this run's plan differs, so compare records, not files.
     killed = subprocess.run([sys.executable, "-c", _KILLED_AT_SECOND_SHARD, *args], cwd=ROOT,
                             capture_output=True, text=True, start_new_session=True, timeout=120)
@@ -199,12 +244,14 @@ def test_resume_after_killed_parallel_run(corpus, written, tmp_path):
     assert "Traceback" not in killed.stderr and "leaked" not in killed.stderr, killed.stderr[-3000:]
     assert not (out / "manifest.json").exists(), "the manifest is written last"
     finished = [n for n in os.listdir(out / "tfrecords") if n.endswith(".tfrecord")]
-    m = cpd.run(config(corpus / "*.txt", out, batches_per_shard=4))
+    rerun = create_data(*args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    m = mf.load_manifest(str(out))
     assert 2 <= len(finished) < len(m["shards"]) == 85, (len(finished), len(m["shards"]))
-    # Record for record, byte for byte: the killed run's shards were written by other processes than the reference
-    # (this one), with other hash seeds, which set the order of an Example's features unless it is serialized
+    # Record for record, byte for byte: the killed run's shards were written by other processes than the
+    # reference, with other hash seeds, which set the order of an Example's features unless it is serialized
     # deterministically.
-    got = [r for s in m["shards"] for r in raw_records(os.path.join(out, s["file"]))]
+    got = [r for s in m["shards"] for r in raw_records(s["path"])]
     ref = [r for s in mf.load_manifest(str(reference_dir))["shards"] for r in raw_records(s["path"])]
     assert len(got) == len(ref) == m["num_records"]
     assert not any(n.startswith(".") for n in os.listdir(out / "tfrecords")), "no temporary file left"
@@ -363,23 +410,30 @@ def test_manifest_json_is_plain(written):
     assert all(not os.path.isabs(s["file"]) for s in data["shards"]), "relocatable: paths relative to save_dir"
 
 
-def test_a_run_killed_between_passes_is_incomplete_and_training_names_the_command_that_completes_it(
-        written, corpus, tmp_path, monkeypatch):
+# The command line, stopped as Ctrl-C would stop it (KeyboardInterrupt) as it starts the first shard of pass 1.
+_KILLED_IN_PASS_1 = """
+import runpy, sys
+from xlnet_tf.data import writer
+write = writer.write_shard
+def killed_in_pass_1(save_dir, job, *args, **kw):
+    if "-pass1-" in job.file:
+        raise KeyboardInterrupt
+    return write(save_dir, job, *args, **kw)
+writer.write_shard = killed_in_pass_1
+sys.argv[0] = "xlnet_tf.cli.create_data"
+runpy.run_module("xlnet_tf.cli.create_data", run_name="__main__", alter_sys=True)
+"""
+
+
+@background
+def test_a_run_killed_between_passes_is_incomplete_and_training_names_the_command_that_completes_it(tmp_path):
     """--num_passes=2 stopped during pass 1 leaves a manifest marked incomplete (it was complete with pass 0 only,
     and training used half the data); the error names the missing pass and the command that writes it."""
-    _, one_pass = written
+    corpus, reference_dir = reference_run.value()
     out = tmp_path / "passes"
-    write = cpd.write_shard
-
-    def killed_in_pass_1(save_dir, job, *args, **kw):
-        if "-pass1-" in job.file:
-            raise KeyboardInterrupt
-        return write(save_dir, job, *args, **kw)
-
-    monkeypatch.setattr(cpd, "write_shard", killed_in_pass_1)
-    with pytest.raises(KeyboardInterrupt):
-        cpd.run(config(corpus / "*.txt", out, num_passes=2))
-    monkeypatch.undo()
+    killed = subprocess.run([sys.executable, "-c", _KILLED_IN_PASS_1, *cli_flags(corpus / "*.txt", out, num_passes=2)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 130, killed.stderr[-3000:]
     with open(out / "manifest.json") as f:
         written_manifest = json.load(f)
     assert not written_manifest["complete"] and written_manifest["missing_tasks"] == ["pass 1 task 0"]
@@ -391,6 +445,7 @@ def test_a_run_killed_between_passes_is_incomplete_and_training_names_the_comman
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     m = mf.load_manifest(str(out))
+    one_pass = mf.load_manifest(str(reference_dir))
     assert m["complete"] and m["passes"] == [0, 1] and m["num_records"] == 2 * one_pass["num_records"]
 
 
