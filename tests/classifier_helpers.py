@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 
@@ -51,3 +52,22 @@ def make_flags(tmp_path, **overrides) -> ClassifierSettings:
                   dropout=0.0, dropatt=0.0)
     values.update(overrides)
     return ClassifierSettings.from_values(values)
+
+
+def write_release(folder) -> dict:
+    """A release directory as the original ships it: xlnet_config.json (``MICRO_CONFIG``), xlnet_model.ckpt (TF1
+    names) of a new micro network (its random weights) and spiece.model. Returns the checkpoint's tensors."""
+    import numpy as np
+
+    import xlnet_tf
+    from xlnet_tf.checkpoint import write_tf1_checkpoint
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "xlnet_config.json"), "w") as f:
+        json.dump(MICRO_CONFIG, f)
+    shutil.copy(SPIECE, os.path.join(folder, "spiece.model"))
+    network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG))
+    network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})
+    tensors = {name: v.numpy() for name, v in network.tf1_variables().items()}
+    write_tf1_checkpoint(tensors, os.path.join(folder, "xlnet_model.ckpt"))
+    return tensors

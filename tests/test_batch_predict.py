@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from background import background, resource
+from batch_helpers import build_model, save_ids_export, settings_in
 from classifier_helpers import REPO, SPIECE, make_flags
 from pretraining_helpers import absl_messages
 from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
-from xlnet_tf import kernels
 from xlnet_tf.batch import prediction as bp
 from xlnet_tf.errors import InputError
 from xlnet_tf import runner
@@ -42,51 +43,26 @@ def write_shards(directory, shards: int, rows: int, ext: str = "tsv") -> str:
     return os.path.join(directory, f"part-*.{ext}")
 
 
-def save_ids_export(model, export_dir, labels, seq=None):
-    """A SavedModel in the layout of the exports before versioning: ``serving_default`` takes the ids
-    (input_ids, segment_ids int32, padding_mask float32 [batch, seq]; ``seq`` None: any length); labels.json and
-    spiece.model in assets.extra/."""
-    spec = tf.TensorSpec([None, seq], tf.int32)
-
-    class Serving(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        @tf.function(input_signature=[spec, spec, tf.TensorSpec([None, seq], tf.float32)])
-        def serve(self, input_ids, segment_ids, padding_mask):
-            logits = self.model({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask},
-                                training=False)["logits"]
-            return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1)}
-
-    module = Serving()
-    with kernels.use("plain"):
-        tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
-    os.makedirs(os.path.join(export_dir, "assets.extra"))
-    with open(os.path.join(export_dir, "assets.extra", "labels.json"), "w") as f:
-        json.dump({"kind": "classification", "labels": labels}, f)
-    with open(SPIECE, "rb") as src, open(os.path.join(export_dir, "assets.extra", "spiece.model"), "wb") as dst:
-        dst.write(src.read())
-
-
-def build_model(settings):
-    """The SST-2 classifier of ``settings`` (random weights), built; and its task (``xlnet_tf.tasks``)."""
-    task = settings.family().task(settings)
-    model = task.build_model()
-    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
-    return model, task
+@resource
+def micro_classifier(tmp_path):
+    """``batch_helpers.write_classifier(tmp_path)``, by a process on the background thread (for the killed job's
+    body there, and ``fine_tuned`` in front)."""
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tests", "batch_helpers.py"), str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path
 
 
 @pytest.fixture(scope="module")
-def fine_tuned(tmp_path_factory):
-    """A micro SST-2 classifier with random weights: its checkpoint in model_dir and an ids SavedModel (version 3
-    of a base path), for the checkpoint and SavedModel paths."""
-    tmp = tmp_path_factory.mktemp("batch_predict")
-    settings = make_flags(tmp, task_name="sst-2", do_predict=True)
+def fine_tuned():
+    """A micro SST-2 classifier with random weights (``micro_classifier``): its settings, with its checkpoint in
+    model_dir; an ids SavedModel (version 3 of a base path); the model, restored from the checkpoint; its task."""
+    settings = settings_in(micro_classifier.value())
     model, bundle = build_model(settings)
-    tf.train.Checkpoint(model=model).save(os.path.join(settings.model_dir, "model"))
-    save_ids_export(model, str(tmp / "export" / "3"), bundle.labels)
-    return settings, str(tmp / "export"), model, bundle
+    tf.train.Checkpoint(model=model).restore(
+        tf.train.latest_checkpoint(settings.model_dir)).assert_existing_objects_matched()
+    return settings, str(micro_classifier.value() / "export"), model, bundle
 
 
 def read_jsonl(path):
@@ -529,12 +505,12 @@ runpy.run_module("xlnet_tf.cli.predict", run_name="__main__", alter_sys=True)
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
+@background
+def test_killed_job_reruns_to_identical_output(tmp_path):
     """3 shards x 2k rows: a job SIGKILLed while it writes its second shard and then rerun gives files
-    byte-identical to an uninterrupted run's (here the same engine in this process, to spare a TensorFlow start,
-    while the killed job runs); the rerun skips the finished shard, does not rewrite it, and removes the killed
-    shard's temporary file."""
-    export = fine_tuned[1]
+    byte-identical to an uninterrupted run's (started beside the killed one); the rerun skips the finished shard,
+    does not rewrite it, and removes the killed shard's temporary file."""
+    export = str(micro_classifier.value() / "export")
     pattern = write_shards(tmp_path / "in", shards=3, rows=2000)
     args = [f"--saved_model={export}", f"--input_glob={pattern}", "--max_seq_length=32", "--batch_size=64",
             "--id_field=id", "--progress_every_s=0.5"]
@@ -543,12 +519,14 @@ def test_killed_job_reruns_to_identical_output(fine_tuned, tmp_path):
     killed = subprocess.Popen([sys.executable, "-c", _KILLED_IN_SECOND_SHARD, *args, f"--output_dir={out}"],
                               cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    whole = _cli(args + [f"--output_dir={tmp_path / 'whole'}"])
     try:
-        bp.predict_shards(bp.SavedModelPredictor(export, max_seq_length=32), pattern, str(tmp_path / "whole"),
-                          bp.Fields.parse("sentence", "id"), batch_size=64)
+        out_whole = whole.communicate(timeout=300)[0]
         stderr = killed.communicate(timeout=300)[1]
     finally:
         killed.kill()
+        whole.kill()
+    assert whole.returncode == 0, out_whole[-3000:]
     assert killed.returncode == -signal.SIGKILL, stderr[-3000:]
     summary = json.loads((out / bp.SUMMARY_FILE).read_text())
     assert [shard["output"] for shard in summary["shards"]] == [str(first)] and not summary["complete"]

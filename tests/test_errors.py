@@ -12,6 +12,7 @@ import sys
 import pytest
 import tensorflow as tf
 
+from background import background
 from classifier_helpers import FIXTURES, MICRO_CONFIG, REPO, make_flags
 from xlnet_tf.checkpoint import check_pretrained, native_checkpoint, read_model
 from xlnet_tf.cli.flags import user_error_message
@@ -168,39 +169,57 @@ def test_init_checkpoint_is_checked_before_the_data_is_encoded(pretrained, tmp_p
     assert not os.path.exists(settings.model_dir) or os.listdir(settings.model_dir) == []
 
 
+# A fine-tuned SST-2 checkpoint of a wider micro model (d_model 32) at argv[1]/model-1.
+_WIDER_CHECKPOINT = """
+import json, os, sys
+import tensorflow as tf
+from classifier_helpers import MICRO_CONFIG, make_flags
+wider = make_flags(sys.argv[1], task_name="sst-2", do_predict=True)
+with open(os.path.join(sys.argv[1], "micro_config.json"), "w") as f:
+    json.dump(dict(MICRO_CONFIG, d_model=32), f)
+task = wider.family().task(wider)
+model = task.build_model()
+model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+tf.train.Checkpoint(model=model).write(os.path.join(sys.argv[1], "model-1"))
+"""
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_the_tools_print_one_line_and_exit_1(pretrained, tmp_path):
-    """As a user runs them (started together: each pays TensorFlow's import): a damaged --init_checkpoint, a
-    fine-tuned checkpoint of another shape, and run_squad.py evaluating with only --init_checkpoint."""
-    _, damaged = pretrained
+@background
+def test_the_tools_print_one_line_and_exit_1(tmp_path):
+    """As a user runs them (started together: each pays TensorFlow's import): a damaged --init_checkpoint (its
+    index garbage), a fine-tuned checkpoint of another shape, and run_squad.py evaluating with only
+    --init_checkpoint."""
     config = tmp_path / "micro.json"
     config.write_text(json.dumps(MICRO_CONFIG))
     common = [f"--model_config_path={config}", "--spiece_model_file=data/spiece.model", "--max_seq_length=32"]
+    damaged = tmp_path / "bad_index" / "ckpt"
+    damaged.parent.mkdir()
+    (tmp_path / "bad_index" / "ckpt.index").write_bytes(b"not an index" * 20)
+    (tmp_path / "bad_index" / "ckpt.data-00000-of-00001").write_bytes(bytes(4096))
     # A fine-tuned checkpoint of a wider model: TensorFlow's restore fails part-way, and used to print one
     # "Value in checkpoint could not be found" line per variable at the interpreter's exit, under the traceback.
-    wider = make_flags(tmp_path / "wider", task_name="sst-2", do_predict=True)
-    wider_config = tmp_path / "wider" / "micro_config.json"
-    wider_config.write_text(json.dumps(dict(MICRO_CONFIG, d_model=32)))
-    wide_task = wider.family().task(wider)
-    wide_model = wide_task.build_model()
-    wide_model({k: v[None] for k, v in wide_task.dummy_features.items()}, training=False)
-    wide_checkpoint = tf.train.Checkpoint(model=wide_model).write(str(tmp_path / "wider" / "model-1"))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    wider = subprocess.run([sys.executable, "-c", _WIDER_CHECKPOINT, str(tmp_path / "wider")], cwd=REPO,
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(env, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), REPO])))
+    assert wider.returncode == 0, wider.stderr[-3000:]
+    wide_checkpoint = tmp_path / "wider" / "model-1"
     commands = {
         "other_shape": ["run_classifier.py", "--task_name=sst-2", "--do_train=false", "--do_eval",
                         f"--data_dir={FIXTURES}/glue/SST-2", f"--model_dir={tmp_path}/o",
                         f"--predict_ckpt={wide_checkpoint}", *common],
         "checkpoint": ["run_classifier.py", "--task_name=sst-2", "--do_train", "--train_steps=2",
                        f"--data_dir={FIXTURES}/glue/SST-2", f"--model_dir={tmp_path}/c",
-                       f"--init_checkpoint={damaged['bad_index']}", *common],
+                       f"--init_checkpoint={damaged}", *common],
         "squad": ["run_squad.py", "--config_file=configs/squad_tiny.yaml", "--do_train=false", "--do_eval",
-                  "--export_dir=", f"--model_dir={tmp_path}/s", f"--init_checkpoint={damaged['bad_index']}"],
+                  "--export_dir=", f"--model_dir={tmp_path}/s", f"--init_checkpoint={damaged}"],
     }
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     started = {name: subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True) for name, argv in commands.items()}
     expected = {"other_shape": f"{wide_checkpoint}: not a checkpoint of this model (Received incompatible tensor",
-                "checkpoint": f"{damaged['bad_index']}: unreadable checkpoint (truncated, corrupt, or not a "
+                "checkpoint": f"{damaged}: unreadable checkpoint (truncated, corrupt, or not a "
                               "TensorFlow checkpoint)",
                 "squad": f"--model_dir={tmp_path}/s holds no fine-tuned checkpoint to evaluate, predict or export "
                          "with: train first (--do_train) or name one with --predict_ckpt"}

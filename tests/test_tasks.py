@@ -20,8 +20,9 @@ import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops
 
 import xlnet_tf
+from background import background
 from xlnet_tf import kernels
-from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE
+from classifier_helpers import FIXTURES, MICRO_CONFIG, SPIECE, write_release
 from xlnet_tf.checkpoint import write_tf1_checkpoint
 from xlnet_tf.tasks.classification import classifier_data
 from xlnet_tf.tasks.multiple_choice import race_data
@@ -37,15 +38,8 @@ SEQ = 32
 def release(tmp_path_factory):
     """A release directory as the original ships it: xlnet_config.json, xlnet_model.ckpt (TF1 names), spiece.model."""
     folder = tmp_path_factory.mktemp("release")
-    with open(folder / "xlnet_config.json", "w") as f:
-        json.dump(MICRO_CONFIG, f)
-    shutil.copy(SPIECE, folder / "spiece.model")
     keras.utils.set_random_seed(0)  # the same weights whichever tests ran before in the process
-    network = xlnet_tf.XLNetModel(xlnet_tf.XLNetConfig.from_dict(MICRO_CONFIG))
-    network({"input_ids": np.zeros((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)})
-    tensors = {name: v.numpy() for name, v in network.tf1_variables().items()}
-    write_tf1_checkpoint(tensors, str(folder / "xlnet_model.ckpt"))
-    return str(folder), tensors
+    return str(folder), write_release(folder)
 
 
 @pytest.fixture(scope="module")
@@ -407,22 +401,41 @@ def test_errors_name_the_argument(release, tmp_path):
         xlnet_tf.XLNetTextClassifier.from_checkpoint(folder, num_labels=3, regression=True)  # was: 1 label
 
 
-def test_a_saved_text_model_loads_in_a_process_that_imported_only_keras_and_xlnet_tf(release, tmp_path):
+# A text classifier of a release, compiled with the fine-tuning runs' AdamW, saved as a .keras file (argv[1]).
+_SAVE_TEXT_MODEL = """
+import os, sys
+import keras
+import xlnet_tf
+from classifier_helpers import write_release
+from xlnet_tf.training.optimization import create_optimizer
+release = os.path.join(os.path.dirname(sys.argv[1]), "release")
+write_release(release)
+model = xlnet_tf.XLNetTextClassifier.from_checkpoint(release, num_labels=2, seq_length=8)
+model.compile(create_optimizer(model.network, 1e-3, train_steps=4, warmup_steps=1),
+              keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.save(sys.argv[1])
+"""
+
+# What a user's program does: `import xlnet_tf` (which imports no TensorFlow), then Keras loads the file.
+_LOAD_TEXT_MODEL = """
+import sys, xlnet_tf
+assert 'tensorflow' not in sys.modules
+import keras
+m = keras.saving.load_model(sys.argv[1])
+print(type(m).__name__, type(m.optimizer).__name__)
+"""
+
+
+@background
+def test_a_saved_text_model_loads_in_a_process_that_imported_only_keras_and_xlnet_tf(tmp_path):
     """keras.saving.load_model needs the classes of the file registered: xlnet_tf imports them lazily, and the load
     failed ("Could not locate class 'XLNetTextClassifier'", then 'XLNetAdamW'); it works after `import xlnet_tf`
-    alone, which still imports no TensorFlow."""
-    model = xlnet_tf.XLNetTextClassifier.from_checkpoint(release[0], num_labels=2, seq_length=8)
-    model.compile(create_optimizer(model.network, 1e-3, train_steps=4, warmup_steps=1),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.save(str(tmp_path / "model.keras"))
-    code = ("import sys, xlnet_tf\n"
-            "assert 'tensorflow' not in sys.modules\n"
-            "import keras\n"
-            "m = keras.saving.load_model(sys.argv[1])\n"
-            "print(type(m).__name__, type(m.optimizer).__name__)")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "model.keras")], capture_output=True,
-                          text=True, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), timeout=120)
-    assert done.returncode == 0, done.stderr.strip().splitlines()[-1][:500]
+    alone, which still imports no TensorFlow. (Saved by one process, loaded by another.)"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), REPO]))
+    for code in (_SAVE_TEXT_MODEL, _LOAD_TEXT_MODEL):
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "model.keras")], capture_output=True,
+                              text=True, cwd=REPO, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["XLNetTextClassifier", "XLNetAdamW"]
 
 
