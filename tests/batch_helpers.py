@@ -55,8 +55,10 @@ def settings_in(directory):
 
 def write_classifier(directory):
     """The classifier's checkpoint in ``directory``/model and its ids export as version 3 of ``directory``/export."""
+    import keras
     import tensorflow as tf
 
+    keras.utils.set_random_seed(0)  # the same weights at every run
     model, task = build_model(settings_in(directory))
     tf.train.Checkpoint(model=model).save(os.path.join(directory, "model", "model"))
     save_ids_export(model, os.path.join(directory, "export", "3"), task.labels)

@@ -1,8 +1,9 @@
 """Batch prediction as a Beam pipeline (xlnet_tf.batch.beam, ``python -m xlnet_tf.cli.predict --runner=...``): its
-rows equal cli.predict's row for row (as sets keyed by file and line) on the DirectRunner's engine (FnApiRunner) in
-memory and with two worker processes, for a classifier, a regression, a long-document, a tagging, a token-id and
-a SQuAD export; bad rows land in the dead letters with file:line; a bundle that fails once is retried and the
-output is still exact; Beam's own options pass through the command line while a typo in ours is an error."""
+rows equal cli.predict's row for row (as sets keyed by file and line; numbers to round-off) on the DirectRunner's
+engine (FnApiRunner) in memory and with two worker processes, for a classifier, a regression, a long-document, a
+tagging, a token-id and a SQuAD export; bad rows land in the dead letters with file:line; a bundle that fails once
+is retried and the output is still exact; Beam's own options pass through the command line while a typo in ours is
+an error."""
 
 import glob
 import json
@@ -35,9 +36,11 @@ SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "se
 # raw-text serving_default, as ``python -m xlnet_tf.cli.export`` writes it.
 _EXPORT_SST2 = """
 import os, sys
+import keras
 from classifier_helpers import SPIECE, make_flags
 from xlnet_tf.finetuning import serving as exporter
 tmp = sys.argv[1]
+keras.utils.set_random_seed(0)  # the same weights at every run
 settings = make_flags(tmp, task_name="sst-2")
 task = settings.family().task(settings)
 model = task.build_model()
@@ -131,6 +134,38 @@ def beam_rows(out) -> dict:
     return rows
 
 
+# Rows hold numbers rounded to 6 decimals; a row's last bits depend on the batch it ran in (the matmuls' shapes
+# choose their summation order), and Beam batches rows as its bundles fall, not as cli.predict does: a value on a
+# rounding boundary then reads one unit of the 6th decimal apart (seen: 0.49817 against 0.498169).
+ROUND_OFF = 2e-6
+
+
+def same_row(got, expected) -> bool:
+    """``got`` is ``expected`` with its numbers to ``ROUND_OFF``; a class label may differ only where the expected
+    probabilities of its two top classes are within that of each other (a tie at round-off)."""
+    if isinstance(expected, dict) and isinstance(got, dict) and "probabilities" in expected:
+        top = sorted(expected["probabilities"])[-2:]
+        if len(top) == 2 and top[1] - top[0] <= ROUND_OFF:
+            got, expected = dict(got, prediction=None), dict(expected, prediction=None)
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return got is expected
+    if isinstance(expected, float) or isinstance(got, float):
+        return isinstance(got, (int, float)) and isinstance(expected, (int, float)) and abs(got - expected) <= ROUND_OFF
+    if isinstance(expected, (list, tuple)):
+        return type(got) is type(expected) and len(got) == len(expected) and all(map(same_row, got, expected))
+    if isinstance(expected, dict):
+        return isinstance(got, dict) and got.keys() == expected.keys() and all(
+            same_row(got[k], expected[k]) for k in expected)
+    return got == expected
+
+
+def assert_same_rows(got: dict, expected: dict):
+    """The same rows (keyed by file and line), equal but for round-off (``same_row``)."""
+    assert sorted(got) == sorted(expected)
+    differ = {key: (got[key], expected[key]) for key in expected if not same_row(got[key], expected[key])}
+    assert not differ, differ
+
+
 def dead_letters(out) -> list:
     return sorted(line.rstrip("\n") for path in glob.glob(os.path.join(out, "dead_letters-*-of-*.txt"))
                   for line in open(path, encoding="utf-8"))
@@ -138,7 +173,7 @@ def dead_letters(out) -> list:
 
 def check_same(expected, summary, out, inputs):
     """The Beam run in ``out`` wrote cli.predict's rows, its bad rows as dead letters and its counts."""
-    assert beam_rows(out) == expected
+    assert_same_rows(beam_rows(out), expected)
     directory = os.path.dirname(inputs)
     assert dead_letters(out) == [f"{directory}/a.tsv:15: 3 columns, header has 2",
                                  f"{directory}/b.jsonl:12: 'sentence' is null, not a string",
@@ -211,7 +246,8 @@ def test_other_exports_equal_cli_predict(kind, sst2_export, tmp_path):
         expected = {(summary["shards"][0]["input"], row["line"]): row for row in map(json.loads, f)}
     s = settings(export, inputs, tmp_path / "beam", text_fields=fields, runner="FnApiRunner", **overrides)
     written = bb.predict(s)
-    assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == 12
+    assert_same_rows(beam_rows(str(tmp_path / "beam")), expected)
+    assert len(expected) == 12
     # token ids: counted where the text was cut; raw text: cut inside the export's graph, not counted (None)
     assert written["truncated"] == summary["truncated"]
     assert written["truncated"] > 0 if kind == "serve_ids" else written["truncated"] is None
@@ -410,5 +446,6 @@ def test_squad_questions_equal_cli_predict(squad_run, tmp_path):
     s = settings(export, squad_file, tmp_path / "beam", text_fields="question,context", id_field=None,
                  batch_size=16, runner="FnApiRunner")
     written = bb.predict(s)
-    assert beam_rows(str(tmp_path / "beam")) == expected and len(expected) == summary["rows"] > 4
+    assert_same_rows(beam_rows(str(tmp_path / "beam")), expected)
+    assert len(expected) == summary["rows"] > 4
     assert written["shards"][0]["format"] == "squad" and written["skipped"] == 0
