@@ -6,15 +6,7 @@ import json
 import os
 import sys
 
-from classifier_helpers import SPIECE, make_flags
-
-
-def build_model(settings):
-    """The SST-2 classifier of ``settings`` (random weights), built; and its task (``xlnet_tf.tasks``)."""
-    task = settings.family().task(settings)
-    model = task.build_model()
-    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
-    return model, task
+from classifier_helpers import SPIECE, build_model, make_flags
 
 
 def save_ids_export(model, export_dir, labels, seq=None):

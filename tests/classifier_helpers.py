@@ -54,6 +54,14 @@ def make_flags(tmp_path, **overrides) -> ClassifierSettings:
     return ClassifierSettings.from_values(values)
 
 
+def build_model(settings):
+    """The task model of ``settings`` (random weights), built on its dummy features; and its task."""
+    task = settings.family().task(settings)
+    model = task.build_model()
+    model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+    return model, task
+
+
 def write_release(folder) -> dict:
     """A release directory as the original ships it: xlnet_config.json (``MICRO_CONFIG``), xlnet_model.ckpt (TF1
     names) of a new micro network (its random weights) and spiece.model. Returns the checkpoint's tensors."""

@@ -18,7 +18,7 @@ from needs import require
 require("apache_beam")
 
 from background import background, resource  # noqa: E402
-from classifier_helpers import REPO, SPIECE, make_flags, micro_config  # noqa: E402
+from classifier_helpers import REPO, SPIECE, build_model, make_flags, micro_config  # noqa: E402
 from squad_helpers import squad_release  # noqa: E402,F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf.batch import beam as bb  # noqa: E402
 from xlnet_tf.batch import prediction as bp  # noqa: E402
@@ -37,14 +37,11 @@ SENTENCES = [line.split("\t")[0] for line in open(os.path.join(REPO, "data", "se
 _EXPORT_SST2 = """
 import os, sys
 import keras
-from classifier_helpers import SPIECE, make_flags
+from classifier_helpers import SPIECE, build_model, make_flags
 from xlnet_tf.finetuning import serving as exporter
 tmp = sys.argv[1]
 keras.utils.set_random_seed(0)  # the same weights at every run
-settings = make_flags(tmp, task_name="sst-2")
-task = settings.family().task(settings)
-model = task.build_model()
-model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+model, task = build_model(make_flags(tmp, task_name="sst-2"))
 exporter.export_serving(model, os.path.join(tmp, "export"), task.serving_info(1), SPIECE)
 """
 
@@ -223,9 +220,7 @@ def test_other_exports_equal_cli_predict(kind, sst2_export, tmp_path):
             settings_ = make_flags(tmp_path / "model", **(
                 dict(task_name="sts-b") if kind == "regression_pairs" else
                 dict(task_name="sst-2", long_document="memory", max_seq_length=16, max_segments=4, mem_len=24)))
-        task = settings_.family().task(settings_)
-        model = task.build_model()
-        model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+        model, task = build_model(settings_)
         export = str(tmp_path / "export")
         exporter.export_serving(model, export, task.serving_info(1), SPIECE)
     (tmp_path / "in").mkdir()

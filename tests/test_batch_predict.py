@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from background import background, resource
-from batch_helpers import build_model, save_ids_export, settings_in
-from classifier_helpers import REPO, SPIECE, make_flags
+from batch_helpers import save_ids_export, settings_in
+from classifier_helpers import REPO, SPIECE, build_model, make_flags
 from pretraining_helpers import absl_messages
 from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
 from xlnet_tf.batch import prediction as bp

@@ -173,13 +173,11 @@ def test_init_checkpoint_is_checked_before_the_data_is_encoded(pretrained, tmp_p
 _WIDER_CHECKPOINT = """
 import json, os, sys
 import tensorflow as tf
-from classifier_helpers import MICRO_CONFIG, make_flags
+from classifier_helpers import MICRO_CONFIG, build_model, make_flags
 wider = make_flags(sys.argv[1], task_name="sst-2", do_predict=True)
 with open(os.path.join(sys.argv[1], "micro_config.json"), "w") as f:
     json.dump(dict(MICRO_CONFIG, d_model=32), f)
-task = wider.family().task(wider)
-model = task.build_model()
-model({k: v[None] for k, v in task.dummy_features.items()}, training=False)
+model, _ = build_model(wider)
 tf.train.Checkpoint(model=model).write(os.path.join(sys.argv[1], "model-1"))
 """
 
