@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.data.ops import iterator_ops
+from tensorflow.python.eager.polymorphic_function import polymorphic_function
 
 import xlnet_tf
 from background import background
@@ -80,6 +81,25 @@ def _iterators_made():
         iterator_ops.OwnedIterator.__init__ = init
 
 
+@contextlib.contextmanager
+def _functions_creating_variables():
+    """The tf.functions whose first call inside the block created variables (a list that grows): TensorFlow traces
+    such a function a second time, without them (Keras' step functions: seconds each)."""
+    found, call = [], polymorphic_function.Function._call
+
+    def counted(self, *args, **kwargs):
+        first = self._created_variables is None and self._variable_creation_config is None
+        out = call(self, *args, **kwargs)
+        if first and self._created_variables:
+            found.append(self._name)
+        return out
+    polymorphic_function.Function._call = counted
+    try:
+        yield found
+    finally:
+        polymorphic_function.Function._call = call
+
+
 def _reads_text(dataset) -> bool:
     """Whether the pipeline holds the preprocessor (its SentencePiece op)."""
     return b"Sentencepiece" in dataset._as_serialized_graph().numpy()
@@ -98,7 +118,9 @@ def test_fine_tune_on_raw_strings_then_predict(release, tokenizer, tmp_path):
     train = tf.data.experimental.CsvDataset(os.path.join(SENTIMENT, "train.tsv"), [tf.string, tf.int64], header=True,
                                             field_delim="\t", use_quote_delim=False).take(64).batch(16)
     before = model.network.logit.kernel.numpy().copy()
-    history = model.fit(train, epochs=1, verbose=0)
+    with _functions_creating_variables() as creating:
+        history = model.fit(train, epochs=1, verbose=0)
+    assert creating == []  # the optimizer's and the metric's variables made before the train step is traced (once)
     assert np.isfinite(history.history["loss"][0]) and not np.allclose(model.network.logit.kernel.numpy(), before)
     # The query stream's mask_emb (no gradient in fine-tuning) is left out of training, without marking the
     # network's variable (the caller's object) untrainable.
@@ -240,15 +262,17 @@ def test_one_batch_steps_take_raw_strings(release, tokenizer, squad_trained):
     def same(a, b):  # loss and accuracy, or weights
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
-    with _iterators_made() as made:  # encoded by the pipeline's function, without a pipeline
+    with _iterators_made() as made, _functions_creating_variables() as creating:  # encoded without a pipeline
         loss_and_accuracy = raw.test_on_batch(texts, labels)
         predicted = raw.predict_on_batch(texts)
-    assert made == []
+    assert made == [] and creating == []
     same(loss_and_accuracy, ids.test_on_batch(encoded, labels))
     same(loss_and_accuracy, raw.evaluate(texts, labels, verbose=0))
     # two batches, through the pipeline (other batch sizes: the same to round-off)
     np.testing.assert_allclose(predicted, raw.predict(texts, batch_size=4, verbose=0), atol=1e-5)
-    same(raw.train_on_batch(texts, labels), ids.train_on_batch(encoded, labels))
+    with _functions_creating_variables() as creating:
+        same(raw.train_on_batch(texts, labels), ids.train_on_batch(encoded, labels))
+    assert creating == []
     same(raw.network.logit.kernel.numpy(), ids.network.logit.kernel.numpy())
     assert abs(raw.test_on_batch(texts, labels)[0] - loss_and_accuracy[0]) > 1e-3  # it trained
 

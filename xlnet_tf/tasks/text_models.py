@@ -254,6 +254,7 @@ class TextTaskModel(keras.Model):
             validation_data, validation_steps = read_once(validation_data, validation_steps)
         train, steps = read_each_epoch(self._dataset(x, y, sample_weight, batch_size, shuffle), steps_per_epoch,
                                        self.steps_per_execution)
+        self._build_state(train.element_spec)
         # shuffle=False: the pipeline shuffles arrays itself (Keras would warn that a dataset is not shuffled).
         with end_of_data_expected(steps_per_epoch):
             return super().fit(train, epochs=epochs, verbose=verbose, callbacks=callbacks,
@@ -264,6 +265,7 @@ class TextTaskModel(keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
                  callbacks=None, return_dict=False, **kwargs):
         dataset, read_steps = self._loop_data(x, y, sample_weight, batch_size, steps)
+        self._build_state(dataset.element_spec)
         with end_of_data_expected(steps):
             return super().evaluate(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks,
                                     return_dict=return_dict, **kwargs)
@@ -272,6 +274,15 @@ class TextTaskModel(keras.Model):
         dataset, read_steps = self._loop_data(x, None, None, batch_size, steps)
         with end_of_data_expected(steps):
             return super().predict(dataset, verbose=verbose, steps=read_steps, callbacks=callbacks)
+
+    def _build_state(self, data) -> None:
+        """Creates the optimizer's and the compiled loss's and metrics' variables before Keras traces a step, from
+        ``data`` (a dataset's element_spec or a batch: ``x``, ``(x, y)`` or ``(x, y, sample_weight)``). Keras does
+        so under a distribution strategy only; without one it leaves them to the step's first trace, and
+        TensorFlow traces a function that created variables a second time: the first ``fit``, ``evaluate`` or
+        ``*_on_batch`` of a model traced its step twice."""
+        if self._distribute_strategy is None:  # with one, Keras builds them itself from a batch it reads
+            self._symbolic_build(data_batch=data)
 
     def _loop_data(self, x, y, sample_weight, batch_size, steps) -> tuple:
         """evaluate's and predict's ``(dataset, steps)`` (see ``read_once``): rows of one batch encoded without a
@@ -287,10 +298,12 @@ class TextTaskModel(keras.Model):
     # predict's pipeline encodes it (through the pipeline only where its rows make windows), all in one step.
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None, return_dict=False):
         x, y, sample_weight = self._one_step(x, y, sample_weight)
+        self._build_state(keras.utils.pack_x_y_sample_weight(x, y, sample_weight))
         return super().train_on_batch(x, y, sample_weight, class_weight=class_weight, return_dict=return_dict)
 
     def test_on_batch(self, x, y=None, sample_weight=None, return_dict=False):
         x, y, sample_weight = self._one_step(x, y, sample_weight)
+        self._build_state(keras.utils.pack_x_y_sample_weight(x, y, sample_weight))
         return super().test_on_batch(x, y, sample_weight, return_dict=return_dict)
 
     def predict_on_batch(self, x):
