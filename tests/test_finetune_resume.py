@@ -1,7 +1,7 @@
 """Fine-tuning resumes exactly: a run SIGKILLed at a random step after a checkpoint (or stopped there by Ctrl-C) and
 rerun with the same flags ends with the checkpoint an uninterrupted run ends with (every variable: weights, optimizer
 slots, step, dropout seed states), dropout on, for classification, multiple choice (RACE) and SQuAD; changed order
-flags are refused."""
+flags are refused. Every run is a command line, so these tests run on the background thread (tests/background.py)."""
 
 import glob
 import os
@@ -16,12 +16,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from background import background
 from classifier_helpers import DEFAULTS, FIXTURES, REPO, SPIECE, micro_config
 from training_state import assert_same_state, differences, stopped_at
-from xlnet_tf.errors import InputError
-from xlnet_tf import runner
-from xlnet_tf.tasks.task_settings import ClassifierSettings
-from xlnet_tf.tasks.squad import SquadSettings
 
 TRAIN_STEPS, SAVE_STEPS = 16, 5
 KILLED_AT = os.path.join(REPO, "tests", "killed_at.py")  # runs an entry point and kills it at a step
@@ -37,30 +34,44 @@ def flag_list(values: dict) -> list:
     return [f"--{k}={v}" for k, v in values.items() if v is not None]
 
 
+def _env() -> dict:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+
+
 def start_killed(script: str, values: dict, tmp_path, signal_name: str = "KILL"):
     """``script`` with ``values`` (its own model_dir and feature cache) started in a process that kills itself at a
     random step past the first checkpoint (``signal_name="INT"``: Ctrl-C there, and it asks for evaluation and an
-    export too); returns what ``resume_killed`` takes. Started before the uninterrupted run of this process, beside
-    which it imports TensorFlow."""
+    export too); returns what ``resume_killed`` takes. Started before the uninterrupted run, beside which it
+    imports TensorFlow."""
     values = dict(values, model_dir=str(tmp_path / "killed"))
     if values.get("output_dir"):
         values["output_dir"] = str(tmp_path / "killed_features")
     if signal_name == "INT":
         values.update(do_eval=True, eval_batch_size=4, export_dir=str(tmp_path / "killed_export"))
-    kill_at = random.randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
+    kill_at = random.Random().randint(SAVE_STEPS + 1, TRAIN_STEPS - 1)
     log = tmp_path / "killed.log"  # a file, not a pipe: nobody reads its output while this process trains
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, KILLED_AT, f"--signal={signal_name}", str(kill_at), script,
-                                 *flag_list(values)],
-                                cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
-                                stdout=f, stderr=subprocess.STDOUT)
-    return proc, values, kill_at, log, signal_name
+                                 *flag_list(values)], cwd=REPO, env=_env(), stdout=f, stderr=subprocess.STDOUT)
+    return proc, script, values, kill_at, log, signal_name
 
 
-def resume_killed(started, settings_cls) -> str:
-    """Waits for the killed run of ``start_killed``, then reruns it in this process; returns its model_dir."""
-    proc, values, kill_at, log, signal_name = started
-    proc.wait(timeout=300)
+def run_entry_point(script: str, values: dict, *before: str):
+    """``script`` with ``values`` as its flags, run to its end in a new process as a user runs it (``before``:
+    ``python`` arguments ahead of the script's, e.g. ``-c CODE``); the finished process."""
+    return subprocess.run([sys.executable, *before, script, *flag_list(values)], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def run_to_the_end(script: str, values: dict) -> None:
+    done = run_entry_point(script, values)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def resume_killed(started) -> str:
+    """Waits for the killed run of ``start_killed``, then reruns its command; returns its model_dir."""
+    proc, script, values, kill_at, log, signal_name = started
+    proc.wait(timeout=600)
     text = log.read_text()
     saved = tf.train.latest_checkpoint(values["model_dir"])
     if signal_name == "KILL":
@@ -76,7 +87,7 @@ def resume_killed(started, settings_cls) -> str:
         assert "not run: --do_eval, --export_dir (left to the rerun" in text and "Traceback" not in text, text[-3000:]
         assert not os.path.exists(values["export_dir"]) and not glob.glob(os.path.join(values["model_dir"], "eval*"))
         values = dict(values, do_eval=False, export_dir=None)  # (what the rerun then does is tested elsewhere)
-    runner.run(settings_cls.from_values(values))
+    run_to_the_end(script, values)
     return values["model_dir"]
 
 
@@ -122,63 +133,77 @@ def classifier_values(tmp_path, **task) -> dict:
     return dict(DEFAULTS, **common(tmp_path), max_seq_length=32, **task)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("task, signal_name",
-                         [(dict(task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2")), "INT"),
-                          (dict(task_name="race", data_dir=os.path.join(FIXTURES, "race"), max_qa_length=16), "KILL")],
-                         ids=["classification-ctrl-c", "race"])
-@pytest.mark.slow
-def test_killed_classifier_run_resumes_exactly(tmp_path, task, signal_name):
+def killed_classifier_run_resumes_exactly(tmp_path, signal_name, **task) -> dict:
+    """A run_classifier.py run killed (``signal_name``) and rerun ends with the checkpoint and the cached features
+    of an uninterrupted run of the same command; the flags of both."""
     values = classifier_values(tmp_path, **task)
     started = start_killed("run_classifier.py", values, tmp_path, signal_name)
-    runner.run(ClassifierSettings.from_values(values))
-    killed = resume_killed(started, ClassifierSettings)
+    run_to_the_end("run_classifier.py", values)
+    killed = resume_killed(started)
     assert_same_checkpoints(values["model_dir"], killed)
     assert_same_feature_bytes(os.path.join(values["model_dir"], "features"), os.path.join(killed, "features"))
-    if task["task_name"] != "race":
-        one_batch_off_is_caught(values, tmp_path)
-        return
-    # Flags that would change the batches of the remaining steps are refused, naming them.
-    more = dict(values, train_steps=TRAIN_STEPS + 4)
-    record = os.path.join(values["model_dir"], "finetune_settings.json")
-    with open(record) as f:
-        recorded = f.read()
-    with pytest.raises(InputError, match=r"trained with --seed=3 --train_batch_size=4; resuming with --seed=4 "
-                                         r"--train_batch_size=8 would change the training batches from step 16"):
-        runner.run(ClassifierSettings.from_values(dict(more, seed=4, train_batch_size=8)))
-    with open(record) as f:
-        assert f.read() == recorded  # the refused run left the run record as it was
+    return values
 
 
-def one_batch_off_is_caught(values, tmp_path):
-    """The comparison's power: a run resumed from the same checkpoint one batch off the right data position
-    differs beyond round-off (weights by about the learning rate, optimizer moments by their size)."""
-    from xlnet_tf.finetuning import records
+# A Python process that runs ``run_classifier.py ARGS`` with its training stream started one batch late.
+_ONE_BATCH_OFF = """
+import runpy, sys
+from xlnet_tf.cli.flags import import_tensorflow
+import_tensorflow()
+from xlnet_tf.finetuning import records
+right = records.train_dataset
+def shifted(path, spec, ctx, per_replica, shuffle_buffer, seed, num_records, start_step=0):
+    return right(path, spec, ctx, per_replica, shuffle_buffer, seed, num_records, start_step + 1)
+records.train_dataset = shifted
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
+
+@pytest.mark.slow
+@background
+def test_a_classifier_run_stopped_by_ctrl_c_resumes_exactly(tmp_path):
+    """SST-2, stopped by Ctrl-C; and the comparison's power: a run resumed from the same checkpoint one batch off
+    the right data position differs beyond round-off (weights by about the learning rate, optimizer moments by
+    their size)."""
+    values = killed_classifier_run_resumes_exactly(
+        tmp_path, "INT", task_name="sst-2", data_dir=os.path.join(FIXTURES, "glue", "SST-2"))
     off = str(tmp_path / "one_batch_off")
     stopped_at(tmp_path / "killed", SAVE_STEPS, off, name="model")  # resumes from the first checkpoint
-    right = records.train_dataset
-
-    def shifted(path, spec, ctx, per_replica, shuffle_buffer, seed, num_records, start_step=0):
-        return right(path, spec, ctx, per_replica, shuffle_buffer, seed, num_records, start_step + 1)
-    records.train_dataset = shifted
-    try:
-        runner.run(ClassifierSettings.from_values(dict(values, model_dir=off)))
-    finally:
-        records.train_dataset = right
+    done = run_entry_point("run_classifier.py", dict(values, model_dir=off), "-c", _ONE_BATCH_OFF)
+    assert done.returncode == 0, done.stderr[-3000:]
     differ = differences(variables_by_path(values["model_dir"]), variables_by_path(off))
     assert sum("/optimizer/" in n for n in differ) >= 4 and any("/optimizer/" not in n for n in differ), differ
 
 
-@pytest.mark.multiprocess
 @pytest.mark.slow
+@background
+def test_a_killed_multiple_choice_run_resumes_exactly_and_refuses_flags_that_change_its_batches(tmp_path):
+    """RACE, SIGKILLed; flags that would change the batches of the remaining steps are refused, naming them,
+    and the run record is left as it was."""
+    values = killed_classifier_run_resumes_exactly(
+        tmp_path, "KILL", task_name="race", data_dir=os.path.join(FIXTURES, "race"), max_qa_length=16)
+    record = os.path.join(values["model_dir"], "finetune_settings.json")
+    with open(record) as f:
+        recorded = f.read()
+    more = dict(values, train_steps=TRAIN_STEPS + 4, seed=4, train_batch_size=8)
+    refused = run_entry_point("run_classifier.py", more)
+    assert refused.returncode == 1 and re.search(
+        r"run_classifier.py: error: .*trained with --seed=3 --train_batch_size=4; resuming with --seed=4 "
+        r"--train_batch_size=8 would change the training batches from step 16", refused.stderr), refused.stderr[-3000:]
+    with open(record) as f:
+        assert f.read() == recorded
+
+
+@pytest.mark.slow
+@background
 def test_killed_squad_run_resumes_exactly(tmp_path):
     squad = os.path.join(FIXTURES, "squad")
     values = dict(common(tmp_path), train_file=os.path.join(squad, "train-v2.0.json"),
                   output_dir=str(tmp_path / "features"), max_seq_length=64, max_query_length=16, doc_stride=24)
     started = start_killed("run_squad.py", values, tmp_path)
-    runner.run(SquadSettings.from_values(values))
-    killed = resume_killed(started, SquadSettings)
+    run_to_the_end("run_squad.py", values)
+    killed = resume_killed(started)
     assert_same_checkpoints(values["model_dir"], killed)
     assert_same_feature_bytes(values["output_dir"], str(tmp_path / "killed_features"))
 
