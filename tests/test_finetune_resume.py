@@ -18,6 +18,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from background import background
 from classifier_helpers import DEFAULTS, FIXTURES, REPO, SPIECE, micro_config
+from cli_helpers import assert_usage_error
 from training_state import assert_same_state, differences, stopped_at
 
 TRAIN_STEPS, SAVE_STEPS = 16, 5
@@ -187,10 +188,9 @@ def test_a_killed_multiple_choice_run_resumes_exactly_and_refuses_flags_that_cha
     with open(record) as f:
         recorded = f.read()
     more = dict(values, train_steps=TRAIN_STEPS + 4, seed=4, train_batch_size=8)
-    refused = run_entry_point("run_classifier.py", more)
-    assert refused.returncode == 1 and re.search(
-        r"run_classifier.py: error: .*trained with --seed=3 --train_batch_size=4; resuming with --seed=4 "
-        r"--train_batch_size=8 would change the training batches from step 16", refused.stderr), refused.stderr[-3000:]
+    assert_usage_error(run_entry_point("run_classifier.py", more), "run_classifier.py",
+                       "trained with --seed=3 --train_batch_size=4; resuming with --seed=4 --train_batch_size=8 would "
+                       "change the training batches from step 16")
     with open(record) as f:
         assert f.read() == recorded
 
