@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 
@@ -79,3 +81,22 @@ def write_release(folder) -> dict:
     tensors = {name: v.numpy() for name, v in network.tf1_variables().items()}
     write_tf1_checkpoint(tensors, os.path.join(folder, "xlnet_model.ckpt"))
     return tensors
+
+
+def run_in_a_process(tmp_path, **overrides) -> dict:
+    """``runner.run(make_flags(tmp_path, **overrides))`` in a process of its own (a background resource's run:
+    tests/background.py): its result, through JSON (numbers and paths)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, __file__, str(tmp_path), json.dumps(overrides)], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(os.path.join(str(tmp_path), "result.json")) as f:
+        return json.load(f)
+
+
+if __name__ == "__main__":  # run_in_a_process's process
+    from xlnet_tf import runner
+
+    _result = runner.run(make_flags(sys.argv[1], **json.loads(sys.argv[2])))
+    with open(os.path.join(sys.argv[1], "result.json"), "w") as _f:
+        json.dump(_result, _f, default=lambda value: value.item() if hasattr(value, "item") else str(value))

@@ -5,10 +5,13 @@ import csv
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from background import resource
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import finetune_flops_per_sequence
@@ -26,41 +29,78 @@ def _read_tsv(path):
         return list(csv.reader(f, delimiter="\t"))
 
 
-@pytest.mark.parametrize("name", sorted(FIXTURE_TASKS))
-def test_task_end_to_end(tmp_path, name, monkeypatch):
-    folder, _, n_dev, n_test = FIXTURE_TASKS[name]
-    task = classifier_data.get_task(name)
-    data_dir = os.path.join(FIXTURES, "glue", folder)
-    flags = make_flags(tmp_path, task_name=name, data_dir=data_dir, do_train=True, do_eval=True, do_predict=True)
+def _run_every_task(root):
+    """Each fixture task's runs, as test_task_end_to_end checks them, one task after another in this process (the
+    one ``glue_runs`` starts): train 2 steps, evaluate and predict the dev set; then, for a GLUE task, the test
+    split's submission from the trained model. Each task's returned results and the FLOPs per step its progress
+    reporter was given go to ``root/<task>/run.json``."""
     reported = []
 
     def reporter(*args, **kwargs):
         reported.append(args[3])
         return progress.ProgressReporter(*args, **kwargs)
 
-    monkeypatch.setattr(setup, "ProgressReporter", reporter)
-    result = run(flags)
+    setup.ProgressReporter = reporter
+    for name, (folder, _, _, n_test) in sorted(FIXTURE_TASKS.items()):
+        tmp_path, data_dir = root / name, os.path.join(FIXTURES, "glue", folder)
+        reported.clear()
+        result = run(make_flags(tmp_path, task_name=name, data_dir=data_dir, do_train=True, do_eval=True,
+                                do_predict=True))
+        record = dict(train={k: result["train"][k] for k in ("step", "loss")}, reported=list(reported),
+                      eval=dict(metrics=result["eval"]["metrics"], step=result["eval"]["step"],
+                                num_examples=result["eval"]["data"]["num_examples"]))
+        if n_test:  # GLUE submission: predictions for the test split, ids from its index column, restored weights
+            run(make_flags(tmp_path, task_name=name, data_dir=data_dir, do_predict=True, eval_split="test",
+                           predict_dir=str(tmp_path / "submission")))
+        with open(tmp_path / "run.json", "w") as f:
+            json.dump(record, f)
+
+
+@resource
+def glue_runs(tmp_path):
+    """``_run_every_task(tmp_path)`` in a process of its own (this file run as a script), made on the background
+    thread (tests/background.py): twelve tasks' runs are a minute of tracing and steps on 2 cores. Returns
+    ``tmp_path``."""
+    done = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def glue():
+    return glue_runs.value()
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_TASKS))
+def test_task_end_to_end(glue, name):
+    folder, _, n_dev, n_test = FIXTURE_TASKS[name]
+    task = classifier_data.get_task(name)
+    tmp_path, data_dir = glue / name, os.path.join(FIXTURES, "glue", folder)
+    model_dir = os.path.join(tmp_path, "model")
+    with open(tmp_path / "run.json") as f:
+        result = json.load(f)
     assert result["train"]["step"] == 2 and math.isfinite(result["train"]["loss"])
     # The FLOPs its progress and TensorBoard MFU divide by: the step's, with the position projection shared by the
     # replica's batch of 4, not once per sequence, and the last layer at the <cls> row only (tests/test_flops.py
     # holds that count to XLA's module).
-    config = XLNetConfig.from_json(flags.model_config_path)
-    assert reported == [4 * finetune_flops_per_sequence(config, 32, 4, output_rows=1)]
+    config = XLNetConfig.from_json(os.path.join(tmp_path, "micro_config.json"))
+    assert result["reported"] == [4 * finetune_flops_per_sequence(config, 32, 4, output_rows=1)]
     report = result["eval"]
     metrics = report["metrics"]
     assert EXPECTED_METRICS.get(name, {"accuracy"}) <= set(metrics) and all(math.isfinite(v) for v in metrics.values())
-    assert report["data"]["num_examples"] == n_dev and report["step"] == 2
-    with open(os.path.join(flags.model_dir, "eval_results.dev.json")) as f:
+    assert report["num_examples"] == n_dev and report["step"] == 2
+    with open(os.path.join(model_dir, "eval_results.dev.json")) as f:
         assert json.load(f)["metrics"] == metrics
-    assert os.listdir(os.path.join(flags.model_dir, "eval_dev"))  # TensorBoard summaries
-    rows = _read_tsv(os.path.join(flags.model_dir, "predict", f"{task.submission}.dev.tsv"))
+    assert os.listdir(os.path.join(model_dir, "eval_dev"))  # TensorBoard summaries
+    rows = _read_tsv(os.path.join(model_dir, "predict", f"{task.submission}.dev.tsv"))
     assert rows[0] == ["index", "prediction"] and len(rows) == n_dev + 1
     # One row per dev example, in the file's order, under its id, holding the prediction from the logits file
     # written beside it; those logits, paired with the labels by id, give eval's metrics (which scored the same
     # checkpoint): a row for the wrong example, or a padding row, would not.
     dev = classifier_data.read_examples(task, data_dir, "dev").examples
     assert [index for index, _ in rows[1:]] == [ex.guid for ex in dev]
-    with open(os.path.join(flags.model_dir, "predict", f"{task.name}.dev.logits.json")) as f:
+    with open(os.path.join(model_dir, "predict", f"{task.name}.dev.logits.json")) as f:
         dev_logits = json.load(f)
     assert [row["index"] for row in dev_logits] == [ex.guid for ex in dev]
     outputs = np.array([row["logits"] for row in dev_logits], np.float64)
@@ -80,9 +120,6 @@ def test_task_end_to_end(tmp_path, name, monkeypatch):
         log_probs = outputs - np.log(np.exp(outputs).sum(axis=-1, keepdims=True))
         assert -np.mean(log_probs[np.arange(n_dev), targets]) == pytest.approx(metrics["loss"], rel=1e-6)
     if n_test:  # GLUE submission: predictions for the test split, ids from its index column, restored weights
-        flags = make_flags(tmp_path, task_name=name, data_dir=data_dir, do_predict=True, eval_split="test",
-                           predict_dir=str(tmp_path / "submission"))
-        run(flags)
         rows = _read_tsv(str(tmp_path / "submission" / f"{task.submission}.tsv"))
         assert [r[0] for r in rows] == ["index"] + [str(i) for i in range(n_test)]
         with open(str(tmp_path / "submission" / f"{task.name}.test.logits.json")) as f:
@@ -280,3 +317,9 @@ def test_non_finite_gradient_stops_fine_tuning_without_saving(tmp_path, monkeypa
                                                  r"stopping without saving. The last good checkpoint is \(none yet\)"):
         run(flags)
     assert tf.train.latest_checkpoint(flags.model_dir) is None
+
+
+if __name__ == "__main__":  # glue_runs' process
+    import pathlib
+
+    _run_every_task(pathlib.Path(sys.argv[1]))

@@ -11,13 +11,16 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2  # (here: serving_replies builds requests on the background thread)
 
+from background import resource
 from export_helpers import REPO, decoded, serve, strings
-from squad_helpers import SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
-from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
+from squad_helpers import RELEASE_FLAGS, SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
+from squad_helpers import squad_release  # (conftest's squad_run: made on the background thread)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf import tasks
 from xlnet_tf.finetuning.serving import ServingInfo, write_serving_model
+from xlnet_tf.tasks.squad import squad_data
 from xlnet_tf.tasks.squad.squad_answers import INFERENCE_OUTPUTS
 from xlnet_tf.tasks.squad.squad_head import XLNetSquad
 
@@ -57,15 +60,17 @@ def test_serve_ids_reproduces_keras_outputs_with_stock_ops(tmp_path):
     assert not {t for t in op_types(path) if t.startswith("Xlnet") or t.startswith("_Xla") or t == "XlaLaunch"}
 
 
-@pytest.fixture(scope="module")
-def served(squad_run):
-    """One fresh serving process for the export (each pays TensorFlow's import and the SavedModel's load): the dev
-    questions and contexts, then test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz, and
-    the serving client's gRPC and REST requests of the dev questions."""
-    examples = squad_run["examples"]
+@resource
+def serving_replies():
+    """One fresh serving process for the export (each pays TensorFlow's import and the SavedModel's load), started
+    on the background thread (tests/background.py): the dev questions and contexts, then
+    test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz, and the serving client's gRPC
+    and REST requests of the dev questions. (Building the requests is protobuf and numpy: no TensorFlow op runs.)"""
+    export = str(squad_release.value() / "serving" / "2")  # conftest's squad_run["export"]
+    examples = squad_data.read_squad_file(RELEASE_FLAGS["predict_file"], False).examples
     rows = [{"question": e.question_text, "context": e.paragraph_text} for e in examples]
     request = base64.b64encode(client.predict_request("squad", rows).SerializeToString()).decode("ascii")
-    return serve({"export": squad_run["export"], "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
+    return serve({"export": export, "fuzz": {"signature": "serving_default", "count": 300, "seed": 3},
                   "grpc": [request], "rest": [client.rest_body(rows)],
                   "calls": [{"signature": "serving_default", "inputs": {
                       "question": strings(e.question_text for e in examples),
@@ -73,6 +78,11 @@ def served(squad_run):
                             {"signature": "serving_default", "inputs": {
                                 "question": strings(["Who?", "", "Who?"]),
                                 "context": strings(["Ann wrote it.", "Ann wrote it.", " \t "])}}]})
+
+
+@pytest.fixture(scope="module")
+def served():
+    return serving_replies.value()
 
 
 @pytest.mark.slow
@@ -110,8 +120,6 @@ def test_the_run_loads_as_a_keras_text_model_answering_as_do_predict(squad_run):
 def test_the_serving_clients_requests_get_do_predicts_answers(squad_run, served):
     """xlnet_tf.cli.serving_client's gRPC and REST requests of the dev questions, answered by the fresh serving
     process, read back as run_squad.py --do_predict's answers."""
-    from tensorflow_serving.apis import predict_pb2
-
     examples = squad_run["examples"]
     response = predict_pb2.PredictResponse.FromString(base64.b64decode(served["grpc"][0]))
     for answer in (client.rows_from_response(response, len(examples)),

@@ -9,7 +9,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text  # noqa: F401 (the exports' tokenizer ops, as for TF Serving: the run was another process)
 
+from background import resource
+from classifier_helpers import make_flags, run_in_a_process
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import InputError
 from xlnet_tf.tasks.classification.classification_head import XLNetClassifier, read_segments
@@ -118,20 +121,26 @@ def test_classifier_config_round_trips(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
-@pytest.fixture(scope="module")
-def genre_run(tmp_path_factory):
-    """run_classifier's stages on the bundled Brown genre documents with --long_document=memory: 2 training steps,
-    eval, --do_predict over a JSON-lines glob, export."""
-    from classifier_helpers import make_flags
-    from xlnet_tf import runner
+# run_classifier's stages on the bundled Brown genre documents with --long_document=memory: 2 training steps, eval,
+# --do_predict over a JSON-lines glob, export.
+GENRE = dict(task_name="brown_genre", data_dir=os.path.join(REPO, "data", "brown_genre"), long_document="memory",
+             max_seq_length=16, max_segments=4, mem_len=24, do_train=True, do_eval=True, do_predict=True,
+             predict_input_glob=os.path.join(REPO, "data", "brown_genre", "genre_dev.jsonl"),
+             predict_text_fields="text", predict_id_field="id")
 
-    tmp = tmp_path_factory.mktemp("genre")
-    settings = make_flags(tmp, task_name="brown_genre", data_dir=os.path.join(REPO, "data", "brown_genre"),
-                          long_document="memory", max_seq_length=16, max_segments=4, mem_len=24, do_train=True,
-                          do_eval=True, do_predict=True, predict_input_glob=os.path.join(REPO, "data", "brown_genre",
-                                                                                         "genre_dev.jsonl"),
-                          predict_text_fields="text", predict_id_field="id", export_dir=str(tmp / "serving"))
-    return settings, runner.run(settings)
+
+@resource
+def genre(tmp_path):
+    """The GENRE run in a process, made on the background thread (tests/background.py); its export under
+    ``tmp_path/serving``. Returns ``tmp_path`` and the run's result."""
+    return tmp_path, run_in_a_process(tmp_path, export_dir=str(tmp_path / "serving"), **GENRE)
+
+
+@pytest.fixture(scope="module")
+def genre_run():
+    """The GENRE run's settings and result."""
+    tmp, result = genre.value()
+    return make_flags(tmp, export_dir=str(tmp / "serving"), **GENRE), result
 
 
 @pytest.mark.slow
@@ -226,7 +235,7 @@ def test_settings_refuse_what_cannot_be_read_as_a_long_document(tmp_path, monkey
     refused before TensorFlow work, each named."""
     import yaml
 
-    from classifier_helpers import DEFAULTS, make_flags
+    from classifier_helpers import DEFAULTS
     from xlnet_tf.tasks.task_settings import ClassifierSettings
     from xlnet_tf.training.settings import SettingsError
 
