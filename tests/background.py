@@ -26,6 +26,7 @@ rule holds by construction rather than by luck.
 import inspect
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -71,6 +72,15 @@ class Resource:
 
 
 resource = Resource  # the decorator
+
+
+def run_python(*args, timeout=600) -> subprocess.CompletedProcess:
+    """``python *args`` in a process of its own (a resource's run, a file of the tests run as a script): its output
+    captured, TensorFlow's C++ logging quiet, no GPU; a failure raises with the end of its stderr."""
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
 
 
 def body_of(item):

@@ -3,9 +3,9 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
+from background import run_python
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,10 +86,7 @@ def write_release(folder) -> dict:
 def run_in_a_process(tmp_path, **overrides) -> dict:
     """``runner.run(make_flags(tmp_path, **overrides))`` in a process of its own (a background resource's run:
     tests/background.py): its result, through JSON (numbers and paths)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, __file__, str(tmp_path), json.dumps(overrides)], capture_output=True,
-                          text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_python(__file__, str(tmp_path), json.dumps(overrides))
     with open(os.path.join(str(tmp_path), "result.json")) as f:
         return json.load(f)
 

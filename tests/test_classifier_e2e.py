@@ -5,13 +5,12 @@ import csv
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from background import resource
+from background import resource, run_python
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import finetune_flops_per_sequence
@@ -61,9 +60,7 @@ def glue_runs(tmp_path):
     """``_run_every_task(tmp_path)`` in a process of its own (this file run as a script), made on the background
     thread (tests/background.py): twelve tasks' runs are a minute of tracing and steps on 2 cores. Returns
     ``tmp_path``."""
-    done = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_python(__file__, str(tmp_path), timeout=900)
     return tmp_path
 
 

@@ -4,6 +4,7 @@ hands XLA that its result depends on (XLA's optimised module on this CPU agrees 
 objective (XLNet's with memory), a fine-tuning step and the forward."""
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "xla"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import export  # noqa: E402
+from background import resource, run_python  # noqa: E402
 
 # Two layers (the last layer's content stream is the one XLNet's and MPNet's heads do not read), attention heads
 # narrower than d_model, memory for XLNet's objective, a position projection shared by a batch of 4.
@@ -62,7 +64,8 @@ def xla_flops(built) -> int:
 CHUNKED = dataclasses.replace(CFG, seq_len=192, reuse_len=96, num_predict=8)
 
 
-@pytest.mark.parametrize("kind, what, rel, cfg", [
+# (kind, objective or head, relative tolerance, config)
+CASES = [
     ("pretrain", "plm", 2e-3, CFG),
     ("pretrain", "mpnet", 2e-3, CFG),
     ("pretrain", "pmlm", 2e-3, CFG),
@@ -72,23 +75,54 @@ CHUNKED = dataclasses.replace(CFG, seq_len=192, reuse_len=96, num_predict=8)
     ("pretrain", "pmlm", 2e-3, CHUNKED),
     ("pretrain", "mpnet", 2e-3, CHUNKED),  # explicit positions: not chunked
     ("finetune", "clf", 5e-3, CHUNKED),
-])
+]
+
+
+def _key(kind, what, cfg) -> str:
+    return f"{kind}-{what}-{cfg.seq_len}"
+
+
+def _counts() -> dict:
+    """Each case's step: its model FLOPs (``built["flops"]``) and the live matmul FLOPs of the module TensorFlow
+    hands XLA, by ``_key`` (in ``xla_counts``' process)."""
+    import keras
+
+    counts = {}
+    for kind, what, _, cfg in CASES:
+        keras.utils.set_random_seed(0)
+        built = (export.build_pretrain(cfg, what, "float32") if kind == "pretrain" else
+                 export.build_finetune(cfg, what, "float32") if kind == "finetune" else
+                 export.build_infer(cfg, "float32"))
+        counts[_key(kind, what, cfg)] = (built["flops"], xla_flops(built))
+    return counts
+
+
+@resource
+def xla_counts(tmp_path):
+    """``_counts()`` in a process of its own (this file run as a script), made on the background thread
+    (tests/background.py): building and lowering nine steps is a minute of tracing on 2 cores."""
+    path = tmp_path / "counts.json"
+    run_python(__file__, str(path))
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("kind, what, rel, cfg", CASES)
 def test_model_flops_are_the_matmuls_xla_runs(kind, what, rel, cfg):
     """Each step's model FLOPs (what its MFU divides by) against the dots XLA runs: the last layer's
     content stream counted only where the head reads it, the position encodings' gradient not counted, the
     position projection shared by the replica's batch, no LM head in the forward, the content stream's position
     scores chunk by chunk where its length allows. What is left (the segment-bias einsums, the heads' few rows) is
     a fraction of a percent."""
-    import keras
-
     from xlnet_tf import flops
     from xlnet_tf.layers import attention
 
     assert flops.POSITION_CHUNK == attention.POSITION_CHUNK
-    keras.utils.set_random_seed(0)
-    built = (export.build_pretrain(cfg, what, "float32") if kind == "pretrain" else
-             export.build_finetune(cfg, what, "float32") if kind == "finetune" else
-             export.build_infer(cfg, "float32"))
-    measured = xla_flops(built)
-    assert built["flops"] == pytest.approx(measured, rel=rel), (built["flops"], measured)
-    assert built["flops"] <= measured  # nothing counted that XLA does not run
+    counted, measured = xla_counts.value()[_key(kind, what, cfg)]
+    assert counted == pytest.approx(measured, rel=rel), (counted, measured)
+    assert counted <= measured  # nothing counted that XLA does not run
+
+
+if __name__ == "__main__":  # xla_counts' process
+    with open(sys.argv[1], "w") as _f:
+        json.dump(_counts(), _f)
