@@ -71,23 +71,33 @@ _ENVIRONMENT = background.EnvironmentGuard()
 _CWD = pytest.StashKey[str]()
 
 
+def _uses_a_module_fixture(item) -> bool:
+    """Whether the test uses a fixture its file's tests share (made once while they run one after another)."""
+    info = getattr(item, "_fixtureinfo", None)  # (pytest's; without it, the file is kept together)
+    return info is None or any(defs and defs[-1].scope in ("module", "class")
+                               for defs in info.name2fixturedefs.values())
+
+
 def pytest_collection_modifyitems(session, config, items):
     # The background tests' reports go behind the in-process tests: by the time the front reaches them, their
-    # bodies have run beside it. The files holding an ``alone`` test come after those reports, each file whole (its
-    # module fixtures are made once): an alone test holds the thread, and a hold first waits for the body running
-    # (up to a minute, idle in front); after the reports none is left. The files with a ``multiprocess`` test
-    # come last among the others: beside the bodies, their processes would share the two cores three ways, and
-    # the bodies are done well before the in-process tests are. Before those, the in-process files of a module
-    # with a background resource: reached early on a slow machine, their first test would wait idle for it.
+    # bodies have run beside it. The ``alone`` tests come after those reports: an alone test holds the thread, and
+    # a hold first waits for the body running (up to a minute, idle in front); after the reports none is left. An
+    # alone test that uses a module fixture takes its whole file there (the fixture is made once); the other files'
+    # tests stay in front, beside the bodies, instead of after them on one core. The files with a ``multiprocess``
+    # test come last among the others: beside the bodies, their processes would share the two cores three ways.
+    # Before those, the in-process files of a module with a background resource: reached early on a slow machine,
+    # their first test would wait idle for it.
     front = [item for item in items if not background.body_of(item)]
-    quiet = {item.path for item in front if background.is_alone(item)}
-    starting = {item.path for item in front if item.get_closest_marker("multiprocess")} - quiet
-    waiting = {item.path for item in front if background.resources_of(item)} - quiet - starting
-    items[:] = ([item for item in front if item.path not in quiet | starting | waiting]
+    quiet = {item.path for item in front if background.is_alone(item) and _uses_a_module_fixture(item)}
+    last = [item for item in front if item.path in quiet or background.is_alone(item)]
+    front = [item for item in front if not (item.path in quiet or background.is_alone(item))]
+    starting = {item.path for item in front if item.get_closest_marker("multiprocess")}
+    waiting = {item.path for item in front if background.resources_of(item)} - starting
+    items[:] = ([item for item in front if item.path not in starting | waiting]
                 + [item for item in front if item.path in waiting]
                 + [item for item in front if item.path in starting]
                 + [item for item in items if background.body_of(item)]
-                + [item for item in front if item.path in quiet])
+                + last)
 
 
 def pytest_sessionstart(session):
