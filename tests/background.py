@@ -5,7 +5,8 @@ process waits, and the in-process tests keep about one of the two cores busy: ru
 machine. A test whose body only starts processes and reads what they wrote opts in with ``@background``: its
 body starts on this session's background thread as the session starts (one body at a time, in collection order),
 and the test itself, moved behind the in-process tests, reports that run's outcome. (On 2 cores the suite took
-1120 s with every test in turn, 859 s so.)
+1120 s with every test in turn, 859 s so.) Where the front would wait for the thread (a report or resource it
+needs, not made yet), it runs a job of the queue itself: the one it needs if that has not started, else the last.
 
 A background body shares the pytest process with whatever test runs in front, so:
 - it computes nothing with TensorFlow or Keras here (their global random seeds and name counters are the front
@@ -24,9 +25,11 @@ rule holds by construction rather than by luck.
 """
 
 import inspect
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -74,13 +77,41 @@ class Resource:
 resource = Resource  # the decorator
 
 
-def run_python(*args, timeout=600) -> subprocess.CompletedProcess:
-    """``python *args`` in a process of its own (a resource's run, a file of the tests run as a script): its output
-    captured, TensorFlow's C++ logging quiet, no GPU; a failure raises with the end of its stderr."""
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+def run_python(*args, timeout=600, cwd=None) -> subprocess.CompletedProcess:
+    """``python *args`` in a process of its own (a resource's run): its output captured, TensorFlow's C++ logging
+    quiet, no GPU; a failure raises with the end of its stderr."""
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
     assert done.returncode == 0, done.stderr[-4000:]
     return done
+
+
+# The process of run_function: imports the function's module from this folder and writes what it returned as JSON
+# (numpy scalars as numbers, anything else JSON does not know, such as a path, as its string).
+_CALL = """
+import importlib, json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+module, name, out, call = sys.argv[2:6]
+call = json.loads(call)
+args = [pathlib.Path(value) if is_path else value for is_path, value in call["args"]]
+result = getattr(importlib.import_module(module), name)(*args, **call["kwargs"])
+with open(out, "w") as f:
+    json.dump(result, f, default=lambda value: value.item() if hasattr(value, "item") else str(value))
+"""
+
+
+def run_function(fn, *args, timeout=600, **kwargs):
+    """``fn(*args, **kwargs)`` in a process of its own (``run_python``), for a resource whose run is in-process
+    work (tracing, steps) the tests in front would otherwise wait for: ``fn`` is a function at the top of a module
+    of the tests; its arguments are paths (given as ``pathlib.Path``) or JSON values, and so is what it returns."""
+    call = {"args": [(isinstance(value, os.PathLike), os.fspath(value) if isinstance(value, os.PathLike) else value)
+                     for value in args], "kwargs": kwargs}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        run_python("-c", _CALL, os.path.dirname(os.path.abspath(__file__)), fn.__module__, fn.__qualname__, out,
+                   json.dumps(call), timeout=timeout)
+        with open(out) as f:
+            return json.load(f)
 
 
 def body_of(item):
@@ -96,15 +127,18 @@ def resources_of(item):
 
 class Runner:
     """The background thread: makes the resources and runs the bodies in order, recording each one's value,
-    exception and seconds; ``hold()`` keeps it between jobs while an ``alone`` test runs."""
+    exception and seconds; ``hold()`` keeps it between jobs while an ``alone`` test runs. A job the front asks for
+    before the thread has started it, the front runs itself; while one it asks for runs on the thread, the front
+    runs the last job in the queue instead of waiting idle (so two jobs, at most, run at once)."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._queue = []
         self._results = {}
-        self._running = None
+        self._running = None  # the thread's job
+        self._in_front = set()  # the jobs the front is running
+        self._by_front = 0
         self._holds = 0
-        self._wanted = 0  # outcome() calls waiting (an alone test's fixture may wait for a resource)
         self._stopping = False
         self._thread = None
 
@@ -123,42 +157,65 @@ class Runner:
             after()
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stopping or (self._queue and (self._wanted or not self._holds)))
-                if self._stopping or not self._queue:
+                self._cond.wait_for(lambda: self._stopping or (self._queue and not self._holds))
+                if self._stopping:
                     return
-                key, fn, path = self._queue.pop(0)
-                self._running = key
-            start = time.perf_counter()
-            value = error = None
-            try:
-                value = fn(*([] if path is None else [path]))
-            except BaseException as e:  # noqa: B036 (a failed assertion, pytest.fail, anything: reported in front)
-                error = e
-            with self._cond:
-                self._results[key] = (value, error, time.perf_counter() - start)
+                job = self._queue.pop(0)
+                self._running = job[0]
+            self._run(*job)
+
+    def _run(self, key, fn, path):
+        """Runs a job on this thread, recording its value or exception and its seconds."""
+        start = time.perf_counter()
+        value = error = None
+        outer, _THREAD.in_job = getattr(_THREAD, "in_job", False), True
+        try:
+            value = fn(*([] if path is None else [path]))
+        except BaseException as e:  # noqa: B036 (a failed assertion, pytest.fail, anything: reported in front)
+            error = e
+        finally:
+            _THREAD.in_job = outer
+        with self._cond:
+            self._results[key] = (value, error, time.perf_counter() - start)
+            if self._running == key:
                 self._running = None
-                self._cond.notify_all()
+            self._in_front.discard(key)
+            self._cond.notify_all()
+
+    def _take(self, job):
+        """Moves a queued job to the front (called holding the lock)."""
+        self._queue.remove(job)
+        self._in_front.add(job[0])
+        self._by_front += 1
+        return job
 
     def outcome(self, key):
         """Waits for the job ``key`` (a test's node id, a resource's name): its value, or raises what it raised."""
-        with self._cond:
-            queued = key == self._running or any(job[0] == key for job in self._queue)
-            if key not in self._results and (not queued or _on_background_thread()):
-                raise RuntimeError(f"{key}: not made on the background thread before this asks for it")
-            self._wanted += 1
-            self._cond.notify_all()
-            try:
-                self._cond.wait_for(lambda: key in self._results)
-            finally:
-                self._wanted -= 1
-            value, error, _ = self._results[key]
+        front = not _on_background_thread()
+        while True:
+            with self._cond:
+                if key in self._results:
+                    value, error, _ = self._results[key]
+                    break
+                queued = [job for job in self._queue if job[0] == key]
+                if queued and front:
+                    job = self._take(queued[0])
+                elif key in self._in_front or (key == self._running and front):
+                    # Running: on the thread (the front meanwhile runs the last job queued, if any), or in front.
+                    job = self._take(self._queue[-1]) if front and key == self._running and self._queue else None
+                    if job is None:
+                        self._cond.wait_for(lambda: key in self._results or (front and self._queue))
+                        continue
+                else:
+                    raise RuntimeError(f"{key}: not made on the background thread before this asks for it")
+            self._run(*job)
         if error is not None:
             raise error
         return value
 
     def hold(self):
-        """Until ``release()``: no job starts (but those before one that ``outcome`` waits for), and this returns
-        once the running one (if any) has finished."""
+        """Until ``release()``: no job starts on the thread (a job the holder asks for, it runs itself), and this
+        returns once the thread's job (if any) has finished."""
         with self._cond:
             self._holds += 1
             self._cond.wait_for(lambda: self._running is None)
@@ -177,9 +234,9 @@ class Runner:
             self._thread.join()
 
     def summary(self):
-        """(jobs done, their seconds in all)."""
+        """(jobs done, their seconds in all, how many the front ran)."""
         with self._cond:
-            return len(self._results), sum(seconds for _, _, seconds in self._results.values())
+            return len(self._results), sum(seconds for _, _, seconds in self._results.values()), self._by_front
 
 
 RUNNER = Runner()
@@ -194,7 +251,7 @@ _popen_init = subprocess.Popen.__init__
 
 
 def _checked_popen_init(self, args, *positional, **kwargs):
-    if _on_background_thread() and not positional and (
+    if getattr(_THREAD, "in_job", False) and not positional and (
             kwargs.get("stdout") is None or kwargs.get("stderr") is None):
         raise RuntimeError(f"a background test started {args!r} with its output on pytest's file descriptors: "
                            "capture it (capture_output=True or stdout=/stderr=)")

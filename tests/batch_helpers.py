@@ -1,10 +1,9 @@
-"""Shared by test_batch_predict.py and the process that writes its model (``python tests/batch_helpers.py DIR``,
-one of that file's background resources): a micro SST-2 classifier with random weights, and its export in the
-layout of the exports before versioning."""
+"""Shared by test_batch_predict.py and the process that writes its model (``write_classifier``, one of that file's
+background resources): a micro SST-2 classifier with random weights, and its export in the layout of the exports
+before versioning."""
 
 import json
 import os
-import sys
 
 from classifier_helpers import SPIECE, build_model, make_flags
 
@@ -54,7 +53,3 @@ def write_classifier(directory):
     model, task = build_model(settings_in(directory))
     tf.train.Checkpoint(model=model).save(os.path.join(directory, "model", "model"))
     save_ids_export(model, os.path.join(directory, "export", "3"), task.labels)
-
-
-if __name__ == "__main__":
-    write_classifier(sys.argv[1])

@@ -3,9 +3,8 @@
 import json
 import os
 import shutil
-import sys
 
-from background import run_python
+from background import run_function
 from xlnet_tf.tasks.task_settings import ClassifierSettings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,17 +82,13 @@ def write_release(folder) -> dict:
     return tensors
 
 
+def _run(tmp_path, **overrides) -> dict:
+    from xlnet_tf import runner
+
+    return runner.run(make_flags(tmp_path, **overrides))
+
+
 def run_in_a_process(tmp_path, **overrides) -> dict:
     """``runner.run(make_flags(tmp_path, **overrides))`` in a process of its own (a background resource's run:
     tests/background.py): its result, through JSON (numbers and paths)."""
-    run_python(__file__, str(tmp_path), json.dumps(overrides))
-    with open(os.path.join(str(tmp_path), "result.json")) as f:
-        return json.load(f)
-
-
-if __name__ == "__main__":  # run_in_a_process's process
-    from xlnet_tf import runner
-
-    _result = runner.run(make_flags(sys.argv[1], **json.loads(sys.argv[2])))
-    with open(os.path.join(sys.argv[1], "result.json"), "w") as _f:
-        json.dump(_result, _f, default=lambda value: value.item() if hasattr(value, "item") else str(value))
+    return run_function(_run, tmp_path, **overrides)

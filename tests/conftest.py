@@ -62,7 +62,7 @@ def squad_run():
     for name in ("predictions.json", "null_odds.json"):
         with open(tmp / "predict" / name) as f:
             read[name] = json.load(f)
-    return dict(export=str(tmp / "serving" / "2"), examples=dev.examples, model_dir=str(tmp / "model"),
+    return dict(export=str(tmp / squad_helpers.RELEASE_EXPORT), examples=dev.examples, model_dir=str(tmp / "model"),
                 predictions=read["predictions.json"], null_odds=read["null_odds.json"], tmp=tmp)
 
 
@@ -80,11 +80,12 @@ def _uses_a_module_fixture(item) -> bool:
 
 def pytest_collection_modifyitems(session, config, items):
     # The background tests' reports go behind the in-process tests: by the time the front reaches them, their
-    # bodies have run beside it. The ``alone`` tests come after those reports: an alone test holds the thread, and
-    # a hold first waits for the body running (up to a minute, idle in front); after the reports none is left. An
-    # alone test that uses a module fixture takes its whole file there (the fixture is made once); the other files'
-    # tests stay in front, beside the bodies, instead of after them on one core. The files with a ``multiprocess``
-    # test come last among the others: beside the bodies, their processes would share the two cores three ways.
+    # bodies have run beside it (those left then run two at once: tests/background.py). The ``alone`` tests come
+    # after those reports: an alone test holds the thread, and a hold first waits for the body running (up to a
+    # minute, idle in front); after the reports none is left. An alone test that uses a module fixture takes its
+    # whole file there (the fixture is made once); the other files' tests stay in front, beside the bodies, instead
+    # of after them on one core. The files with a ``multiprocess`` test come last among the others: beside the
+    # bodies, their processes would share the two cores three ways.
     # Before those, the in-process files of a module with a background resource: reached early on a slow machine,
     # their first test would wait idle for it.
     front = [item for item in items if not background.body_of(item)]
@@ -208,10 +209,10 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_terminal_summary(terminalreporter):
-    count, seconds = background.RUNNER.summary()
+    count, seconds, by_front = background.RUNNER.summary()
     if count:
         terminalreporter.write_line(f"{count} background jobs ran beside the tests in front ({seconds:.0f} s of "
-                                    "their own)")
+                                    f"their own; {by_front} of them in front, which would have waited for them)")
 
 
 # --- prompt exit -------------------------------------------------------------------------------------------------

@@ -2,12 +2,10 @@
 the run several files check (``squad_release``, made on the background thread: tests/background.py)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 
-from background import resource
+from background import resource, run_python
 from classifier_helpers import FIXTURES, REPO, SPIECE
 from xlnet_tf.config import XLNetConfig
 
@@ -37,6 +35,10 @@ RELEASE_FLAGS = dict(
     dropatt=0.0, start_n_top=3, end_n_top=3)
 
 
+# Where squad_release's export is, under its ``tmp_path``: an export's version is its checkpoint's step (2 here).
+RELEASE_EXPORT = os.path.join("serving", "2")
+
+
 @resource
 def squad_release(tmp_path):
     """run_squad.py as a user runs it, with RELEASE_FLAGS and its directories under ``tmp_path``: model/,
@@ -44,9 +46,6 @@ def squad_release(tmp_path):
     tests use conftest's ``squad_run`` imports this name (the background thread makes it when such a module is
     collected). Returns ``tmp_path``."""
     dirs = dict(model_dir="model", output_dir="features", predict_dir="predict", export_dir="serving")
-    command = [sys.executable, "run_squad.py", *(f"--{name}={value}" for name, value in RELEASE_FLAGS.items()),
-               *(f"--{name}={tmp_path / folder}" for name, folder in dirs.items())]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_python("run_squad.py", *(f"--{name}={value}" for name, value in RELEASE_FLAGS.items()),
+               *(f"--{name}={tmp_path / folder}" for name, folder in dirs.items()), cwd=REPO)
     return tmp_path

@@ -1,6 +1,7 @@
 """The background thread of the tests that only start processes (tests/background.py): each job's value or
-exception reaches the test that asks, a hold keeps jobs from starting (but lets one be made that the holder waits
-for), and a job's processes may not write to pytest's file descriptors."""
+exception reaches the test that asks, a hold keeps jobs from starting (a job the holder asks for, it runs itself),
+the front runs queued jobs rather than wait idle, and a job's processes may not write to pytest's file
+descriptors."""
 
 import subprocess
 import sys
@@ -46,14 +47,49 @@ def test_a_hold_keeps_jobs_from_starting_until_released():
         runner.stop()
 
 
-def test_a_holder_waiting_for_a_job_lets_it_be_made():
+def test_a_holder_asking_for_a_queued_job_runs_it_itself():
     runner = Runner()
     runner.hold()
-    runner.start([("resource", lambda: "made", None)])
+    runner.start([("resource", lambda: threading.current_thread().name, None)])
     try:
-        assert runner.outcome("resource") == "made"
+        assert runner.outcome("resource") == threading.current_thread().name
     finally:
         runner.release()
+        runner.stop()
+
+
+def test_the_front_runs_the_last_job_while_the_one_it_needs_runs_on_the_thread():
+    """The front asks for the job on the thread: it runs the queue's last job meanwhile, the thread the others;
+    a job on the thread may wait for one the front runs. Every job runs once."""
+    runner, ran, started = Runner(), [], threading.Event()
+    front = threading.current_thread().name
+    release = threading.Event()
+
+    def on_thread():
+        started.set()
+        assert release.wait(60)
+        return "slow"
+
+    def last():
+        release.set()  # the thread goes on (to "needs_resource") while this runs in front
+        ran.append("last")
+        return threading.current_thread().name
+
+    def needs_resource():
+        return runner.outcome("resource")  # made in front below, or already made: never an error
+
+    def resource():
+        return "made"
+
+    runner.start([("slow", on_thread, None), ("resource", resource, None), ("needs", needs_resource, None),
+                  ("last", last, None)])
+    try:
+        assert started.wait(60)
+        assert runner.outcome("slow") == "slow"
+        assert runner.outcome("last") == front and ran == ["last"]
+        assert runner.outcome("needs") == "made"
+        assert runner.summary()[0] == 4 and runner.summary()[2] >= 1
+    finally:
         runner.stop()
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from background import background, resource
-from batch_helpers import save_ids_export, settings_in
+from background import background, resource, run_function
+from batch_helpers import save_ids_export, settings_in, write_classifier
 from classifier_helpers import REPO, SPIECE, build_model, make_flags
 from pretraining_helpers import absl_messages
 from squad_helpers import squad_release  # noqa: F401 (conftest's squad_run: made on the background thread)
@@ -47,10 +47,7 @@ def write_shards(directory, shards: int, rows: int, ext: str = "tsv") -> str:
 def micro_classifier(tmp_path):
     """``batch_helpers.write_classifier(tmp_path)``, by a process on the background thread (for the killed job's
     body there, and ``fine_tuned`` in front)."""
-    done = subprocess.run([sys.executable, os.path.join(REPO, "tests", "batch_helpers.py"), str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO))
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_function(write_classifier, tmp_path, timeout=300)
     return tmp_path
 
 

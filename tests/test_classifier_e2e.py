@@ -5,12 +5,11 @@ import csv
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
 
-from background import resource, run_python
+from background import resource, run_function
 from classifier_helpers import FIXTURE_TASKS, FIXTURES, make_flags
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.flops import finetune_flops_per_sequence
@@ -57,10 +56,9 @@ def _run_every_task(root):
 
 @resource
 def glue_runs(tmp_path):
-    """``_run_every_task(tmp_path)`` in a process of its own (this file run as a script), made on the background
-    thread (tests/background.py): twelve tasks' runs are a minute of tracing and steps on 2 cores. Returns
-    ``tmp_path``."""
-    run_python(__file__, str(tmp_path), timeout=900)
+    """``_run_every_task(tmp_path)`` in a process of its own, made on the background thread (tests/background.py):
+    twelve tasks' runs are a minute of tracing and steps on 2 cores. Returns ``tmp_path``."""
+    run_function(_run_every_task, tmp_path, timeout=900)
     return tmp_path
 
 
@@ -314,9 +312,3 @@ def test_non_finite_gradient_stops_fine_tuning_without_saving(tmp_path, monkeypa
                                                  r"stopping without saving. The last good checkpoint is \(none yet\)"):
         run(flags)
     assert tf.train.latest_checkpoint(flags.model_dir) is None
-
-
-if __name__ == "__main__":  # glue_runs' process
-    import pathlib
-
-    _run_every_task(pathlib.Path(sys.argv[1]))

@@ -15,7 +15,8 @@ from tensorflow_serving.apis import predict_pb2  # (here: serving_replies builds
 
 from background import resource
 from export_helpers import REPO, decoded, serve, strings
-from squad_helpers import RELEASE_FLAGS, SMALL, inference_batch  # the head's test batch (P, Q, CLS, pad)
+from squad_helpers import RELEASE_EXPORT, RELEASE_FLAGS, SMALL
+from squad_helpers import inference_batch  # the head's test batch (P, Q, CLS, pad)
 from squad_helpers import squad_release  # (conftest's squad_run: made on the background thread)
 from xlnet_tf.cli import serving_client as client
 from xlnet_tf import tasks
@@ -66,7 +67,7 @@ def serving_replies():
     on the background thread (tests/background.py): the dev questions and contexts, then
     test_bad_squad_requests_give_defined_outputs_or_a_clear_error's call and fuzz, and the serving client's gRPC
     and REST requests of the dev questions. (Building the requests is protobuf and numpy: no TensorFlow op runs.)"""
-    export = str(squad_release.value() / "serving" / "2")  # conftest's squad_run["export"]
+    export = str(squad_release.value() / RELEASE_EXPORT)
     examples = squad_data.read_squad_file(RELEASE_FLAGS["predict_file"], False).examples
     rows = [{"question": e.question_text, "context": e.paragraph_text} for e in examples]
     request = base64.b64encode(client.predict_request("squad", rows).SerializeToString()).decode("ascii")

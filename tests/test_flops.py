@@ -4,7 +4,6 @@ hands XLA that its result depends on (XLA's optimised module on this CPU agrees 
 objective (XLNet's with memory), a fine-tuning step and the forward."""
 
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -17,7 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "xla"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import export  # noqa: E402
-from background import resource, run_python  # noqa: E402
+from background import resource, run_function  # noqa: E402
 
 # Two layers (the last layer's content stream is the one XLNet's and MPNet's heads do not read), attention heads
 # narrower than d_model, memory for XLNet's objective, a position projection shared by a batch of 4.
@@ -98,13 +97,10 @@ def _counts() -> dict:
 
 
 @resource
-def xla_counts(tmp_path):
-    """``_counts()`` in a process of its own (this file run as a script), made on the background thread
-    (tests/background.py): building and lowering nine steps is a minute of tracing on 2 cores."""
-    path = tmp_path / "counts.json"
-    run_python(__file__, str(path))
-    with open(path) as f:
-        return json.load(f)
+def xla_counts():
+    """``_counts()`` in a process of its own, made on the background thread (tests/background.py): building and
+    lowering nine steps is a minute of tracing on 2 cores."""
+    return run_function(_counts)
 
 
 @pytest.mark.parametrize("kind, what, rel, cfg", CASES)
@@ -121,8 +117,3 @@ def test_model_flops_are_the_matmuls_xla_runs(kind, what, rel, cfg):
     counted, measured = xla_counts.value()[_key(kind, what, cfg)]
     assert counted == pytest.approx(measured, rel=rel), (counted, measured)
     assert counted <= measured  # nothing counted that XLA does not run
-
-
-if __name__ == "__main__":  # xla_counts' process
-    with open(sys.argv[1], "w") as _f:
-        json.dump(_counts(), _f)

@@ -1,16 +1,14 @@
 """Pretraining with UniLMv2's and MPNet's objectives through the real loop: real text, resume, replicas, and
 fine-tuning from their checkpoints."""
 
-import json
 import os
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from background import resource, run_python
+from background import resource, run_function
 from pretraining_helpers import absl_messages, assert_same_weights, scalars
 from training_state import ROUND_OFF, stopped_at
 from xlnet_tf import XLNetConfig, XLNetPretrainer
@@ -99,7 +97,7 @@ def test_memory_is_refused_for_objectives_without_it():
 
 def _pretrain_on_real_text(tmp_path) -> dict:
     """PMLM pretraining of the tiny config, 60 steps on 1,500 lines of the bundled Brown sample, in ``tmp_path``
-    (in ``real_text_run``'s process); its final metrics, also written to ``tmp_path/metrics.json``."""
+    (in ``real_text_run``'s process); its final metrics."""
     corpus = tmp_path / "text.txt"
     with open(os.path.join(REPO, "data", "corpus", "brown_sample.txt"), encoding="utf-8") as f:
         corpus.write_text("".join(f.readlines()[:1500]), encoding="utf-8")
@@ -108,25 +106,19 @@ def _pretrain_on_real_text(tmp_path) -> dict:
         spiece_model_file=os.path.join(REPO, "data", "spiece.model"), input_glob=str(corpus),
         data_dir=str(tmp_path / "data"), model_dir=str(tmp_path / "model"), train_batch_size=8, seq_len=32,
         reuse_len=16, num_predict=5, train_steps=60, iterations=20, learning_rate=3e-3, warmup_steps=5)
-    metrics = {name: float(value) for name, value in pretrain(settings).items()}
-    with open(tmp_path / "metrics.json", "w") as f:
-        json.dump(metrics, f)
-    return metrics
+    return {name: float(value) for name, value in pretrain(settings).items()}
 
 
 @resource
 def real_text_run(tmp_path):
-    """``_pretrain_on_real_text(tmp_path)`` in a process of its own (this file run as a script), made on the
-    background thread (tests/background.py). Returns ``tmp_path``."""
-    run_python(__file__, str(tmp_path))
-    return tmp_path
+    """``_pretrain_on_real_text(tmp_path)`` in a process of its own, made on the background thread
+    (tests/background.py). Returns ``tmp_path`` and the run's final metrics."""
+    return tmp_path, run_function(_pretrain_on_real_text, tmp_path)
 
 
 @pytest.mark.slow
 def test_both_pmlm_terms_fall_on_real_text():
-    tmp_path = real_text_run.value()
-    with open(tmp_path / "metrics.json") as f:
-        metrics = json.load(f)
+    tmp_path, metrics = real_text_run.value()
     logged = scalars(str(tmp_path / "model"))
     for term in ("ae", "par"):
         first, last = logged[f"loss_{term}"][0][1], logged[f"loss_{term}"][-1][1]
@@ -135,9 +127,3 @@ def test_both_pmlm_terms_fall_on_real_text():
         assert 0 <= metrics[f"accuracy_{term}"] <= 1 and f"accuracy_{term}" in logged
     # the loss is L_AE + L_PAR (per step; the terms are token-weighted over the host loop, hence the tolerance)
     np.testing.assert_allclose(metrics["loss"], metrics["loss_ae"] + metrics["loss_par"], rtol=0.02)
-
-
-if __name__ == "__main__":  # real_text_run's process
-    import pathlib
-
-    _pretrain_on_real_text(pathlib.Path(sys.argv[1]))
