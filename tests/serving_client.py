@@ -2,10 +2,10 @@
 and tensorflow-text's kernels only, and calls its signatures.
 
 Run as ``python tests/serving_client.py < request.json``; prints one JSON line. ``xlnet_tf``, ``keras``,
-``tf_keras`` and tensorflow-text's Python package are made unimportable before TensorFlow loads (TF Serving has
-none of them); tensorflow-text's op kernels are loaded as TF Serving links them (``tf.load_op_library``). With
-``"python_text": true`` the client imports ``tensorflow_text`` instead (what a Python client does; it pulls in
-Keras through ``tf.keras``).
+``tf_keras``, tensorflow-text's Python package and ``jax`` (TF Lite's, imported only to offer a conversion: ~1 s)
+are made unimportable before TensorFlow loads (TF Serving has none of them); tensorflow-text's op kernels are loaded
+as TF Serving links them (``tf.load_op_library``). With ``"python_text": true`` the client imports
+``tensorflow_text`` instead (what a Python client does; it pulls in Keras through ``tf.keras``).
 
 Request: ``{"export": dir, "calls": [{"signature": name, "inputs": {name: {"dtype": d, "value": nested list}}}],
 "fuzz": {"signature": name, "count": n, "seed": s}, "grpc": [base64 PredictRequest], "rest": [REST body]}`` (all
@@ -30,7 +30,7 @@ import os
 import random
 import sys
 
-BLOCKED = ("xlnet_tf", "keras", "tf_keras", "tensorflow_text")
+BLOCKED = ("xlnet_tf", "keras", "tf_keras", "tensorflow_text", "jax")
 
 
 class _Unavailable(importlib.abc.MetaPathFinder, importlib.abc.Loader):

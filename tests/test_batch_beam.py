@@ -17,6 +17,7 @@ from needs import require
 
 require("apache_beam")
 
+from apache_beam.internal.cloudpickle import cloudpickle as beam_cloudpickle  # noqa: E402
 from background import background, resource  # noqa: E402
 from classifier_helpers import REPO, SPIECE, build_model, make_flags, micro_config  # noqa: E402
 from squad_helpers import squad_release  # noqa: E402,F401 (conftest's squad_run: made on the background thread)
@@ -289,18 +290,22 @@ class RecordsLoads(bb.ExportHandler):
         return super().load_model()
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_two_worker_processes(sst2_export, cli_run, tmp_path, monkeypatch):
+def test_two_worker_processes(sst2_export, cli_run, tmp_path):
     """The DirectRunner's engine with two worker processes (multi_processing): the model is loaded there, not
     here, and the rows equal cli.predict's."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(__file__), REPO]))  # RecordsLoads there
     inputs, expected, summary = cli_run
     s = settings(sst2_export, inputs, tmp_path / "beam", runner="FnApiRunner")
     (tmp_path / "loads").mkdir()
     handler = RecordsLoads(str(tmp_path / "loads"), bb.ModelSpec(sst2_export), pair=False, batch_size=s.batch_size)
-    bb.predict(s, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"], handler=handler)
+    # RecordsLoads travels by value: the workers cannot import this file (a PYTHONPATH naming the tests' folder would
+    # change this process's environment, which the background tests' processes inherit).
+    beam_cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        bb.predict(s, ["--direct_running_mode=multi_processing", "--direct_num_workers=2"], handler=handler)
+    finally:
+        beam_cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     loads = os.listdir(tmp_path / "loads")
     assert loads and str(os.getpid()) not in loads
     check_same(expected, summary, str(tmp_path / "beam"), inputs)

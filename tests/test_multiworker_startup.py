@@ -110,6 +110,8 @@ def test_a_cluster_that_does_not_form_names_the_tasks_waited_for():
 
 _STARTUP = """
 import json, os, socket, sys, time
+from xlnet_tf.cli.flags import import_tensorflow
+import_tensorflow()  # as the tools' processes do
 from xlnet_tf.errors import InputError
 from xlnet_tf.training.distribute import create_strategy
 held = socket.socket(); held.bind(("127.0.0.1", 0)); held.listen()

@@ -47,6 +47,8 @@ def test_tpu_flags_on_every_training_entry_point_and_checked_before_tensorflow()
 
 _STARTUPS = """
 import json, os, socket, sys, time
+from xlnet_tf.cli.flags import import_tensorflow
+import_tensorflow()  # as the tools' processes do
 from xlnet_tf.errors import TPUStartupError
 from xlnet_tf.training.distribute import create_strategy
 closed, silent = sys.argv[1], socket.socket()
