@@ -203,12 +203,12 @@ class Runner:
                 queued = [job for job in self._queue if job[0] == key]
                 if queued and front:
                     job = self._take(queued[0])
-                elif key in self._in_front or (key == self._running and front):
-                    # Running: on the thread (the front meanwhile runs the last job queued, if any), or in front.
-                    job = self._take(self._queue[-1]) if front and key == self._running and self._queue else None
-                    if job is None:
-                        self._cond.wait_for(lambda: key in self._results or (front and self._queue))
-                        continue
+                elif front and key == self._running and self._queue:
+                    job = self._take(self._queue[-1])  # beside the thread's job, instead of waiting idle
+                elif key in self._in_front or (front and key == self._running):
+                    # (the queue only shrinks once started: nothing is left to run meanwhile)
+                    self._cond.wait_for(lambda: key in self._results)
+                    continue
                 else:
                     raise RuntimeError(f"{key}: not made on the background thread before this asks for it")
             self._run(*job)
